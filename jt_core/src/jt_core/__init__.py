@@ -1,0 +1,38 @@
+"""jt: call Triton and Gluon kernels from JAX.
+
+``import jt_core as jt`` then ``jt.triton_call(x, y, kernel=add_kernel, out_shape=x, grid=..., BLOCK=1024)``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from jt_core import utils
+from jt_core.api import triton_call
+from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Dialect, Launcher, Target
+from jt_core.binding import normalize_grid
+from jt_core.dtypes import get_type_id
+from jt_core.hookspecs import hookimpl, hookspec
+from jt_core.plugins import list_plugins
+from jt_core.utils import cdiv, next_power_of_2, strides_from_shape
+
+__all__ = [
+    "Backend",
+    "CompileOptions",
+    "CompileRequest",
+    "CompiledKernel",
+    "Dialect",
+    "Launcher",
+    "Target",
+    "__version__",
+    "cdiv",
+    "get_type_id",
+    "hookimpl",
+    "hookspec",
+    "list_plugins",
+    "next_power_of_2",
+    "normalize_grid",
+    "strides_from_shape",
+    "triton_call",
+    "utils",
+]

@@ -1,0 +1,62 @@
+"""Every difference between supported Python, JAX and Triton versions, named once."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+if sys.version_info >= (3, 12):
+    from importlib.metadata import entry_points as _entry_points
+else:  # pragma: no cover - exercised on older Pythons only
+    from importlib_metadata import entry_points as _entry_points
+
+
+def entry_points_for_group(group: str) -> Iterable[Any]:
+    """The installed entry points of ``group`` (``importlib.metadata`` or its backport)."""
+    return _entry_points(group=group)
+
+
+def emit_python_callback(ctx: Any, callback: Any, operands: Any, has_side_effect: bool) -> Any:
+    """Emits a host callback in a lowering rule; returns the result values."""
+    from jax._src import callback as jax_callback
+
+    results, _, _ = jax_callback.emit_python_callback(
+        ctx,
+        callback,
+        None,
+        list(operands),
+        ctx.avals_in,
+        ctx.avals_out,
+        has_side_effect=has_side_effect,
+        returns_token=False,
+    )
+    return results
+
+
+def is_ref(value: Any) -> bool:
+    """Whether ``value`` is a mutable JAX array reference (``jax.new_ref``), concrete or traced."""
+    from jax._src import state
+
+    try:
+        import jax
+
+        aval = jax.typeof(value)
+    except Exception:
+        return False
+    return isinstance(aval, state.AbstractRef)
+
+
+def is_transformed_ref(value: Any) -> bool:
+    """Whether ``value`` is a sliced or otherwise transformed reference (not supported as an operand)."""
+    from jax._src import state
+
+    return isinstance(value, state.TransformedRef)
+
+
+def triton_version() -> tuple[int, int]:
+    """Triton's (major, minor) version."""
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)

@@ -1,0 +1,141 @@
+"""``triton_call``: the user-facing entry point."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from jax import tree_util
+
+from jt_core.binding import bind_call
+from jt_core.errors import KernelCallTypeError
+from jt_core.primitive import triton_kernel_call_p
+
+_MISSING: Any = object()
+
+
+def _bounds_check_default() -> bool:
+    value = os.environ.get("JT_CPU_BOUNDS_CHECK", "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def triton_call(
+    *args: Any,
+    kernel: Any,
+    out_shape: Any = _MISSING,
+    out_type: Any = _MISSING,
+    grid: int | tuple[int, ...] | Callable[[dict[str, Any]], Any],
+    input_output_aliases: Mapping[int, int] | None = None,
+    zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]] = (),
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    num_ctas: int | None = None,
+    compute_capability: int | None = None,
+    enable_fp_fusion: bool | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+    debug: bool | None = None,
+    name: str | None = None,
+    serialized_metadata: bytes = b"",
+    cost_estimate: Mapping[str, Any] | None = None,
+    has_side_effect: bool = False,
+    launcher: str | None = None,
+    **metaparams: Any,
+) -> Any:
+    """Calls a Triton (or Gluon) kernel on JAX arrays, inside or outside ``jax.jit``.
+
+    Two calling conventions are accepted and told apart by counting the kernel's non-constexpr parameters:
+
+    * *classic*: the operands fill the kernel's non-constexpr parameters in order and one pointer per output is
+      appended after them; an output aliased with ``input_output_aliases`` keeps its own pointer parameter.
+    * *current*: as classic, but an aliased output has no parameter of its own (the kernel writes through the
+      input's pointer). Operands may also be given by keyword (``x_ptr=x``) and as tuples for tuple parameters.
+
+    Constexpr parameters are given by keyword (``BLOCK=128``) or take their declared defaults.
+
+    Args:
+        *args: Operands: JAX arrays, ``jax.new_ref`` references (updated in place), and bool/int/float/NumPy
+            scalars (passed by value, specialised like Triton does: ``1`` becomes a constant, multiples of 16 get
+            a divisibility hint).
+        kernel: A ``@triton.jit`` kernel, possibly wrapped in ``@triton.heuristics`` / ``@triton.autotune``, or a
+            ``@gluon.jit`` kernel (with jt-gluon).
+        out_shape: The outputs: an object with ``shape`` and ``dtype`` (``jax.ShapeDtypeStruct``, an array) or a
+            pytree of them. The result has the same structure.
+        out_type: Same as ``out_shape`` (the newer name); give exactly one of the two.
+        grid: Number of programs: an int, a tuple of up to three ints, or a callable receiving the
+            metaparameters (and named operands' shapes) and returning one of those.
+        input_output_aliases: ``{operand index: output index}``: the output reuses the operand's buffer (with
+            ``jax.jit(..., donate_argnums=...)`` no copy is made). Operand indices count the flattened
+            non-constexpr operands (arrays and scalars) in parameter order.
+        zeroed_outputs: Output indices (or a callable of the metaparameters returning them) zeroed before the
+            launch.
+        num_warps: Warps per program (power of two; default 4 or the autotune config's).
+        num_stages: Pipelining stages (default 3 or the config's).
+        num_ctas: Programs per cluster, 1 to 8 (above 1 needs sm90+).
+        compute_capability: CUDA target override (e.g. ``90``); also used when lowering without a GPU.
+        enable_fp_fusion: Allow fused multiply-adds (default True).
+        backend_options: Further backend compiler options; the explicit options above may not be repeated here.
+        debug: Compile with Triton's debug checks and print the IRs; on the CPU also checks integer overflow.
+        name: A name for the call (errors, profiles, IR dumps); defaults to the kernel's.
+        serialized_metadata: Opaque bytes carried into the lowered call.
+        cost_estimate: ``{"flops": ..., "bytes_accessed": ...}`` for profilers.
+        has_side_effect: Keep the call even when its outputs are unused.
+        launcher: Name of the launcher to use on the platform (see ``python -m jt_core plugins``).
+        **metaparams: Constexpr values and keyword operands.
+
+    Returns:
+        The outputs, in the structure of ``out_shape``/``out_type``.
+
+    Raises:
+        KernelCallTypeError: Arguments that do not fit the kernel (the message shows its signature).
+        KernelCallValueError: Unusable values (grid, aliases, options).
+        NoBackendError: When lowering for a platform no installed plugin serves.
+    """
+    if out_shape is not _MISSING and out_type is not _MISSING:
+        raise KernelCallTypeError("triton_call got both out_shape= and out_type=; give one (they mean the same)")
+    if out_shape is _MISSING and out_type is _MISSING:
+        raise KernelCallTypeError(
+            "triton_call needs out_shape= (or out_type=): the shape and dtype of each output, e.g. "
+            "out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)"
+        )
+    out_spec = out_shape if out_shape is not _MISSING else out_type
+    explicit = {
+        key: value
+        for key, value in (
+            ("num_warps", num_warps),
+            ("num_stages", num_stages),
+            ("num_ctas", num_ctas),
+            ("enable_fp_fusion", enable_fp_fusion),
+            ("debug", debug),
+        )
+        if value is not None
+    }
+    if backend_options is not None and not isinstance(backend_options, Mapping):
+        raise KernelCallTypeError(f"backend_options must be a mapping of option names, got {backend_options!r}")
+    if input_output_aliases is not None and not isinstance(input_output_aliases, Mapping):
+        raise KernelCallTypeError(
+            f"input_output_aliases must be a dict {{operand index: output index}}, got {input_output_aliases!r}"
+        )
+    call, operands, refs, out_tree = bind_call(
+        kernel,
+        args,
+        metaparams,
+        out_spec=out_spec,
+        grid=grid,
+        input_output_aliases=input_output_aliases,
+        zeroed_outputs=zeroed_outputs,
+        explicit_options=explicit,
+        backend_options=backend_options,
+        name=name,
+        compute_capability=compute_capability,
+        has_side_effect=has_side_effect,
+        launcher=launcher,
+        serialized_metadata=serialized_metadata,
+        cost_estimate=cost_estimate,
+        bounds_check=_bounds_check_default(),
+    )
+    results = triton_kernel_call_p.bind(*operands, call=call)
+    for operand_index, ref in refs:
+        out_index = dict(call.aliases)[operand_index]
+        ref[...] = results[out_index]
+    return tree_util.tree_unflatten(out_tree, results[: call.num_user_outputs])

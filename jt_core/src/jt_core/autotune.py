@@ -1,0 +1,257 @@
+"""Expanding ``@triton.autotune`` and ``@triton.heuristics`` into a list of launch configurations.
+
+The user's ``Autotuner`` / ``Heuristics`` objects are only read, never mutated. Values the caller fixes (constexpr
+keywords, ``num_warps=`` ...) prune the autotuning configs that disagree with them; heuristics are evaluated per
+remaining config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from jt_core.backend import CompileOptions
+from jt_core.errors import KernelCallTypeError, KernelCallValueError
+
+if TYPE_CHECKING:
+    from jt_core.binding import KernelParam, LaunchConfig, ParamSlot
+
+OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
+_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": True, "debug": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class AutotuneConfig:
+    """A read-only copy of one ``triton.Config``."""
+
+    kwargs: tuple[tuple[str, Any], ...]
+    options: tuple[tuple[str, Any], ...]
+
+
+@dataclasses.dataclass
+class KernelWrappers:
+    """What the autotune/heuristics wrappers around a kernel say.
+
+    Attributes:
+        fn: The innermost kernel function object.
+        configs: The autotuner's configs (empty if not autotuned).
+        keys: The autotuner's key names.
+        heuristics: ``(name, function)`` pairs, innermost last.
+        reset_to_zero: Names the autotuner zeroes before each trial.
+        restore_value: Names the autotuner restores after each trial.
+    """
+
+    fn: Any
+    configs: list[AutotuneConfig] = dataclasses.field(default_factory=list)
+    keys: list[str] = dataclasses.field(default_factory=list)
+    heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = dataclasses.field(default_factory=list)
+    reset_to_zero: list[str] = dataclasses.field(default_factory=list)
+    restore_value: list[str] = dataclasses.field(default_factory=list)
+    autotuned: bool = False
+
+
+def unwrap_kernel(kernel: Any) -> KernelWrappers:
+    """Reads the autotune/heuristics wrappers around ``kernel``.
+
+    Raises:
+        KernelCallTypeError: When ``kernel`` is not a jitted kernel (a plain Python function, say).
+        NotImplementedError: For an autotuner or config ``pre_hook``/``post_hook``.
+    """
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    from jt_core.plugins import get_plugin_manager
+
+    wrappers = KernelWrappers(fn=None)
+    current = kernel
+    for _ in range(16):
+        if isinstance(current, Autotuner):
+            if wrappers.autotuned:
+                raise KernelCallTypeError("kernel is wrapped in @triton.autotune twice; keep one")
+            if getattr(current, "user_defined_pre_hook", False) or getattr(current, "user_defined_post_hook", False):
+                raise NotImplementedError(
+                    "triton_call does not run @triton.autotune pre_hook/post_hook functions (they take torch "
+                    "tensors); use reset_to_zero=/restore_value= or zeroed_outputs= instead"
+                )
+            wrappers.autotuned = True
+            for cfg in current.configs:
+                if getattr(cfg, "pre_hook", None) is not None:
+                    raise NotImplementedError(
+                        f"triton.Config({cfg.kwargs}) has a pre_hook; triton_call cannot run config pre_hooks"
+                    )
+                options = tuple(
+                    (name, getattr(cfg, name))
+                    for name in ("num_warps", "num_stages", "num_ctas")
+                    if getattr(cfg, name, None) is not None
+                )
+                if getattr(cfg, "maxnreg", None) is not None:
+                    options += (("maxnreg", cfg.maxnreg),)
+                wrappers.configs.append(AutotuneConfig(tuple(cfg.kwargs.items()), options))
+            wrappers.keys = list(current.keys)
+            wrappers.reset_to_zero = list(getattr(current, "reset_to_zero", []) or [])
+            wrappers.restore_value = list(getattr(current, "restore_value", []) or [])
+            current = current.fn
+        elif isinstance(current, Heuristics):
+            wrappers.heuristics.extend(current.values.items())
+            current = current.fn
+        else:
+            break
+    if current is None or not hasattr(current, "fn") or not callable(getattr(current, "fn", None)):
+        raise KernelCallTypeError(
+            f"kernel={kernel!r} is not a jitted Triton kernel; decorate the function with @triton.jit "
+            "(or @gluon.jit)"
+        )
+    # Make sure some dialect claims it; raises a clear error otherwise.
+    get_plugin_manager().dialect_for(current)
+    wrappers.fn = current
+    return wrappers
+
+
+def _options(
+    explicit: Mapping[str, Any], backend_options: Mapping[str, Any], from_config: Mapping[str, Any]
+) -> CompileOptions:
+    conflicts = sorted(set(explicit) & set(backend_options))
+    if conflicts:
+        raise KernelCallValueError(
+            f"{', '.join(conflicts)} given both as triton_call arguments and in backend_options; give each once"
+        )
+    merged = dict(_DEFAULTS)
+    merged.update({k: v for k, v in backend_options.items() if k in OPTION_NAMES})
+    merged.update(from_config)
+    merged.update(explicit)
+    extra = {k: v for k, v in backend_options.items() if k not in OPTION_NAMES}
+    if "maxnreg" in from_config:
+        extra["maxnreg"] = from_config["maxnreg"]
+    for key, value in extra.items():
+        try:
+            hash(value)
+        except TypeError:
+            raise KernelCallTypeError(f"backend_options[{key!r}]={value!r} must be hashable") from None
+    num_warps = merged["num_warps"]
+    if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps < 1 or num_warps & (num_warps - 1):
+        raise KernelCallValueError(f"num_warps must be a positive power of two, got {num_warps!r}")
+    num_stages = merged["num_stages"]
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
+        raise KernelCallValueError(f"num_stages must be a non-negative int, got {num_stages!r}")
+    num_ctas = merged["num_ctas"]
+    if isinstance(num_ctas, bool) or not isinstance(num_ctas, int) or not 1 <= num_ctas <= 8:
+        raise KernelCallValueError(f"num_ctas must be an int from 1 to 8 (a cluster has at most 8), got {num_ctas!r}")
+    return CompileOptions(
+        num_warps=num_warps,
+        num_stages=num_stages,
+        num_ctas=num_ctas,
+        enable_fp_fusion=bool(merged["enable_fp_fusion"]),
+        debug=bool(merged["debug"]),
+        extra=tuple(sorted(extra.items())),
+    )
+
+
+def expand_configs(
+    wrappers: KernelWrappers,
+    *,
+    params: Sequence[KernelParam],
+    signature: str,
+    user_meta: Mapping[str, Any],
+    named_values: Mapping[str, Any],
+    grid: Any,
+    zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]],
+    explicit_options: Mapping[str, Any],
+    backend_options: Mapping[str, Any],
+    num_outputs: int,
+    slots: Sequence[ParamSlot],
+) -> list[LaunchConfig]:
+    """Builds one :class:`LaunchConfig` per autotuning candidate (one when not autotuned)."""
+    from jt_core.binding import OUTPUT, LaunchConfig, normalize_grid
+
+    constexpr_params = [p for p in params if p.is_constexpr]
+    constexpr_names = {p.name for p in constexpr_params}
+    candidates = wrappers.configs or [AutotuneConfig((), ())]
+    kept = []
+    for cfg in candidates:
+        cfg_kwargs = dict(cfg.kwargs)
+        unknown = [k for k in cfg_kwargs if k not in constexpr_names]
+        if unknown:
+            raise KernelCallValueError(
+                f"triton.Config sets {unknown}, which are not constexpr parameters of {signature}"
+            )
+        cfg_options = dict(cfg.options)
+        if any(k in user_meta and user_meta[k] != v for k, v in cfg_kwargs.items()):
+            continue
+        if any(k in explicit_options and explicit_options[k] != v for k, v in cfg_options.items()):
+            continue
+        kept.append((cfg_kwargs, cfg_options))
+    if not kept:
+        described = [dict(c.kwargs) | dict(c.options) for c in candidates]
+        fixed = dict(user_meta) | dict(explicit_options)
+        raise KernelCallValueError(
+            f"the values fixed by the caller ({fixed}) rule out every @triton.autotune config of {signature}: "
+            f"{described}"
+        )
+    zero_names = [s.index for s in slots if s.kind == OUTPUT and s.name in wrappers.reset_to_zero]
+
+    configs: list[LaunchConfig] = []
+    seen = set()
+    for cfg_kwargs, cfg_options in kept:
+        meta: dict[str, Any] = {}
+        for p in constexpr_params:
+            if p.name in user_meta:
+                meta[p.name] = user_meta[p.name]
+            elif p.name in cfg_kwargs:
+                meta[p.name] = cfg_kwargs[p.name]
+            elif p.has_default:
+                meta[p.name] = p.default
+        options_from_config = dict(cfg_options)
+        for heur_name, heur in wrappers.heuristics:
+            if heur_name in user_meta or heur_name in explicit_options:
+                continue
+            view = {**named_values, **meta, **_DEFAULTS, **options_from_config}
+            try:
+                value = heur(view)
+            except Exception as exc:
+                raise KernelCallValueError(
+                    f"@triton.heuristics value for {heur_name!r} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            if heur_name in ("num_warps", "num_stages", "num_ctas"):
+                options_from_config[heur_name] = value
+            elif heur_name in constexpr_names:
+                _check_hashable_meta(heur_name, value)
+                meta[heur_name] = value
+            else:
+                raise KernelCallValueError(
+                    f"@triton.heuristics sets {heur_name!r}, which is not a constexpr parameter of {signature}"
+                )
+        missing = [p.name for p in constexpr_params if p.name not in meta]
+        if missing:
+            raise KernelCallTypeError(
+                f"constexpr parameters {missing} of {signature} have no value; pass them as keywords "
+                f"(e.g. {missing[0]}=...)"
+            )
+        options = _options(explicit_options, backend_options, options_from_config)
+        meta_view = {**named_values, **meta, **options.as_dict()}
+        grid3 = normalize_grid(grid, meta_view)
+        zeroed = zeroed_outputs(meta_view) if callable(zeroed_outputs) else zeroed_outputs
+        try:
+            zeroed_list = sorted({int(i) for i in zeroed} | set(zero_names))
+        except TypeError:
+            raise KernelCallTypeError(f"zeroed_outputs must be a sequence of output indices, got {zeroed!r}") from None
+        for index in zeroed_list:
+            if not 0 <= index < num_outputs:
+                raise KernelCallValueError(
+                    f"zeroed_outputs contains {index}, but there are {num_outputs} outputs (0..{num_outputs - 1})"
+                )
+        constexprs = tuple((p.name, meta[p.name]) for p in constexpr_params)
+        key = (constexprs, options, grid3, tuple(zeroed_list))
+        if key in seen:
+            continue
+        seen.add(key)
+        label = ", ".join([f"{k}={v!r}" for k, v in constexprs] + [f"num_warps={options.num_warps}",
+                                                                    f"num_stages={options.num_stages}"])
+        configs.append(LaunchConfig(constexprs, grid3, options, tuple(zeroed_list), label))
+    return configs
+
+
+def _check_hashable_meta(name: str, value: Any) -> None:
+    try:
+        hash(value)
+    except TypeError:
+        raise KernelCallTypeError(f"metaparameter {name}={value!r} is unhashable") from None

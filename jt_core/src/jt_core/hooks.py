@@ -1,0 +1,46 @@
+"""The typed facade over the hook specs: the only place jt calls plugin hooks or reads the registries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jt_core.backend import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
+from jt_core.errors import JtError, KernelCompileError
+from jt_core.plugins import get_plugin_manager
+
+
+def backend_for(platform: str) -> Backend:
+    """The backend registered for ``platform`` (raises ``NoBackendError`` / ``DuplicateBackendError``)."""
+    return get_plugin_manager().backend(platform)
+
+
+def launcher_for(platform: str, name: str | None = None) -> Launcher:
+    """The launcher for ``platform``: ``name``, else ``JT_LAUNCHER_<PLATFORM>``, else the highest priority."""
+    return get_plugin_manager().launcher(platform, name)
+
+
+def dialect_for(kernel: Any) -> Dialect:
+    """The dialect of an (unwrapped) kernel function object."""
+    return get_plugin_manager().dialect_for(kernel)
+
+
+def compile_kernel(request: CompileRequest) -> CompiledKernel:
+    """Compiles one configuration through the ``jt_compile_kernel`` hook (caches and observers included).
+
+    Raises:
+        KernelCompileError: With the compiler's message, the call's name, the kernel and the configuration.
+    """
+    pm = get_plugin_manager().ensure_loaded()
+    try:
+        result = pm.pm.hook.jt_compile_kernel(request=request)
+    except JtError:
+        raise
+    except Exception as exc:
+        raise KernelCompileError(
+            f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
+            f"{request.target.platform} {request.target.arch} with config [{request.config.label}] failed:\n"
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if result is None:
+        raise KernelCompileError(f"no plugin compiled {request.call.name!r} for {request.target.platform}")
+    return result

@@ -1,0 +1,96 @@
+"""Hook specifications of the ``jt`` pluggy project.
+
+A jt plugin is a module (or object) exposed through the ``jt`` entry-point group whose functions are decorated with
+:data:`jt_core.hookimpl`. Three families exist:
+
+* **backend** -- :func:`jt_register_backends`: compile kernels for a JAX lowering platform;
+* **dialect** -- :func:`jt_register_dialects`: recognise a kernel object and build its Triton AST source;
+* **launcher** -- :func:`jt_register_launchers`: turn compiled kernels into XLA operations on a platform;
+
+plus the wrapper hook :func:`jt_compile_kernel` for observers (timing, IR dumps, caches).
+
+jt never calls ``pm.hook.*`` outside :mod:`jt_core.hooks`, the typed facade over these specs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from jt_core.backend import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
+
+PROJECT_NAME = "jt"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def jt_register_backends() -> Sequence[Backend]:
+    """Called once per process when the plugins are loaded, to collect the backends each plugin provides.
+
+    A backend compiles kernels for one JAX lowering platform (``"cpu"``, ``"cuda"``, ``"rocm"`` or a third-party
+    platform name). Backends form a registry: two plugins returning a backend for the same platform is an error
+    (:class:`jt_core.errors.DuplicateBackendError`) raised when that platform is used, naming both plugins; block
+    one with ``JT_DISABLE_PLUGINS``.
+
+    Returns:
+        A sequence of :class:`jt_core.backend.Backend` instances (empty when the plugin provides none).
+
+    Implemented by: jt-core's builtin ``cpu`` plugin (the Triton interpreter), ``jt-cuda``, ``jt-rocm`` and
+    third-party backends.
+    """
+
+
+@hookspec
+def jt_register_dialects() -> Sequence[Dialect]:
+    """Called once per process when the plugins are loaded, to collect the kernel dialects each plugin provides.
+
+    A dialect answers "is this kernel object mine?" (:meth:`jt_core.backend.Dialect.claims`) and builds the
+    Triton AST source a backend compiles. Kernel selection asks the plugins' dialects first and the builtin plain
+    Triton dialect last, so the first dialect that claims a kernel wins.
+
+    Returns:
+        A sequence of :class:`jt_core.backend.Dialect` instances.
+
+    Implemented by: jt-core's builtin ``triton`` dialect (runs last) and ``jt-gluon``.
+    """
+
+
+@hookspec
+def jt_register_launchers() -> Sequence[Launcher]:
+    """Called once per process when the plugins are loaded, to collect the launchers each plugin provides.
+
+    A launcher turns compiled kernels into an XLA operation for one platform. Several may exist for a platform;
+    the one used is chosen deterministically: the ``launcher=`` argument of ``triton_call``, else the environment
+    variable ``JT_LAUNCHER_<PLATFORM>`` (e.g. ``JT_LAUNCHER_CUDA=jaxlib``), else the available launcher with the
+    highest :attr:`~jt_core.backend.Launcher.priority` (ties broken by name).
+
+    Returns:
+        A sequence of :class:`jt_core.backend.Launcher` instances.
+
+    Implemented by: jt-core's builtin ``cpu`` plugin, ``jt-cuda`` (its own FFI handler and jaxlib's handler) and
+    ``jt-rocm``.
+    """
+
+
+@hookspec(firstresult=True)
+def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
+    """Called during lowering for every kernel configuration that has to be compiled.
+
+    Stops at the first non-None result. jt-core's builtin implementation runs last and calls
+    ``request.backend.compile(request)``; a plugin returns a :class:`~jt_core.backend.CompiledKernel` to replace
+    the compile (a cache), or ``None`` to let the others decide. Observers implement it as a wrapper
+    (``@hookimpl(wrapper=True)``) to time the compile or to look at its result (IR dumps).
+
+    Args:
+        request: What to compile: the kernel, its dialect, specialisation, target and options.
+
+    Returns:
+        The compiled kernel, or ``None`` to defer to the next implementation.
+
+    Implemented by: jt-core (builtin compile, ``JAX_TRITON_DUMP_DIR`` dumps); observers.
+    """

@@ -1,0 +1,11 @@
+"""The embedded CPU backend: runs Triton kernels with Triton's interpreter inside ``jax.jit``.
+
+Switches:
+
+* ``JT_CPU_BOUNDS_CHECK=0`` turns off the address checks on loads and stores (about 30% faster; an out-of-bounds
+  access may then crash the process instead of raising :class:`~jt_core.errors.OutOfBoundsAccessError`).
+* ``debug=True`` on a call also sanitises integer overflow (slower).
+
+Autotuned kernels run with one configuration on the CPU: the first ``triton.Config`` left after the caller's
+fixed values have pruned the list.
+"""

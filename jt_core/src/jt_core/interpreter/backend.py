@@ -1,0 +1,124 @@
+"""The CPU backend and launcher: compile is a no-op, the launch is a host callback running the interpreter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax import tree_util
+
+from jt_core import _compat
+from jt_core.backend import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.binding import INPUT, OUTPUT, KernelCall
+from jt_core.interpreter import runner
+
+CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
+
+
+class CpuBackend(Backend):
+    """Runs kernels on the host with Triton's interpreter."""
+
+    platform = "cpu"
+    interprets = True
+
+    def target(self, call: KernelCall, device: Any | None) -> Target:
+        return CPU_TARGET
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        py_fn = request.kernel.fn
+        runner.interpreted(py_fn)  # rewrite now: a kernel without source fails at lowering, not at run time
+        return CompiledKernel(
+            name=request.call.name,
+            target=request.target,
+            num_warps=request.options.num_warps,
+            payload=py_fn,
+        )
+
+
+def poison(array: np.ndarray) -> None:
+    """Fills a fresh output with values a correct kernel overwrites: NaN for floats, 0xA5 bytes otherwise."""
+    if np.issubdtype(array.dtype, np.floating) or array.dtype.kind == "V" or "float" in array.dtype.name:
+        try:
+            array.fill(np.nan)
+            return
+        except (ValueError, TypeError):
+            pass
+    array.view(np.uint8).fill(0xA5)
+
+
+def execute(call: KernelCall, kernel: CompiledKernel, operands: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Runs one call on host buffers and returns its outputs."""
+    config = call.configs[0]
+    aliased = dict(call.aliases)
+    outputs: list[np.ndarray] = []
+    zeroed = set(config.zeroed_outputs)
+    operands = [np.ascontiguousarray(op) for op in operands]
+    for index, aval in enumerate(call.out_avals):
+        source = next((op for op, out in call.aliases if out == index), None)
+        if source is not None:
+            out = np.array(operands[source], dtype=aval.dtype, copy=True, order="C")
+            if index in zeroed:
+                out[...] = 0
+        elif index in zeroed:
+            out = np.zeros(aval.shape, dtype=aval.dtype)
+        else:
+            out = np.empty(aval.shape, dtype=aval.dtype)
+            poison(out)
+        outputs.append(out)
+
+    buffers: list[runner.Buffer] = []
+    leaves: dict[int, list[Any]] = {}
+    for slot in call.slots:
+        if slot.kind == INPUT:
+            out_index = aliased.get(slot.index)
+            array = outputs[out_index] if out_index is not None else operands[slot.index]
+            arg = runner.pointer_argument(slot.type_str, array)
+            buffers.append(runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes,
+                                         out_index is not None))
+        elif slot.kind == OUTPUT:
+            array = outputs[slot.index]
+            arg = runner.pointer_argument(slot.type_str, array)
+            buffers.append(runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, True))
+        else:
+            arg = runner.scalar_argument(slot.type_str, slot.value)
+        leaves.setdefault(slot.path[0], []).append(arg)
+
+    arguments: dict[str, Any] = {}
+    trees = dict(call.param_trees)
+    constexprs = config.constexpr_dict
+    for param in call.params:
+        if param.is_constexpr:
+            arguments[param.name] = constexprs[param.name]
+        else:
+            tree = trees[param.index]
+            values = leaves[param.index]
+            arguments[param.name] = values[0] if tree is None else tree_util.tree_unflatten(tree, values)
+
+    runner.run(
+        kernel.payload,
+        call.name,
+        arguments,
+        config.grid,
+        buffers if call.bounds_check else None,
+        debug=config.options.debug,
+    )
+    return outputs
+
+
+class CpuLauncher(Launcher):
+    """Lowers a call to a host callback that runs the interpreter."""
+
+    platform = "cpu"
+    name = "interpreter"
+    priority = 0
+
+    def lower(
+        self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]
+    ) -> Sequence[Any]:
+        kernel = kernels[0]
+
+        def callback(*arrays: Any) -> tuple[np.ndarray, ...]:
+            return tuple(execute(call, kernel, [np.asarray(a) for a in arrays]))
+
+        return _compat.emit_python_callback(ctx, callback, operands, has_side_effect=call.has_side_effect)

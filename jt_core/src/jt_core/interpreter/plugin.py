@@ -1,0 +1,24 @@
+"""Builtin plugin ``cpu``: registers the interpreter backend and launcher."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jt_core.backend import Backend, Launcher
+from jt_core.hookspecs import hookimpl
+
+
+@hookimpl
+def jt_register_backends() -> Sequence[Backend]:
+    """Registers the CPU backend (Triton's interpreter)."""
+    from jt_core.interpreter.backend import CpuBackend
+
+    return [CpuBackend()]
+
+
+@hookimpl
+def jt_register_launchers() -> Sequence[Launcher]:
+    """Registers the CPU launcher (a host callback)."""
+    from jt_core.interpreter.backend import CpuLauncher
+
+    return [CpuLauncher()]

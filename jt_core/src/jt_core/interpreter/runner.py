@@ -1,0 +1,361 @@
+"""Running an unmodified ``@triton.jit`` kernel on NumPy buffers with Triton's interpreter.
+
+Triton's interpreter keeps global state (the builder, the patched ``triton.language``), so every run holds one
+process-wide lock, and everything patched for a run is restored when it ends: nothing leaks into later GPU
+compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of the stock interpreter a run:
+
+* redirects nested ``@triton.jit`` helpers to their interpreted versions;
+* keeps the kernel's closure variables (the stock rewriter resolves names in the module's globals only) and does
+  not write into the kernel's module globals;
+* holds ``bfloat16`` values as ``ml_dtypes.bfloat16`` (the stock interpreter stores their bits as ``uint16`` and
+  then does integer arithmetic on them);
+* converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
+* builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
+* sanitises integer overflow only with ``debug=True`` (it doubles the run time);
+* checks every load, store and atomic address against the buffers passed to the kernel, turning an
+  out-of-bounds access (which would crash the process) into :class:`~jt_core.errors.OutOfBoundsAccessError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from jt_core.errors import KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
+
+_LOCK = threading.RLock()
+
+_ELEMENT_TYPES = {
+    "i1": "int1",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u1": "int1",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32",
+    "fp64": "float64",
+    "fp8e4nv": "float8e4nv",
+    "fp8e5": "float8e5",
+    "fp8e4b8": "float8e4b8",
+    "fp8e5b16": "float8e5b16",
+    "fp8e4b15": "float8e4b15",
+}
+
+_SCALAR_NUMPY = {
+    "i1": np.bool_,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "u8": np.uint8,
+    "u16": np.uint16,
+    "u32": np.uint32,
+    "u64": np.uint64,
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "fp32": np.float32,
+    "fp64": np.float64,
+}
+
+
+def triton_type(type_str: str) -> Any:
+    """The ``triton.language`` type of a type string (``"*fp32"`` -> pointer to float32)."""
+    import triton.language as tl
+
+    if type_str.startswith("*"):
+        return tl.pointer_type(triton_type(type_str[1:]))
+    return getattr(tl, _ELEMENT_TYPES[type_str])
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A buffer a kernel may access: its name, address range and whether it may be written."""
+
+    name: str
+    start: int
+    end: int
+    writable: bool
+
+
+class AccessChecker:
+    """Checks that every address a kernel touches lies inside one of its buffers."""
+
+    def __init__(self, kernel_name: str, buffers: Sequence[Buffer]) -> None:
+        self.kernel_name = kernel_name
+        ordered = sorted((b for b in buffers if b.end > b.start), key=lambda b: b.start)
+        self.buffers = ordered
+        self.starts = np.array([b.start for b in ordered], dtype=np.uint64)
+        self.ends = np.array([b.end for b in ordered], dtype=np.uint64)
+        self.writable = np.array([b.writable for b in ordered], dtype=bool)
+
+    def check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
+        addrs = np.asarray(ptrs, dtype=np.uint64)
+        if mask is not None:
+            addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
+        else:
+            addrs = addrs.reshape(-1)
+        if addrs.size == 0:
+            return
+        slot = np.searchsorted(self.starts, addrs, side="right").astype(np.int64) - 1
+        inside = (slot >= 0) & (addrs + np.uint64(itemsize) <= self.ends[np.maximum(slot, 0)])
+        if not inside.all():
+            bad = int(addrs[~inside][0])
+            raise OutOfBoundsAccessError(self._describe(bad, itemsize, op, int((~inside).sum())))
+        if op != "load":
+            readonly = ~self.writable[slot]
+            if readonly.any():
+                name = self.buffers[int(slot[readonly][0])].name
+                raise OutOfBoundsAccessError(
+                    f"kernel {self.kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
+                    "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
+                )
+
+    def _describe(self, addr: int, itemsize: int, op: str, count: int) -> str:
+        below = [b for b in self.buffers if b.start <= addr]
+        if below:
+            near = below[-1]
+            offset = addr - near.start
+            where = (
+                f"{offset} bytes from the start of argument {near.name!r}, whose buffer holds "
+                f"{near.end - near.start} bytes"
+            )
+        elif self.buffers:
+            near = self.buffers[0]
+            where = f"{near.start - addr} bytes before argument {near.name!r}"
+        else:
+            where = "with no buffer passed at all"
+        return (
+            f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes at {where} ({count} offending "
+            "addresses). Mask the access (tl.load(..., mask=...)) or fix the offsets. (Checked by jt's CPU backend; "
+            "JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
+        )
+
+
+class _CheckedLibrary:
+    """Stands in for Triton's C++ interpreter library during a run: bf16 views and address checks."""
+
+    def __init__(self, lib: Any, checker: AccessChecker | None) -> None:
+        self._lib = lib
+        self._checker = checker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lib, name)
+
+    def load(self, ptrs: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: Any) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if self._checker is not None:
+            self._checker.check(ptrs, mask, dtype.itemsize, "load")
+        if dtype == np.dtype(ml_dtypes.bfloat16):
+            other16 = np.asarray(other).astype(ml_dtypes.bfloat16).view(np.uint16)
+            return self._lib.load(ptrs, mask, other16, np.dtype(np.uint16)).view(ml_dtypes.bfloat16)
+        return self._lib.load(ptrs, mask, other, dtype)
+
+    def store(self, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray) -> Any:
+        value = np.asarray(value)
+        if self._checker is not None:
+            self._checker.check(ptrs, mask, value.dtype.itemsize, "store")
+        if value.dtype == np.dtype(ml_dtypes.bfloat16):
+            value = value.view(np.uint16)
+        return self._lib.store(ptrs, value, mask)
+
+    def atomic_rmw(self, op: Any, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray, sem: Any) -> Any:
+        if self._checker is not None:
+            self._checker.check(ptrs, mask, np.asarray(value).dtype.itemsize, "atomic")
+        return self._lib.atomic_rmw(op, ptrs, value, mask, sem)
+
+    def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, *rest: Any) -> Any:
+        if self._checker is not None:
+            self._checker.check(ptrs, None, np.asarray(val).dtype.itemsize, "atomic")
+        return self._lib.atomic_cas(ptrs, cmp, val, *rest)
+
+
+_rewritten: dict[Any, Callable[..., Any]] = {}
+
+
+def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The interpreter-rewritten version of a kernel's Python function, with its closure kept (cached)."""
+    fn = _rewritten.get(py_fn)
+    if fn is None:
+        fn = _rewrite(py_fn)
+        _rewritten[py_fn] = fn
+    return fn
+
+
+def _rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
+    from triton.runtime import interpreter as interp
+
+    class _Rewriter(interp.FunctionRewriter):  # type: ignore[misc,name-defined]
+        def _compile_and_exec(self, transformed_ast: Any) -> Any:
+            code = compile(transformed_ast, filename=self.filename, mode="exec")
+            namespace = dict(vars(interp))
+            namespace.update(self.fn.__globals__)
+            try:
+                namespace.update(inspect.getclosurevars(self.fn).nonlocals)
+            except (TypeError, ValueError):
+                pass
+            local: dict[str, Any] = {}
+            exec(code, namespace, local)
+            return local[self.fn.__name__]
+
+    rewritten = _Rewriter(py_fn).rewrite_ast()
+    if rewritten is py_fn:
+        raise UnsupportedKernelError(
+            f"kernel {py_fn.__name__!r} has no readable source, so Triton's interpreter cannot run it on the CPU"
+        )
+    return rewritten
+
+
+@contextmanager
+def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[None]:
+    """Applies the run-time fixes to Triton's interpreter; restores everything afterwards."""
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+    from triton.runtime.jit import JITFunction
+
+    builder = interp.interpreter_builder
+    original_get_np_dtype = interp._get_np_dtype
+    original_lib = interp._interpreter
+    original_patch_tensor = interp._patch_lang_tensor
+    original_options = builder.options
+    original_call = JITFunction.__call__
+    had_cast = "cast_impl" in vars(builder)
+    had_fp = "create_fp_to_fp" in vars(builder)
+    class_cast = type(builder).cast_impl
+    class_fp_to_fp = type(builder).create_fp_to_fp
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+
+    def get_np_dtype(tt_dtype: Any) -> Any:
+        scalar = getattr(tt_dtype, "element_ty", tt_dtype) if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if scalar == tl.bfloat16:
+            return bf16
+        return original_get_np_dtype(tt_dtype)
+
+    def is_fp8(dtype: Any) -> bool:
+        return dtype.is_fp8() if hasattr(dtype, "is_fp8") else False
+
+    def cast_impl(src: Any, dst_type: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if (s == tl.bfloat16 or d == tl.bfloat16) and not (is_fp8(s) or is_fp8(d)):
+            return interp.TensorHandle(np.asarray(src.data).astype(get_np_dtype(d)), d)
+        return class_cast(builder, src, dst_type)
+
+    def fp_to_fp(src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if (s == tl.bfloat16 or d == tl.bfloat16) and not (is_fp8(s) or is_fp8(d)):
+            return interp.TensorHandle(np.asarray(src.data).astype(get_np_dtype(d)), d)
+        return class_fp_to_fp(builder, src, dst_type, rounding_mode)
+
+    def patch_tensor(tensor: Any, scope: Any) -> None:
+        original_patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    def call_helper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return interpreted(self.fn)(*args, **kwargs)
+
+    interp._get_np_dtype = get_np_dtype
+    interp._interpreter = _CheckedLibrary(original_lib, checker)
+    interp._patch_lang_tensor = patch_tensor
+    builder.cast_impl = cast_impl
+    builder.create_fp_to_fp = fp_to_fp
+    builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
+    JITFunction.__call__ = call_helper  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original_call  # type: ignore[method-assign]
+        builder.options = original_options
+        if not had_cast:
+            del builder.cast_impl
+        if not had_fp:
+            del builder.create_fp_to_fp
+        interp._patch_lang_tensor = original_patch_tensor
+        interp._interpreter = original_lib
+        interp._get_np_dtype = original_get_np_dtype
+
+
+def scalar_argument(type_str: str, value: Any) -> Any:
+    """A scalar kernel argument as the interpreter's ``tl.tensor``."""
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    if type_str == "constexpr":
+        return value
+    ty = triton_type(type_str)
+    data = np.array([value], dtype=_SCALAR_NUMPY[type_str])
+    return tl.tensor(interp.TensorHandle(data, ty), ty)
+
+
+def pointer_argument(type_str: str, array: np.ndarray) -> Any:
+    """A pointer kernel argument to ``array`` as the interpreter's ``tl.tensor``."""
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    ty = triton_type(type_str)
+    return tl.tensor(interp.TensorHandle(np.array([array.ctypes.data], dtype=np.uint64), ty), ty)
+
+
+def run(
+    py_fn: Callable[..., Any],
+    kernel_name: str,
+    arguments: dict[str, Any],
+    grid: tuple[int, int, int],
+    buffers: Sequence[Buffer] | None,
+    debug: bool,
+) -> None:
+    """Runs every program of ``grid``. ``buffers=None`` skips the address checks.
+
+    Raises:
+        OutOfBoundsAccessError: An access outside the buffers (or a store into an input).
+        KernelRuntimeError: Any other error inside the kernel, naming the kernel and the program.
+        UnsupportedKernelError: Inline assembly and other constructs the interpreter cannot run.
+    """
+    from triton.runtime import interpreter as interp
+
+    if 0 in grid:
+        return
+    fn = interpreted(py_fn)
+    checker = AccessChecker(kernel_name, buffers) if buffers is not None else None
+    with _LOCK, _patched(checker, debug):
+        scope = interp._patch_lang(fn)
+        program = (0, 0, 0)
+        try:
+            interp.interpreter_builder.set_grid_dim(*grid)
+            for x in range(grid[0]):
+                for y in range(grid[1]):
+                    for z in range(grid[2]):
+                        program = (x, y, z)
+                        interp.interpreter_builder.set_grid_idx(x, y, z)
+                        fn(**arguments)
+        except OutOfBoundsAccessError as exc:
+            raise OutOfBoundsAccessError(f"{exc} [program_id {program}]") from None
+        except NotImplementedError as exc:
+            raise UnsupportedKernelError(
+                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}); run it on "
+                "a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+            ) from exc
+        except Exception as exc:
+            cause = exc
+            while cause.__cause__ is not None and type(cause).__name__ == "InterpreterError":
+                cause = cause.__cause__
+            if isinstance(cause, OutOfBoundsAccessError):
+                raise OutOfBoundsAccessError(f"{cause} [program_id {program}]") from None
+            raise KernelRuntimeError(
+                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
+                f"{type(cause).__name__}: {cause}"
+            ) from exc
+        finally:
+            scope.restore()

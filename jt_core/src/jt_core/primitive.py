@@ -1,0 +1,158 @@
+"""The ``triton_kernel_call`` primitive: abstract evaluation, effects, lowering dispatch, batching, JVP.
+
+Lowering for platform P asks the registries for P's backend and launcher, the dialect for the kernel's source,
+compiles every configuration through :func:`jt_core.hooks.compile_kernel` and lets the launcher emit the op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax._src import effects as effects_lib
+from jax._src.interpreters import mlir
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
+
+from jt_core import hooks
+from jt_core.backend import CompileRequest
+from jt_core.binding import KernelCall
+from jt_core.errors import UnsupportedKernelError
+
+triton_kernel_call_p = Primitive("triton_kernel_call")
+triton_kernel_call_p.multiple_results = True
+
+
+class KernelSideEffect(effects_lib.Effect):
+    """The effect of a call made with ``has_side_effect=True``: it is never removed as dead code."""
+
+    def __repr__(self) -> str:
+        return "TritonKernelSideEffect"
+
+
+kernel_side_effect = KernelSideEffect()
+for _allowed in (
+    effects_lib.lowerable_effects,
+    effects_lib.control_flow_allowed_effects,
+    effects_lib.custom_derivatives_allowed_effects,
+    effects_lib.remat_allowed_effects,
+):
+    _allowed.add_type(KernelSideEffect)
+
+
+def _abstract_eval(*avals: Any, call: KernelCall) -> tuple[list[Any], set[Any]]:
+    for i, (aval, expected) in enumerate(zip(avals, call.operand_avals)):
+        if tuple(aval.shape) != tuple(expected.shape) or aval.dtype != expected.dtype:
+            raise TypeError(f"triton_kernel_call operand {i} is {aval.str_short()}, expected {expected.str_short()}")
+    effects = {kernel_side_effect} if call.has_side_effect else set()
+    return list(call.out_avals), effects
+
+
+triton_kernel_call_p.def_effectful_abstract_eval(_abstract_eval)
+
+
+def _impl(*args: Any, call: KernelCall) -> Any:
+    from jax._src import dispatch
+
+    return dispatch.apply_primitive(triton_kernel_call_p, *args, call=call)
+
+
+triton_kernel_call_p.def_impl(_impl)
+
+
+def lowering_device(ctx: Any) -> Any | None:
+    """The device a lowering runs on, when known (``None`` for export and cross-platform lowering)."""
+    module_context = ctx.module_context
+    axis_context = getattr(module_context, "axis_context", None)
+    for holder in (axis_context, getattr(axis_context, "mesh", None)):
+        devices = getattr(holder, "device_assignment", None)
+        if devices:
+            return devices[0]
+    try:
+        backend = module_context.get_backend() if hasattr(module_context, "get_backend") else module_context.backend
+    except Exception:
+        return None
+    try:
+        devices = backend.local_devices() if backend is not None else []
+    except Exception:
+        return None
+    platform = module_context.platforms[0] if module_context.platforms else None
+    if devices and platform and getattr(devices[0], "platform", None) in (platform, "gpu"):
+        return devices[0]
+    return None
+
+
+def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str) -> Sequence[Any]:
+    """Lowers a call for one platform through its backend and launcher."""
+    backend = hooks.backend_for(platform)
+    launcher = hooks.launcher_for(platform, call.launcher)
+    dialect = hooks.dialect_for(call.fn)
+    if backend.interprets and not dialect.interpretable:
+        raise UnsupportedKernelError(
+            f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
+            "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+        )
+    device = lowering_device(ctx) if len(ctx.module_context.platforms) == 1 else None
+    target = backend.target(call, device)
+    kernels = []
+    for config in call.configs:
+        backend.validate_options(config.options, call, target)
+        request = CompileRequest(
+            call=call,
+            config=config,
+            kernel=call.fn,
+            dialect=dialect,
+            specialization=call.specialization(config),
+            target=target,
+            options=config.options,
+            backend=backend,
+        )
+        kernels.append(hooks.compile_kernel(request))
+    return launcher.lower(ctx, call, kernels, operands)
+
+
+def _lowering(ctx: Any, *operands: Any, call: KernelCall) -> Sequence[Any]:
+    platforms = list(ctx.module_context.platforms)
+    if len(platforms) == 1:
+        return lower_for_platform(ctx, *operands, call=call, platform=platforms[0])
+    rules = {
+        p: (lambda ctx_, *ops, call, _p=p: lower_for_platform(ctx_, *ops, call=call, platform=_p)) for p in platforms
+    }
+    effects = {kernel_side_effect} if call.has_side_effect else set()
+    return mlir.lower_per_platform(ctx, "triton_kernel_call", rules, None, effects, *operands, call=call)
+
+
+mlir.register_lowering(triton_kernel_call_p, _lowering)
+
+
+def _jvp(primals: Any, tangents: Any, *, call: KernelCall) -> Any:
+    del primals, tangents
+    raise NotImplementedError(
+        f"triton_call {call.name!r} cannot be differentiated automatically: JAX cannot see inside a Triton "
+        "kernel. Pair a forward and a backward kernel with jax.custom_vjp (see jt_core.custom_vjp_call and "
+        "the 'Gradients' page of the documentation), then jax.grad works through the pair."
+    )
+
+
+ad.primitive_jvps[triton_kernel_call_p] = _jvp
+
+
+def _batch_sequential(args: Sequence[Any], dims: Sequence[Any], *, call: KernelCall) -> tuple[list[Any], list[int]]:
+    """Batching by running the kernel once per batch element (``jax.lax.map``)."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+    batched = [jax.numpy.moveaxis(a, d, 0) if d is not batching.not_mapped else None for a, d in zip(args, dims)]
+    fixed = [a if d is batching.not_mapped else None for a, d in zip(args, dims)]
+    batched_only = tuple(b for b in batched if b is not None)
+
+    def one(xs: tuple[Any, ...]) -> list[Any]:
+        it = iter(xs)
+        full = [next(it) if b is not None else f for b, f in zip(batched, fixed)]
+        return triton_kernel_call_p.bind(*full, call=call)
+
+    del size
+    outs = jax.lax.map(one, batched_only)
+    return list(outs), [0] * len(outs)
+
+
+batching.primitive_batchers[triton_kernel_call_p] = _batch_sequential

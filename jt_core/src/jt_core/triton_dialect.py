@@ -1,0 +1,37 @@
+"""Builtin plugin ``triton``: the plain Triton dialect (``@triton.jit`` kernels). Runs after plugin dialects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jt_core.backend import Dialect, Specialization, Target
+from jt_core.hookspecs import hookimpl
+
+
+class TritonDialect(Dialect):
+    """Kernels written with ``@triton.jit``."""
+
+    name = "triton"
+    interpretable = True
+
+    def claims(self, kernel: Any) -> bool:
+        from triton.runtime.jit import JITFunction
+
+        return isinstance(kernel, JITFunction)
+
+    def make_source(self, kernel: Any, specialization: Specialization, target: Target) -> Any:
+        from triton.compiler import ASTSource
+
+        return ASTSource(
+            fn=kernel,
+            signature=dict(specialization.signature),
+            constexprs=dict(specialization.constexprs),
+            attrs={k: [list(a) for a in v] for k, v in specialization.attrs.items()},
+        )
+
+
+@hookimpl
+def jt_register_dialects() -> Sequence[Dialect]:
+    """Registers the plain Triton dialect."""
+    return [TritonDialect()]
