@@ -113,7 +113,7 @@ def discover_entry_points() -> list[EntryPointInfo]:
                 load=ep.load,
             )
         )
-    return found
+    return sorted(found, key=lambda ep: (ep.name, ep.distribution))
 
 
 def _builtin_plugins() -> list[tuple[str, Any]]:

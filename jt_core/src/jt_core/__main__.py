@@ -1,0 +1,50 @@
+"""``python -m jt_core``: inspect jt's plugins (and caches)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    from jt_core.plugins import list_plugins
+
+    records = list_plugins()
+    if args.json:
+        json.dump([r.as_dict() for r in records], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    rows = [("NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES")]
+    for r in records:
+        provides = []
+        if r.platforms:
+            provides.append("backends: " + ",".join(r.platforms))
+        if r.launchers:
+            provides.append("launchers: " + ",".join(r.launchers))
+        if r.dialects:
+            provides.append("dialects: " + ",".join(r.dialects))
+        rows.append((r.name, r.distribution, r.version, r.status, "; ".join(provides) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
+    for r in records:
+        if r.error:
+            print(f"\n{r.name}: {r.error}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m jt_core``."""
+    parser = argparse.ArgumentParser(prog="python -m jt_core", description="Inspect jt's plugins.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plugins", help="list plugins: distribution, version, what they provide, status, errors")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_plugins)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
