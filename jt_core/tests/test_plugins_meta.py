@@ -1,0 +1,190 @@
+"""Meta tests: hook specs documented, versions in lockstep, the CLI, the conformance suites on builtins/fakes."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import pathlib
+import subprocess
+import sys
+import tomllib
+from typing import Any
+
+import pytest
+
+import jt_core
+from jt_core import hookspecs
+from jt_core.backend import Backend, CompiledKernel, CompileRequest, Target
+from jt_core.interpreter.backend import CpuBackend, CpuLauncher
+from jt_core.testing import BackendConformance, DialectConformance, LauncherConformance, fake_entry_point
+from jt_core.triton_dialect import TritonDialect
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DISTRIBUTIONS = ["jt_core", "jt_cuda", "jt_rocm", "jt_gluon"]
+
+
+def _specs() -> list[Any]:
+    return [getattr(hookspecs, name) for name in dir(hookspecs) if name.startswith("jt_")]
+
+
+def test_there_are_backend_dialect_launcher_and_observer_hooks() -> None:
+    names = {spec.__name__ for spec in _specs()}
+    assert {"jt_register_backends", "jt_register_dialects", "jt_register_launchers", "jt_compile_kernel"} <= names
+
+
+@pytest.mark.parametrize("spec", _specs(), ids=lambda s: s.__name__)
+def test_every_hook_spec_is_documented(spec: Any) -> None:
+    doc = inspect.getdoc(spec) or ""
+    assert doc.splitlines()[0].startswith("Called "), "first line says when the hook is called"
+    assert "Returns:" in doc
+    assert "Implemented by:" in doc
+    if getattr(spec, "jt_spec", {}).get("firstresult"):
+        assert "Stops at the first non-None result" in doc
+
+
+def test_the_four_versions_agree() -> None:
+    versions = {}
+    for dist in DISTRIBUTIONS:
+        data = tomllib.loads((ROOT / dist / "pyproject.toml").read_text())
+        versions[dist] = data["project"]["version"]
+        if dist != "jt_core":
+            assert f"jt-core=={jt_core.__version__}" in data["project"]["dependencies"]
+            assert data["project"]["entry-points"]["jt"] == {dist.split("_")[1]: f"{dist}.plugin"}
+        init = (ROOT / dist / "src" / dist / "__init__.py").read_text()
+        assert f'__version__ = "{versions[dist]}"' in init
+        assert (ROOT / dist / "src" / dist / "py.typed").exists()
+    assert set(versions.values()) == {jt_core.__version__}, versions
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("JT_STRICT_PLUGINS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "jt_core", *args], capture_output=True, text=True, env=full_env, check=True
+    )
+
+
+def test_cli_json_lists_every_plugin() -> None:
+    data = json.loads(_cli("plugins", "--json").stdout)
+    by_name = {entry["name"]: entry for entry in data}
+    assert by_name["cpu"]["status"] == "builtin"
+    assert by_name["cpu"]["provides"]["platforms"] == ["cpu"]
+    assert by_name["triton"]["provides"]["dialects"] == ["triton"]
+    for name in ("cuda", "rocm", "gluon"):
+        assert by_name[name]["distribution"] == f"jt-{name}"
+        assert by_name[name]["status"] == "loaded", by_name[name]
+        assert by_name[name]["version"] == jt_core.__version__
+    assert set(by_name["cpu"]) == {"name", "distribution", "version", "status", "provides", "error"}
+
+
+def test_cli_text_shows_a_table_and_errors() -> None:
+    out = _cli("plugins", env={"JT_DISABLE_PLUGINS": "rocm"}).stdout
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES"]
+    cpu = next(row for row in rows if row.startswith("cpu "))
+    assert "builtin" in cpu and "backends: cpu" in cpu and "launchers: cpu:interpreter" in cpu
+    assert "rocm: listed in JT_DISABLE_PLUGINS" in out
+
+
+def test_installed_broken_distribution_is_listed_and_cpu_still_works(tmp_path: pathlib.Path) -> None:
+    dist = tmp_path / "jt_broken_example-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jt-broken-example\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[jt]\nbroken = jt_broken_example_missing_module.plugin\n")
+    script = (
+        "import jax, jax.numpy as jnp, numpy as np, jt_core as jt, warnings\n"
+        "from jt_core.testing import sample_add_kernel\n"
+        "warnings.simplefilter('ignore')\n"
+        "x = jnp.arange(64, dtype=jnp.float32)\n"
+        "out = jax.jit(lambda a: jt.triton_call(a, a, kernel=sample_add_kernel, out_shape=a, grid=2, n=64,"
+        " BLOCK=32))(x)\n"
+        "assert np.array_equal(np.asarray(out), 2 * np.arange(64, dtype=np.float32))\n"
+        "print({r.name: (r.status, r.error) for r in jt.list_plugins()}['broken'])\n"
+    )
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("JT_STRICT_PLUGINS", None)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert "'failed'" in result.stdout
+    assert "jt_broken_example_missing_module" in result.stdout
+    listing = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "jt_core", "plugins", "--json"], capture_output=True, text=True, env=env, check=True
+        ).stdout
+    )
+    broken = next(entry for entry in listing if entry["name"] == "broken")
+    assert broken["distribution"] == "jt-broken-example"
+    assert broken["status"] == "failed" and "No module named" in broken["error"]
+
+
+# -- conformance suites on the builtins and on a fake backend ------------------------------------------------
+
+
+class MinimalBackend(Backend):
+    platform = "minimal"
+
+    def target(self, call: Any, device: Any) -> Target:
+        return Target("minimal", "m0", 8)
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        return CompiledKernel(name=request.call.name, target=request.target)
+
+
+class MinimalPlugin:
+    @jt_core.hookimpl
+    def jt_register_backends(self) -> list[Backend]:
+        return [MinimalBackend()]
+
+
+class TestCpuBackendConformance(BackendConformance):
+    @pytest.fixture
+    def backend(self) -> Backend:
+        return CpuBackend()
+
+
+class TestFakeBackendConformance(BackendConformance):
+    @pytest.fixture
+    def backend(self, jt_fake_entry_points: Any) -> Backend:
+        jt_fake_entry_points([fake_entry_point("minimal", MinimalPlugin())])
+        return MinimalBackend()
+
+
+class TestCpuLauncherConformance(LauncherConformance):
+    expected_in_lowering = "callback"
+
+    @pytest.fixture
+    def launcher(self) -> CpuLauncher:
+        return CpuLauncher()
+
+
+class TestTritonDialectConformance(DialectConformance):
+    @pytest.fixture
+    def dialect(self) -> TritonDialect:
+        return TritonDialect()
+
+    @pytest.fixture
+    def sample_kernel(self) -> Any:
+        from jt_core.testing import sample_add_kernel
+
+        return sample_add_kernel
+
+    @pytest.fixture
+    def foreign_kernel(self) -> Any:
+        def plain_python(x: Any) -> Any:
+            return x
+
+        return plain_python
+
+
+def test_abc_refuses_a_backend_missing_a_method() -> None:
+    class Incomplete(Backend):
+        platform = "incomplete"
+
+        def target(self, call: Any, device: Any) -> Target:
+            return Target("incomplete", 0, 1)
+
+    with pytest.raises(TypeError, match="compile"):
+        Incomplete()  # type: ignore[abstract]
