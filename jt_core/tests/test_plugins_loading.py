@@ -207,7 +207,7 @@ def test_jt_disable_plugins_blocks_named_plugins() -> None:
 
 def test_jt_strict_plugins_raises_on_a_broken_plugin() -> None:
     pm = _manager([fake_entry_point("broken", ImportError("missing_dep"))], JT_STRICT_PLUGINS="1")
-    with pytest.raises(PluginLoadError, match="broken.*missing_dep"):
+    with pytest.raises(PluginLoadError, match=r"broken.*missing_dep"):
         pm.ensure_loaded()
 
 
@@ -239,7 +239,7 @@ def test_unknown_or_unavailable_launcher_name_is_explained() -> None:
     pm = _manager([fake_entry_point("good", GoodPlugin())])
     with pytest.raises(NoBackendError, match=r"launcher= names launcher 'nope'.*\['broken', 'fast', 'slow'\]"):
         pm.launcher("fakeplat", "nope")
-    with pytest.raises(NoBackendError, match="'broken'.*unavailable: the driver library is missing"):
+    with pytest.raises(NoBackendError, match=r"'broken'.*unavailable: the driver library is missing"):
         pm.launcher("fakeplat", "broken")
 
 

@@ -98,8 +98,7 @@ def unwrap_kernel(kernel: Any) -> KernelWrappers:
             break
     if current is None or not hasattr(current, "fn") or not callable(getattr(current, "fn", None)):
         raise KernelCallTypeError(
-            f"kernel={kernel!r} is not a jitted Triton kernel; decorate the function with @triton.jit "
-            "(or @gluon.jit)"
+            f"kernel={kernel!r} is not a jitted Triton kernel; decorate the function with @triton.jit (or @gluon.jit)"
         )
     # Make sure some dialect claims it; raises a clear error otherwise.
     get_plugin_manager().dialect_for(current)
@@ -244,8 +243,10 @@ def expand_configs(
         if key in seen:
             continue
         seen.add(key)
-        label = ", ".join([f"{k}={v!r}" for k, v in constexprs] + [f"num_warps={options.num_warps}",
-                                                                    f"num_stages={options.num_stages}"])
+        label = ", ".join(
+            [f"{k}={v!r}" for k, v in constexprs]
+            + [f"num_warps={options.num_warps}", f"num_stages={options.num_stages}"]
+        )
         configs.append(LaunchConfig(constexprs, grid3, options, tuple(zeroed_list), label))
     return configs
 

@@ -262,8 +262,7 @@ def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelPara
 def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         raise KernelCallTypeError(
-            f"{what} must be an object with .shape and .dtype (e.g. jax.ShapeDtypeStruct or an array), "
-            f"got {value!r}"
+            f"{what} must be an object with .shape and .dtype (e.g. jax.ShapeDtypeStruct or an array), got {value!r}"
         )
     try:
         shape = tuple(int(d) for d in value.shape)
@@ -365,7 +364,7 @@ def bind_call(
     wrappers: KernelWrappers = unwrap_kernel(kernel)
     fn = wrappers.fn
     params = kernel_params(fn)
-    call_name = name or getattr(getattr(fn, "fn", fn), "__name__", "kernel")
+    call_name = str(name or getattr(getattr(fn, "fn", fn), "__name__", "kernel"))
     by_name = {p.name: p for p in params}
     signature = kernel_signature_text(params, call_name)
 
@@ -468,7 +467,7 @@ def bind_call(
             names = [f"{param.name}[{i}]" for i in range(len(leaves))]
             trees.append((param.index, treedef))
         else:
-            leaves, paths, names = [value], [(param.index,)], [param.name]
+            leaves, paths, names = [value], [(param.index,)], [param.name]  # type: ignore[list-item]
             trees.append((param.index, None))
         for leaf, path, leaf_name in zip(leaves, paths, names):
             bound.leaf_names.append(leaf_name)
@@ -541,7 +540,7 @@ def bind_call(
         out_avals.append(bound.operand_avals[operand_index])
 
     # Configurations.
-    named_values = {bound.leaf_names[i]: None for i in range(n_leaves)}
+    named_values: dict[str, Any] = {bound.leaf_names[i]: None for i in range(n_leaves)}
     for slot in slots:
         if slot.kind == INPUT:
             named_values[slot.name] = bound.operand_avals[slot.index]
@@ -563,8 +562,9 @@ def bind_call(
         slots=slots,
     )
     restore = tuple(
-        op for op, _ in aliases if any(s.kind == INPUT and s.index == op and s.name in wrappers.restore_value
-                                       for s in slots)
+        op
+        for op, _ in aliases
+        if any(s.kind == INPUT and s.index == op and s.name in wrappers.restore_value for s in slots)
     )
 
     call = KernelCall(

@@ -43,6 +43,7 @@ def jt_register_backends() -> Sequence[Backend]:
     Implemented by: jt-core's builtin ``cpu`` plugin (the Triton interpreter), ``jt-cuda``, ``jt-rocm`` and
     third-party backends.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -58,6 +59,7 @@ def jt_register_dialects() -> Sequence[Dialect]:
 
     Implemented by: jt-core's builtin ``triton`` dialect (runs last) and ``jt-gluon``.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -75,6 +77,7 @@ def jt_register_launchers() -> Sequence[Launcher]:
     Implemented by: jt-core's builtin ``cpu`` plugin, ``jt-cuda`` (its own FFI handler and jaxlib's handler) and
     ``jt-rocm``.
     """
+    raise NotImplementedError
 
 
 @hookspec(firstresult=True)

@@ -96,7 +96,7 @@ def _env_list(value: str | None) -> list[str] | None:
 
 
 def _flag(value: str | None) -> bool:
-    return bool(value) and value.strip().lower() not in ("0", "false", "no", "off")
+    return value is not None and value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def discover_entry_points() -> list[EntryPointInfo]:
@@ -309,7 +309,7 @@ class PluginManager:
             self.launchers.setdefault(launcher.platform, []).append((name, launcher))
         for platform_launchers in self.launchers.values():
             platform_launchers.sort(key=lambda item: (-item[1].priority, item[1].name))
-        builtin_dialects = []
+        builtin_dialects: list[tuple[str, Dialect]] = []
         for name, dialect in dialects:
             if name in failed:
                 continue
@@ -391,9 +391,7 @@ class PluginManager:
                     return launcher
             known = [launcher.name for _, launcher in candidates]
             source = "launcher=" if name else f"JT_LAUNCHER_{platform.upper()}"
-            raise NoBackendError(
-                f"{source} names launcher {wanted!r}, but platform {platform!r} has launchers {known}"
-            )
+            raise NoBackendError(f"{source} names launcher {wanted!r}, but platform {platform!r} has launchers {known}")
         reasons = []
         for _, launcher in candidates:
             reason = launcher.unavailable_reason()

@@ -20,6 +20,8 @@ from jt_core.backend import CompileRequest
 from jt_core.binding import KernelCall
 from jt_core.errors import UnsupportedKernelError
 
+not_mapped: Any = batching.not_mapped  # type: ignore[attr-defined]
+
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
 
@@ -140,9 +142,9 @@ ad.primitive_jvps[triton_kernel_call_p] = _jvp
 
 def _batch_sequential(args: Sequence[Any], dims: Sequence[Any], *, call: KernelCall) -> tuple[list[Any], list[int]]:
     """Batching by running the kernel once per batch element (``jax.lax.map``)."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-    batched = [jax.numpy.moveaxis(a, d, 0) if d is not batching.not_mapped else None for a, d in zip(args, dims)]
-    fixed = [a if d is batching.not_mapped else None for a, d in zip(args, dims)]
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not not_mapped)
+    batched = [jax.numpy.moveaxis(a, d, 0) if d is not not_mapped else None for a, d in zip(args, dims)]
+    fixed = [a if d is not_mapped else None for a, d in zip(args, dims)]
     batched_only = tuple(b for b in batched if b is not None)
 
     def one(xs: tuple[Any, ...]) -> list[Any]:

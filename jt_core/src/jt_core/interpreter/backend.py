@@ -74,8 +74,9 @@ def execute(call: KernelCall, kernel: CompiledKernel, operands: Sequence[np.ndar
             out_index = aliased.get(slot.index)
             array = outputs[out_index] if out_index is not None else operands[slot.index]
             arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes,
-                                         out_index is not None))
+            buffers.append(
+                runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, out_index is not None)
+            )
         elif slot.kind == OUTPUT:
             array = outputs[slot.index]
             arg = runner.pointer_argument(slot.type_str, array)

@@ -348,7 +348,7 @@ def run(
                 "a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
             ) from exc
         except Exception as exc:
-            cause = exc
+            cause: BaseException = exc
             while cause.__cause__ is not None and type(cause).__name__ == "InterpreterError":
                 cause = cause.__cause__
             if isinstance(cause, OutOfBoundsAccessError):
