@@ -60,3 +60,13 @@ def triton_version() -> tuple[int, int]:
 
     major, minor = triton.__version__.split(".")[:2]
     return int(major), int(minor)
+
+
+def _not_mapped() -> object:
+    from jax._src.interpreters import batching
+
+    return batching.not_mapped
+
+
+#: The marker JAX's batching rules use for an operand without a batch axis.
+not_mapped = _not_mapped()
