@@ -62,11 +62,5 @@ def triton_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _not_mapped() -> object:
-    from jax._src.interpreters import batching
-
-    return batching.not_mapped
-
-
-#: The marker JAX's batching rules use for an operand without a batch axis.
-not_mapped = _not_mapped()
+#: The batch dimension JAX's batching rules give an operand that has no batch axis.
+not_mapped = None
