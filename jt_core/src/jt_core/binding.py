@@ -125,6 +125,9 @@ class KernelCall:
         serialized_metadata: Opaque bytes carried into the lowered call.
         cost_estimate: ``(("flops", n), ("bytes_accessed", n), ...)`` or ``None``.
         bounds_check: Whether the CPU backend checks memory accesses.
+        vmap: The batching strategy under ``jax.vmap``: ``"auto"``, ``"grid"`` or ``"sequential"``.
+        batch: For a call produced by the grid batching strategy, its :class:`jt_core.batching.BatchInfo`
+            (the unbatched call and the batch dimensions); ``None`` otherwise.
     """
 
     kernel: Any
@@ -147,6 +150,8 @@ class KernelCall:
     serialized_metadata: bytes
     cost_estimate: tuple[tuple[str, Any], ...] | None
     bounds_check: bool
+    vmap: str = "auto"
+    batch: Any = None
 
     def signature_text(self) -> str:
         """The kernel's signature, for error messages."""
