@@ -183,6 +183,51 @@ class _CheckedLibrary:
 
 
 _rewritten: dict[Any, Callable[..., Any]] = {}
+_lang_patches: dict[tuple[int, ...], list[tuple[Any, str, Any]]] = {}
+
+
+class _PatchScope:
+    """Applies ``(object, name, value)`` patches and restores the previous attributes."""
+
+    _MISSING = object()
+
+    def __init__(self, patches: Sequence[tuple[Any, str, Any]]) -> None:
+        self._saved = []
+        for obj, name, value in patches:
+            self._saved.append((obj, name, obj.__dict__.get(name, self._MISSING)))
+            setattr(obj, name, value)
+
+    def restore(self) -> None:
+        for obj, name, original in reversed(self._saved):
+            if original is self._MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, original)
+        self._saved.clear()
+
+
+def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
+    """Patches ``triton.language`` for interpretation like Triton's ``_patch_lang``, but computes the patches once.
+
+    Triton rebuilds every patched member with ``inspect.getmembers`` on each run, which costs about a
+    millisecond; the patched members only depend on which language modules the kernel sees, so they are
+    recorded (once per attribute) the first time and re-applied afterwards. Returns a scope whose ``restore()``
+    undoes them.
+    """
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    langs = (tl, tl.core)
+    key = tuple(sorted({id(v) for v in fn.__globals__.values() if any(v is lang for lang in langs)}))
+    cached = _lang_patches.get(key)
+    if cached is None:
+        scope = interp._patch_lang(fn)
+        final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+        for obj, name, _ in scope._changes:
+            final[(id(obj), name)] = (obj, name, getattr(obj, name))
+        _lang_patches[key] = list(final.values())
+        return scope
+    return _PatchScope(cached)
 
 
 def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -330,7 +375,7 @@ def run(
     fn = interpreted(py_fn)
     checker = AccessChecker(kernel_name, buffers) if buffers is not None else None
     with _LOCK, _patched(checker, debug):
-        scope = interp._patch_lang(fn)
+        scope = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:
             interp.interpreter_builder.set_grid_dim(*grid)
