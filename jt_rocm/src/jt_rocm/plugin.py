@@ -1,3 +1,24 @@
 """The jt plugin module of jt-rocm: only ``@hookimpl`` functions; heavy imports happen inside them."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jt_core.backend import Backend, Launcher
+from jt_core.hookspecs import hookimpl
+
+
+@hookimpl
+def jt_register_backends() -> Sequence[Backend]:
+    """Registers the ROCm backend (Triton's AMD compiler, HSACO)."""
+    from jt_rocm.backend import RocmBackend
+
+    return [RocmBackend()]
+
+
+@hookimpl
+def jt_register_launchers() -> Sequence[Launcher]:
+    """Registers the launcher through jaxlib's ROCm Triton handler."""
+    from jt_rocm.launcher import JaxlibRocmLauncher
+
+    return [JaxlibRocmLauncher()]

@@ -1,0 +1,124 @@
+"""The ROCm backend: compiles kernels to AMDGCN and HSACO with Triton's AMD backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Target
+from jt_core.binding import KernelCall
+from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_rocm import _compat, dump
+from jt_rocm.target import (
+    ARCH_OPTION,
+    MAX_THREADS_PER_BLOCK,
+    GfxArch,
+    environ,
+    no_arch_error,
+    parse_arch,
+    requested_arch,
+)
+
+# Options jt sets itself; the rest of Triton's HIPOptions may be given through backend_options.
+_RESERVED_OPTIONS = frozenset({"arch", "backend_name", "extern_libs"})
+
+
+def _hip_option_names() -> frozenset[str]:
+    from triton.backends.amd.compiler import HIPOptions
+
+    return frozenset(HIPOptions.__dataclass_fields__) - _RESERVED_OPTIONS
+
+
+def _backend_options(call: KernelCall) -> dict[str, Any]:
+    return dict(call.configs[0].options.extra) if call.configs else {}
+
+
+def arch_of(target: Target) -> GfxArch:
+    """The :class:`GfxArch` of a ROCm target."""
+    return parse_arch(target.arch, "target.arch")
+
+
+class RocmBackend(Backend):
+    """Compiles Triton (and, with jt-gluon, Gluon) kernels for AMD GPUs.
+
+    The target architecture is, in order: ``backend_options={"arch": "gfx942"}`` on the call, the environment
+    variable ``JT_ROCM_ARCH``, the architecture of the device being lowered for. ``compute_capability=`` is a CUDA
+    argument and is ignored here (a string there is refused, pointing at ``backend_options``).
+    """
+
+    platform = "rocm"
+
+    def target(self, call: KernelCall, device: Any | None) -> Target:
+        if isinstance(call.compute_capability, str):
+            raise KernelCallTypeError(
+                f"triton_call {call.name!r}: compute_capability={call.compute_capability!r} is a CUDA argument "
+                f"(an int such as 90); name an AMD GPU with backend_options={{{ARCH_OPTION!r}: "
+                f"{call.compute_capability!r}}} instead"
+            )
+        arch = requested_arch(_backend_options(call), environ())
+        if arch is None and device is not None:
+            name = _compat.device_arch(device)
+            if name is not None:
+                arch = parse_arch(name, f"the architecture reported by device {device}")
+        if arch is None:
+            raise no_arch_error(call.name)
+        return Target(platform=self.platform, arch=arch.name, warp_size=arch.warp_size)
+
+    def validate_options(self, options: CompileOptions, call: KernelCall, target: Target) -> None:
+        arch = arch_of(target)
+        warps = options.num_warps
+        if warps < 1 or warps & (warps - 1):
+            raise KernelCallValueError(f"triton_call {call.name!r}: num_warps={warps} must be a power of two")
+        if warps * arch.warp_size > MAX_THREADS_PER_BLOCK:
+            raise KernelCallValueError(
+                f"triton_call {call.name!r}: num_warps={warps} gives {warps * arch.warp_size} threads per program "
+                f"on {arch.name} ({arch.warp_size} threads per wavefront); AMD GPUs allow at most "
+                f"{MAX_THREADS_PER_BLOCK}, so use num_warps <= {MAX_THREADS_PER_BLOCK // arch.warp_size}"
+            )
+        if options.num_ctas != 1:
+            raise KernelCallValueError(
+                f"triton_call {call.name!r}: num_ctas={options.num_ctas} asks for thread-block clusters, which the "
+                "ROCm backend does not launch; use num_ctas=1"
+            )
+        allowed = _hip_option_names()
+        for key, _ in options.extra:
+            if key == ARCH_OPTION:
+                continue
+            if key not in allowed:
+                raise KernelCallValueError(
+                    f"triton_call {call.name!r}: backend_options has {key!r}, which Triton's AMD backend does not "
+                    f"know; valid options are {sorted(allowed | {ARCH_OPTION})}"
+                )
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        import triton
+        from triton.backends.compiler import GPUTarget
+
+        arch = arch_of(request.target)
+        options = {k: v for k, v in request.options.as_dict().items() if k != ARCH_OPTION}
+        source = request.dialect.make_source(request.kernel, request.specialization, request.target)
+        compiled = triton.compile(source, target=GPUTarget("hip", arch.name, arch.warp_size), options=options)
+        metadata = _compat.metadata_dict(compiled.metadata)
+        shared = int(metadata.get("shared") or 0)
+        if shared > arch.lds_bytes:
+            raise KernelCallValueError(
+                f"triton_call {request.call.name!r} with config [{request.config.label}] needs {shared} bytes of "
+                f"shared memory (LDS) but {arch.name} offers {arch.lds_bytes} per workgroup; use smaller blocks or "
+                "fewer num_stages"
+            )
+        asm = {stage: compiled.asm[stage] for stage in _compat.IR_STAGES if stage in compiled.asm}
+        kernel = CompiledKernel(
+            name=str(metadata.get("name") or compiled.name),
+            target=request.target,
+            binary=bytes(compiled.asm["hsaco"]),
+            asm=asm,
+            metadata={k: v for k, v in metadata.items() if k != "target"},
+            num_warps=int(metadata.get("num_warps") or request.options.num_warps),
+            shared_mem=shared,
+            cluster_dims=(1, 1, 1),
+            global_scratch_size=int(metadata.get("global_scratch_size") or 0),
+            global_scratch_align=int(metadata.get("global_scratch_align") or 1),
+        )
+        root = dump.dump_dir()
+        if root is not None:
+            dump.dump_kernel(request, kernel, "hsaco", root)
+        return kernel
