@@ -1,0 +1,49 @@
+"""Every difference between supported Triton versions that jt-gluon depends on, named once.
+
+* Triton 3.9 exports ``GluonJITFunction`` and ``GluonASTSource`` from ``triton.experimental.gluon``; Triton 3.6 keeps
+  them in the private ``triton.experimental.gluon._runtime`` module.
+* The first IR of a Gluon compile is ``glir`` in 3.9 (``GluonASTSource.ext``), followed by ``ttgir``; in 3.6 the
+  Gluon source lowers straight to ``ttgir``. Either way the backend's ``add_stages`` picks the stages from the
+  source's ``language`` (``Language.GLUON``), which ``GluonASTSource`` sets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def gluon_jit_function_class() -> type:
+    """The class of ``@gluon.jit`` kernels."""
+    from triton.experimental import gluon
+
+    cls = getattr(gluon, "GluonJITFunction", None)
+    if cls is None:  # Triton 3.6
+        from triton.experimental.gluon import _runtime
+
+        cls = _runtime.GluonJITFunction
+    return cls
+
+
+def gluon_ast_source_class() -> type:
+    """The ``ASTSource`` subclass that makes ``triton.compile`` run the Gluon stages."""
+    from triton.experimental import gluon
+
+    cls = getattr(gluon, "GluonASTSource", None)
+    if cls is None:  # Triton 3.6
+        from triton.experimental.gluon import _runtime
+
+        cls = _runtime.GluonASTSource
+    return cls
+
+
+def first_gluon_stage() -> str:
+    """The IR stage a Gluon compile starts from: ``"glir"`` (Triton 3.9) or ``"ttgir"`` (Triton 3.6)."""
+    return str(getattr(gluon_ast_source_class()(_Probe(), {}, {}, {}), "ext", "ttgir"))
+
+
+class _Probe:
+    """A stand-in kernel for constructing a source object just to read its attributes."""
+
+    arg_names: tuple[str, ...] = ()
+    params: tuple[Any, ...] = ()
+    __name__ = "probe"

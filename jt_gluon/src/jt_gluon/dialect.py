@@ -1,0 +1,33 @@
+"""The Gluon dialect: ``@gluon.jit`` kernels, compiled through the stages Triton picks for the Gluon language."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jt_core.backend import Dialect, Specialization, Target
+from jt_gluon import _compat
+
+
+class GluonDialect(Dialect):
+    """Kernels written with ``triton.experimental.gluon.jit``.
+
+    Gluon kernels name their layouts explicitly, so they only run on GPU backends (the CPU interpreter refuses
+    them). Layouts are ordinary constexpr arguments: ``triton_call(..., layout=gl.BlockedLayout(...))``. Any
+    backend compiles them: the source built here carries ``Language.GLUON``, and ``triton.compile`` asks the
+    backend's ``add_stages`` for that language's stage list.
+    """
+
+    name = "gluon"
+    interpretable = False
+
+    def claims(self, kernel: Any) -> bool:
+        return isinstance(kernel, _compat.gluon_jit_function_class())
+
+    def make_source(self, kernel: Any, specialization: Specialization, target: Target) -> Any:
+        source_cls = _compat.gluon_ast_source_class()
+        return source_cls(
+            kernel,
+            dict(specialization.signature),
+            dict(specialization.constexprs),
+            {path: [list(attr) for attr in attrs] for path, attrs in specialization.attrs.items()},
+        )
