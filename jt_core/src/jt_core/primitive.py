@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 from jax._src import effects as effects_lib
 from jax._src.interpreters import mlir
 from jax.extend.core import Primitive
@@ -17,6 +16,7 @@ from jax.interpreters import ad, batching
 
 from jt_core import _compat, hooks
 from jt_core.backend import CompileRequest
+from jt_core.batching import batch_kernel_call
 from jt_core.binding import KernelCall
 from jt_core.errors import UnsupportedKernelError
 
@@ -132,29 +132,15 @@ def _jvp(primals: Any, tangents: Any, *, call: KernelCall) -> Any:
     del primals, tangents
     raise NotImplementedError(
         f"triton_call {call.name!r} cannot be differentiated automatically: JAX cannot see inside a Triton "
-        "kernel. Pair a forward and a backward kernel with jax.custom_vjp (see jt_core.custom_vjp_call and "
-        "the 'Gradients' page of the documentation), then jax.grad works through the pair."
+        "kernel. Write the backward pass as a second kernel and pair the two with jax.custom_vjp; "
+        "jt_core.kernel_vjp(forward, backward) does the pairing (residuals, static arguments, zero cotangents). "
+        "See the 'Gradients' page of the documentation (docs/gradients.md). jax.grad and jax.vjp then work "
+        "through the pair; forward mode (jax.jvp, jax.jacfwd) needs jax.custom_jvp instead."
     )
 
 
 ad.primitive_jvps[triton_kernel_call_p] = _jvp
 
 
-def _batch_sequential(args: Sequence[Any], dims: Sequence[Any], *, call: KernelCall) -> tuple[list[Any], list[int]]:
-    """Batching by running the kernel once per batch element (``jax.lax.map``)."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not not_mapped)
-    batched = [jax.numpy.moveaxis(a, d, 0) if d is not not_mapped else None for a, d in zip(args, dims)]
-    fixed = [a if d is not_mapped else None for a, d in zip(args, dims)]
-    batched_only = tuple(b for b in batched if b is not None)
-
-    def one(xs: tuple[Any, ...]) -> list[Any]:
-        it = iter(xs)
-        full = [next(it) if b is not None else f for b, f in zip(batched, fixed)]
-        return triton_kernel_call_p.bind(*full, call=call)
-
-    del size
-    outs = jax.lax.map(one, batched_only)
-    return list(outs), [0] * len(outs)
-
-
-batching.primitive_batchers[triton_kernel_call_p] = _batch_sequential
+# Batching strategies ("grid", "sequential", "auto") live in jt_core.batching.
+batching.primitive_batchers[triton_kernel_call_p] = batch_kernel_call

@@ -1,0 +1,476 @@
+"""``jax.vmap`` of a ``triton_call``: the batching strategies and the generated batch-grid wrapper kernels.
+
+Two strategies, chosen per call with ``triton_call(..., vmap=...)``:
+
+* ``"grid"``: one launch for the whole batch. The batch becomes an extra grid axis that the kernel leaves free; a
+  small generated ``@triton.jit`` wrapper reads the batch index from that axis, offsets every batched pointer by
+  ``index * batch stride`` (in elements) and calls the user's kernel, unchanged, with the same constexprs. Operands
+  that are not batched are shared by every batch element (stride 0, no copy). Nested ``vmap`` adds batch
+  dimensions to the same wrapper: they are flattened onto the one free axis.
+* ``"sequential"``: one launch per batch element (``jax.lax.map``); always applicable.
+
+``"auto"`` (the default) uses the grid strategy where it applies and the sequential one elsewhere. The grid
+strategy applies to plain ``@triton.jit`` kernels when some grid axis has size 1 in every configuration and
+neither the kernel nor the ``@triton.jit`` helpers it calls read ``tl.program_id`` / ``tl.num_programs`` of that
+axis (decided by reading their source).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import tree_util
+
+from jt_core.binding import INPUT, OUTPUT, KernelCall, KernelParam, LaunchConfig
+from jt_core.errors import KernelCallValueError
+
+STRATEGIES = ("auto", "grid", "sequential")
+
+# Launch limits of the grid axes (CUDA's; ROCm's are at least as large). The CPU backend keeps them too, so a
+# program that batches on the CPU batches the same way on a GPU.
+AXIS_LIMITS = (2**31 - 1, 65535, 65535)
+# Preferred order for the batch axis: the largest limit first.
+_AXIS_ORDER = (0, 2, 1)
+_PREFIX = "_jt_"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchInfo:
+    """How a grid-batched call relates to the unbatched call it was made from.
+
+    Attributes:
+        base: The unbatched call (the user's kernel and parameters).
+        batch_shape: The batch dimensions, outermost first (one per ``vmap`` level).
+        operand_dims: For each operand, one flag per batch dimension: whether the operand has that dimension
+            (an operand without it is shared by the whole dimension, stride 0).
+        axis: The grid axis carrying the flattened batch index.
+    """
+
+    base: KernelCall
+    batch_shape: tuple[int, ...]
+    operand_dims: tuple[tuple[bool, ...], ...]
+    axis: int
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchInfo(kernel={self.base.name!r}, batch_shape={self.batch_shape}, "
+            f"operand_dims={self.operand_dims}, axis={self.axis})"
+        )
+
+
+def check_strategy(vmap: Any) -> str:
+    """Validates a ``vmap=`` argument.
+
+    Raises:
+        KernelCallValueError: For anything but ``"auto"``, ``"grid"`` or ``"sequential"``.
+    """
+    if vmap not in STRATEGIES:
+        raise KernelCallValueError(f"vmap= must be one of {list(STRATEGIES)}, got {vmap!r}")
+    return str(vmap)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Which grid axes does a kernel read?
+
+_AXIS_FUNCTIONS = ("program_id", "num_programs")
+
+
+def program_axes_read(fn: Any, constexprs: dict[str, Any] | None = None) -> frozenset[int] | None:
+    """The grid axes whose ``program_id`` / ``num_programs`` a kernel (or any helper it calls) reads.
+
+    Args:
+        fn: A ``JITFunction``.
+        constexprs: The kernel's constexpr values, used to resolve ``tl.program_id(axis=AXIS)``.
+
+    Returns:
+        The set of axes, or ``None`` when it cannot be decided from the source (an axis computed at run time,
+        ``program_id`` passed around as a value, a kernel without readable source).
+    """
+    seen: set[int] = set()
+    axes: set[int] = set()
+    pending: list[tuple[Any, dict[str, Any]]] = [(fn, dict(constexprs or {}))]
+    for value in (constexprs or {}).values():
+        if _is_jit_function(value):
+            pending.append((value, {}))
+    while pending:
+        current, known = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        found = _axes_in_function(current, known)
+        if found is None:
+            return None
+        current_axes, helpers = found
+        axes |= current_axes
+        pending.extend((h, {}) for h in helpers)
+    return frozenset(axes)
+
+
+def _is_jit_function(value: Any) -> bool:
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(value, JITFunction)
+
+
+def _axes_in_function(fn: Any, known: dict[str, Any]) -> tuple[set[int], list[Any]] | None:
+    py_fn = getattr(fn, "fn", fn)
+    source = getattr(fn, "src", None)
+    try:
+        if not isinstance(source, str):
+            import inspect
+
+            source = inspect.getsource(py_fn)
+        tree = ast.parse(textwrap.dedent(source))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    namespace = dict(getattr(py_fn, "__globals__", {}))
+    closure = getattr(py_fn, "__closure__", None) or ()
+    for name, cell in zip(getattr(getattr(py_fn, "__code__", None), "co_freevars", ()), closure):
+        try:
+            namespace[name] = cell.cell_contents
+        except ValueError:
+            pass
+    axes: set[int] = set()
+    helpers: list[Any] = []
+    calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    for node in ast.walk(tree):
+        name = _terminal_name(node)
+        if name in _AXIS_FUNCTIONS and id(node) not in calls:
+            return None  # program_id used as a value: cannot follow it
+        if not isinstance(node, ast.Call):
+            continue
+        callee = _terminal_name(node.func)
+        if callee in _AXIS_FUNCTIONS:
+            axis_node = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "axis"), None)
+            axis = _constant_int(axis_node, known)
+            if axis is None:
+                return None
+            axes.add(axis)
+            continue
+        target = _resolve(node.func, namespace)
+        if _is_jit_function(target):
+            helpers.append(target)
+    return axes, helpers
+
+
+def _terminal_name(node: Any) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _constant_int(node: Any, known: dict[str, Any]) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name) and isinstance(known.get(node.id), int):
+        return int(known[node.id])
+    return None
+
+
+def _resolve(node: Any, namespace: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, namespace)
+        return getattr(base, node.attr, None) if base is not None else None
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The generated wrapper kernel.
+
+_wrappers: dict[tuple[Any, str], Any] = {}
+_wrappers_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """Where generated kernel sources are written: ``$JT_CACHE_DIR/vmap`` or ``~/.cache/jt/vmap``."""
+    root = os.environ.get("JT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jt")
+    return Path(root) / "vmap"
+
+
+def _wrapper_source(base: KernelCall, num_dims: int, axis: int) -> tuple[str, str, list[str]]:
+    """The wrapper's source, its function name, and the names of its added constexpr parameters."""
+    for param in base.params:
+        if param.name.startswith(_PREFIX):
+            raise KernelCallValueError(
+                f"kernel {base.signature_text()} has a parameter named {param.name!r}; names starting with "
+                f"{_PREFIX!r} are reserved by jt's vmap wrapper (use vmap='sequential' or rename it)"
+            )
+    kernel_name = getattr(getattr(base.fn, "fn", base.fn), "__name__", "kernel")
+    name = f"{_PREFIX}vmap_{kernel_name}"
+    sizes = [f"{_PREFIX.upper()}B{k}" for k in range(num_dims)]
+    pointer_slots = [s for s in base.slots if s.kind in (INPUT, OUTPUT)]
+    strides = {s.path: [f"{_PREFIX.upper()}S{n}_{k}" for k in range(num_dims)] for n, s in enumerate(pointer_slots)}
+    extra = sizes + [name_ for names in strides.values() for name_ in names]
+
+    def leaf_expr(path: tuple[int, ...]) -> str:
+        base_name = base.params[path[0]].name
+        text = base_name + "".join(f"[{i}]" for i in path[1:])
+        if path not in strides:
+            return text
+        offset = " + ".join(f"{_PREFIX}i{k} * {s}" for k, s in enumerate(strides[path]))
+        return f"({text} + ({offset}))"
+
+    slots_by_param: dict[int, list[Any]] = {}
+    for slot in base.slots:
+        slots_by_param.setdefault(slot.path[0], []).append(slot)
+    trees = dict(base.param_trees)
+    arguments = []
+    for param in base.params:
+        if param.is_constexpr:
+            arguments.append(param.name)
+            continue
+        tree = trees[param.index]
+        leaves = [leaf_expr(s.path) for s in slots_by_param[param.index]]
+        arguments.append(leaves[0] if tree is None else _tuple_text(tree_util.tree_unflatten(tree, leaves)))
+
+    params = [f"{p.name}: tl.constexpr" if p.is_constexpr else p.name for p in base.params]
+    params += [f"{n}: tl.constexpr" for n in extra]
+    lines = [
+        "# Generated by jt (jt_core.batching): runs the wrapped kernel once per batch element, the batch index",
+        f"# being read from grid axis {axis}.",
+        "import triton",
+        "import triton.language as tl",
+        "",
+        "",
+        "@triton.jit",
+        f"def {name}({', '.join(params)}):",
+        f"    {_PREFIX}flat = tl.program_id({axis}).to(tl.int64)",
+    ]
+    for k in reversed(range(num_dims)):
+        if k == 0:
+            lines.append(f"    {_PREFIX}i0 = {_PREFIX}flat")
+        else:
+            lines.append(f"    {_PREFIX}i{k} = {_PREFIX}flat % {sizes[k]}")
+            lines.append(f"    {_PREFIX}flat = {_PREFIX}flat // {sizes[k]}")
+    lines.append(f"    {_PREFIX}kernel({', '.join(arguments)})")
+    return "\n".join(lines) + "\n", name, extra
+
+
+def _tuple_text(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_tuple_text(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return str(value)
+
+
+def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, list[str]]:
+    """The ``@triton.jit`` wrapper batching ``base`` over ``num_dims`` dimensions on grid ``axis`` (cached).
+
+    The source is written (atomically) to a file in :func:`cache_dir` and imported from there: Triton reads a
+    kernel's source from its file. The user's kernel is bound to the module's ``_jt_kernel`` global.
+
+    Returns:
+        The wrapper ``JITFunction`` and the names of its added constexpr parameters (batch sizes, then strides).
+    """
+    source, name, extra = _wrapper_source(base, num_dims, axis)
+    key = (base.fn, source)
+    with _wrappers_lock:
+        cached = _wrappers.get(key)
+        if cached is not None:
+            return cached, extra
+        digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+        directory = cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}_{digest}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(source)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        module_name = f"jt_vmap_kernels.{name}_{digest}_{len(_wrappers)}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__[f"{_PREFIX}kernel"] = base.fn
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        wrapper = getattr(module, name)
+        _wrappers[key] = wrapper
+        return wrapper, extra
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The batched call.
+
+
+def grid_axis(base: KernelCall) -> tuple[int | None, str]:
+    """The grid axis the grid strategy can use for ``base``, or ``None`` and the reason it cannot."""
+    from jt_core import hooks
+
+    dialect = hooks.dialect_for(base.fn)
+    if dialect.name != "triton":
+        return None, f"it is a {dialect.name} kernel; the batch wrapper is a plain @triton.jit kernel"
+    read: set[int] = set()
+    for config in base.configs:
+        axes = program_axes_read(base.fn, config.constexpr_dict)
+        if axes is None:
+            return None, (
+                "its source (or a helper's) reads tl.program_id/tl.num_programs with an axis that is not a "
+                "constant, or uses them as values"
+            )
+        read |= axes
+    grids = sorted({c.grid for c in base.configs})
+    for axis in _AXIS_ORDER:
+        if axis not in read and all(c.grid[axis] == 1 for c in base.configs):
+            return axis, ""
+    return None, (
+        f"no grid axis is free: the grid is {grids[0] if len(grids) == 1 else grids} and the kernel reads "
+        f"program_id/num_programs of axes {sorted(read)}; the grid strategy needs an axis of size 1 that the "
+        "kernel never reads"
+    )
+
+
+def batched_call(base: KernelCall, info: BatchInfo) -> KernelCall:
+    """The :class:`KernelCall` running ``base`` over ``info.batch_shape`` through the wrapper kernel."""
+    num_dims = len(info.batch_shape)
+    wrapper, extra = wrapper_kernel(base, num_dims, info.axis)
+    total = math.prod(info.batch_shape)
+
+    def batched_shape(shape: tuple[int, ...], dims: tuple[bool, ...]) -> tuple[int, ...]:
+        return tuple(b for b, present in zip(info.batch_shape, dims) if present) + tuple(shape)
+
+    def strides(shape: tuple[int, ...], dims: tuple[bool, ...]) -> list[int]:
+        size = math.prod(shape)
+        out = []
+        for k in range(num_dims):
+            inner = math.prod(b for b, present in zip(info.batch_shape[k + 1 :], dims[k + 1 :]) if present)
+            out.append(size * inner if dims[k] else 0)
+        return out
+
+    all_dims = (True,) * num_dims
+    values: list[int] = list(info.batch_shape)
+    for slot in base.slots:
+        if slot.kind == INPUT:
+            values += strides(tuple(base.operand_avals[slot.index].shape), info.operand_dims[slot.index])
+        elif slot.kind == OUTPUT:
+            values += strides(tuple(base.out_avals[slot.index].shape), all_dims)
+    added = tuple((name, value) for name, value in zip(extra, values))
+    n = len(base.params)
+    params = base.params + tuple(KernelParam(n + i, name, True, False, None, False) for i, name in enumerate(extra))
+    configs = []
+    for config in base.configs:
+        grid = list(config.grid)
+        grid[info.axis] = total
+        configs.append(
+            LaunchConfig(
+                constexprs=config.constexprs + added,
+                grid=(grid[0], grid[1], grid[2]),
+                options=config.options,
+                zeroed_outputs=config.zeroed_outputs,
+                label=f"{config.label}, vmap batch {info.batch_shape} on grid axis {info.axis}",
+            )
+        )
+    operand_avals = tuple(
+        jax.core.ShapedArray(batched_shape(tuple(a.shape), d), a.dtype)
+        for a, d in zip(base.operand_avals, info.operand_dims)
+    )
+    out_avals = tuple(jax.core.ShapedArray(batched_shape(tuple(a.shape), all_dims), a.dtype) for a in base.out_avals)
+    cost = base.cost_estimate
+    if cost is not None:
+        cost = tuple((k, v * total if isinstance(v, (int, float)) else v) for k, v in cost)
+    return dataclasses.replace(
+        base,
+        kernel=wrapper,
+        fn=wrapper,
+        params=params,
+        operand_avals=operand_avals,
+        out_avals=out_avals,
+        configs=tuple(configs),
+        cost_estimate=cost,
+        batch=info,
+    )
+
+
+def _batch_grid(
+    args: Sequence[Any], dims: Sequence[Any], call: KernelCall, size: int, axis: int
+) -> tuple[list[Any], list[int]]:
+    from jt_core.primitive import triton_kernel_call_p
+
+    previous: BatchInfo | None = call.batch
+    base = previous.base if previous is not None else call
+    old_shape = previous.batch_shape if previous is not None else ()
+    old_dims = previous.operand_dims if previous is not None else ((),) * len(args)
+    aliased = {op for op, _ in call.aliases}
+    operands = []
+    operand_dims = []
+    for index, (arg, dim) in enumerate(zip(args, dims)):
+        if dim is None and index in aliased:
+            # The kernel writes through this operand: every batch element needs its own copy.
+            arg = jnp.broadcast_to(arg, (size, *arg.shape))
+            dim = 0
+        if dim is None:
+            operands.append(arg)
+            operand_dims.append((False, *old_dims[index]))
+        else:
+            operands.append(jnp.moveaxis(arg, dim, 0))
+            operand_dims.append((True, *old_dims[index]))
+    info = BatchInfo(base=base, batch_shape=(size, *old_shape), operand_dims=tuple(operand_dims), axis=axis)
+    new_call = batched_call(base, info)
+    outs = triton_kernel_call_p.bind(*operands, call=new_call)
+    return list(outs), [0] * len(outs)
+
+
+def _batch_sequential(args: Sequence[Any], dims: Sequence[Any], call: KernelCall) -> tuple[list[Any], list[int]]:
+    from jt_core.primitive import triton_kernel_call_p
+
+    batched = [jnp.moveaxis(a, d, 0) if d is not None else None for a, d in zip(args, dims)]
+    fixed = [a if d is None else None for a, d in zip(args, dims)]
+
+    def one(xs: tuple[Any, ...]) -> list[Any]:
+        it = iter(xs)
+        full = [next(it) if b is not None else f for b, f in zip(batched, fixed)]
+        return list(triton_kernel_call_p.bind(*full, call=call))
+
+    outs = jax.lax.map(one, tuple(b for b in batched if b is not None))
+    return list(outs), [0] * len(outs)
+
+
+def batch_kernel_call(args: Sequence[Any], dims: Sequence[Any], *, call: KernelCall) -> tuple[list[Any], list[int]]:
+    """The batching rule of ``triton_kernel_call``: picks the call's strategy and applies it.
+
+    Raises:
+        KernelCallValueError: With ``vmap="grid"`` on a call the grid strategy cannot batch (says why).
+    """
+    size = next(int(a.shape[d]) for a, d in zip(args, dims) if d is not None)
+    if call.vmap == "sequential":
+        return _batch_sequential(args, dims, call)
+    if call.batch is not None:
+        axis: int | None = call.batch.axis
+        reason = ""
+        total = size * math.prod(call.batch.batch_shape)
+    else:
+        axis, reason = grid_axis(call)
+        total = size
+    if axis is not None and total > AXIS_LIMITS[axis]:
+        reason = f"the batch ({total} elements in all) exceeds the launch limit {AXIS_LIMITS[axis]} of grid axis {axis}"
+        axis = None
+    if axis is None:
+        if call.vmap == "grid":
+            raise KernelCallValueError(
+                f"triton_call {call.name!r} with vmap='grid': the batch cannot become a grid axis because {reason}. "
+                "Use vmap='sequential' (one launch per batch element) or vmap='auto'"
+            )
+        return _batch_sequential(args, dims, call)
+    return _batch_grid(args, dims, call, size, axis)
