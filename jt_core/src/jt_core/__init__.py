@@ -12,26 +12,33 @@ from jt_core.api import triton_call
 from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Dialect, Launcher, Target
 from jt_core.binding import normalize_grid
 from jt_core.dtypes import get_type_id
+from jt_core.gradients import kernel_vjp
 from jt_core.hookspecs import hookimpl, hookspec
+from jt_core.partitioning import BatchDims, Elementwise, PartitionRule, partitioned
 from jt_core.plugins import list_plugins
 from jt_core.utils import cdiv, next_power_of_2, strides_from_shape
 
 __all__ = [
+    "BatchDims",
     "Backend",
     "CompileOptions",
     "CompileRequest",
     "CompiledKernel",
     "Dialect",
+    "Elementwise",
     "Launcher",
+    "PartitionRule",
     "Target",
     "__version__",
     "cdiv",
     "get_type_id",
     "hookimpl",
     "hookspec",
+    "kernel_vjp",
     "list_plugins",
     "next_power_of_2",
     "normalize_grid",
+    "partitioned",
     "strides_from_shape",
     "triton_call",
     "utils",

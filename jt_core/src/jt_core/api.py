@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jax import tree_util
 
+from jt_core.batching import check_strategy
 from jt_core.binding import bind_call
 from jt_core.errors import KernelCallTypeError
+from jt_core.partitioning import partitioned_triton_call
 from jt_core.primitive import triton_kernel_call_p
 
 _MISSING: Any = object()
@@ -40,6 +43,8 @@ def triton_call(
     cost_estimate: Mapping[str, Any] | None = None,
     has_side_effect: bool = False,
     launcher: str | None = None,
+    vmap: str = "auto",
+    partition: Any = None,
     **metaparams: Any,
 ) -> Any:
     """Calls a Triton (or Gluon) kernel on JAX arrays, inside or outside ``jax.jit``.
@@ -81,6 +86,13 @@ def triton_call(
         cost_estimate: ``{"flops": ..., "bytes_accessed": ...}`` for profilers.
         has_side_effect: Keep the call even when its outputs are unused.
         launcher: Name of the launcher to use on the platform (see ``python -m jt_core plugins``).
+        vmap: How ``jax.vmap`` batches the call: ``"grid"`` (one launch, the batch on a free grid axis),
+            ``"sequential"`` (one launch per batch element) or ``"auto"`` (grid where the kernel allows it).
+            See :mod:`jt_core.batching`.
+        partition: How the call partitions when its operands are sharded under ``jax.jit``
+            (:class:`jt_core.Elementwise`, :class:`jt_core.BatchDims`); each shard then runs the call on its
+            local operands with no gather. The grid must then be a callable (it is re-evaluated with the
+            per-shard shapes). ``None``: XLA gathers the operands. See :mod:`jt_core.partitioning`.
         **metaparams: Constexpr values and keyword operands.
 
     Returns:
@@ -91,6 +103,35 @@ def triton_call(
         KernelCallValueError: Unusable values (grid, aliases, options).
         NoBackendError: When lowering for a platform no installed plugin serves.
     """
+    vmap = check_strategy(vmap)
+    if partition is not None:
+        return partitioned_triton_call(
+            partition,
+            triton_call,
+            args,
+            dict(
+                kernel=kernel,
+                out_shape=out_shape,
+                out_type=out_type,
+                grid=grid,
+                input_output_aliases=input_output_aliases,
+                zeroed_outputs=zeroed_outputs,
+                num_warps=num_warps,
+                num_stages=num_stages,
+                num_ctas=num_ctas,
+                compute_capability=compute_capability,
+                enable_fp_fusion=enable_fp_fusion,
+                backend_options=backend_options,
+                debug=debug,
+                name=name,
+                serialized_metadata=serialized_metadata,
+                cost_estimate=cost_estimate,
+                has_side_effect=has_side_effect,
+                launcher=launcher,
+                vmap=vmap,
+                **metaparams,
+            ),
+        )
     if out_shape is not _MISSING and out_type is not _MISSING:
         raise KernelCallTypeError("triton_call got both out_shape= and out_type=; give one (they mean the same)")
     if out_shape is _MISSING and out_type is _MISSING:
@@ -134,6 +175,8 @@ def triton_call(
         cost_estimate=cost_estimate,
         bounds_check=_bounds_check_default(),
     )
+    if vmap != "auto":
+        call = dataclasses.replace(call, vmap=vmap)
     results = triton_kernel_call_p.bind(*operands, call=call)
     for operand_index, ref in refs:
         out_index = dict(call.aliases)[operand_index]

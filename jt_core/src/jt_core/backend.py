@@ -79,6 +79,14 @@ class Specialization:
     constexprs: Mapping[tuple[int, ...], Any]
     attrs: Mapping[tuple[int, ...], Sequence[Sequence[Any]]]
 
+    def key(self) -> tuple[Any, ...]:
+        """A hashable identity of the specialisation (for caches)."""
+        return (
+            tuple(self.signature.items()),
+            tuple(sorted(self.constexprs.items(), key=lambda kv: kv[0])),
+            tuple(sorted((k, tuple(tuple(a) for a in v)) for k, v in self.attrs.items())),
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class CompileRequest:

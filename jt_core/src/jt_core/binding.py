@@ -404,8 +404,6 @@ def bind_call(
     # Outputs.
     flat_outs, out_tree = tree_util.tree_flatten(out_spec, is_leaf=lambda x: hasattr(x, "shape"))
     out_structs = [_to_shape_dtype(o, f"out_shape[{i}]") for i, o in enumerate(flat_outs)]
-    if not out_structs:
-        raise KernelCallValueError("out_shape/out_type describes no outputs; a kernel call needs at least one")
 
     aliases_in = dict(input_output_aliases or {})
 
@@ -427,6 +425,11 @@ def bind_call(
             f"{len(missing)} non-constexpr parameters are left ({[p.name for p in missing]}) for "
             f"{n_out} outputs ({n_alias} of them aliased). Either every output gets a parameter (outputs appended "
             "after the inputs), or only the non-aliased ones do"
+        )
+    if not out_structs and not has_refs:
+        raise KernelCallValueError(
+            "out_shape/out_type describes no outputs and no operand is a Ref (jax.new_ref): the call could have "
+            "no effect"
         )
     if has_refs and aliases_in:
         raise KernelCallValueError(

@@ -206,6 +206,14 @@ class _PatchScope:
         self._saved.clear()
 
 
+def _lang_key(fn: Callable[..., Any]) -> tuple[int, ...]:
+    """Which language modules (``triton.language`` and/or ``triton.language.core``) a function's globals hold."""
+    import triton.language as tl
+
+    langs = (tl, tl.core)
+    return tuple(sorted({id(v) for v in fn.__globals__.values() if any(v is lang for lang in langs)}))
+
+
 def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
     """Patches ``triton.language`` for interpretation like Triton's ``_patch_lang``, but computes the patches once.
 
@@ -217,8 +225,7 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
-    langs = (tl, tl.core)
-    key = tuple(sorted({id(v) for v in fn.__globals__.values() if any(v is lang for lang in langs)}))
+    key = _lang_key(fn)
     cached = _lang_patches.get(key)
     if cached is None:
         scope = interp._patch_lang(fn)
@@ -264,7 +271,7 @@ def _rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextmanager
-def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[None]:
+def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[int, ...], Any]]:
     """Applies the run-time fixes to Triton's interpreter; restores everything afterwards."""
     import triton.language as tl
     from triton.runtime import interpreter as interp
@@ -309,8 +316,15 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[None]:
         scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
 
     def call_helper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return interpreted(self.fn)(*args, **kwargs)
+        fn = interpreted(self.fn)
+        # Helpers from other modules (triton.language's own @jit functions such as tl.sum) see the language
+        # through their own globals, which must be patched too.
+        key = _lang_key(fn)
+        if key not in patched_langs:
+            patched_langs[key] = _apply_lang_patches(fn)
+        return fn(*args, **kwargs)
 
+    patched_langs: dict[tuple[int, ...], Any] = {}
     interp._get_np_dtype = get_np_dtype
     interp._interpreter = _CheckedLibrary(original_lib, checker)
     interp._patch_lang_tensor = patch_tensor
@@ -319,8 +333,10 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[None]:
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
     try:
-        yield
+        yield patched_langs
     finally:
+        for scope in reversed(list(patched_langs.values())):
+            scope.restore()
         JITFunction.__call__ = original_call  # type: ignore[method-assign]
         builder.options = original_options
         if not had_cast:
@@ -374,8 +390,8 @@ def run(
         return
     fn = interpreted(py_fn)
     checker = AccessChecker(kernel_name, buffers) if buffers is not None else None
-    with _LOCK, _patched(checker, debug):
-        scope = _apply_lang_patches(fn)
+    with _LOCK, _patched(checker, debug) as patched_langs:
+        patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:
             interp.interpreter_builder.set_grid_dim(*grid)
@@ -402,5 +418,3 @@ def run(
                 f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
                 f"{type(cause).__name__}: {cause}"
             ) from exc
-        finally:
-            scope.restore()

@@ -1,0 +1,347 @@
+"""Sharding rules: how a kernel call partitions when its operands are sharded under ``jax.jit``.
+
+JAX cannot see inside a Triton kernel, so by default XLA gathers sharded operands and runs the call on whole
+arrays on every device. A call whose author declares how it partitions runs once per shard instead, on the local
+pieces, with no gather, through ``jax.experimental.custom_partitioning`` (with a Shardy sharding rule):
+
+* :class:`Elementwise`: every array operand and output has the same shape and element ``i`` of each output
+  depends only on element ``i`` of the operands: any sharding works.
+* :class:`BatchDims`: the listed dimensions of every operand and output are independent batch dimensions (same
+  size everywhere): they may be sharded; the other dimensions are replicated (gathered if they arrive sharded).
+
+Declare it on one call (``triton_call(..., partition=jt.Elementwise(), grid=lambda meta: ...)``) or on a function
+making any number of calls (``@jt.partitioned(jt.BatchDims(0))``). Either way the per-shard computation is traced
+again with the local shapes, so grids and sizes derived from shapes are recomputed for each shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import tree_util
+
+from jt_core.errors import KernelCallTypeError, KernelCallValueError
+
+F = TypeVar("F", bound=Callable[..., Any])
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Factors:
+    """A partition rule applied to concrete shapes: one factor name per dimension of every array.
+
+    Dimensions that share a factor are sharded alike (they must have the same size); factors listed in
+    ``replicated`` are never sharded.
+
+    Attributes:
+        operands: Factor names of each operand's dimensions.
+        outputs: Factor names of each output's dimensions.
+        replicated: Factors that must not be sharded.
+    """
+
+    operands: tuple[tuple[str, ...], ...]
+    outputs: tuple[tuple[str, ...], ...]
+    replicated: frozenset[str]
+
+    def einsum(self) -> str:
+        """The Shardy sharding rule in JAX's einsum-like notation (``"i j, i j -> i j"``)."""
+        ins = ", ".join(" ".join(f) for f in self.operands)
+        outs = ", ".join(" ".join(f) for f in self.outputs)
+        return f"{ins} -> {outs}"
+
+
+class PartitionRule(ABC):
+    """How a call partitions: subclasses name a factor for each dimension of each operand and output."""
+
+    @abstractmethod
+    def factors(self, operand_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> Factors:
+        """The factors of every dimension.
+
+        Raises:
+            KernelCallValueError: When the shapes do not fit the rule (the message shows them).
+        """
+
+
+@dataclasses.dataclass(frozen=True)
+class Elementwise(PartitionRule):
+    """Every array operand and output has one shape, and output element ``i`` reads only operand elements ``i``.
+
+    Zero-dimensional operands (scalars held in arrays) are broadcast to every shard.
+    """
+
+    def factors(self, operand_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> Factors:
+        shape = tuple(output_shapes[0])
+        for kind, shapes in (("operand", operand_shapes), ("output", output_shapes)):
+            for i, s in enumerate(shapes):
+                if tuple(s) != shape and len(s) != 0:
+                    raise KernelCallValueError(
+                        f"partition=Elementwise() needs every array operand and output to have one shape; {kind} "
+                        f"{i} has shape {tuple(s)}, output 0 has {shape} (operands: "
+                        f"{[tuple(x) for x in operand_shapes]}, outputs: {[tuple(x) for x in output_shapes]}). "
+                        "Use BatchDims(...) for arrays that "
+                        "only share some dimensions"
+                    )
+        dims = tuple(f"d{k}" for k in range(len(shape)))
+        return Factors(
+            operands=tuple(dims if len(s) else () for s in operand_shapes),
+            outputs=tuple(dims for _ in output_shapes),
+            replicated=frozenset(),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchDims(PartitionRule):
+    """The given dimensions of every array operand and output are independent batch dimensions.
+
+    ``BatchDims(0)``: row ``b`` of each output depends only on row ``b`` of each operand. Negative dimensions
+    count from the end. The batch dimensions may be sharded; every other dimension is replicated.
+    """
+
+    dims: tuple[int, ...]
+
+    def __init__(self, *dims: int) -> None:
+        if not dims or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+            raise KernelCallTypeError(f"BatchDims takes one or more dimension indices (ints), got {dims!r}")
+        object.__setattr__(self, "dims", tuple(dims))
+
+    def factors(self, operand_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> Factors:
+        sizes: dict[int, int] = {}
+        replicated: set[str] = set()
+
+        def one(kind: str, index: int, shape: Shape) -> tuple[str, ...]:
+            rank = len(shape)
+            batch = {}
+            for k, d in enumerate(self.dims):
+                axis = d + rank if d < 0 else d
+                if not 0 <= axis < rank:
+                    raise KernelCallValueError(
+                        f"partition=BatchDims{self.dims}: {kind} {index} has shape {tuple(shape)}, which has no "
+                        f"dimension {d}"
+                    )
+                if axis in batch:
+                    raise KernelCallValueError(f"partition=BatchDims{self.dims} names dimension {axis} twice")
+                batch[axis] = k
+                if sizes.setdefault(k, shape[axis]) != shape[axis]:
+                    raise KernelCallValueError(
+                        f"partition=BatchDims{self.dims}: batch dimension {d} has size {shape[axis]} in {kind} "
+                        f"{index} (shape {tuple(shape)}) but {sizes[k]} elsewhere; batch dimensions must match"
+                    )
+            names = []
+            for axis in range(rank):
+                if axis in batch:
+                    names.append(f"b{batch[axis]}")
+                else:
+                    name = f"{kind[0]}{index}_{axis}"
+                    replicated.add(name)
+                    names.append(name)
+            return tuple(names)
+
+        operands = tuple(one("operand", i, tuple(s)) for i, s in enumerate(operand_shapes))
+        outputs = tuple(one("output", i, tuple(s)) for i, s in enumerate(output_shapes))
+        return Factors(operands, outputs, frozenset(replicated))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Choosing shardings and wiring custom_partitioning.
+
+
+def _spec_axes(sharding: Any, rank: int) -> list[tuple[str, ...]]:
+    """Mesh axes sharding each dimension (empty tuples for unsharded ones or non-named shardings)."""
+    spec = getattr(sharding, "spec", None)
+    out: list[tuple[str, ...]] = [() for _ in range(rank)]
+    if spec is None:
+        return out
+    for k, entry in enumerate(tuple(spec)[:rank]):
+        if entry is None or not isinstance(entry, (str, tuple)):
+            continue
+        out[k] = (entry,) if isinstance(entry, str) else tuple(e for e in entry if isinstance(e, str))
+    return out
+
+
+def choose_shardings(
+    factors: Factors, mesh: Any, operands: Sequence[Any], outputs: Sequence[Shape]
+) -> tuple[list[Any], list[Any]]:
+    """Consistent shardings of the operands and outputs: each factor takes the mesh axes the first operand
+    sharding one of its dimensions uses, unless the factor must be replicated or a size does not divide.
+
+    Args:
+        factors: The rule applied to the shapes.
+        mesh: The mesh.
+        operands: The operands' shapes with their current ``sharding``.
+        outputs: The outputs' shapes.
+
+    Returns:
+        ``NamedSharding``s for the operands and for the outputs.
+    """
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    chosen: dict[str, tuple[str, ...]] = {}
+    used: set[str] = set()
+    shapes = [tuple(o.shape) for o in operands] + [tuple(s) for s in outputs]
+    all_factors = list(factors.operands) + list(factors.outputs)
+    for op, names in zip(operands, factors.operands):
+        for name, axes in zip(names, _spec_axes(getattr(op, "sharding", None), len(names))):
+            if not axes or name in chosen or name in factors.replicated or used & set(axes):
+                continue
+            size = math.prod(mesh.shape[a] for a in axes)
+            dims = [shape[k] for shape, fs in zip(shapes, all_factors) for k, f in enumerate(fs) if f == name]
+            if all(d % size == 0 for d in dims):
+                chosen[name] = axes
+                used |= set(axes)
+
+    def sharding(names: Sequence[str]) -> Any:
+        entries = [
+            None if name not in chosen else (chosen[name] if len(chosen[name]) > 1 else chosen[name][0])
+            for name in names
+        ]
+        return NamedSharding(mesh, PartitionSpec(*entries))
+
+    return [sharding(n) for n in factors.operands], [sharding(n) for n in factors.outputs]
+
+
+def _apply(
+    rule: PartitionRule,
+    body_for: Callable[[Sequence[Any] | None], Callable[..., tuple[Any, ...]]],
+    arrays: Sequence[Any],
+    out_shapes: Sequence[Any],
+) -> tuple[Any, ...]:
+    """Runs ``body_for(None)(*arrays)`` under ``custom_partitioning`` with ``rule``.
+
+    ``body_for(local_out_shapes)`` returns the computation for one shard, given the shard's output shapes.
+    """
+    from jax.experimental.custom_partitioning import custom_partitioning
+
+    factors = rule.factors([tuple(a.shape) for a in arrays], [tuple(s.shape) for s in out_shapes])
+
+    def infer(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
+        _, out_shardings = choose_shardings(factors, mesh, arg_shapes, [r.shape for r in result_shape])
+        return tuple(out_shardings)
+
+    def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
+        in_shardings, out_shardings = choose_shardings(factors, mesh, arg_shapes, [r.shape for r in result_shape])
+        local = [
+            jax.ShapeDtypeStruct(s.shard_shape(tuple(r.shape)), r.dtype) for s, r in zip(out_shardings, result_shape)
+        ]
+        return mesh, body_for(local), tuple(out_shardings), tuple(in_shardings)
+
+    function = custom_partitioning(body_for(None))
+    function.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        sharding_rule=factors.einsum(),
+        need_replication_factors=tuple(sorted(factors.replicated)),
+    )
+    return tuple(function(*arrays))
+
+
+def _is_operand(leaf: Any) -> bool:
+    if isinstance(leaf, (bool, int, float, complex, np.generic, str, bytes)) or leaf is None:
+        return False
+    return hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+
+
+def _split(tree: Any) -> tuple[list[Any], list[int], Any, list[Any]]:
+    leaves, treedef = tree_util.tree_flatten(tree)
+    positions = [i for i, leaf in enumerate(leaves) if _is_operand(leaf)]
+    arrays = [jnp.asarray(leaves[i]) for i in positions]
+    return leaves, positions, treedef, arrays
+
+
+def partitioned(rule: PartitionRule) -> Callable[[F], F]:
+    """Declares how a function of arrays partitions; under ``jax.jit`` it then runs per shard with no gather.
+
+    The function is traced once more for each distinct shard shape, with the local arrays, so any
+    ``triton_call`` inside it (its grid, sizes passed as scalars) sees the shard's shapes. Array arguments
+    (positional or keyword, in pytrees) are the operands; other values are passed unchanged to every shard.
+    The function must not close over arrays (pass them as arguments).
+
+    Args:
+        rule: :class:`Elementwise`, :class:`BatchDims` or another :class:`PartitionRule`.
+
+    Returns:
+        A decorator.
+    """
+    if not isinstance(rule, PartitionRule):
+        raise KernelCallTypeError(f"partitioned() takes a PartitionRule such as jt.Elementwise(), got {rule!r}")
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            leaves, positions, treedef, arrays = _split((args, kwargs))
+            out_tree: list[Any] = []
+
+            def body_for(local_out: Sequence[Any] | None) -> Callable[..., tuple[Any, ...]]:
+                def body(*local_arrays: Any) -> tuple[Any, ...]:
+                    full = list(leaves)
+                    for i, a in zip(positions, local_arrays):
+                        full[i] = a
+                    a, k = tree_util.tree_unflatten(treedef, full)
+                    flat, tree = tree_util.tree_flatten(fn(*a, **k))
+                    out_tree[:] = [tree]
+                    return tuple(flat)
+
+                return body
+
+            out_shapes = jax.eval_shape(body_for(None), *arrays)
+            flat = _apply(rule, body_for, arrays, out_shapes)
+            return tree_util.tree_unflatten(out_tree[0], flat)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def partitioned_triton_call(
+    rule: Any, triton_call: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> Any:
+    """``triton_call(*args, partition=rule, **kwargs)``: the call re-bound per shard with the local shapes.
+
+    Raises:
+        KernelCallTypeError: For a ``partition=`` that is not a rule.
+        KernelCallValueError: For a grid that is not a callable (it could not follow the shard shapes).
+    """
+    if not isinstance(rule, PartitionRule):
+        raise KernelCallTypeError(
+            f"partition= takes a PartitionRule such as jt.Elementwise() or jt.BatchDims(0), got {rule!r}"
+        )
+    if not callable(kwargs.get("grid")):
+        raise KernelCallValueError(
+            f"triton_call with partition= needs grid= as a callable of the metaparameters (got "
+            f"{kwargs.get('grid')!r}): each shard is launched on its local shapes, so the grid is computed again "
+            "for them (operands given by keyword appear in the metaparameters with their local shapes). "
+            "Scalars are passed to every shard unchanged; for sizes derived from shapes, wrap the call in a "
+            "function decorated with @jt.partitioned(...) instead"
+        )
+    from jt_core.api import _MISSING
+
+    out_key = "out_shape" if kwargs.get("out_shape", _MISSING) is not _MISSING else "out_type"
+    out_spec = kwargs.get(out_key, _MISSING)
+    rest = {k: v for k, v in kwargs.items() if k not in ("out_shape", "out_type")}
+    if out_spec is _MISSING:
+        return triton_call(*args, **rest)  # reports the missing out_shape
+    out_leaves, out_tree = tree_util.tree_flatten(out_spec, is_leaf=lambda x: hasattr(x, "shape"))
+    out_shapes = [jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in out_leaves]
+    leaves, positions, treedef, arrays = _split((tuple(args), rest))
+
+    def body_for(local_out: Sequence[Any] | None) -> Callable[..., tuple[Any, ...]]:
+        spec = tree_util.tree_unflatten(out_tree, list(local_out if local_out is not None else out_shapes))
+
+        def body(*local_arrays: Any) -> tuple[Any, ...]:
+            full = list(leaves)
+            for i, a in zip(positions, local_arrays):
+                full[i] = a
+            a, k = tree_util.tree_unflatten(treedef, full)
+            return tuple(tree_util.tree_leaves(triton_call(*a, **k, **{out_key: spec})))
+
+        return body
+
+    flat = _apply(rule, body_for, arrays, out_shapes)
+    return tree_util.tree_unflatten(out_tree, list(flat))
