@@ -222,7 +222,6 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
     recorded (once per attribute) the first time and re-applied afterwards. Returns a scope whose ``restore()``
     undoes them.
     """
-    import triton.language as tl
     from triton.runtime import interpreter as interp
 
     key = _lang_key(fn)
