@@ -537,7 +537,8 @@ def bind_call(
         if tuple(in_aval.shape) != tuple(out_struct.shape) or np.dtype(in_aval.dtype) != np.dtype(out_struct.dtype):
             raise KernelCallValueError(
                 f"input_output_aliases {{{in_idx}: {out_idx}}}: operand {bound.leaf_names[in_idx]!r} is "
-                f"{in_aval.str_short()} but output {out_idx} is {out_struct.dtype}{list(out_struct.shape)}; "
+                f"{np.dtype(in_aval.dtype)}{list(in_aval.shape)} but output {out_idx} is "
+                f"{np.dtype(out_struct.dtype)}{list(out_struct.shape)}; "
                 "aliased buffers must have the same shape and dtype"
             )
         aliases.append((operand, out_idx))

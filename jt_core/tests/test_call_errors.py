@@ -1,0 +1,238 @@
+"""Bad input to triton_call: each error names the offending argument and says what was expected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import kernels_for_tests as k
+import numpy as np
+import pytest
+
+import jt_core as jt
+from jt_core.errors import JtError
+
+X = jnp.arange(20, dtype=jnp.float32)
+SPEC = jax.ShapeDtypeStruct((20,), jnp.float32)
+
+
+def scale(**overrides: Any) -> Any:
+    kwargs: dict[str, Any] = {"kernel": k.scale_kernel, "out_shape": X, "grid": 2, "n": 20, "factor": 2.0, "BLOCK": 16}
+    kwargs.update(overrides)
+    args = kwargs.pop("args", (X,))
+    return jt.triton_call(*args, **{key: value for key, value in kwargs.items() if value is not _DROP})
+
+
+_DROP = object()
+
+BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
+    ("kernel not jitted", lambda: scale(kernel=k.plain_python_function), TypeError, r"kernel=.*@triton\.jit"),
+    ("kernel is None", lambda: scale(kernel=None), TypeError, r"kernel=None is not a jitted Triton kernel"),
+    ("no output spec", lambda: scale(out_shape=_DROP), TypeError, r"needs out_shape= \(or out_type=\)"),
+    ("both output specs", lambda: scale(out_type=SPEC), TypeError, r"both out_shape= and out_type="),
+    ("output spec without shape", lambda: scale(out_shape=3), TypeError, r"out_shape\[0\] must be an object with"),
+    (
+        "negative output dimension",
+        lambda: scale(out_shape=jax.ShapeDtypeStruct((-1,), jnp.float32)),
+        ValueError,
+        r"out_shape\[0\] has a negative dimension",
+    ),
+    (
+        "complex output dtype",
+        lambda: scale(out_shape=jax.ShapeDtypeStruct((20,), jnp.complex64)),
+        TypeError,
+        r"out_shape\[0\] has dtype complex64, which Triton kernels cannot take",
+    ),
+    (
+        "complex operand",
+        lambda: scale(args=(X.astype(jnp.complex64),)),
+        TypeError,
+        r"argument 'x_ptr' has dtype complex64",
+    ),
+    ("string operand", lambda: scale(args=("hello",)), TypeError, r"argument 'x_ptr' of kernel .* is str"),
+    ("grid with four axes", lambda: scale(grid=(1, 1, 1, 1)), ValueError, r"grid has 4 axes, \(1, 1, 1, 1\)"),
+    ("negative grid", lambda: scale(grid=(-2,)), ValueError, r"grid axis 0 is negative"),
+    ("grid of floats", lambda: scale(grid=(2.0,)), TypeError, r"grid axis 0 must be an int, got 2\.0"),
+    ("grid of wrong type", lambda: scale(grid="2"), TypeError, r"grid must be an int or a tuple of up to 3 ints"),
+    (
+        "grid callable returning garbage",
+        lambda: scale(grid=lambda meta: "many"),
+        TypeError,
+        r"grid callable's result must be an int or a tuple",
+    ),
+    (
+        "grid callable raising",
+        lambda: scale(grid=lambda meta: meta["NOPE"]),
+        ValueError,
+        r"grid callable raised KeyError: 'NOPE'.*called with a dict of the metaparameters",
+    ),
+    (
+        "too many arguments",
+        lambda: scale(args=(X, X, X, X, X)),
+        TypeError,
+        r"5 positional operands but kernel scale_kernel\(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr\)",
+    ),
+    (
+        "too few arguments",
+        lambda: scale(factor=_DROP),
+        TypeError,
+        r"do not fit kernel scale_kernel\(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr\).*left \(\['out_ptr', "
+        r"'factor'\]\)",
+    ),
+    ("misspelled metaparameter", lambda: scale(BLOK=16), TypeError, r"keyword 'BLOK'.*Did you mean 'BLOCK'\?"),
+    ("missing constexpr", lambda: scale(BLOCK=_DROP), TypeError, r"constexpr parameters \['BLOCK'\].*BLOCK=\.\.\."),
+    ("unhashable metaparameter", lambda: scale(BLOCK=[16]), TypeError, r"metaparameter BLOCK=\[16\] is unhashable"),
+    (
+        "integer scalar overflow",
+        lambda: scale(factor=2**70),
+        ValueError,
+        r"argument 'factor'=1180591620717411303424 does not fit a 64-bit integer",
+    ),
+    (
+        "alias input index out of range",
+        lambda: scale(input_output_aliases={7: 0}),
+        ValueError,
+        r"input_output_aliases key 7 is not an operand index; operands are 0\.\.2",
+    ),
+    (
+        "alias output index out of range",
+        lambda: jt.triton_call(
+            X, 20, 2.0, kernel=k.inplace_scale_kernel, out_shape=X, input_output_aliases={0: 3}, grid=2, BLOCK=16
+        ),
+        ValueError,
+        r"maps operand 0 to output 3, but there are 1 outputs",
+    ),
+    (
+        "alias of a scalar",
+        lambda: jt.triton_call(
+            X, 20, 2.0, kernel=k.inplace_classic_kernel, out_shape=X, input_output_aliases={1: 0}, grid=2, BLOCK=16
+        ),
+        ValueError,
+        r"input_output_aliases key 1 names operand 'n', a scalar",
+    ),
+    (
+        "alias shape mismatch",
+        lambda: jt.triton_call(
+            X,
+            20,
+            2.0,
+            kernel=k.inplace_classic_kernel,
+            out_shape=jax.ShapeDtypeStruct((10,), jnp.float32),
+            input_output_aliases={0: 0},
+            grid=2,
+            BLOCK=16,
+        ),
+        ValueError,
+        r"operand 'x_ptr' is float32\[20\] but output 0 is float32\[10\].*same shape and dtype",
+    ),
+    (
+        "alias dtype mismatch",
+        lambda: jt.triton_call(
+            X,
+            20,
+            2.0,
+            kernel=k.inplace_classic_kernel,
+            out_shape=jax.ShapeDtypeStruct((20,), jnp.int32),
+            input_output_aliases={0: 0},
+            grid=2,
+            BLOCK=16,
+        ),
+        ValueError,
+        r"operand 'x_ptr' is float32\[20\] but output 0 is int32\[20\]",
+    ),
+    (
+        "aliases not a dict",
+        lambda: scale(input_output_aliases=[(0, 0)]),
+        TypeError,
+        r"input_output_aliases must be a dict \{operand index: output index\}",
+    ),
+    (
+        "zeroed index out of range",
+        lambda: scale(zeroed_outputs=(2,)),
+        ValueError,
+        r"zeroed_outputs contains 2, but there are 1 outputs",
+    ),
+    ("zeroed of wrong type", lambda: scale(zeroed_outputs=3), TypeError, r"zeroed_outputs must be a sequence"),
+    (
+        "num_warps not a power of two",
+        lambda: scale(num_warps=3),
+        ValueError,
+        r"num_warps must be a positive power of two, got 3",
+    ),
+    ("num_ctas above 8", lambda: scale(num_ctas=16), ValueError, r"num_ctas must be an int from 1 to 8"),
+    ("negative num_stages", lambda: scale(num_stages=-1), ValueError, r"num_stages must be a non-negative int"),
+    (
+        "conflicting backend options",
+        lambda: scale(num_warps=4, backend_options={"num_warps": 8}),
+        ValueError,
+        r"num_warps given both as triton_call arguments and in backend_options",
+    ),
+    (
+        "backend options not a mapping",
+        lambda: scale(backend_options=["num_warps"]),
+        TypeError,
+        r"backend_options must be a mapping",
+    ),
+    (
+        "unhashable backend option",
+        lambda: scale(backend_options={"extern_libs": {"a": 1}}),
+        TypeError,
+        r"backend_options\['extern_libs'\]=\{'a': 1\} must be hashable",
+    ),
+    (
+        "autotune prune leaves nothing",
+        lambda: jt.triton_call(X, kernel=k.autotuned_scale_kernel, out_shape=X, grid=2, n=20, BLOCK=128),
+        ValueError,
+        r"the values fixed by the caller \(\{'BLOCK': 128\}\) rule out every @triton.autotune config",
+    ),
+    (
+        "refs combined with aliases",
+        lambda: jax.jit(
+            lambda x: jt.triton_call(
+                jax.new_ref(x),
+                20,
+                2.0,
+                kernel=k.inplace_scale_kernel,
+                out_shape=x,
+                input_output_aliases={0: 0},
+                grid=2,
+                BLOCK=16,
+            )
+        )(X),
+        ValueError,
+        r"input_output_aliases cannot be combined with Ref operands",
+    ),
+    (
+        "no outputs at all",
+        lambda: jt.triton_call(X, 20, 2.0, kernel=k.inplace_scale_kernel, out_shape=(), grid=2, BLOCK=16),
+        ValueError,
+        r"describes no outputs and no operand is a Ref",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "error", "pattern"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_input_is_explained(case: str, call: Callable[[], Any], error: type[BaseException], pattern: str) -> None:
+    with pytest.raises(error, match=pattern) as info:
+        call()
+    assert isinstance(info.value, (JtError, NotImplementedError)), f"{case}: {type(info.value)}"
+
+
+def test_at_least_twenty_five_bad_inputs_are_covered() -> None:
+    assert len(BAD_CALLS) >= 25
+
+
+def test_gradient_through_a_raw_call_points_to_custom_vjp() -> None:
+    def loss(x: jax.Array) -> jax.Array:
+        return scale(args=(x,)).sum()
+
+    with pytest.raises(NotImplementedError, match=r"custom_vjp"):
+        jax.grad(loss)(X)
+
+
+def test_error_inside_the_kernel_names_the_kernel_and_program() -> None:
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(16), jnp.float32)
+    with pytest.raises(Exception, match=r"kernel 'shape_error_kernel' failed on the CPU interpreter at program_id"):
+        jax.block_until_ready(jt.triton_call(x, kernel=k.shape_error_kernel, out_shape=x, grid=1, BLOCK=16))
