@@ -220,7 +220,7 @@ def test_auto_falls_back_to_sequential_when_the_axes_read_are_unknown(rng: np.ra
     xs = rng.standard_normal(3, dtype=np.float32)
     f = jax.vmap(
         lambda a: jt.triton_call(
-            a, 0, kernel=dynamic_axis_kernel, out_shape=jax.ShapeDtypeStruct((), a.dtype), grid=(1,)
+            a, axis=0, kernel=dynamic_axis_kernel, out_shape=jax.ShapeDtypeStruct((), a.dtype), grid=(1,)
         )
     )
     assert program_axes_read(dynamic_axis_kernel) is None
@@ -232,7 +232,7 @@ def test_grid_strategy_refuses_clearly_when_not_applicable(rng: np.random.Genera
     xs = rng.standard_normal(2, dtype=np.float32)
     f = jax.vmap(
         lambda a: jt.triton_call(
-            a, 0, kernel=dynamic_axis_kernel, out_shape=jax.ShapeDtypeStruct((), a.dtype), grid=(1,), vmap="grid"
+            a, axis=0, kernel=dynamic_axis_kernel, out_shape=jax.ShapeDtypeStruct((), a.dtype), grid=(1,), vmap="grid"
         )
     )
     with pytest.raises(KernelCallValueError, match=r"vmap='grid'.*axis that is not a constant.*vmap='sequential'"):

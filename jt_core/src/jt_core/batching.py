@@ -21,6 +21,7 @@ import ast
 import dataclasses
 import hashlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
@@ -100,23 +101,25 @@ def program_axes_read(fn: Any, constexprs: dict[str, Any] | None = None) -> froz
         The set of axes, or ``None`` when it cannot be decided from the source (an axis computed at run time,
         ``program_id`` passed around as a value, a kernel without readable source).
     """
-    seen: set[int] = set()
+    seen: set[tuple[int, frozenset[tuple[str, Any]]]] = set()
     axes: set[int] = set()
-    pending: list[tuple[Any, dict[str, Any]]] = [(fn, dict(constexprs or {}))]
+    known_ints = {k: v for k, v in (constexprs or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
+    pending: list[tuple[Any, dict[str, int]]] = [(fn, known_ints)]
     for value in (constexprs or {}).values():
         if _is_jit_function(value):
             pending.append((value, {}))
     while pending:
         current, known = pending.pop()
-        if id(current) in seen:
+        key = (id(current), frozenset(known.items()))
+        if key in seen:
             continue
-        seen.add(id(current))
+        seen.add(key)
         found = _axes_in_function(current, known)
         if found is None:
             return None
         current_axes, helpers = found
         axes |= current_axes
-        pending.extend((h, {}) for h in helpers)
+        pending.extend(helpers)
     return frozenset(axes)
 
 
@@ -126,13 +129,12 @@ def _is_jit_function(value: Any) -> bool:
     return isinstance(value, JITFunction)
 
 
-def _axes_in_function(fn: Any, known: dict[str, Any]) -> tuple[set[int], list[Any]] | None:
+def _axes_in_function(fn: Any, known: dict[str, int]) -> tuple[set[int], list[tuple[Any, dict[str, int]]]] | None:
+    """The axes ``fn`` reads directly and the helpers it calls, with the integer constants passed to them."""
     py_fn = getattr(fn, "fn", fn)
     source = getattr(fn, "src", None)
     try:
         if not isinstance(source, str):
-            import inspect
-
             source = inspect.getsource(py_fn)
         tree = ast.parse(textwrap.dedent(source))
     except (OSError, TypeError, SyntaxError):
@@ -145,7 +147,7 @@ def _axes_in_function(fn: Any, known: dict[str, Any]) -> tuple[set[int], list[An
         except ValueError:
             pass
     axes: set[int] = set()
-    helpers: list[Any] = []
+    helpers: list[tuple[Any, dict[str, int]]] = []
     calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
         name = _terminal_name(node)
@@ -163,8 +165,36 @@ def _axes_in_function(fn: Any, known: dict[str, Any]) -> tuple[set[int], list[An
             continue
         target = _resolve(node.func, namespace)
         if _is_jit_function(target):
-            helpers.append(target)
+            helpers.append((target, _constant_arguments(target, node, known)))
     return axes, helpers
+
+
+def _constant_arguments(helper: Any, node: ast.Call, known: dict[str, int]) -> dict[str, int]:
+    """The helper's parameters that receive integer constants at this call (literals, known names, defaults)."""
+
+    try:
+        params = list(inspect.signature(getattr(helper, "fn", helper)).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    values: dict[str, int] = {}
+    for param in params:
+        if isinstance(param.default, int) and not isinstance(param.default, bool):
+            values[param.name] = param.default
+    for param, arg in zip(params, node.args):
+        value = _constant_int(arg, known)
+        if value is not None:
+            values[param.name] = value
+        else:
+            values.pop(param.name, None)
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            continue
+        value = _constant_int(keyword.value, known)
+        if value is not None:
+            values[keyword.arg] = value
+        else:
+            values.pop(keyword.arg, None)
+    return values
 
 
 def _terminal_name(node: Any) -> str | None:
@@ -175,7 +205,7 @@ def _terminal_name(node: Any) -> str | None:
     return None
 
 
-def _constant_int(node: Any, known: dict[str, Any]) -> int | None:
+def _constant_int(node: Any, known: dict[str, int]) -> int | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name) and isinstance(known.get(node.id), int):

@@ -155,7 +155,7 @@ class KernelCall:
 
     def signature_text(self) -> str:
         """The kernel's signature, for error messages."""
-        return kernel_signature_text(self.params, self.name)
+        return kernel_signature_text(self.params, getattr(getattr(self.fn, "fn", self.fn), "__name__", "kernel"))
 
     def specialization(self, config: LaunchConfig) -> Specialization:
         """The Triton specialisation of one configuration, keyed by full parameter path."""
@@ -369,9 +369,10 @@ def bind_call(
     wrappers: KernelWrappers = unwrap_kernel(kernel)
     fn = wrappers.fn
     params = kernel_params(fn)
-    call_name = str(name or getattr(getattr(fn, "fn", fn), "__name__", "kernel"))
+    kernel_name = str(getattr(getattr(fn, "fn", fn), "__name__", "kernel"))
+    call_name = str(name or kernel_name)
     by_name = {p.name: p for p in params}
-    signature = kernel_signature_text(params, call_name)
+    signature = kernel_signature_text(params, kernel_name)
 
     # Keyword arguments: operands (non-constexpr parameters) or metaparameters (constexpr parameters).
     kw_operands: dict[str, Any] = {}

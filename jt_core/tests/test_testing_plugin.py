@@ -1,0 +1,100 @@
+"""jt_core.testing: markers, the --jt-require-gpu option, fixtures, and the observer hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jt_core as jt
+from jt_core import hookimpl
+from jt_core.backend import CompiledKernel, CompileRequest
+from jt_core.errors import KernelCompileError
+from jt_core.testing import HookRecorder, has_platform, sample_add_kernel
+
+pytest_plugins = ["pytester"]
+
+MARKED = """
+import pytest
+
+@pytest.mark.cuda
+def test_needs_cuda():
+    pass
+
+@pytest.mark.rocm
+def test_needs_rocm():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.mark.skipif(has_platform("cuda") or has_platform("rocm"), reason="this machine has a GPU")
+def test_hardware_markers_skip_without_a_gpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MARKED)
+    result = pytester.runpytest("-p", "jt_core.testing", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*needs a cuda device, and JAX sees none*"])
+
+
+@pytest.mark.skipif(has_platform("cuda") or has_platform("rocm"), reason="this machine has a GPU")
+def test_require_gpu_option_turns_skips_into_failures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MARKED)
+    result = pytester.runpytest("-p", "jt_core.testing", "--jt-require-gpu")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*--jt-require-gpu is set*"])
+
+
+def test_hook_recorder_sees_compile_requests(jt_hook_recorder: HookRecorder) -> None:
+    x = jnp.arange(64, dtype=jnp.float32)
+    jax.jit(lambda a: jt.triton_call(a, a, kernel=sample_add_kernel, out_shape=a, grid=2, n=64, BLOCK=32, name="rec"))(
+        x
+    ).block_until_ready()
+    assert "jt_compile_kernel" in jt_hook_recorder.names()
+    request = next(kw["request"] for name, kw in jt_hook_recorder.calls if name == "jt_compile_kernel")
+    assert request.call.name == "rec"
+    assert request.target.platform == "cpu"
+
+
+def test_observer_wrapper_sees_every_compile(jt_register_plugin: Any) -> None:
+    seen: list[tuple[str, str]] = []
+
+    class Observer:
+        @hookimpl(wrapper=True)
+        def jt_compile_kernel(self, request: CompileRequest) -> Any:
+            result: CompiledKernel = yield
+            seen.append((request.call.name, result.target.platform))
+            return result
+
+    jt_register_plugin(Observer(), name="observer")
+    x = jnp.arange(64, dtype=jnp.float32)
+    out = jax.jit(
+        lambda a: jt.triton_call(a, a, kernel=sample_add_kernel, out_shape=a, grid=2, n=64, BLOCK=32, name="obs")
+    )(x)
+    np.testing.assert_array_equal(out, 2 * np.arange(64, dtype=np.float32))
+    assert ("obs", "cpu") in seen
+
+
+def test_plugin_can_replace_the_compile(jt_register_plugin: Any) -> None:
+    class Refusing:
+        @hookimpl(tryfirst=True)
+        def jt_compile_kernel(self, request: CompileRequest) -> CompiledKernel | None:
+            if request.call.name == "refused":
+                raise RuntimeError("this plugin refuses to compile")
+            return None
+
+    jt_register_plugin(Refusing(), name="refusing")
+    x = jnp.arange(64, dtype=jnp.float32)
+    with pytest.raises(
+        KernelCompileError,
+        match=r"(?s)compiling triton_call 'refused' \(kernel sample_add_kernel\(.*refuses to compile",
+    ):
+        jax.jit(
+            lambda a: jt.triton_call(
+                a, a, kernel=sample_add_kernel, out_shape=a, grid=2, n=64, BLOCK=32, name="refused"
+            )
+        ).lower(x)
