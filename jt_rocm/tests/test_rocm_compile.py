@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from rocm_test_support import bound_call
 
 from jt_core.backend import CompiledKernel
 from jt_core.errors import KernelCallValueError
 from jt_core.testing import compile_request
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
-from rocm_test_support import bound_call
 
 ELF_MAGIC = b"\x7fELF"
 EM_AMDGPU = 224  # ELF e_machine of AMD GPU code objects
@@ -94,9 +94,7 @@ def test_shared_memory_above_the_lds_size_is_refused() -> None:
         compile_for("gfx942", call)
 
 
-def test_dump_dir_gets_every_stage_and_survives_a_second_dump(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_dump_dir_gets_every_stage_and_survives_a_second_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
     first = compile_for("gfx942")
     second = compile_for("gfx942")
