@@ -47,3 +47,17 @@ class _Probe:
     arg_names: tuple[str, ...] = ()
     params: tuple[Any, ...] = ()
     __name__ = "probe"
+
+
+def hopper_tma_copies() -> tuple[Any, Any]:
+    """Gluon's Hopper TMA copy builtins ``(global -> shared, shared -> global)``.
+
+    Triton 3.9 names them ``tma.async_load`` / ``tma.async_store`` (the old names raise); Triton 3.6 names them
+    ``tma.async_copy_global_to_shared`` / ``tma.async_copy_shared_to_global``. Both take the same leading arguments
+    (descriptor, coordinates, barrier, shared buffer / descriptor, coordinates, shared buffer).
+    """
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    if hasattr(tma, "async_load"):
+        return tma.async_load, tma.async_store
+    return tma.async_copy_global_to_shared, tma.async_copy_shared_to_global
