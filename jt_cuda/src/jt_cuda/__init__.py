@@ -1,3 +1,24 @@
-"""CUDA backend for jt: compile Triton kernels to cubin and launch them on NVIDIA GPUs from JAX."""
+"""CUDA backend for jt: compile Triton kernels to cubin and launch them on NVIDIA GPUs from JAX.
+
+Installing the distribution is all it takes: jt finds the plugin through its entry point. Import this package only
+for :func:`register_handlers`, needed by a process that runs a serialized module (``jax.export``) containing jt
+calls without making a ``triton_call`` itself.
+"""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+
+def register_handlers() -> None:
+    """Builds (first time on a machine) and registers jt's CUDA FFI handler with XLA.
+
+    Raises:
+        jt_core.native.NativeBuildError: When no C++ compiler is available or the build fails.
+    """
+    from jt_cuda import handler
+
+    handler.register()
+
+
+__all__ = ["__version__", "register_handlers"]

@@ -1,3 +1,24 @@
 """The jt plugin module of jt-cuda: only ``@hookimpl`` functions; heavy imports happen inside them."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jt_core.backend import Backend, Launcher
+from jt_core.hookspecs import hookimpl
+
+
+@hookimpl
+def jt_register_backends() -> Sequence[Backend]:
+    """Registers the CUDA backend (Triton to cubin, target per device)."""
+    from jt_cuda.backend import CudaBackend
+
+    return [CudaBackend()]
+
+
+@hookimpl
+def jt_register_launchers() -> Sequence[Launcher]:
+    """Registers jt's own FFI handler (``"jt"``, preferred) and jaxlib's Triton handler (``"jaxlib"``)."""
+    from jt_cuda.launchers import JaxlibLauncher, JtFfiLauncher
+
+    return [JtFfiLauncher(), JaxlibLauncher()]

@@ -1,0 +1,93 @@
+"""Every difference between supported Triton, JAX and jaxlib versions that jt-cuda depends on, named once."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+def gpu_target(arch: int) -> Any:
+    """Triton's ``GPUTarget`` for a CUDA compute capability (e.g. ``90``)."""
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget("cuda", arch, 32)
+
+
+@functools.cache
+def cuda_option_names() -> frozenset[str]:
+    """The option names Triton's CUDA backend accepts (fields of ``CUDAOptions``; they differ by release)."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return frozenset(CUDAOptions.__dataclass_fields__)
+
+
+def metadata_dict(metadata: Any) -> dict[str, Any]:
+    """Triton's compiled-kernel metadata (a namedtuple in 3.6-3.9) as a plain dict."""
+    if hasattr(metadata, "_asdict"):
+        return dict(metadata._asdict())
+    return dict(vars(metadata))
+
+
+def cluster_dims(metadata: dict[str, Any]) -> tuple[int, int, int]:
+    """The cluster shape: older Triton records ``cluster_dims``; 3.6+ only ``num_ctas`` (a 1-D cluster)."""
+    dims = metadata.get("cluster_dims")
+    if dims:
+        x, y, z = (int(d) for d in dims)
+        return (x, y, z)
+    return (int(metadata.get("num_ctas", 1) or 1), 1, 1)
+
+
+def jaxlib_triton_module() -> Any | None:
+    """jaxlib's CUDA Triton kernel-call module, or ``None`` when this jaxlib has none (CPU-only jaxlib).
+
+    ``jax._src.lib.gpu_triton`` imports on every jaxlib; only a CUDA plugin gives it the kernel-call API.
+    """
+    try:
+        from jax._src.lib import gpu_triton
+    except Exception:
+        return None
+    if not hasattr(gpu_triton, "TritonKernelCall"):
+        return None
+    return gpu_triton
+
+
+def jaxlib_has_ffi_triton_handler() -> bool:
+    """Whether jaxlib registers the typed-FFI ``triton_kernel_call_ffi`` target, besides the legacy one."""
+    module = jaxlib_triton_module()
+    if module is None:
+        return False
+    plugin = getattr(module, "_cuda_triton", None)
+    registrations = getattr(plugin, "registrations", None)
+    if registrations is None:
+        return False
+    try:
+        return "triton_kernel_call_ffi" in registrations()
+    except Exception:
+        return False
+
+
+def register_ffi_target(name: str, handlers: dict[str, Any], command_buffer_compatible: bool) -> None:
+    """Registers a typed-FFI target for CUDA, with the command-buffer trait where jaxlib supports it."""
+    import jax
+    from jaxlib import xla_client
+
+    traits = getattr(xla_client, "CustomCallTargetTraits", None)
+    if traits is not None and command_buffer_compatible:
+        jax.ffi.register_ffi_target(
+            name, handlers, platform="CUDA", api_version=1, traits=traits.COMMAND_BUFFER_COMPATIBLE
+        )
+    else:
+        jax.ffi.register_ffi_target(name, handlers, platform="CUDA", api_version=1)
+
+
+def register_ffi_type(name: str, type_id: Any, type_info: Any) -> None:
+    """Registers the handler's state type with XLA for CUDA."""
+    import jax
+
+    jax.ffi.register_ffi_type(name, {"type_id": type_id, "type_info": type_info}, platform="CUDA")
+
+
+def device_compute_capability(device: Any) -> str | None:
+    """A JAX device's compute capability string (``"9.0"``), or ``None`` if it has none (not a CUDA device)."""
+    value = getattr(device, "compute_capability", None)
+    return str(value) if value else None

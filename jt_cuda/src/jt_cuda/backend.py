@@ -1,0 +1,233 @@
+"""The CUDA backend: the target of a call, compiling through Triton's own stages to cubin, and resource checks."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import sys
+import threading
+from typing import Any
+
+from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Target
+from jt_core.binding import KernelCall
+from jt_core.errors import KernelCallValueError
+from jt_cuda import _compat, _dump
+from jt_cuda.arch import limits_for, parse_compute_capability
+
+#: Environment variable giving the compute capability when lowering without a CUDA device.
+ARCH_VARIABLE = "JT_CUDA_ARCH"
+
+#: IR stages kept in :attr:`CompiledKernel.asm`.
+KEPT_STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin")
+
+#: Options jt sets itself; ``backend_options`` may not name them (they have their own arguments or are derived).
+_RESERVED_OPTIONS = frozenset({"arch", "backend_name", "warp_size"})
+
+
+def _config_label(call: KernelCall, options: CompileOptions) -> str:
+    for config in call.configs:
+        if config.options is options or config.options == options:
+            return config.label
+    return f"num_warps={options.num_warps}, num_stages={options.num_stages}"
+
+
+class CudaBackend(Backend):
+    """Compiles Triton (and Gluon) kernels to cubin for NVIDIA GPUs.
+
+    The target is the compute capability of the device the computation is lowered for, else the call's
+    ``compute_capability=``, else ``JT_CUDA_ARCH``. Compiles go through ``triton.compile`` with an explicit
+    ``GPUTarget``, so Triton picks the stage list for the source's language and no GPU is needed to compile.
+    """
+
+    platform = "cuda"
+
+    def __init__(self, cache_size: int = 512) -> None:
+        self._cache: collections.OrderedDict[Any, CompiledKernel] = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    # -- target ----------------------------------------------------------------------------------------------
+
+    def target(self, call: KernelCall, device: Any | None) -> Target:
+        if call.compute_capability is not None:
+            try:
+                cc = parse_compute_capability(call.compute_capability, "compute_capability")
+            except ValueError as exc:
+                raise KernelCallValueError(f"triton_call {call.name!r}: {exc}") from None
+            return Target(platform="cuda", arch=cc, warp_size=32)
+        if device is not None:
+            text = _compat.device_compute_capability(device)
+            if text is not None:
+                return Target(platform="cuda", arch=parse_compute_capability(text, f"device {device}"), warp_size=32)
+        env = os.environ.get(ARCH_VARIABLE, "").strip()
+        if env:
+            try:
+                cc = parse_compute_capability(env, ARCH_VARIABLE)
+            except ValueError as exc:
+                raise KernelCallValueError(f"triton_call {call.name!r}: {exc}") from None
+            return Target(platform="cuda", arch=cc, warp_size=32)
+        raise KernelCallValueError(
+            f"triton_call {call.name!r} is lowered for 'cuda' without a CUDA device to take the compute capability "
+            f"from (export or cross-platform lowering); pass compute_capability= to triton_call (e.g. "
+            f"compute_capability=90 for sm90) or set the environment variable {ARCH_VARIABLE}=90"
+        )
+
+    # -- options ---------------------------------------------------------------------------------------------
+
+    def validate_options(self, options: CompileOptions, call: KernelCall, target: Target) -> None:
+        cc = int(target.arch)
+        limits = limits_for(cc)
+        label = _config_label(call, options)
+        if options.num_ctas > 1 and not limits.supports_clusters:
+            raise KernelCallValueError(
+                f"triton_call {call.name!r} config [{label}]: num_ctas={options.num_ctas} needs thread-block "
+                f"clusters, which exist from sm90 (Hopper) on; the target is {limits.name}. Use num_ctas=1 or "
+                "compile for compute_capability >= 90"
+            )
+        known = _compat.cuda_option_names()
+        for key, _ in options.extra:
+            if key in _RESERVED_OPTIONS:
+                raise KernelCallValueError(
+                    f"triton_call {call.name!r}: backend_options[{key!r}] is set by jt from the target; remove it "
+                    "(use compute_capability= to choose the architecture)"
+                )
+            if key not in known:
+                raise KernelCallValueError(
+                    f"triton_call {call.name!r}: backend_options[{key!r}] is not an option of Triton's CUDA backend "
+                    f"(triton {_triton_version()}); known options: {sorted(known - _RESERVED_OPTIONS)}"
+                )
+
+    # -- compile ---------------------------------------------------------------------------------------------
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        import triton
+
+        cc = int(request.target.arch)
+        source = request.dialect.make_source(request.kernel, request.specialization, request.target)
+        options = request.options.as_dict()
+        key = (source.hash(), cc, tuple(sorted((k, repr(v)) for k, v in options.items())))
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+        if cached is None:
+            compiled = triton.compile(source, target=_compat.gpu_target(cc), options=dict(options))
+            cached = self._to_compiled_kernel(compiled, request.target)
+            with self._lock:
+                self._cache[key] = cached
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        self._check_limits(cached, request)
+        if request.options.debug:
+            self._print_irs(cached, request)
+        root = _dump.dump_dir()
+        if root is not None:
+            _dump.write_dump(
+                root, request.call.name, self._dump_key(cached), cached.asm, _compile_info(cached, request)
+            )
+        return cached
+
+    @staticmethod
+    def _to_compiled_kernel(compiled: Any, target: Target) -> CompiledKernel:
+        metadata = _compat.metadata_dict(compiled.metadata)
+        plain = {k: _plain(v) for k, v in metadata.items()}
+        asm = {stage: compiled.asm[stage] for stage in KEPT_STAGES if stage in compiled.asm}
+        cubin = asm.get("cubin", b"")
+        return CompiledKernel(
+            name=str(metadata.get("name", compiled.name)),
+            target=target,
+            binary=bytes(cubin),
+            asm=asm,
+            metadata=plain,
+            num_warps=int(metadata["num_warps"]),
+            shared_mem=int(metadata.get("shared", 0) or 0),
+            cluster_dims=_compat.cluster_dims(metadata),
+            global_scratch_size=int(metadata.get("global_scratch_size", 0) or 0),
+            global_scratch_align=int(metadata.get("global_scratch_align", 1) or 1),
+        )
+
+    @staticmethod
+    def _check_limits(kernel: CompiledKernel, request: CompileRequest) -> None:
+        cc = int(request.target.arch)
+        limits = limits_for(cc)
+        name = request.call.name
+        label = request.config.label
+        if kernel.shared_mem > limits.max_shared_mem:
+            raise KernelCallValueError(
+                f"triton_call {name!r} (kernel {kernel.name}) config [{label}] needs {kernel.shared_mem} bytes of "
+                f"shared memory per block, above the {limits.max_shared_mem} bytes "
+                f"({limits.max_shared_mem // 1024} KiB) that {limits.name} allows (opt-in maximum); use smaller "
+                "blocks or fewer num_stages"
+            )
+        tmem = int(kernel.metadata.get("tmem_size", 0) or 0)
+        if tmem > limits.tensor_memory_columns:
+            raise KernelCallValueError(
+                f"triton_call {name!r} (kernel {kernel.name}) config [{label}] needs {tmem} columns of tensor "
+                f"memory, above the {limits.tensor_memory_columns} that {limits.name} has; use smaller blocks"
+            )
+        if kernel.cluster_dims[0] * kernel.cluster_dims[1] * kernel.cluster_dims[2] > 8:
+            raise KernelCallValueError(
+                f"triton_call {name!r} (kernel {kernel.name}) config [{label}] has cluster {kernel.cluster_dims}, "
+                "above the portable maximum of 8 blocks per cluster"
+            )
+        block = kernel.num_warps * 32
+        if block > 1024:
+            raise KernelCallValueError(
+                f"triton_call {name!r} (kernel {kernel.name}) config [{label}] runs {kernel.num_warps} warps "
+                f"({block} threads) per block, above the 1024 threads a CUDA block may have; lower num_warps"
+            )
+
+    @staticmethod
+    def _dump_key(kernel: CompiledKernel) -> str:
+        value = kernel.metadata.get("hash")
+        if isinstance(value, str) and value:
+            return value
+        return hashlib.sha256(kernel.binary).hexdigest()
+
+    @staticmethod
+    def _print_irs(kernel: CompiledKernel, request: CompileRequest) -> None:
+        out = sys.stdout
+        for stage in ("ttir", "ttgir", "llir", "ptx"):
+            if stage in kernel.asm:
+                out.write(
+                    f"// ---- triton_call {request.call.name!r} config [{request.config.label}] {stage} "
+                    f"(sm{request.target.arch}) ----\n"
+                )
+                out.write(str(kernel.asm[stage]))
+                out.write("\n")
+        out.flush()
+
+
+def _compile_info(kernel: CompiledKernel, request: CompileRequest) -> dict[str, Any]:
+    return {
+        "call": request.call.name,
+        "kernel": kernel.name,
+        "config": request.config.label,
+        "grid": list(request.config.grid),
+        "target": {"platform": "cuda", "compute_capability": request.target.arch},
+        "options": {k: _plain(v) for k, v in request.options.as_dict().items()},
+        "num_warps": kernel.num_warps,
+        "shared_mem": kernel.shared_mem,
+        "cluster_dims": list(kernel.cluster_dims),
+        "global_scratch_size": kernel.global_scratch_size,
+        "global_scratch_align": kernel.global_scratch_align,
+        "cubin_bytes": len(kernel.binary),
+        "metadata": dict(kernel.metadata),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def _triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)

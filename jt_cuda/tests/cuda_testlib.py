@@ -1,0 +1,187 @@
+"""Kernels and helpers shared by the jt-cuda tests (a module, so that Triton can read the kernels' source)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import triton
+import triton.language as tl
+
+# -- kernels -------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """``out = x + y`` (classic order: inputs, output, scalar)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def out_first_kernel(out_ptr, x_ptr, scale, n, BLOCK: tl.constexpr):
+    """``out = x * scale`` with the output pointer declared before the input pointer."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * scale, mask=mask)
+
+
+@triton.jit
+def scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
+    """``x *= factor`` through the input pointer (current convention, aliased output)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+
+
+@triton.jit
+def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """``out += sum(x)`` with atomics: the output must start at zero (``zeroed_outputs``)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=mask, other=0.0), axis=0))
+
+
+@triton.jit
+def scalar_types_kernel(out_ptr, a, b, c, d, e, BLOCK: tl.constexpr):
+    """Writes ``a + b + c + d + e`` (int8, int16, int64, float32, float64 scalars) as float32."""
+    offsets = tl.arange(0, BLOCK)
+    value = a.to(tl.float32) + b.to(tl.float32) + c.to(tl.float32) + d + e.to(tl.float32)
+    tl.store(out_ptr + offsets, tl.full((BLOCK,), 0.0, tl.float32) + value)
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    """``C = A @ B`` with float32 accumulation, grouped program order for L2 reuse."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_pid_n
+    first_m = (pid // group) * GROUP_M
+    group_size = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((pid % group) % group_size)
+    pid_n = (pid % group) // group_size
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        mask_k = rk < K - k * BLOCK_K
+        acc += tl.dot(tl.load(a, mask=mask_k[None, :], other=0.0), tl.load(b, mask=mask_k[:, None], other=0.0))
+        a += BLOCK_K * stride_ak
+        b += BLOCK_K * stride_bk
+    c = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 256}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8),
+    ],
+    key=["n"],
+)
+@triton.jit
+def autotuned_scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
+    """``x *= factor`` in place, with three candidate block sizes."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+
+
+@triton.jit
+def big_shared_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    """A row reduction whose tile is staged through shared memory (scaled by ``BLOCK``)."""
+    rows = tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    tile = tl.load(x_ptr + rows[:, None] * BLOCK + cols[None, :])
+    tl.store(out_ptr + rows, tl.sum(tl.trans(tile), axis=0))
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def add_call(x: Any, y: Any, block: int = 128, **options: Any) -> Any:
+    """``triton_call`` of :func:`add_kernel` over all of ``x``."""
+    import jt_core as jt
+
+    return jt.triton_call(
+        x, y, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, block),), n=x.size, BLOCK=block, **options
+    )
+
+
+def lower_for_cuda(fn: Callable[..., Any], *specs: Any, **jit_kwargs: Any) -> Any:
+    """``jax.jit(fn)`` lowered for the ``cuda`` platform (works without a GPU)."""
+    return jax.jit(fn, **jit_kwargs).trace(*specs).lower(lowering_platforms=("cuda",))
+
+
+def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
+    """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``)."""
+    module = lowered.compiler_ir("stablehlo")
+    found: list[Any] = []
+
+    def visit(operation: Any) -> None:
+        if operation.name == "stablehlo.custom_call":
+            name = str(operation.attributes["call_target_name"]).strip('"')
+            if target is None or name == target:
+                found.append(operation)
+        for region in operation.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
+
+
+def backend_config(operation: Any) -> dict[str, Any]:
+    """A typed-FFI custom call's attributes (``mhlo.backend_config``) as Python values."""
+    from jax._src.lib.mlir import ir
+
+    attrs = operation.attributes["mhlo.backend_config"]
+    out: dict[str, Any] = {}
+    for named in ir.DictAttr(attrs):
+        out[named.name] = attribute_value(named.attr)
+    return out
+
+
+def attribute_value(attr: Any) -> Any:
+    """Converts an MLIR attribute to ``bytes`` (strings), ``int`` or ``list[int]``."""
+    from jax._src.lib.mlir import ir
+
+    if ir.StringAttr.isinstance(attr):
+        return ir.StringAttr(attr).value_bytes
+    if ir.IntegerAttr.isinstance(attr):
+        return ir.IntegerAttr(attr).value
+    if ir.DenseI64ArrayAttr.isinstance(attr):
+        return list(ir.DenseI64ArrayAttr(attr))
+    return str(attr)
+
+
+def output_operand_aliases(operation: Any) -> list[tuple[int, int]]:
+    """``(operand index, output index)`` pairs of a custom call's ``output_operand_aliases``."""
+    import re
+
+    text = (
+        str(operation.attributes["output_operand_aliases"]) if "output_operand_aliases" in operation.attributes else ""
+    )
+    pairs = []
+    for match in re.finditer(r"output_tuple_indices = \[([0-9, ]*)\], operand_index = (\d+)", text):
+        outs = [int(v) for v in match.group(1).split(",") if v.strip()]
+        pairs.append((int(match.group(2)), outs[0] if outs else 0))
+    return sorted(pairs)
+
+
+def f32(shape: Sequence[int]) -> jax.ShapeDtypeStruct:
+    """A float32 abstract array."""
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.float32)
