@@ -21,6 +21,7 @@ def gluon_call(
     dtype: Any = np.float32,
     grid: Any = 1,
     backend_options: Mapping[str, Any] | None = None,
+    compute_capability: int | None = None,
 ) -> KernelCall:
     """A bound call of ``kernel`` on ``n_inputs`` abstract arrays one output, no tracing."""
     shape = (size,) if isinstance(size, int) else size
@@ -37,7 +38,7 @@ def gluon_call(
         explicit_options={},
         backend_options=backend_options,
         name=None,
-        compute_capability=None,
+        compute_capability=compute_capability,
         has_side_effect=False,
         launcher=None,
         serialized_metadata=b"",

@@ -25,9 +25,10 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 
 import jt_core as jt
+from jt_core import hooks
 from jt_core.backend import CompiledKernel, Target
 from jt_core.binding import KernelCall
-from jt_core.errors import KernelCompileError
+from jt_core.errors import KernelCompileError, NoBackendError
 from jt_core.testing import compile_request
 from jt_gluon import _compat
 from jt_gluon.dialect import GluonDialect
@@ -145,3 +146,25 @@ def test_gluon_call_lowers_for_rocm(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert "stablehlo.custom_call @triton_kernel_call_ffi" in text
     (hsaco,) = tmp_path.iterdir()
     assert hsaco.name.startswith("memcpy_kernel-") and hsaco.read_bytes()[:4] == ELF_MAGIC
+
+
+def test_gluon_compiles_and_lowers_through_the_cuda_backend() -> None:
+    try:
+        backend = hooks.backend_for("cuda")
+    except NoBackendError as exc:
+        pytest.skip(f"no backend serves 'cuda' in this environment: {exc}")
+    call = memcpy_call(32, compute_capability=90)
+    target = backend.target(call, None)
+    kernel = backend.compile(compile_request(backend, call, target, GluonDialect()))
+    assert kernel.binary[:4] == ELF_MAGIC
+    assert _compat.first_gluon_stage() in kernel.asm
+    assert "ttir" not in kernel.asm
+    x = jax.ShapeDtypeStruct((500,), jnp.float32)
+
+    def f(a: Any) -> Any:
+        return jt.triton_call(
+            a, kernel=memcpy_kernel, out_shape=a, grid=4, n=500, BLOCK=128, layout=blocked_1d(32), compute_capability=90
+        )
+
+    text = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",)).as_text()
+    assert "stablehlo.custom_call" in text
