@@ -35,13 +35,34 @@ def _plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from jt_core import cache
+
+    if args.action == "clear":
+        removed = cache.clear()
+        print(f"removed {removed} entries from {cache.cache_dir()}")
+        return 0
+    data = cache.info()
+    if args.json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for key, value in data.items():
+            print(f"{key:17} {value}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m jt_core``."""
-    parser = argparse.ArgumentParser(prog="python -m jt_core", description="Inspect jt's plugins.")
+    parser = argparse.ArgumentParser(prog="python -m jt_core", description="Inspect jt's plugins and caches.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list plugins: distribution, version, what they provide, status, errors")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_plugins)
+    c = sub.add_parser("cache", help="show or clear the compiled-kernel cache (JT_CACHE_DIR)")
+    c.add_argument("action", choices=["info", "clear"])
+    c.add_argument("--json", action="store_true", help="print JSON (info)")
+    c.set_defaults(func=_cache)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

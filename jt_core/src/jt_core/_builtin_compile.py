@@ -9,7 +9,8 @@ from jt_core.hookspecs import hookimpl
 
 @hookimpl(trylast=True)
 def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
-    """Compiles with the request's backend, once per process for each distinct kernel variant.
+    """Compiles with the request's backend, once per process for each distinct kernel variant, and once per
+    machine for backends whose kernels go to the disk cache (:mod:`jt_core.cache`).
 
     Runs after every plugin's implementation. The variant is identified by the kernel, its dialect, the
     specialisation, the target, the options and the backend's class.
@@ -22,4 +23,4 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
         type(request.backend).__qualname__,
         request.call.name,
     )
-    return cache.memoized(request.kernel, key, lambda: request.backend.compile(request))
+    return cache.memoized(request.kernel, key, lambda: cache.compile_cached(request))

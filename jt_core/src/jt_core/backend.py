@@ -154,6 +154,16 @@ class Backend(ABC):
     platform: ClassVar[str]
     #: Whether kernels must be interpretable (no GPU-only dialects): true for the CPU backend only.
     interprets: ClassVar[bool] = False
+    #: Whether compiled kernels may be kept in jt's disk cache (their metadata must be JSON data).
+    cacheable: ClassVar[bool] = False
+
+    def cache_tag(self) -> str:
+        """Extra text for the disk-cache key: anything outside the request that changes the binary (tool versions)."""
+        return ""
+
+    def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
+        """Turns a kernel read back from the disk cache into what :meth:`compile` would have returned."""
+        return cached
 
     @abstractmethod
     def target(self, call: KernelCall, device: Any | None) -> Target:

@@ -1,14 +1,52 @@
-"""Caches of compiled kernels. In memory: one entry per (kernel, specialisation, target, options)."""
+"""Caches of compiled kernels: one in memory per process, one on disk per machine.
+
+The disk cache keeps every compiled kernel a backend marks :attr:`~jt_core.backend.Backend.cacheable`, keyed on
+everything that changes the binary and nothing else: the kernel's source together with the sources of the
+``@triton.jit`` functions it calls (Triton's own ``cache_key``), its dialect, the specialisation, constants, target,
+options, the backend, and the Triton and jt versions.
+
+Configuration (read on every use):
+
+* ``JT_CACHE_DIR`` -- the directory (default ``$XDG_CACHE_HOME/jt`` or ``~/.cache/jt``), created private to the user;
+* ``JT_DISABLE_CACHE=1`` -- neither read nor write the disk cache;
+* ``JT_CACHE_MAX_BYTES`` -- size bound of the compiled-kernel entries (default 2 GiB); the least recently used
+  entries are evicted beyond it.
+
+Entries are written to a temporary file and renamed into place, so concurrent processes never see a torn entry.
+Each entry carries a SHA-256 checksum of its contents: a corrupt or truncated entry is reported with a warning,
+deleted and rebuilt, never loaded. Entries are JSON plus raw binary blobs; nothing is unpickled or executed.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import struct
+import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
+
+from jt_core.backend import CompiledKernel, CompileRequest, Target
+
+log = logging.getLogger("jt_core.cache")
+
+_MAGIC = b"JTK1"
+_SUFFIX = ".jtk"
+_DEFAULT_MAX_BYTES = 2 << 30
 
 _lock = threading.Lock()
 _memory: dict[Hashable, Any] = {}
 _per_kernel: dict[Any, set[Hashable]] = {}
+_stats = {"memory_hits": 0, "disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "corrupt": 0}
+
+
+# -- in memory -------------------------------------------------------------------------------------------------
 
 
 def memoized(kernel: Any, key: Hashable, build: Callable[[], Any]) -> Any:
@@ -16,6 +54,7 @@ def memoized(kernel: Any, key: Hashable, build: Callable[[], Any]) -> Any:
     full = (kernel, key)
     with _lock:
         if full in _memory:
+            _stats["memory_hits"] += 1
             return _memory[full]
     value = build()
     with _lock:
@@ -35,3 +74,277 @@ def clear_memory() -> None:
     with _lock:
         _memory.clear()
         _per_kernel.clear()
+
+
+def stats() -> dict[str, int]:
+    """Counters of this process: memory hits, disk hits/misses/writes, corrupt entries found."""
+    with _lock:
+        return dict(_stats)
+
+
+# -- on disk ---------------------------------------------------------------------------------------------------
+
+
+def enabled() -> bool:
+    """Whether the disk cache is used (``JT_DISABLE_CACHE`` unset or false)."""
+    value = os.environ.get("JT_DISABLE_CACHE", "").strip().lower()
+    return value in ("", "0", "false", "no", "off")
+
+
+def cache_dir() -> pathlib.Path:
+    """The cache directory, created (mode 0700) if missing."""
+    configured = os.environ.get("JT_CACHE_DIR")
+    if configured:
+        path = pathlib.Path(configured).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path = pathlib.Path(base) / "jt"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def kernels_dir() -> pathlib.Path:
+    """Where compiled kernels are kept."""
+    path = cache_dir() / "kernels"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def max_bytes() -> int:
+    """The size bound of the compiled-kernel entries (``JT_CACHE_MAX_BYTES``)."""
+    value = os.environ.get("JT_CACHE_MAX_BYTES")
+    if not value:
+        return _DEFAULT_MAX_BYTES
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"JT_CACHE_MAX_BYTES must be a number of bytes, got {value!r}") from None
+
+
+def _source_key(kernel: Any) -> str:
+    """The kernel's source identity, including the ``@triton.jit`` functions it calls."""
+    key = getattr(kernel, "cache_key", None)
+    if isinstance(key, str) and key:
+        return key
+    src = getattr(kernel, "src", None)
+    if src is None:
+        import inspect
+
+        src = inspect.getsource(getattr(kernel, "fn", kernel))
+    return hashlib.sha256(str(src).encode()).hexdigest()
+
+
+def compile_key(request: CompileRequest) -> str:
+    """The disk-cache key of a compile request (hex SHA-256)."""
+    import triton
+
+    from jt_core import __version__
+
+    parts = {
+        "jt": __version__,
+        "triton": triton.__version__,
+        "source": _source_key(request.kernel),
+        "dialect": request.dialect.name,
+        "backend": f"{type(request.backend).__module__}.{type(request.backend).__qualname__}",
+        "backend_tag": request.backend.cache_tag(),
+        "signature": repr(sorted(request.specialization.signature.items())),
+        "constexprs": repr(sorted(request.specialization.constexprs.items())),
+        "attrs": repr(sorted((k, [list(a) for a in v]) for k, v in request.specialization.attrs.items())),
+        "target": repr(request.target),
+        "options": repr(request.options),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _encode(kernel: CompiledKernel) -> bytes:
+    blobs: list[bytes] = [kernel.binary]
+    asm_index: dict[str, list[Any]] = {}
+    for stage, value in kernel.asm.items():
+        if isinstance(value, bytes):
+            asm_index[stage] = ["bytes", len(blobs)]
+            blobs.append(value)
+        else:
+            asm_index[stage] = ["str", len(blobs)]
+            blobs.append(str(value).encode())
+    header = {
+        "name": kernel.name,
+        "target": dataclasses.asdict(kernel.target),
+        "asm": asm_index,
+        "metadata": kernel.metadata,
+        "num_warps": kernel.num_warps,
+        "shared_mem": kernel.shared_mem,
+        "cluster_dims": list(kernel.cluster_dims),
+        "global_scratch_size": kernel.global_scratch_size,
+        "global_scratch_align": kernel.global_scratch_align,
+        "blob_sizes": [len(b) for b in blobs],
+    }
+    head = json.dumps(header, sort_keys=True).encode()
+    body = struct.pack("<Q", len(head)) + head + b"".join(blobs)
+    return _MAGIC + hashlib.sha256(body).digest() + body
+
+
+def _decode(data: bytes) -> CompiledKernel:
+    if len(data) < 4 + 32 + 8 or data[:4] != _MAGIC:
+        raise ValueError("not a jt cache entry")
+    digest, body = data[4:36], data[36:]
+    if hashlib.sha256(body).digest() != digest:
+        raise ValueError("checksum mismatch (truncated or corrupt)")
+    (head_len,) = struct.unpack("<Q", body[:8])
+    header = json.loads(body[8 : 8 + head_len])
+    blobs, offset = [], 8 + head_len
+    for size in header["blob_sizes"]:
+        blobs.append(body[offset : offset + size])
+        offset += size
+    asm = {stage: (blobs[i] if kind == "bytes" else blobs[i].decode()) for stage, (kind, i) in header["asm"].items()}
+    target = header["target"]
+    return CompiledKernel(
+        name=header["name"],
+        target=Target(target["platform"], target["arch"], target["warp_size"]),
+        binary=blobs[0],
+        asm=asm,
+        metadata=header["metadata"],
+        num_warps=header["num_warps"],
+        shared_mem=header["shared_mem"],
+        cluster_dims=tuple(header["cluster_dims"]),  # type: ignore[arg-type]
+        global_scratch_size=header["global_scratch_size"],
+        global_scratch_align=header["global_scratch_align"],
+    )
+
+
+def atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def load(key: str) -> CompiledKernel | None:
+    """The cached kernel for ``key``, or ``None`` (missing, disabled, or corrupt: then deleted with a warning)."""
+    if not enabled():
+        return None
+    path = kernels_dir() / (key + _SUFFIX)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        with _lock:
+            _stats["disk_misses"] += 1
+        return None
+    try:
+        kernel = _decode(data)
+    except (ValueError, KeyError, IndexError, struct.error, UnicodeDecodeError) as exc:
+        with _lock:
+            _stats["corrupt"] += 1
+        warnings.warn(
+            f"jt cache entry {path} is unusable ({exc}); it is deleted and rebuilt", RuntimeWarning, stacklevel=2
+        )
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        return None
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+    with _lock:
+        _stats["disk_hits"] += 1
+    return kernel
+
+
+def store(key: str, kernel: CompiledKernel) -> None:
+    """Writes ``kernel`` under ``key`` (no-op when disabled or when its metadata is not JSON data)."""
+    if not enabled():
+        return
+    try:
+        data = _encode(kernel)
+    except (TypeError, ValueError) as exc:
+        log.debug("not caching %s: %s", kernel.name, exc)
+        return
+    atomic_write(kernels_dir() / (key + _SUFFIX), data)
+    with _lock:
+        _stats["disk_writes"] += 1
+    evict()
+
+
+def entries() -> list[pathlib.Path]:
+    """The compiled-kernel entries, least recently used first."""
+    if not (cache_dir() / "kernels").is_dir():
+        return []
+    files = [p for p in kernels_dir().glob("*" + _SUFFIX)]
+    return sorted(files, key=lambda p: p.stat().st_mtime)
+
+
+def evict(limit: int | None = None) -> int:
+    """Deletes least recently used entries until the total size is within ``limit``; returns how many."""
+    bound = max_bytes() if limit is None else limit
+    files = entries()
+    sizes = {p: p.stat().st_size for p in files}
+    total = sum(sizes.values())
+    removed = 0
+    for path in files:
+        if total <= bound:
+            break
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+        total -= sizes[path]
+    return removed
+
+
+def info() -> dict[str, Any]:
+    """What the disk cache holds."""
+    files = entries()
+    autotune = cache_dir() / "autotune"
+    tuned = list(autotune.glob("*.json")) if autotune.is_dir() else []
+    return {
+        "directory": str(cache_dir()),
+        "enabled": enabled(),
+        "kernels": len(files),
+        "bytes": sum(p.stat().st_size for p in files),
+        "max_bytes": max_bytes(),
+        "autotune_results": len(tuned),
+    }
+
+
+def clear() -> int:
+    """Deletes every entry (compiled kernels and autotuning results); returns how many files were removed."""
+    removed = 0
+    for sub, pattern in (("kernels", "*" + _SUFFIX), ("autotune", "*.json")):
+        folder = cache_dir() / sub
+        if not folder.is_dir():
+            continue
+        for path in folder.glob(pattern):
+            try:
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+    clear_memory()
+    return removed
+
+
+def compile_cached(request: CompileRequest) -> CompiledKernel:
+    """Compiles through the disk cache when the backend allows it."""
+    backend = request.backend
+    if not backend.cacheable:
+        return backend.compile(request)
+    key = compile_key(request)
+    cached = load(key)
+    if cached is not None:
+        log.debug("disk cache hit for %s (%s)", request.call.name, key[:12])
+        return backend.restore(cached, request)
+    compiled = backend.compile(request)
+    store(key, compiled)
+    return compiled

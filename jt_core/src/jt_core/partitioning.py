@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import tree_util
 
-from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 
 F = TypeVar("F", bound=Callable[..., Any])
 Shape = tuple[int, ...]
@@ -230,7 +230,13 @@ def _apply(
         local = [
             jax.ShapeDtypeStruct(s.shard_shape(tuple(r.shape)), r.dtype) for s, r in zip(out_shardings, result_shape)
         ]
-        return mesh, body_for(local), tuple(out_shardings), tuple(in_shardings)
+        body = body_for(local)
+        if any(d.platform == "cpu" for d in mesh.devices.flat):
+            local_args = [
+                jax.ShapeDtypeStruct(s.shard_shape(tuple(a.shape)), a.dtype) for s, a in zip(in_shardings, arg_shapes)
+            ]
+            _refuse_host_callbacks(body, local_args)
+        return mesh, body, tuple(out_shardings), tuple(in_shardings)
 
     function = custom_partitioning(body_for(None))
     function.def_partition(
@@ -240,6 +246,22 @@ def _apply(
         need_replication_factors=tuple(sorted(factors.replicated)),
     )
     return tuple(function(*arrays))
+
+
+def _refuse_host_callbacks(body: Callable[..., Any], local_args: Sequence[Any]) -> None:
+    """Raises instead of crashing when a per-shard body would run a kernel through a host callback (CPU).
+
+    JAX drops the host callbacks of a ``custom_partitioning`` body (they live in a temporary module), so the
+    executable would call a callback that no longer exists.
+    """
+    text = str(jax.make_jaxpr(body)(*local_args))
+    if "triton_kernel_call" in text or "callback" in text:
+        raise UnsupportedKernelError(
+            "a partitioned triton_call (partition= / @jt.partitioned) cannot run on the CPU backend across several "
+            "devices: the CPU backend runs kernels through a JAX host callback, and JAX does not keep host "
+            "callbacks made inside custom_partitioning alive. Use jax.shard_map on the CPU (it runs the call per "
+            "shard the same way), or run on GPUs"
+        )
 
 
 def _is_operand(leaf: Any) -> bool:

@@ -1,0 +1,152 @@
+"""Sharding cases run on 4 CPU host devices by ``test_sharding_rules.py`` (in a subprocess: the device count is
+fixed when JAX starts). Not collected by the normal run: its name does not start with ``test_``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jt_core as jt
+from jt_core.errors import KernelCallValueError, UnsupportedKernelError
+
+assert "xla_force_host_platform_device_count=4" in os.environ.get("XLA_FLAGS", ""), "run with 4 host devices"
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add(x: Any, y: Any) -> Any:
+    return jt.triton_call(x, y, n=x.size, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, 32),), BLOCK=32)
+
+
+@pytest.fixture
+def mesh() -> Any:
+    assert jax.device_count() == 4
+    return jax.make_mesh((4,), ("x",))
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
+def compiled_text(f: Any, *args: Any) -> str:
+    return f.lower(*args).compile().as_text()
+
+
+def test_triton_call_inside_shard_map_runs_per_shard(mesh: Any, rng: np.random.Generator) -> None:
+    x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
+    y = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(jax.shard_map(add, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")))
+    np.testing.assert_allclose(f(x, y), np.asarray(x) + np.asarray(y), rtol=1e-6)
+    text = compiled_text(f, x, y)
+    assert "all-gather" not in text
+    assert "f32[2,16]" in text  # each device's kernel sees its 2 rows
+
+
+def test_undeclared_call_gathers_its_operands(mesh: Any, rng: np.random.Generator) -> None:
+    x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(add)
+    np.testing.assert_allclose(f(x, x), 2 * np.asarray(x), rtol=1e-6)
+    assert "all-gather" in compiled_text(f, x, x)
+
+
+def test_batch_dims_rule_runs_per_shard_with_local_shapes(mesh: Any, rng: np.random.Generator) -> None:
+    # The body sees its shard's shapes: scaling by the local row count (2 of 8) reveals them.
+    @jt.partitioned(jt.BatchDims(0))
+    def f(x: Any, w: Any) -> Any:
+        return jnp.sum(x * w, axis=1, keepdims=True) * x.shape[0]
+
+    sharding = NamedSharding(mesh, P("x"))
+    x = jax.device_put(rng.standard_normal((8, 6), dtype=np.float32), sharding)
+    w = jax.device_put(rng.standard_normal((8, 6), dtype=np.float32), sharding)
+    g = jax.jit(f)
+    out = g(x, w)
+    np.testing.assert_allclose(out, (np.asarray(x) * np.asarray(w)).sum(axis=1, keepdims=True) * 2, rtol=1e-5)
+    assert out.sharding.spec[0] == "x"
+    assert "all-gather" not in compiled_text(g, x, w)
+
+
+def test_partitioned_triton_call_on_one_device_runs_whole(rng: np.random.Generator) -> None:
+    x = rng.standard_normal((8, 16), dtype=np.float32)
+    y = rng.standard_normal((8, 16), dtype=np.float32)
+    f = jax.jit(jt.partitioned(jt.Elementwise())(add))
+    np.testing.assert_allclose(f(x, y), x + y, rtol=1e-6)
+    g = jax.jit(
+        lambda a, b: jt.triton_call(
+            a,
+            b,
+            n=a.size,
+            kernel=add_kernel,
+            out_shape=a,
+            grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, 32),),
+            BLOCK=32,
+            partition=jt.Elementwise(),
+        )
+    )
+    np.testing.assert_allclose(g(x, y), x + y, rtol=1e-6)
+
+
+def test_elementwise_rule_keeps_any_sharding(mesh: Any, rng: np.random.Generator) -> None:
+    @jt.partitioned(jt.Elementwise())
+    def f(x: Any, y: Any) -> Any:
+        return x * y + x.shape[1]
+
+    sharding = NamedSharding(mesh, P(None, "x"))
+    x = jax.device_put(rng.standard_normal((4, 8), dtype=np.float32), sharding)
+    y = jax.device_put(rng.standard_normal((4, 8), dtype=np.float32), sharding)
+    g = jax.jit(f)
+    out = g(x, y)
+    np.testing.assert_allclose(out, np.asarray(x) * np.asarray(y) + 2, rtol=1e-6, atol=1e-6)  # 2 local columns
+    assert out.sharding.spec == P(None, "x")
+    assert "all-gather" not in compiled_text(g, x, y)
+
+
+def test_batch_dims_gathers_the_other_dimensions(mesh: Any, rng: np.random.Generator) -> None:
+    @jt.partitioned(jt.BatchDims(0))
+    def f(x: Any) -> Any:
+        return x - jnp.mean(x, axis=1, keepdims=True)
+
+    x = jax.device_put(rng.standard_normal((2, 8), dtype=np.float32), NamedSharding(mesh, P(None, "x")))
+    g = jax.jit(f)
+    out = g(x)
+    xs = np.asarray(x)
+    np.testing.assert_allclose(out, xs - xs.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_partitioned_triton_call_on_cpu_devices_is_refused_clearly(mesh: Any, rng: np.random.Generator) -> None:
+    x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(jt.partitioned(jt.Elementwise())(add))
+    with pytest.raises(Exception, match="cannot run on the CPU backend across several devices.*jax.shard_map"):
+        f(x, x)
+    assert issubclass(UnsupportedKernelError, NotImplementedError)
+
+
+def test_partition_rule_shape_errors() -> None:
+    f = jt.partitioned(jt.Elementwise())(lambda a, b: a + b)
+    with pytest.raises(
+        KernelCallValueError, match=r"Elementwise\(\) needs every array operand.*operand 1 has shape \(2,\)"
+    ):
+        jax.jit(f).trace(jnp.ones((4, 2)), jnp.ones((2,)))
+    g = jt.partitioned(jt.BatchDims(0))(lambda a, b: a + b.sum())
+    with pytest.raises(KernelCallValueError, match="batch dimension 0 has size 3 in operand 1"):
+        jax.jit(g).trace(jnp.ones((4, 2)), jnp.ones((3, 1)))
+
+
+def test_triton_call_partition_needs_a_callable_grid() -> None:
+    x = jnp.ones(64, jnp.float32)
+    with pytest.raises(KernelCallValueError, match="partition= needs grid= as a callable"):
+        jt.triton_call(x, x, n=64, kernel=add_kernel, out_shape=x, grid=(2,), BLOCK=32, partition=jt.Elementwise())

@@ -1,0 +1,259 @@
+"""The disk cache of compiled kernels: keys, hits and misses, safety, eviction, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import triton
+import triton.language as tl
+
+from jt_core import cache, hooks
+from jt_core.backend import Backend, CompiledKernel, CompileRequest, Target
+from jt_core.testing import compile_request, sample_add_kernel, sample_call
+from jt_core.triton_dialect import TritonDialect
+
+COMPILES: list[str] = []
+
+
+class CountingBackend(Backend):
+    """Compiles nothing real but records each compile, and is cacheable."""
+
+    platform = "counting"
+    cacheable = True
+    tag = "tool-1"
+
+    def target(self, call: Any, device: Any) -> Target:
+        return Target("counting", int(call.compute_capability or 90), 32)
+
+    def cache_tag(self) -> str:
+        return self.tag
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        COMPILES.append(request.call.name)
+        return CompiledKernel(
+            name=request.call.name,
+            target=request.target,
+            binary=os.urandom(64),
+            asm={"ttir": "module {}", "cubin": b"\x7fELF"},
+            metadata={"shared": 0, "tuple": [1, 2]},
+            num_warps=request.options.num_warps,
+            shared_mem=128,
+            cluster_dims=(1, 1, 1),
+        )
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jtcache"))
+    monkeypatch.delenv("JT_DISABLE_CACHE", raising=False)
+    monkeypatch.delenv("JT_CACHE_MAX_BYTES", raising=False)
+    cache.clear_memory()
+    COMPILES.clear()
+    return tmp_path / "jtcache"
+
+
+def _compile(kernel: Any = None, backend: Backend | None = None, **meta: Any) -> CompiledKernel:
+    backend = backend or CountingBackend()
+    call = sample_call(kernel, compute_capability=meta.pop("cc", 90), **meta)
+    request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+    return cache.compile_cached(request)
+
+
+def test_second_compile_is_a_disk_hit_with_identical_contents() -> None:
+    first = _compile()
+    second = _compile()
+    assert COMPILES == ["sample_add_kernel"]
+    assert second.binary == first.binary and second.asm == first.asm
+    assert second.metadata == {"shared": 0, "tuple": [1, 2]} and second.cluster_dims == (1, 1, 1)
+    assert second.target == first.target and second.shared_mem == 128
+
+
+def test_change_of_constant_target_options_or_tool_misses() -> None:
+    _compile()
+    _compile(BLOCK=64)
+    _compile(cc=80)
+    tagged = CountingBackend()
+    tagged.tag = "tool-2"
+    _compile(backend=tagged)
+    assert len(COMPILES) == 4
+    _compile(BLOCK=64)
+    assert len(COMPILES) == 4
+
+
+HELPER_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def helper(x):
+    return x * {factor}
+
+
+@triton.jit
+def kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, helper(tl.load(x_ptr + offsets, mask=mask)), mask=mask)
+"""
+
+
+def _load_module(path: pathlib.Path, name: str, factor: int) -> Any:
+    import importlib.util
+
+    path.write_text(HELPER_MODULE.format(factor=factor))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_change_in_a_called_helper_misses(tmp_path: pathlib.Path) -> None:
+    a = _load_module(tmp_path / "mod_a.py", "mod_a", 2)
+    b = _load_module(tmp_path / "mod_b.py", "mod_b", 2)
+    c = _load_module(tmp_path / "mod_c.py", "mod_c", 3)
+    _compile(a.kernel)
+    _compile(b.kernel)
+    assert len(COMPILES) == 1, "same source (kernel and helper) is the same entry"
+    _compile(c.kernel)
+    assert len(COMPILES) == 2, "a different helper body is a different entry"
+
+
+def test_change_of_kernel_source_misses() -> None:
+    @triton.jit
+    def other_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offsets, tl.load(y_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+    _compile(sample_add_kernel)
+    _compile(other_kernel)
+    assert len(COMPILES) == 2
+
+
+def test_disabled_cache_neither_reads_nor_writes(monkeypatch: pytest.MonkeyPatch, private_cache: pathlib.Path) -> None:
+    monkeypatch.setenv("JT_DISABLE_CACHE", "1")
+    _compile()
+    _compile()
+    assert len(COMPILES) == 2
+    assert not list(private_cache.glob("kernels/*.jtk"))
+
+
+def test_truncated_entry_is_detected_and_rebuilt(private_cache: pathlib.Path) -> None:
+    _compile()
+    (entry,) = list(private_cache.glob("kernels/*.jtk"))
+    data = entry.read_bytes()
+    entry.write_bytes(data[: len(data) // 2])
+    with pytest.warns(RuntimeWarning, match=r"unusable \(checksum mismatch"):
+        rebuilt = _compile()
+    assert len(COMPILES) == 2 and rebuilt.binary
+    assert cache._decode(entry.read_bytes()).binary == rebuilt.binary
+
+
+def test_flipped_byte_is_detected(private_cache: pathlib.Path) -> None:
+    _compile()
+    (entry,) = list(private_cache.glob("kernels/*.jtk"))
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="checksum mismatch"):
+        _compile()
+    assert len(COMPILES) == 2
+
+
+def test_entries_are_plain_data_not_pickles(private_cache: pathlib.Path) -> None:
+    _compile()
+    (entry,) = list(private_cache.glob("kernels/*.jtk"))
+    data = entry.read_bytes()
+    assert data[:4] == b"JTK1"
+    head_len = int.from_bytes(data[36:44], "little")
+    header = json.loads(data[44 : 44 + head_len])
+    assert header["name"] == "sample_add_kernel"
+
+
+def test_cache_directory_is_private(private_cache: pathlib.Path) -> None:
+    _compile()
+    assert stat.S_IMODE(private_cache.stat().st_mode) == 0o700
+
+
+def test_least_recently_used_entries_are_evicted(monkeypatch: pytest.MonkeyPatch, private_cache: pathlib.Path) -> None:
+    for block in (16, 32, 64):
+        _compile(BLOCK=block)
+    files = cache.entries()
+    assert len(files) == 3
+    size = files[0].stat().st_size
+    for age, path in enumerate(files):
+        os.utime(path, (1000 + age, 1000 + age))
+    _compile(BLOCK=16)  # a hit refreshes the oldest entry
+    monkeypatch.setenv("JT_CACHE_MAX_BYTES", str(2 * size + size // 2))
+    assert cache.evict() == 1
+    survivors = cache.entries()
+    assert len(survivors) == 2
+    assert not any(p.name == files[1].name for p in survivors), "the least recently used entry went first"
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from jt_core import cache
+    from jt_core.backend import CompiledKernel, Target
+    kernel = CompiledKernel(name="k", target=Target("counting", 90, 32), binary=bytes(range(256)) * 4096)
+    for _ in range(int(sys.argv[1])):
+        cache.store("same-key", kernel)
+        loaded = cache.load("same-key")
+        assert loaded is not None and loaded.binary == kernel.binary, "torn or corrupt entry observed"
+    print("ok")
+    """
+)
+
+
+def test_concurrent_writers_never_leave_a_torn_entry(private_cache: pathlib.Path) -> None:
+    env = {**os.environ, "JT_CACHE_DIR": str(private_cache)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, "40"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == "ok"
+    assert not list((private_cache / "kernels").glob(".tmp-*")), "temporary files were left behind"
+
+
+def test_builtin_compile_hook_uses_the_disk_cache() -> None:
+    call = sample_call(compute_capability=90)
+    backend = CountingBackend()
+    request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+    hooks.compile_kernel(request)
+    cache.clear_memory()
+    hooks.compile_kernel(request)
+    assert COMPILES == ["sample_add_kernel"]
+    assert cache.stats()["disk_hits"] >= 1
+
+
+def test_cli_info_and_clear(private_cache: pathlib.Path) -> None:
+    _compile()
+    env = {**os.environ, "JT_CACHE_DIR": str(private_cache)}
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "jt_core", "cache", "info", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert info["kernels"] == 1 and info["bytes"] > 0 and info["directory"] == str(private_cache)
+    out = subprocess.run(
+        [sys.executable, "-m", "jt_core", "cache", "clear"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "removed 1 entries" in out
+    assert cache.entries() == []
