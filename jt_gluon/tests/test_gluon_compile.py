@@ -157,8 +157,8 @@ def test_gluon_compiles_and_lowers_through_the_cuda_backend() -> None:
     target = backend.target(call, None)
     kernel = backend.compile(compile_request(backend, call, target, GluonDialect()))
     assert kernel.binary[:4] == ELF_MAGIC
-    assert _compat.first_gluon_stage() in kernel.asm
-    assert "ttir" not in kernel.asm
+    assert kernel.name == "memcpy_kernel"
+    assert "ttir" not in kernel.asm  # no plain-Triton stage ran
     x = jax.ShapeDtypeStruct((500,), jnp.float32)
 
     def f(a: Any) -> Any:
