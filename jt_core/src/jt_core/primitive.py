@@ -6,6 +6,8 @@ compiles every configuration through :func:`jt_core.hooks.compile_kernel` and le
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,21 +99,42 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
         )
     device = lowering_device(ctx) if len(ctx.module_context.platforms) == 1 else None
     target = backend.target(call, device)
-    kernels = []
+    requests = []
     for config in call.configs:
         backend.validate_options(config.options, call, target)
-        request = CompileRequest(
-            call=call,
-            config=config,
-            kernel=call.fn,
-            dialect=dialect,
-            specialization=call.specialization(config),
-            target=target,
-            options=config.options,
-            backend=backend,
+        requests.append(
+            CompileRequest(
+                call=call,
+                config=config,
+                kernel=call.fn,
+                dialect=dialect,
+                specialization=call.specialization(config),
+                target=target,
+                options=config.options,
+                backend=backend,
+            )
         )
-        kernels.append(hooks.compile_kernel(request))
-    return launcher.lower(ctx, call, kernels, operands)
+    return launcher.lower(ctx, call, compile_all(requests), operands)
+
+
+def compile_workers(count: int) -> int:
+    """How many threads compile the configurations of one call (``JT_COMPILE_WORKERS``, default: one per core)."""
+    configured = os.environ.get("JT_COMPILE_WORKERS", "").strip()
+    workers = int(configured) if configured else (os.cpu_count() or 1)
+    return max(1, min(workers, count))
+
+
+def compile_all(requests: Sequence[CompileRequest]) -> list[Any]:
+    """Compiles every configuration of a call, in parallel threads when there are several.
+
+    Triton's compiler spends its time in native code that releases the GIL, so threads overlap the
+    configurations of an autotuned kernel; results keep the configurations' order.
+    """
+    workers = compile_workers(len(requests))
+    if workers == 1:
+        return [hooks.compile_kernel(request) for request in requests]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jt-compile") as pool:
+        return list(pool.map(hooks.compile_kernel, requests))
 
 
 def _lowering(ctx: Any, *operands: Any, call: KernelCall) -> Sequence[Any]:
