@@ -368,3 +368,19 @@ def test_wrapper_source_is_cached_on_disk(
     text = source.read_text()
     assert "tl.program_id(2)" in text and "_jt_kernel(" in text
     assert not list((tmp_path / "vmap").glob(".tmp-*"))
+
+
+def test_wrapper_kernel_compiles_for_cuda_without_a_gpu(rng: np.random.Generator) -> None:
+    from triton.backends.compiler import GPUTarget
+
+    from jt_core.triton_dialect import TritonDialect
+
+    x = rng.standard_normal((3, 50), dtype=np.float32)
+    (call,) = kernel_calls(jax.vmap(add, in_axes=(0, None)), x, x[0])
+    config = call.configs[0]
+    source = TritonDialect().make_source(call.fn, call.specialization(config), None)  # type: ignore[arg-type]
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", 80, 32), options={"num_warps": 4, "enable_fp_fusion": True}
+    )
+    ptx = compiled.asm["ptx"]
+    assert "ctaid.z" in ptx  # the batch index comes from grid axis 2
