@@ -178,12 +178,12 @@ def main() -> None:
                                                                               shared)))  # fmt: skip
         rows.append(("six kernels, second process (both caches warm)", run_child("six", args.arch, args.platform,
                                                                                 shared)))  # fmt: skip
-        rows.append(("six kernels, jt cache warm, empty Triton cache",
-                     run_child("six", args.arch, args.platform, {"JT_CACHE_DIR": jt_dir,
-                                                                 "TRITON_CACHE_DIR": os.path.join(tmp, "t2")})))  # fmt: skip
+        jt_only = {"JT_CACHE_DIR": jt_dir, "TRITON_CACHE_DIR": os.path.join(tmp, "t2")}
+        rows.append(("six kernels, jt cache warm, empty Triton cache", run_child("six", args.arch, args.platform,
+                                                                                jt_only)))  # fmt: skip
+        uncached = {"JT_DISABLE_CACHE": "1", "JT_CACHE_DIR": jt_dir, "TRITON_CACHE_DIR": os.path.join(tmp, "t3")}
         rows.append(("six kernels, no cache (JT_DISABLE_CACHE=1, empty Triton cache)",
-                     run_child("six", args.arch, args.platform, {"JT_DISABLE_CACHE": "1", "JT_CACHE_DIR": jt_dir,
-                                                                 "TRITON_CACHE_DIR": os.path.join(tmp, "t3")})))  # fmt: skip
+                     run_child("six", args.arch, args.platform, uncached)))  # fmt: skip
         for workers in (1, os.cpu_count() or 1):
             env = {"JT_DISABLE_CACHE": "1", "JT_COMPILE_WORKERS": str(workers),
                    "TRITON_CACHE_DIR": os.path.join(tmp, f"w{workers}")}  # fmt: skip
