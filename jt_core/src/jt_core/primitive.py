@@ -157,7 +157,7 @@ def _jvp(primals: Any, tangents: Any, *, call: KernelCall) -> Any:
         f"triton_call {call.name!r} cannot be differentiated automatically: JAX cannot see inside a Triton "
         "kernel. Write the backward pass as a second kernel and pair the two with jax.custom_vjp; "
         "jt_core.kernel_vjp(forward, backward) does the pairing (residuals, static arguments, zero cotangents). "
-        "See the 'Gradients' page of the documentation (docs/gradients.md). jax.grad and jax.vjp then work "
+        "See the 'Gradients' page of the documentation (docs/pages/gradients.md). jax.grad and jax.vjp then work "
         "through the pair; forward mode (jax.jvp, jax.jacfwd) needs jax.custom_jvp instead."
     )
 
