@@ -53,8 +53,8 @@ def attention_fwd_kernel(
     # exp2 is cheaper than exp: fold log2(e) into the scale once.
     qk_scale = scale * 1.4426950408889634
     running_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-    normaliser = tl.full((BLOCK_M,), 0.0, tl.float32)
-    acc = tl.full((BLOCK_M, HEAD_DIM), 0.0, tl.float32)
+    normaliser = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     end_n = tl.minimum(start_m + BLOCK_M, seq_len) if CAUSAL else seq_len
     for start_n in range(0, end_n, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)

@@ -70,8 +70,8 @@ def layer_norm_bwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     w = tl.load(w_ptr + cols, mask=mask).to(tl.float32)
-    dw = tl.full((BLOCK_N,), 0.0, tl.float32)
-    db = tl.full((BLOCK_N,), 0.0, tl.float32)
+    dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    db = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for i in range(ROWS_PER_PROGRAM):
         row = pid * ROWS_PER_PROGRAM + i
         if row < n_rows:

@@ -67,7 +67,7 @@ def matmul_kernel(
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
     b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k < K), other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] + k < K) & (cols[None, :] < N), other=0.0)

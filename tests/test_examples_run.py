@@ -11,21 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import triton
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES = ("vector_add", "fused_softmax", "matmul_autotune", "layer_norm", "fused_attention")
-
-TRITON_VERSION = tuple(int(part) for part in triton.__version__.split(".")[:2])
-# On Triton < 3.9 `tl.max` is a `@triton.jit` function of triton.language.standard, and the CPU backend does not
-# patch the `core` builtins such nested library functions call (same root cause as `tl.zeros` on every version).
-TL_MAX_BROKEN = pytest.mark.xfail(
-    TRITON_VERSION < (3, 9),
-    strict=True,
-    reason="CPU backend: tl.max (a triton.language.standard @jit function on Triton < 3.9) fails with "
-    "'Did you forget to add @triton.jit ?'",
-)
-USES_TL_MAX = {"fused_softmax", "fused_attention"}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +25,7 @@ def examples() -> Any:
         sys.path.remove(str(EXAMPLES_DIR))
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=TL_MAX_BROKEN) if n in USES_TL_MAX else n for n in EXAMPLES])
+@pytest.mark.parametrize("name", EXAMPLES)
 def test_example_cpu_path_matches_jax_numpy(examples: Any, name: str) -> None:
     result = examples[name].run(False)
     assert result["kernel"] == name
