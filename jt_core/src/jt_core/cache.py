@@ -121,7 +121,7 @@ def max_bytes() -> int:
         raise ValueError(f"JT_CACHE_MAX_BYTES must be a number of bytes, got {value!r}") from None
 
 
-def _source_key(kernel: Any) -> str:
+def source_key(kernel: Any) -> str:
     """The kernel's source identity, including the ``@triton.jit`` functions it calls."""
     key = getattr(kernel, "cache_key", None)
     if isinstance(key, str) and key:
@@ -143,7 +143,7 @@ def compile_key(request: CompileRequest) -> str:
     parts = {
         "jt": __version__,
         "triton": triton.__version__,
-        "source": _source_key(request.kernel),
+        "source": source_key(request.kernel),
         "dialect": request.dialect.name,
         "backend": f"{type(request.backend).__module__}.{type(request.backend).__qualname__}",
         "backend_tag": request.backend.cache_tag(),

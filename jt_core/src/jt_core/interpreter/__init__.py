@@ -7,5 +7,7 @@ Switches:
 * ``debug=True`` on a call also sanitises integer overflow (slower).
 
 Autotuned kernels run with one configuration on the CPU: the first ``triton.Config`` left after the caller's
-fixed values have pruned the list.
+fixed values have pruned the list. With ``JT_CPU_AUTOTUNE=1`` they are tuned instead: every configuration runs
+once on the first execution, the fastest is kept, and the choice is remembered in the cache directory
+(``JT_CACHE_DIR``) so that later processes do not tune again.
 """

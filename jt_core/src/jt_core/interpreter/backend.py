@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat
+from jt_core import _compat, autotune
 from jt_core.backend import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.binding import INPUT, OUTPUT, KernelCall
 from jt_core.interpreter import runner
 
 CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
+#: The device name autotuning results on the CPU are remembered under.
+CPU_DEVICE_NAME = "cpu-triton-interpreter"
+
+
+def cpu_autotune_enabled() -> bool:
+    """Whether autotuned kernels are tuned on the CPU (``JT_CPU_AUTOTUNE=1``); otherwise the first config runs."""
+    return os.environ.get("JT_CPU_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class CpuBackend(Backend):
@@ -47,9 +56,11 @@ def poison(array: np.ndarray) -> None:
     array.view(np.uint8).fill(0xA5)
 
 
-def execute(call: KernelCall, kernel: CompiledKernel, operands: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Runs one call on host buffers and returns its outputs."""
-    config = call.configs[0]
+def execute(
+    call: KernelCall, kernel: CompiledKernel, operands: Sequence[np.ndarray], config_index: int = 0
+) -> list[np.ndarray]:
+    """Runs one configuration of a call on host buffers and returns its outputs."""
+    config = call.configs[config_index]
     aliased = dict(call.aliases)
     outputs: list[np.ndarray] = []
     zeroed = set(config.zeroed_outputs)
@@ -117,9 +128,25 @@ class CpuLauncher(Launcher):
     def lower(
         self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]
     ) -> Sequence[Any]:
-        kernel = kernels[0]
+        chosen: list[int] = []
 
         def callback(*arrays: Any) -> tuple[np.ndarray, ...]:
-            return tuple(execute(call, kernel, [np.asarray(a) for a in arrays]))
+            operands = [np.asarray(a) for a in arrays]
+            if chosen:
+                return tuple(execute(call, kernels[chosen[0]], operands, chosen[0]))
+            if len(kernels) == 1 or not cpu_autotune_enabled():
+                chosen.append(0)
+                return tuple(execute(call, kernels[0], operands, 0))
+            results: dict[int, list[np.ndarray]] = {}
+
+            def trial(index: int) -> float:
+                start = time.perf_counter()
+                results[index] = execute(call, kernels[index], operands, index)
+                return time.perf_counter() - start
+
+            index = autotune.choose_config(call, CPU_DEVICE_NAME, trial)
+            chosen.append(index)
+            outputs = results.get(index)
+            return tuple(outputs if outputs is not None else execute(call, kernels[index], operands, index))
 
         return _compat.emit_python_callback(ctx, callback, operands, has_side_effect=call.has_side_effect)
