@@ -46,7 +46,7 @@ def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def scalar_types_kernel(out_ptr, a, b, c, d, e, BLOCK: tl.constexpr):
+def scalar_types_kernel(a, b, c, d, e, out_ptr, BLOCK: tl.constexpr):
     """Writes ``a + b + c + d + e`` (int8, int16, int64, float32, float64 scalars) as float32."""
     offsets = tl.arange(0, BLOCK)
     value = a.to(tl.float32) + b.to(tl.float32) + c.to(tl.float32) + d + e.to(tl.float32)
@@ -159,12 +159,16 @@ def attribute_value(attr: Any) -> Any:
     """Converts an MLIR attribute to ``bytes`` (strings), ``int`` or ``list[int]``."""
     from jax._src.lib.mlir import ir
 
-    if ir.StringAttr.isinstance(attr):
-        return ir.StringAttr(attr).value_bytes
-    if ir.IntegerAttr.isinstance(attr):
-        return ir.IntegerAttr(attr).value
-    if ir.DenseI64ArrayAttr.isinstance(attr):
-        return list(ir.DenseI64ArrayAttr(attr))
+    for kind, convert in (
+        (ir.StringAttr, lambda a: a.value_bytes),
+        (ir.IntegerAttr, lambda a: a.value),
+        (ir.DenseI64ArrayAttr, list),
+    ):
+        try:
+            typed = kind(attr)
+        except (ValueError, TypeError):
+            continue
+        return convert(typed)
     return str(attr)
 
 

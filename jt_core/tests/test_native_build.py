@@ -1,0 +1,80 @@
+"""jt_core.native: building shared libraries at first use, cached per machine, safe under concurrency."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jt_core.native import NativeBuildError, build_shared_library
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no compiler")
+
+SOURCE = 'extern "C" int jt_native_probe(int x) { return x * 3 + 1; }\n'
+
+
+def test_builds_loads_and_caches(tmp_path: Path) -> None:
+    source = tmp_path / "probe.cc"
+    source.write_text(SOURCE)
+    cache = tmp_path / "cache"
+    first = build_shared_library("probe", [source], directory=cache)
+    second = build_shared_library("probe", [source], directory=cache)
+    assert first.built and not second.built and first.path == second.path
+    assert ctypes.CDLL(str(first.path)).jt_native_probe(5) == 16
+    assert [p.name for p in cache.iterdir()] == [first.path.name]  # no temporary files left behind
+
+
+def test_changed_source_gets_a_new_key(tmp_path: Path) -> None:
+    source = tmp_path / "probe.cc"
+    source.write_text(SOURCE)
+    first = build_shared_library("probe", [source], directory=tmp_path / "cache")
+    source.write_text(SOURCE.replace("* 3", "* 4"))
+    second = build_shared_library("probe", [source], directory=tmp_path / "cache")
+    assert first.key != second.key and second.built
+    assert ctypes.CDLL(str(second.path)).jt_native_probe(5) == 21
+
+
+def test_concurrent_processes_build_the_same_library(tmp_path: Path) -> None:
+    source = tmp_path / "probe.cc"
+    source.write_text(SOURCE)
+    cache = tmp_path / "cache"
+    script = textwrap.dedent(
+        f"""
+        import ctypes
+        from jt_core.native import build_shared_library
+        lib = build_shared_library("probe", [{str(source)!r}], directory={str(cache)!r})
+        print(lib.path, ctypes.CDLL(str(lib.path)).jt_native_probe(2))
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len({path for path, _ in outputs}) == 1 and {value for _, value in outputs} == {"7"}
+    assert len(list(cache.iterdir())) == 1
+
+
+def test_compile_failure_shows_the_compiler_output(tmp_path: Path) -> None:
+    source = tmp_path / "broken.cc"
+    source.write_text("int broken( {\n")
+    with pytest.raises(NativeBuildError, match=r"(?s)building native library .broken. failed.*broken\.cc:1:.*error"):
+        build_shared_library("broken", [source], directory=tmp_path / "cache")
+
+
+def test_missing_compiler_names_cxx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "probe.cc"
+    source.write_text(SOURCE)
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with pytest.raises(NativeBuildError, match=r"CXX='/nonexistent/c\+\+' does not name an executable compiler"):
+        build_shared_library("probe", [source], directory=tmp_path / "cache")
+
+
+def test_cache_dir_follows_jt_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jt_core.native import cache_dir
+
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path))
+    assert cache_dir() == tmp_path / "native"

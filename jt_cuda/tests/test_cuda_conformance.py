@@ -1,0 +1,43 @@
+"""jt-cuda's backend and launchers pass jt-core's conformance suites."""
+
+from __future__ import annotations
+
+import pytest
+
+from jt_core.backend import Backend, Launcher
+from jt_core.testing import BackendConformance, LauncherConformance
+from jt_cuda.backend import CudaBackend
+from jt_cuda.launchers import JaxlibLauncher, JtFfiLauncher
+
+
+class TestCudaBackendConformance(BackendConformance):
+    compute_capability = 90
+
+    @pytest.fixture
+    def backend(self) -> Backend:
+        return CudaBackend()
+
+
+class TestJtLauncherConformance(LauncherConformance):
+    compute_capability = 90
+    expected_in_lowering = "jt_cuda_launch"
+
+    @pytest.fixture
+    def launcher(self) -> Launcher:
+        return JtFfiLauncher()
+
+
+class TestJaxlibLauncherConformance(LauncherConformance):
+    compute_capability = 90
+    expected_in_lowering = "triton_kernel_call"
+
+    @pytest.fixture
+    def launcher(self) -> Launcher:
+        return JaxlibLauncher()
+
+
+def test_launchers_are_ordered_by_priority() -> None:
+    from jt_core.plugins import get_plugin_manager
+
+    names = [launcher.name for _, launcher in get_plugin_manager().ensure_loaded().launchers["cuda"]]
+    assert names == ["jt", "jaxlib"]

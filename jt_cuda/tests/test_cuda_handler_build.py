@@ -1,0 +1,164 @@
+"""jt's CUDA FFI handler library: it builds here, its driver declarations match cuda.h, XLA parses its attributes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from cuda_testlib import add_kernel
+
+from jt_core.binding import bind_call
+from jt_core.testing import compile_request
+from jt_core.triton_dialect import TritonDialect
+from jt_cuda import handler
+from jt_cuda.backend import CudaBackend
+from jt_cuda.launchers import ffi_attributes
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no compiler")
+
+_ABI_PROBE = r"""
+#include <cstddef>
+#include <cstdio>
+#include "cuda.h"
+int main() {
+  long long v[] = {
+    (long long)sizeof(CUlaunchConfig), (long long)offsetof(CUlaunchConfig, hStream),
+    (long long)offsetof(CUlaunchConfig, attrs), (long long)offsetof(CUlaunchConfig, numAttrs),
+    (long long)sizeof(CUlaunchAttribute), (long long)offsetof(CUlaunchAttribute, value),
+    (long long)sizeof(CUlaunchAttributeValue),
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_FUNC_CACHE_PREFER_SHARED,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, CU_CLUSTER_SCHEDULING_POLICY_SPREAD,
+  };
+  for (unsigned i = 0; i < sizeof(v) / sizeof(v[0]); ++i) std::printf("%lld\n", v[i]);
+}
+"""
+
+
+def test_library_builds_and_is_cached(tmp_path: Path) -> None:
+    from jt_core.native import build_shared_library
+
+    first = build_shared_library(
+        "jt_cuda_launch_probe",
+        [handler.source_path()],
+        include_dirs=[jax.ffi.include_dir()],
+        libraries=("dl",),
+        directory=tmp_path,
+    )
+    second = build_shared_library(
+        "jt_cuda_launch_probe",
+        [handler.source_path()],
+        include_dirs=[jax.ffi.include_dir()],
+        libraries=("dl",),
+        directory=tmp_path,
+    )
+    assert first.built and not second.built
+    assert first.path == second.path and first.path.read_bytes()[:4] == b"\x7fELF"
+    symbols = subprocess.run(["nm", "-D", str(first.path)], capture_output=True, text=True, check=True).stdout
+    for name in ("jt_cuda_launch_instantiate", "jt_cuda_launch_initialize", "jt_cuda_launch_execute"):
+        assert f" T {name}" in symbols
+
+
+def test_driver_declarations_match_cuda_h(tmp_path: Path) -> None:
+    import triton
+
+    include = Path(triton.__file__).parent / "backends" / "nvidia" / "include"
+    assert (include / "cuda.h").is_file()
+    source = tmp_path / "abi.cc"
+    source.write_text(_ABI_PROBE)
+    binary = tmp_path / "abi"
+    subprocess.run(["g++", "-std=c++17", f"-I{include}", str(source), "-o", str(binary)], check=True)
+    expected = [int(line) for line in subprocess.run([str(binary)], capture_output=True, text=True).stdout.split()]
+    assert handler.abi_layout() == expected
+
+
+def test_driver_absence_is_reported_not_fatal() -> None:
+    error = handler.driver_error()
+    if Path("/dev/nvidiactl").exists():
+        assert error == ""
+    else:
+        assert "libcuda" in error
+
+
+def _cpu_probe_target(lib: Any) -> str:
+    """Registers the handler for the CPU platform under a probe name: XLA then runs its instantiate stage."""
+    name = "jt_cuda_launch_cpu_probe"
+    if not getattr(_cpu_probe_target, "done", False):
+        jax.devices("cpu")  # the CPU client must exist before the type and the target are registered
+        jax.ffi.register_ffi_type(
+            "jt_cuda.KernelState.cpu_probe",
+            {
+                "type_id": handler._capsule(lib.jt_cuda_launch_state_type_id()),
+                "type_info": handler._capsule(lib.jt_cuda_launch_state_type_info()),
+            },
+            platform="cpu",
+        )
+        jax.ffi.register_ffi_target(name, handler.handler_capsules(), platform="cpu", api_version=1)
+        _cpu_probe_target.done = True  # type: ignore[attr-defined]
+    return name
+
+
+def _run_probe(drop: str | None = None) -> str:
+    from jax._src.interpreters import mlir
+    from jax.extend.core import Primitive
+
+    lib = handler.library()
+    target = _cpu_probe_target(lib)
+    x = jax.ShapeDtypeStruct((256,), jnp.float32)
+    call, _, _, _ = bind_call(
+        add_kernel,
+        (x, x),
+        {"n": 256, "BLOCK": 128},
+        out_spec=x,
+        grid=2,
+        input_output_aliases=None,
+        zeroed_outputs=(0,),
+        explicit_options={},
+        backend_options=None,
+        name="probe",
+        compute_capability=90,
+        has_side_effect=False,
+        launcher=None,
+        serialized_metadata=b"",
+        cost_estimate=None,
+        bounds_check=True,
+    )
+    backend = CudaBackend()
+    kernel = backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    primitive = Primitive(f"jt_cuda_probe_{drop}")
+    primitive.multiple_results = True
+    primitive.def_abstract_eval(lambda *avals: [jax.core.ShapedArray((256,), jnp.float32)])
+
+    def lowering(ctx: Any, *operands: Any) -> Any:
+        attributes, _ = ffi_attributes(call, [kernel])
+        if drop is not None:
+            del attributes[drop]
+        result_type = mlir.aval_to_ir_type(ctx.module_context, ctx.avals_out[0])
+        return mlir.custom_call(
+            target, result_types=[result_type], operands=list(operands), backend_config=attributes, api_version=4
+        ).results
+
+    mlir.register_lowering(primitive, lowering, platform="cpu")
+    with pytest.raises(Exception) as info:
+        jax.jit(lambda a, b: primitive.bind(a, b))(np.ones(256, np.float32), np.ones(256, np.float32))
+    return str(info.value)
+
+
+def test_xla_parses_the_launch_attributes() -> None:
+    # On a CPU client the instantiate stage runs (parsing every attribute); execute then stops at the GPU stream.
+    message = _run_probe()
+    assert "platform stream" in message or "GPU context" in message
+    assert "attribute" not in message
+
+
+def test_a_missing_attribute_fails_instantiate_with_its_name() -> None:
+    message = _run_probe(drop="scalars")
+    assert "attribute 'scalars' is missing" in message
