@@ -61,6 +61,3 @@ def triton_version() -> tuple[int, int]:
     major, minor = triton.__version__.split(".")[:2]
     return int(major), int(minor)
 
-
-#: The batch dimension JAX's batching rules give an operand that has no batch axis.
-not_mapped = None

@@ -16,13 +16,11 @@ from jax._src.interpreters import mlir
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from jt_core import _compat, hooks
+from jt_core import hooks
 from jt_core.backend import CompileRequest
 from jt_core.batching import batch_kernel_call
 from jt_core.binding import KernelCall
 from jt_core.errors import UnsupportedKernelError
-
-not_mapped: Any = _compat.not_mapped
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
