@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import linecache
+import os
 import re
 import shutil
 import subprocess
@@ -101,3 +102,32 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert "CPU interpreter backend" in performance, "benchmarks/RESULTS.md was not included"
     assert (tmp_path / "reference" / "index.html").read_text(encoding="utf-8").count("input_output_aliases") >= 1
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_example_plugin_passes_its_own_tests(tmp_path: Path) -> None:
+    """docs/examples/jt_example_backend installs with pip and passes its own test suite."""
+    source = tmp_path / "src"
+    shutil.copytree(
+        DOCS / "examples" / "jt_example_backend", source, ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
+    target = tmp_path / "site-packages"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert list(target.glob("jt_example_backend-*.dist-info/entry_points.txt"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
+    env.pop("JT_LOAD_PLUGINS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "12 passed" in result.stdout, result.stdout
