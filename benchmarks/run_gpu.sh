@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# One run on a GPU machine: install jt's four distributions, run the GPU tests (failing on any unexpected skip)
+# and the CPU suites, run the CUDA benchmarks, keep full logs under $OUT and print a short table at the end.
+#
+#   bash benchmarks/run_gpu.sh            # everything
+#   bash benchmarks/run_gpu.sh --quick    # fewer benchmark repetitions
+#   bash benchmarks/run_gpu.sh --no-bench # tests only
+#
+# Needs: python3 with jax[cuda], triton, torch, pytest, setuptools (no network access is needed), a C++ compiler.
+# Exit status: non-zero when installing, any test, the skip check or a benchmark failed.
+
+set -uo pipefail
+
+QUICK=0
+BENCH=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    --no-bench) BENCH=0 ;;
+    *) echo "unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$(mktemp -d /tmp/jt-gpu-run.XXXX)}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+SITE=${JT_SITE:-/tmp/jt-site}
+export JT_CACHE_DIR=${JT_CACHE_DIR:-/tmp/jt-cache}
+export PYTHONUNBUFFERED=1
+STATUS=0
+SUMMARY=()
+
+note() { SUMMARY+=("$1"); echo "== $1"; }
+
+# -- install -----------------------------------------------------------------------------------------------------
+rm -rf "$SITE"
+if "$PY" -m pip install --no-deps --no-build-isolation --target "$SITE" ./jt_core ./jt_cuda ./jt_rocm ./jt_gluon \
+    >"$OUT/install.log" 2>&1; then
+  note "install: ok"
+else
+  note "install: FAILED (see install.log)"; tail -20 "$OUT/install.log"; exit 1
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+
+"$PY" -P - >"$OUT/versions.txt" 2>&1 <<'EOF'
+import jax, jaxlib, triton, sys
+import jt_core
+print("python", sys.version.split()[0])
+print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "triton", triton.__version__)
+d = jax.devices()[0]
+print("device", d.device_kind, "cc", getattr(d, "compute_capability", "?"), "count", jax.device_count())
+print("plugins", [(p.name, p.status) for p in jt_core.list_plugins()])
+EOF
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$OUT/versions.txt" 2>&1
+cat "$OUT/versions.txt"
+
+# The README's command: the first example, run as a user would.
+"$PY" -P - >"$OUT/readme.log" 2>&1 <<'EOF'
+import jax, jax.numpy as jnp, numpy as np, triton, triton.language as tl
+import jt_core as jt
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, length, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < length
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+@jax.jit
+def add(x, y):
+    return jt.triton_call(x, y, x.size, kernel=add_kernel, out_shape=x, grid=(jt.cdiv(x.size, 64),), BLOCK=64)
+
+out = add(jnp.arange(100.0), jnp.ones(100))
+print(out, out.devices())
+np.testing.assert_array_equal(np.asarray(out), np.arange(100.0) + 1)
+assert "cuda" in str(out.devices()).lower() or "gpu" in str(out.devices()).lower()
+EOF
+if [ $? -eq 0 ]; then note "README example on the GPU: ok"; else note "README example: FAILED"; STATUS=1; fi
+
+# -- tests -------------------------------------------------------------------------------------------------------
+XDIST=()
+if "$PY" -P -c "import xdist" 2>/dev/null; then XDIST=(-n 6); fi
+# CPU suites in the background (JAX on the CPU only), GPU tests in the foreground.
+JAX_PLATFORMS=cpu timeout 480 "$PY" -P -m pytest -p no:cacheprovider -q -m "not cuda and not gpu and not rocm" \
+  "${XDIST[@]}" jt_cuda/tests jt_core/tests/test_native_build.py --junitxml="$OUT/cpu-tests.xml" \
+  >"$OUT/cpu-tests.log" 2>&1 &
+CPU_PID=$!
+timeout 480 "$PY" -P -m pytest -p no:cacheprovider -q -ra -m "cuda or gpu" --jt-require-gpu \
+  --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+GPU_RC=$?
+wait $CPU_PID
+CPU_RC=$?
+note "GPU tests: $(tail -1 "$OUT/gpu-tests.log") (exit $GPU_RC)"
+note "CPU suites: $(tail -1 "$OUT/cpu-tests.log") (exit $CPU_RC)"
+[ $GPU_RC -eq 0 ] || STATUS=1
+[ $CPU_RC -eq 0 ] || STATUS=1
+
+# Every GPU test must have run: a skip is allowed only for work needing more GPUs than the machine has.
+"$PY" -P - "$OUT/gpu-tests.xml" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+ran = skipped = 0
+bad = []
+for case in root.iter("testcase"):
+    skip = case.find("skipped")
+    if skip is None:
+        ran += 1
+        continue
+    skipped += 1
+    reason = (skip.get("message") or "") + (skip.text or "")
+    if "GPUs" not in reason:
+        bad.append(f"{case.get('classname')}::{case.get('name')}: {reason.strip()[:200]}")
+print(f"skip check: {ran} GPU tests ran, {skipped} skipped, {len(bad)} unexpected")
+for line in bad:
+    print("  unexpected skip:", line)
+sys.exit(1 if bad or ran == 0 else 0)
+EOF
+if [ $? -eq 0 ]; then note "skip check: ok"; else note "skip check: FAILED"; STATUS=1; fi
+
+# -- benchmarks --------------------------------------------------------------------------------------------------
+if [ $BENCH -eq 1 ]; then
+  if [ $QUICK -eq 1 ]; then LAUNCH_ARGS=(--reps 100 --rounds 1); TP_ARGS=(--reps 10); FC_ARGS=(--count 2);
+  else LAUNCH_ARGS=(--reps 300 --rounds 3); TP_ARGS=(--reps 30); FC_ARGS=(--count 5); fi
+  for bench in launch throughput first_call; do
+    case $bench in
+      launch) ARGS=("${LAUNCH_ARGS[@]}") ;;
+      throughput) ARGS=("${TP_ARGS[@]}") ;;
+      first_call) ARGS=("${FC_ARGS[@]}") ;;
+    esac
+    if timeout 300 "$PY" -P "benchmarks/gpu_$bench.py" "${ARGS[@]}" --json "$OUT/$bench.json" >"$OUT/$bench.log" 2>&1; then
+      note "benchmark $bench: ok"
+    else
+      note "benchmark $bench: FAILED (see $bench.log)"; STATUS=1
+    fi
+  done
+fi
+
+# -- table -------------------------------------------------------------------------------------------------------
+echo
+echo "================================ summary ================================"
+cat "$OUT/versions.txt"
+for line in "${SUMMARY[@]}"; do echo "  $line"; done
+grep -E "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" | head -20
+for bench in launch throughput first_call; do
+  if [ -f "$OUT/$bench.log" ]; then echo "-- $bench"; grep -vE "Warning|warn\(" "$OUT/$bench.log" | tail -12; fi
+done
+echo "logs: $OUT"
+exit $STATUS
