@@ -20,6 +20,7 @@ import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = DOCS / "pages"
+EXAMPLE_PLUGIN = DOCS / "examples" / "jt_example_backend"
 GPU_ONLY = "<!-- gpu-only -->"
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 
@@ -32,9 +33,22 @@ class CodeBlock:
     gpu_only: bool
 
 
+def _load_hooks():
+    spec = importlib.util.spec_from_file_location("jt_docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOOKS = _load_hooks()
+
+
 def python_blocks(page: Path) -> list[CodeBlock]:
-    """The ``python`` fenced blocks of a page, with their first line number and the gpu-only flag."""
-    text = page.read_text(encoding="utf-8")
+    """The ``python`` fenced blocks of a page, with their first line number and the gpu-only flag.
+
+    ``<!-- include: PATH -->`` markers are expanded first, as the site build does.
+    """
+    text = HOOKS.on_page_markdown(page.read_text(encoding="utf-8"))
     blocks = []
     for match in FENCE.finditer(text):
         if match["lang"] != "python":
@@ -49,16 +63,25 @@ def run_page(page: Path) -> int:
     """Runs a page's CPU blocks in one namespace; returns how many ran."""
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     ran = 0
-    for block in python_blocks(page):
-        if block.gpu_only:
-            continue
-        # A file name that linecache knows, so that inspect.getsource (used by @triton.jit) finds the source.
-        filename = f"<docs/pages/{block.page}:{block.line}>"
-        padded = "\n" * (block.line - 1) + block.source
-        linecache.cache[filename] = (len(padded), None, padded.splitlines(keepends=True), filename)
-        exec(compile(padded, filename, "exec"), namespace)
-        ran += 1
+    # The example plugin's package, for pages that show its tests (which import it); not installed, so jt does
+    # not see it as a plugin.
+    sys.path.insert(0, str(EXAMPLE_PLUGIN / "src"))
+    try:
+        for block in python_blocks(page):
+            if not block.gpu_only:
+                run_block(block, namespace)
+                ran += 1
+    finally:
+        sys.path.remove(str(EXAMPLE_PLUGIN / "src"))
     return ran
+
+
+def run_block(block: CodeBlock, namespace: dict[str, object]) -> None:
+    """Executes one block in ``namespace``, with its source findable by ``inspect`` (``@triton.jit`` needs it)."""
+    filename = f"<docs/pages/{block.page}:{block.line}>"
+    padded = "\n" * (block.line - 1) + block.source
+    linecache.cache[filename] = (len(padded), None, padded.splitlines(keepends=True), filename)
+    exec(compile(padded, filename, "exec"), namespace)
 
 
 PAGE_FILES = sorted(PAGES.glob("*.md"))
@@ -80,12 +103,18 @@ def test_every_page_is_in_the_navigation() -> None:
     assert not missing, f"pages missing from nav in docs/mkdocs.yml: {missing}"
 
 
-@pytest.mark.parametrize("page", PAGE_FILES, ids=[p.name for p in PAGE_FILES])
+PAGES_WITH_CODE = [p for p in PAGE_FILES if any(not b.gpu_only for b in python_blocks(p))]
+
+
+def test_guide_pages_have_executed_examples() -> None:
+    names = {p.name for p in PAGES_WITH_CODE}
+    for expected in ("getting-started.md", "calling-conventions.md", "plugins.md", "writing-a-backend.md"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=[p.name for p in PAGES_WITH_CODE])
 def test_code_blocks_run_on_cpu(page: Path) -> None:
-    blocks = python_blocks(page)
-    if not any(not b.gpu_only for b in blocks):
-        pytest.skip(f"{page.name} has no CPU code block")
-    assert run_page(page) == sum(not b.gpu_only for b in blocks)
+    assert run_page(page) == sum(not b.gpu_only for b in python_blocks(page))
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
