@@ -44,9 +44,12 @@ _CHILD = textwrap.dedent(
 
 def new_process(factor: float, cache_dir: str) -> float:
     env = dict(os.environ, TRITON_CACHE_DIR=cache_dir)
-    result = subprocess.run(
-        [sys.executable, "-P", "-c", _CHILD.format(factor=factor)], env=env, capture_output=True, text=True, check=True
-    )
+    script = os.path.join(tempfile.mkdtemp(prefix="jt-first-call-"), "first_call_child.py")
+    with open(script, "w") as handle:  # Triton reads a kernel's source from its file
+        handle.write(_CHILD.format(factor=factor))
+    result = subprocess.run([sys.executable, "-P", script], env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"first-call child failed:\n{result.stderr[-3000:]}")
     return float(result.stdout.strip().splitlines()[-1])
 
 

@@ -6,8 +6,10 @@ Run on the GPU machine: ``python benchmarks/gpu_throughput.py [--json FILE]``. T
 * a 4096 x 4096 x 4096 bfloat16 matmul with float32 accumulation, bfloat16 output (compute bound).
 
 Every path runs ``K`` dependent calls back to back (each call consumes the previous result, so nothing can be
-deduplicated) and the wall time of the whole sequence, synchronised at the end, is divided by ``K``; the figure is
-the median of the repetitions. The same method is used for JAX and torch, so dispatch costs are amortised equally.
+deduplicated or fused; JAX steps are separated by ``lax.optimization_barrier``) and the wall time of the sequence,
+synchronised at the end, is measured for ``K = 1`` and ``K = CALLS``. The figure per call is the marginal
+``(median T(CALLS) - median T(1)) / (CALLS - 1)``: the fixed cost of a dispatch and a synchronisation cancels, for
+JAX and torch alike.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import jt_core as jt
 ADD_SIZE = 64 * 1024 * 1024
 ADD_BLOCK = 1024
 MM = 4096
-CALLS = 10
+CALLS = 21
 
 
 @triton.jit
@@ -97,47 +99,52 @@ def jt_matmul(launcher: str) -> Callable[[Any, Any], Any]:
     return matmul
 
 
-def jax_sequence(step: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+def jax_sequence(step: Callable[[Any, Any], Any], calls: int) -> Callable[[Any, Any], Any]:
     @jax.jit
     def run(x: Any, y: Any) -> Any:
-        for _ in range(CALLS):
-            x = step(x, y)
+        for _ in range(calls):
+            x = jax.lax.optimization_barrier(step(x, y))
         return x
 
     return run
 
 
-def time_jax(step: Callable[[Any, Any], Any], x: Any, y: Any, reps: int) -> float:
-    fn = jax_sequence(step)
+def _median_wall(run: Callable[[], Any], sync: Callable[[Any], Any], reps: int) -> float:
     for _ in range(3):
-        fn(x, y).block_until_ready()
+        sync(run())
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        fn(x, y).block_until_ready()
+        sync(run())
         times.append(time.perf_counter() - start)
-    return statistics.median(times) / CALLS
+    return statistics.median(times)
+
+
+def time_jax(step: Callable[[Any, Any], Any], x: Any, y: Any, reps: int) -> float:
+    def sync(out: Any) -> Any:
+        return out.block_until_ready()
+
+    one, many = jax_sequence(step, 1), jax_sequence(step, CALLS)
+    t_one = _median_wall(lambda: one(x, y), sync, reps)
+    t_many = _median_wall(lambda: many(x, y), sync, reps)
+    return (t_many - t_one) / (CALLS - 1)
 
 
 def time_torch(step: Callable[[Any, Any], Any], x: Any, y: Any, reps: int) -> float:
     import torch
 
-    def run() -> Any:
+    def run(calls: int) -> Any:
         out = x
-        for _ in range(CALLS):
+        for _ in range(calls):
             out = step(out, y)
         return out
 
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        run()
+    def sync(_: Any) -> None:
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) / CALLS
+
+    t_one = _median_wall(lambda: run(1), sync, reps)
+    t_many = _median_wall(lambda: run(CALLS), sync, reps)
+    return (t_many - t_one) / (CALLS - 1)
 
 
 def torch_add(x: Any, y: Any) -> Any:

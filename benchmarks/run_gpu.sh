@@ -29,6 +29,7 @@ PY=${PYTHON:-python3}
 SITE=${JT_SITE:-/tmp/jt-site}
 export JT_CACHE_DIR=${JT_CACHE_DIR:-/tmp/jt-cache}
 export PYTHONUNBUFFERED=1
+SCRATCH=$(mktemp -d /tmp/jt-gpu-scratch.XXXX)  # junit files and install log; copied to $OUT only on failure
 STATUS=0
 SUMMARY=()
 
@@ -37,10 +38,10 @@ note() { SUMMARY+=("$1"); echo "== $1"; }
 # -- install -----------------------------------------------------------------------------------------------------
 rm -rf "$SITE"
 if "$PY" -m pip install --no-deps --no-build-isolation --target "$SITE" ./jt_core ./jt_cuda ./jt_rocm ./jt_gluon \
-    >"$OUT/install.log" 2>&1; then
+    >"$SCRATCH/install.log" 2>&1; then
   note "install: ok"
 else
-  note "install: FAILED (see install.log)"; tail -20 "$OUT/install.log"; exit 1
+  cp "$SCRATCH/install.log" "$OUT/"; note "install: FAILED (see install.log)"; tail -20 "$OUT/install.log"; exit 1
 fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -57,7 +58,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>
 cat "$OUT/versions.txt"
 
 # The README's command: the first example, run as a user would.
-"$PY" -P - >"$OUT/readme.log" 2>&1 <<'EOF'
+README_SCRIPT=$(mktemp -d)/readme_example.py  # a file: Triton reads kernels' source from it
+cat >"$README_SCRIPT" <<'EOF'
 import jax, jax.numpy as jnp, numpy as np, triton, triton.language as tl
 import jt_core as jt
 
@@ -76,6 +78,7 @@ print(out, out.devices())
 np.testing.assert_array_equal(np.asarray(out), np.arange(100.0) + 1)
 assert "cuda" in str(out.devices()).lower() or "gpu" in str(out.devices()).lower()
 EOF
+"$PY" -P "$README_SCRIPT" >"$OUT/readme.log" 2>&1
 if [ $? -eq 0 ]; then note "README example on the GPU: ok"; else note "README example: FAILED"; STATUS=1; fi
 
 # -- tests -------------------------------------------------------------------------------------------------------
@@ -83,11 +86,11 @@ XDIST=()
 if "$PY" -P -c "import xdist" 2>/dev/null; then XDIST=(-n 6); fi
 # CPU suites in the background (JAX on the CPU only), GPU tests in the foreground.
 JAX_PLATFORMS=cpu timeout 480 "$PY" -P -m pytest -p no:cacheprovider -q -m "not cuda and not gpu and not rocm" \
-  "${XDIST[@]}" jt_cuda/tests jt_core/tests/test_native_build.py --junitxml="$OUT/cpu-tests.xml" \
+  "${XDIST[@]}" jt_cuda/tests jt_core/tests/test_native_build.py --junitxml="$SCRATCH/cpu-tests.xml" \
   >"$OUT/cpu-tests.log" 2>&1 &
 CPU_PID=$!
 timeout 480 "$PY" -P -m pytest -p no:cacheprovider -q -ra -m "cuda or gpu" --jt-require-gpu \
-  --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+  --junitxml="$SCRATCH/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
 GPU_RC=$?
 wait $CPU_PID
 CPU_RC=$?
@@ -97,7 +100,7 @@ note "CPU suites: $(tail -1 "$OUT/cpu-tests.log") (exit $CPU_RC)"
 [ $CPU_RC -eq 0 ] || STATUS=1
 
 # Every GPU test must have run: a skip is allowed only for work needing more GPUs than the machine has.
-"$PY" -P - "$OUT/gpu-tests.xml" <<'EOF'
+"$PY" -P - "$SCRATCH/gpu-tests.xml" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
@@ -123,18 +126,20 @@ if [ $? -eq 0 ]; then note "skip check: ok"; else note "skip check: FAILED"; STA
 if [ $BENCH -eq 1 ]; then
   if [ $QUICK -eq 1 ]; then LAUNCH_ARGS=(--reps 100 --rounds 1); TP_ARGS=(--reps 10); FC_ARGS=(--count 2);
   else LAUNCH_ARGS=(--reps 300 --rounds 3); TP_ARGS=(--reps 30); FC_ARGS=(--count 5); fi
-  for bench in launch throughput first_call; do
-    case $bench in
-      launch) ARGS=("${LAUNCH_ARGS[@]}") ;;
-      throughput) ARGS=("${TP_ARGS[@]}") ;;
-      first_call) ARGS=("${FC_ARGS[@]}") ;;
-    esac
-    if timeout 300 "$PY" -P "benchmarks/gpu_$bench.py" "${ARGS[@]}" --json "$OUT/$bench.json" >"$OUT/$bench.log" 2>&1; then
-      note "benchmark $bench: ok"
+  run_bench() {  # name, script, arguments...
+    local name=$1 script=$2; shift 2
+    if timeout 300 "$PY" -P "benchmarks/$script" "$@" --json "$OUT/$name.json" >"$SCRATCH/$name.log" 2>&1; then
+      note "benchmark $name: ok"
     else
-      note "benchmark $bench: FAILED (see $bench.log)"; STATUS=1
+      cp "$SCRATCH/$name.log" "$OUT/"; note "benchmark $name: FAILED (see $name.log)"; STATUS=1
     fi
-  done
+  }
+  run_bench launch gpu_launch.py "${LAUNCH_ARGS[@]}"
+  # The same chain with XLA's command buffers (CUDA graphs) turned off: what the graphs are worth.
+  XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" run_bench launch_no_graphs gpu_launch.py --reps 100 \
+    --rounds 1
+  run_bench throughput gpu_throughput.py "${TP_ARGS[@]}"
+  run_bench first_call gpu_first_call.py "${FC_ARGS[@]}"
 fi
 
 # -- table -------------------------------------------------------------------------------------------------------
@@ -143,8 +148,8 @@ echo "================================ summary ================================"
 cat "$OUT/versions.txt"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 grep -E "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" | head -20
-for bench in launch throughput first_call; do
-  if [ -f "$OUT/$bench.log" ]; then echo "-- $bench"; grep -vE "Warning|warn\(" "$OUT/$bench.log" | tail -12; fi
+for bench in launch launch_no_graphs throughput first_call; do
+  if [ -f "$SCRATCH/$bench.log" ]; then echo "-- $bench"; grep -vE "Warning|warn\(|^ +[a-z]+ = " "$SCRATCH/$bench.log" | tail -12; fi
 done
 echo "logs: $OUT"
 exit $STATUS
