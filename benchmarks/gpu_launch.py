@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -36,9 +37,19 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
-def jt_add(launcher: str) -> Callable[[Any, Any], Any]:
+def jt_add(launcher: str, preload: bool = True) -> Callable[[Any, Any], Any]:
+    """A jt add; ``preload=False`` lowers with ``JT_CUDA_PRELOAD=0`` (an initialize stage on every call)."""
+
     def add(x: Any, y: Any) -> Any:
-        return jt.triton_call(x, y, kernel=add_kernel, out_shape=x, grid=1, n=SIZE, BLOCK=SIZE, launcher=launcher)
+        previous = os.environ.get("JT_CUDA_PRELOAD")
+        os.environ["JT_CUDA_PRELOAD"] = "1" if preload else "0"
+        try:
+            return jt.triton_call(x, y, kernel=add_kernel, out_shape=x, grid=1, n=SIZE, BLOCK=SIZE, launcher=launcher)
+        finally:
+            if previous is None:
+                del os.environ["JT_CUDA_PRELOAD"]
+            else:
+                os.environ["JT_CUDA_PRELOAD"] = previous
 
     return add
 
@@ -101,6 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     paths: list[tuple[str, Callable[[Any, Any], Any]]] = [
         ("jt launcher 'jt' (own FFI handler)", jt_add("jt")),
+        ("jt launcher 'jt', initialize stage kept", jt_add("jt", preload=False)),
         ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib")),
         ("Pallas (native XLA lowering)", pallas_add()),
     ]

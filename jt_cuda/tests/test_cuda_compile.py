@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -203,3 +206,28 @@ def test_compile_error_keeps_triton_message_and_names_the_call() -> None:
     message = str(info.value)
     assert "triton_call 'bad_block'" in message and "cuda 90" in message and "BLOCK=48" in message
     assert "power of 2" in message  # Triton's own message, pointing at the source
+
+
+def test_second_process_reads_the_cubin_from_jt_disk_cache(tmp_path: Path) -> None:
+    script = (
+        "import json, jax, jax.numpy as jnp\n"
+        "import jt_core as jt\n"
+        "from jt_core import cache\n"
+        "from jt_core.testing import sample_add_kernel\n"
+        "x = jax.ShapeDtypeStruct((1024,), jnp.float32)\n"
+        "f = lambda a, b: jt.triton_call(a, b, kernel=sample_add_kernel, out_shape=a, grid=8, n=1024, BLOCK=128,"
+        " compute_capability=90)\n"
+        "text = jax.jit(f).trace(x, x).lower(lowering_platforms=('cuda',)).as_text()\n"
+        "print(json.dumps({'stats': cache.stats(), 'length': len(text)}))\n"
+    )
+    env = {**os.environ, "JT_CACHE_DIR": str(tmp_path / "jt"), "TRITON_CACHE_DIR": str(tmp_path / "triton1")}
+    env.pop("JT_DISABLE_CACHE", None)
+    first = json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                      check=True).stdout.splitlines()[-1])  # fmt: skip
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton2")  # an empty Triton cache: only jt's can avoid the compile
+    second = json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                       check=True).stdout.splitlines()[-1])  # fmt: skip
+    assert first["stats"]["disk_writes"] == 1 and first["stats"]["disk_hits"] == 0
+    assert second["stats"]["disk_hits"] == 1 and second["stats"]["disk_writes"] == 0
+    assert second["length"] == first["length"]
+    assert not list((tmp_path / "triton2").rglob("*.cubin")), "Triton compiled again despite jt's cache"

@@ -19,6 +19,7 @@ import triton.language as tl
 from cuda_testlib import (
     accumulate_kernel,
     add_call,
+    add_kernel,
     autotuned_scale_inplace_kernel,
     backend_config,
     custom_calls,
@@ -46,7 +47,7 @@ def jaxlib_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def jt_call_op(lowered: Any) -> Any:
-    (op,) = custom_calls(lowered, "jt_cuda_launch")
+    (op,) = custom_calls(lowered, "jt_cuda_launch") + custom_calls(lowered, "jt_cuda_launch_preloaded")
     return op
 
 
@@ -332,3 +333,17 @@ def test_lowering_is_identical_in_two_processes() -> None:
     ]
     assert "jt_cuda_launch" in texts[0]
     assert texts[0] == texts[1]
+
+
+def test_single_config_calls_use_the_preloaded_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    def f(x: Any) -> Any:
+        return jt.triton_call(x, x, kernel=add_kernel, out_shape=x, grid=N // BLOCK, n=N, BLOCK=BLOCK,
+                              compute_capability=90)  # fmt: skip
+
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    lowered = jax.jit(f).trace(spec).lower(lowering_platforms=("cuda",))
+    assert len(custom_calls(lowered, "jt_cuda_launch_preloaded")) == 1
+    assert custom_calls(lowered, "jt_cuda_launch") == []
+    monkeypatch.setenv("JT_CUDA_PRELOAD", "0")
+    lowered = jax.jit(lambda x: f(x) * 1).trace(spec).lower(lowering_platforms=("cuda",))
+    assert len(custom_calls(lowered, "jt_cuda_launch")) == 1

@@ -308,7 +308,8 @@ def tuning_key(call: KernelCall, device_name: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _tuning_path(key: str) -> pathlib.Path:
+def tuning_path(key: str) -> pathlib.Path:
+    """The file remembering the winner of tuning problem ``key`` (in ``JT_CACHE_DIR/autotune``)."""
     from jt_core import cache
 
     folder = cache.cache_dir() / "autotune"
@@ -322,7 +323,7 @@ def load_choice(key: str, num_configs: int) -> int | None:
 
     if not cache.enabled():
         return None
-    path = _tuning_path(key)
+    path = tuning_path(key)
     try:
         data = json.loads(path.read_text())
         index = int(data["index"])
@@ -341,7 +342,7 @@ def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> N
     if not cache.enabled():
         return
     record = {"index": index, "config": label, "seconds": list(timings)}
-    cache.atomic_write(_tuning_path(key), json.dumps(record, sort_keys=True).encode())
+    cache.atomic_write(tuning_path(key), json.dumps(record, sort_keys=True).encode())
 
 
 def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:

@@ -41,6 +41,7 @@ class CudaBackend(Backend):
     """
 
     platform = "cuda"
+    cacheable = True
 
     def __init__(self, cache_size: int = 512) -> None:
         self._cache: collections.OrderedDict[Any, CompiledKernel] = collections.OrderedDict()
@@ -118,6 +119,11 @@ class CudaBackend(Backend):
                 self._cache[key] = cached
                 while len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
+        return self.restore(cached, request)
+
+    def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
+        """Checks the device limits, prints the IRs (``debug=True``) and writes the dump of a compiled kernel,
+        fresh or read back from jt's disk cache."""
         self._check_limits(cached, request)
         if request.options.debug:
             self._print_irs(cached, request)

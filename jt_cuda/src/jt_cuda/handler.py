@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ from jt_cuda import _compat
 
 #: The custom-call target name the launcher emits.
 TARGET_NAME = "jt_cuda_launch"
+#: The target of calls with a single config: modules are loaded when XLA instantiates the call (into every device's
+#: primary context), so it has no initialize stage and XLA makes one handler call per launch instead of two.
+PRELOADED_TARGET_NAME = "jt_cuda_launch_preloaded"
+
+
+def preload_enabled() -> bool:
+    """Whether single-config calls use :data:`PRELOADED_TARGET_NAME` (``JT_CUDA_PRELOAD=0`` turns it off)."""
+    return os.environ.get("JT_CUDA_PRELOAD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 #: The FFI state type's registered name.
 STATE_TYPE_NAME = "jt_cuda.KernelState"
 
@@ -85,6 +96,8 @@ def register() -> None:
     Raises:
         jt_core.native.NativeBuildError: When the library cannot be built.
     """
+    import jax
+
     global _registered
     if _registered:
         return
@@ -98,6 +111,14 @@ def register() -> None:
             _capsule(lib.jt_cuda_launch_state_type_info()),
         )
         _compat.register_ffi_target(TARGET_NAME, handler_capsules(), command_buffer_compatible=True)
+        _compat.register_ffi_target(
+            PRELOADED_TARGET_NAME,
+            {
+                "instantiate": jax.ffi.pycapsule(lib.jt_cuda_launch_instantiate_preloaded),
+                "execute": jax.ffi.pycapsule(lib.jt_cuda_launch_execute),
+            },
+            command_buffer_compatible=True,
+        )
         _registered = True
 
 

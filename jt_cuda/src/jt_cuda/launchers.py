@@ -137,7 +137,9 @@ class JtFfiLauncher(Launcher):
         _refuse_profile_scratch(call, kernels, self.name)
         if _cuda_devices_present():
             handler.register()
-        attributes, scratch_bytes = ffi_attributes(call, kernels)
+        from jt_core.primitive import lowering_device
+
+        attributes, scratch_bytes = ffi_attributes(call, kernels, lowering_device(ctx))
         out_avals = list(call.out_avals)
         result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals]
         result_layouts = [_row_major(aval) for aval in out_avals]
@@ -148,8 +150,9 @@ class JtFfiLauncher(Launcher):
             scratch_aval = core.ShapedArray((scratch_bytes,), jnp.uint8)
             result_types.append(mlir.aval_to_ir_type(ctx.module_context, scratch_aval))
             result_layouts.append([0])
+        single = len(kernels) == 1 and handler.preload_enabled()
         op = mlir.custom_call(
-            handler.TARGET_NAME,
+            handler.PRELOADED_TARGET_NAME if single else handler.TARGET_NAME,
             result_types=result_types,
             operands=list(operands),
             backend_config=attributes,
@@ -162,7 +165,22 @@ class JtFfiLauncher(Launcher):
         return list(op.results)[: len(out_avals)]
 
 
-def ffi_attributes(call: KernelCall, kernels: Sequence[CompiledKernel]) -> tuple[dict[str, Any], int]:
+def tuning_file(call: KernelCall, device: Any | None) -> str:
+    """Where the handler remembers the winner of an autotuned call on this device kind ("" when not autotuned,
+    when the device is unknown -- lowering without one -- or when the cache is disabled)."""
+    from jt_core import autotune, cache
+
+    if len(call.configs) < 2 or device is None or not cache.enabled():
+        return ""
+    kind = str(getattr(device, "device_kind", "") or "")
+    if not kind:
+        return ""
+    return str(autotune.tuning_path(autotune.tuning_key(call, f"cuda:{kind}")))
+
+
+def ffi_attributes(
+    call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None = None
+) -> tuple[dict[str, Any], int]:
     """The custom call's attributes for jt's handler, and the size of the global scratch output (0: none).
 
     Parameters are described by index, so their order in the kernel's signature never matters: each is an
@@ -222,6 +240,9 @@ def ffi_attributes(call: KernelCall, kernels: Sequence[CompiledKernel]) -> tuple
         attributes[f"label_{c}"] = _ir_str(config.label)
         attributes[f"launch_{c}"] = _ir_ints(launch)
         attributes[f"zeroed_{c}"] = _ir_ints(config.zeroed_outputs)
+    remembered = tuning_file(call, device)
+    if remembered:
+        attributes["tuning_file"] = _ir_str(remembered)
     if call.serialized_metadata:
         attributes["metadata"] = _ir_str(call.serialized_metadata)
     return attributes, scratch_bytes
