@@ -3,6 +3,7 @@ fixed when JAX starts). Not collected by the normal run: its name does not start
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -28,8 +29,10 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
-def add(x: Any, y: Any) -> Any:
-    return jt.triton_call(x, y, n=x.size, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, 32),), BLOCK=32)
+def add(x: Any, y: Any, launcher: str | None = None) -> Any:
+    return jt.triton_call(
+        x, y, n=x.size, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, 32),), BLOCK=32, launcher=launcher
+    )
 
 
 @pytest.fixture
@@ -127,9 +130,36 @@ def test_batch_dims_gathers_the_other_dimensions(mesh: Any, rng: np.random.Gener
     np.testing.assert_allclose(out, xs - xs.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-def test_partitioned_triton_call_on_cpu_devices_is_refused_clearly(mesh: Any, rng: np.random.Generator) -> None:
+def test_partitioned_triton_call_runs_per_shard_with_the_ffi_launcher(mesh: Any, rng: np.random.Generator) -> None:
+    sharding = NamedSharding(mesh, P("x"))
+    x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), sharding)
+    y = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), sharding)
+    decorated = jax.jit(jt.partitioned(jt.Elementwise())(functools.partial(add, launcher="ffi")))
+    per_call = jax.jit(
+        lambda a, b: jt.triton_call(
+            a,
+            b,
+            n=a.size,  # passed unchanged to each shard: the local grid covers exactly the shard's elements
+            kernel=add_kernel,
+            out_shape=a,
+            grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, 32),),
+            BLOCK=32,
+            partition=jt.Elementwise(),
+            launcher="ffi",
+        )
+    )
+    for f in (decorated, per_call):
+        out = f(x, y)
+        np.testing.assert_allclose(out, np.asarray(x) + np.asarray(y), rtol=1e-6)
+        assert out.sharding.spec[0] == "x"
+        text = compiled_text(f, x, y)
+        assert "all-gather" not in text
+        assert "jt_cpu_interpreter_callback" in text and "f32[2,16]" in text  # each shard runs on its 2 rows
+
+
+def test_partitioned_triton_call_through_host_callbacks_is_refused_clearly(mesh: Any, rng: np.random.Generator) -> None:
     x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
-    f = jax.jit(jt.partitioned(jt.Elementwise())(add))
+    f = jax.jit(jt.partitioned(jt.Elementwise())(functools.partial(add, launcher="interpreter")))
     with pytest.raises(Exception, match=r"cannot run on the CPU backend across several devices.*jax\.shard_map"):
         f(x, x)
     assert issubclass(UnsupportedKernelError, NotImplementedError)

@@ -61,3 +61,22 @@ def triton_version() -> tuple[int, int]:
     major, minor = triton.__version__.split(".")[:2]
     return int(major), int(minor)
 
+
+def register_host_ffi_target(name: str, handler: Any) -> None:
+    """Registers a typed XLA FFI handler (a C function pointer) for the CPU ("Host") platform.
+
+    ``jax.ffi.register_ffi_target``, ``jax.ffi.pycapsule``, ``jax.ffi.include_dir`` and the parts of the XLA FFI
+    C++ API jt's CPU handler uses (``AnyBuffer``, ``RemainingArgs``/``RemainingRets``, integer and string
+    attributes, ``ffi::Error``) are the same in jax 0.11 and 0.12; only the FFI C API's minor version differs
+    (4 vs 5: per-call custom options, unused here).
+    """
+    import jax
+
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu", api_version=1)
+
+
+def ffi_include_dir() -> str:
+    """The folder holding the XLA FFI headers of the installed jaxlib."""
+    import jax
+
+    return str(jax.ffi.include_dir())

@@ -249,19 +249,44 @@ def _apply(
 
 
 def _refuse_host_callbacks(body: Callable[..., Any], local_args: Sequence[Any]) -> None:
-    """Raises instead of crashing when a per-shard body would run a kernel through a host callback (CPU).
+    """Raises instead of crashing when a per-shard body would run something through a host callback (CPU).
 
     JAX drops the host callbacks of a ``custom_partitioning`` body (they live in a temporary module), so the
-    executable would call a callback that no longer exists.
+    executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that does not use
+    host callbacks (``uses_host_callback = False``, such as the ``ffi`` launcher) run fine.
     """
-    text = str(jax.make_jaxpr(body)(*local_args))
-    if "triton_kernel_call" in text or "callback" in text:
-        raise UnsupportedKernelError(
-            "a partitioned triton_call (partition= / @jt.partitioned) cannot run on the CPU backend across several "
-            "devices: the CPU backend runs kernels through a JAX host callback, and JAX does not keep host "
-            "callbacks made inside custom_partitioning alive. Use jax.shard_map on the CPU (it runs the call per "
-            "shard the same way), or run on GPUs"
-        )
+    from jt_core import hooks
+
+    for eqn in _equations(jax.make_jaxpr(body)(*local_args).jaxpr):
+        name = eqn.primitive.name
+        if name == "triton_kernel_call":
+            call = eqn.params["call"]
+            launcher = hooks.launcher_for("cpu", call.launcher)
+            if getattr(launcher, "uses_host_callback", True):
+                raise UnsupportedKernelError(
+                    f"a partitioned triton_call ({call.name!r}, partition= / @jt.partitioned) cannot run on the "
+                    f"CPU backend across several devices with launcher {launcher.name!r}: it runs kernels through a "
+                    "JAX host callback, and JAX does not keep host callbacks made inside custom_partitioning "
+                    "alive. Use the 'ffi' CPU launcher (launcher='ffi' or JT_LAUNCHER_CPU=ffi; it needs a C++ "
+                    "compiler), jax.shard_map on the CPU (it runs the call per shard the same way), or GPUs"
+                )
+        elif "callback" in name:
+            raise UnsupportedKernelError(
+                f"a partitioned function (partition= / @jt.partitioned) calls a JAX host callback ({name}) and "
+                "cannot run on the CPU backend across several devices: JAX does not keep host callbacks made "
+                "inside custom_partitioning alive. Use jax.shard_map on the CPU instead"
+            )
+
+
+def _equations(jaxpr: Any) -> Any:
+    """Every equation of a jaxpr, those of nested jaxprs (``jit``, control flow, custom rules) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(item, "jaxpr", item)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
 
 
 def _is_operand(leaf: Any) -> bool:

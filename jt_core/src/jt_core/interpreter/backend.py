@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from jax import tree_util
@@ -59,24 +59,48 @@ def poison(array: np.ndarray) -> None:
 def execute(
     call: KernelCall, kernel: CompiledKernel, operands: Sequence[np.ndarray], config_index: int = 0
 ) -> list[np.ndarray]:
-    """Runs one configuration of a call on host buffers and returns its outputs."""
+    """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated)."""
+    outputs = [np.empty(aval.shape, dtype=aval.dtype) for aval in call.out_avals]
+    execute_into(call, kernel, operands, outputs, config_index)
+    return outputs
+
+
+def execute_into(
+    call: KernelCall,
+    kernel: CompiledKernel,
+    operands: Sequence[np.ndarray],
+    outputs: Sequence[np.ndarray],
+    config_index: int = 0,
+) -> None:
+    """Runs one configuration of a call writing into caller-provided outputs (XLA's result buffers, say).
+
+    Before the kernel starts, an output aliased with an operand holds that operand's values (nothing is copied
+    when the two already share one buffer, as XLA arranges for ``input_output_aliases``), a zeroed output holds
+    zeros and every other output is poisoned.
+
+    Args:
+        call: The bound call.
+        kernel: The compiled configuration.
+        operands: The array operands, in ``call.operand_avals`` order.
+        outputs: Writable C-contiguous arrays of ``call.out_avals``' shapes and dtypes.
+        config_index: Which of ``call.configs`` runs.
+    """
     config = call.configs[config_index]
     aliased = dict(call.aliases)
-    outputs: list[np.ndarray] = []
     zeroed = set(config.zeroed_outputs)
     operands = [np.ascontiguousarray(op) for op in operands]
-    for index, aval in enumerate(call.out_avals):
-        source = next((op for op, out in call.aliases if out == index), None)
+    for index in range(len(call.out_avals)):
+        out = outputs[index]
+        source = next((op for op, dst in call.aliases if dst == index), None)
         if source is not None:
-            out = np.array(operands[source], dtype=aval.dtype, copy=True, order="C")
+            if out.ctypes.data != operands[source].ctypes.data:
+                np.copyto(out, operands[source].reshape(out.shape), casting="unsafe")
             if index in zeroed:
                 out[...] = 0
         elif index in zeroed:
-            out = np.zeros(aval.shape, dtype=aval.dtype)
+            out[...] = 0
         else:
-            out = np.empty(aval.shape, dtype=aval.dtype)
             poison(out)
-        outputs.append(out)
 
     buffers: list[runner.Buffer] = []
     leaves: dict[int, list[Any]] = {}
@@ -115,7 +139,6 @@ def execute(
         buffers if call.bounds_check else None,
         debug=config.options.debug,
     )
-    return outputs
 
 
 class CpuLauncher(Launcher):
@@ -124,6 +147,9 @@ class CpuLauncher(Launcher):
     platform = "cpu"
     name = "interpreter"
     priority = 0
+    #: Whether the lowered call is a JAX host callback. JAX loses those inside ``custom_partitioning`` bodies, so
+    #: partition rules refuse to run such a launcher across several CPU devices (:mod:`jt_core.partitioning`).
+    uses_host_callback: ClassVar[bool] = True
 
     def lower(
         self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]

@@ -1,4 +1,4 @@
-"""Builtin plugin ``cpu``: registers the interpreter backend and launcher."""
+"""Builtin plugin ``cpu``: registers the interpreter backend and its launchers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def jt_register_backends() -> Sequence[Backend]:
 
 @hookimpl
 def jt_register_launchers() -> Sequence[Launcher]:
-    """Registers the CPU launcher (a host callback)."""
+    """Registers the CPU launchers: jt's FFI handler (preferred where it builds) and the host callback."""
     from jt_core.interpreter.backend import CpuLauncher
+    from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 
-    return [CpuLauncher()]
+    return [CpuLauncher(), CpuFfiLauncher()]

@@ -1,0 +1,364 @@
+"""The ``ffi`` CPU launcher: a typed XLA FFI custom call that runs the interpreter, with no JAX host callback.
+
+JAX's host callbacks live in the module that lowered them; inside a ``custom_partitioning`` body that module is
+temporary, so the callback is gone when the executable runs. This launcher does not use them. Its handler
+(``csrc/jt_cpu_interpreter_call.cc``, built at first use by :mod:`jt_core.native`) is registered with XLA for
+the CPU once per process, and each lowered call carries only an integer ``call_id``:
+
+* at lowering, the call and its compiled configurations are entered in a process-wide :class:`CallRegistry`,
+  which gives equal calls the same id (lowering always precedes execution, also when JAX's persistent cache
+  supplies the executable, so the id is known when the handler runs);
+* at run time, the handler passes the id and the addresses and byte sizes of XLA's buffers to a dispatcher
+  installed when the library was loaded (a ``ctypes`` callback, which takes the GIL). The dispatcher wraps the
+  buffers as NumPy arrays with the avals of the call and runs the interpreter straight into XLA's result buffers
+  (:func:`jt_core.interpreter.backend.execute_into`); it returns a status code and message, which the handler
+  turns into an XLA error, so no Python exception ever crosses C++ frames.
+
+The launcher takes precedence over the host-callback launcher (``interpreter``) when the library builds and
+loads; without a C++ compiler :meth:`CpuFfiLauncher.unavailable_reason` says so and the callback launcher is used.
+``JT_LAUNCHER_CPU=interpreter`` or ``launcher="interpreter"`` selects the callback launcher explicitly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from jt_core import _compat, autotune
+from jt_core.backend import CompiledKernel, Launcher
+from jt_core.binding import KernelCall
+from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
+from jt_core.interpreter.backend import CPU_DEVICE_NAME, cpu_autotune_enabled, execute, execute_into
+
+__all__ = [
+    "ABI_VERSION",
+    "TARGET_NAME",
+    "CallRegistry",
+    "CpuFfiLauncher",
+    "RegisteredCall",
+    "ensure_registered",
+    "registry",
+    "source_path",
+]
+
+#: The custom-call target the launcher emits (the handler calls back into Python's interpreter).
+TARGET_NAME = "jt_cpu_interpreter_callback"
+#: The calling convention between the handler and :func:`_dispatch`; the library reports the one it implements.
+ABI_VERSION = 1
+
+_SOURCE = Path(__file__).parent / "csrc" / "jt_cpu_interpreter_call.cc"
+
+# absl / XLA_FFI_Error_Code status codes returned to the handler.
+_OUT_OF_RANGE = 11
+_UNIMPLEMENTED = 12
+_INTERNAL = 13
+
+_DISPATCHER = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    ctypes.c_int64,  # call id
+    ctypes.c_int64,  # number of operands
+    ctypes.POINTER(ctypes.c_void_p),  # operand addresses
+    ctypes.POINTER(ctypes.c_int64),  # operand byte sizes
+    ctypes.c_int64,  # number of results
+    ctypes.POINTER(ctypes.c_void_p),  # result addresses
+    ctypes.POINTER(ctypes.c_int64),  # result byte sizes
+    ctypes.c_void_p,  # message buffer
+    ctypes.c_int64,  # its capacity
+)
+
+
+def source_path() -> Path:
+    """The handler's C++ source file."""
+    return _SOURCE
+
+
+@dataclasses.dataclass
+class RegisteredCall:
+    """A lowered call the handler can run: the call, its compiled configurations and the configuration chosen.
+
+    Attributes:
+        call_id: The id the lowered custom call carries.
+        call: The bound call.
+        kernels: One compiled kernel per ``call.configs`` entry.
+        chosen: The configuration that runs (decided on the first execution; ``None`` before).
+    """
+
+    call_id: int
+    call: KernelCall
+    kernels: tuple[CompiledKernel, ...]
+    chosen: int | None = None
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+
+
+def _content_key(call: KernelCall) -> tuple[Any, ...]:
+    # KernelCall equality treats -0.0 and 0.0 (or 1 and 1.0) as one value; the scalars' exact text and type keep
+    # such calls apart.
+    return (call, tuple((slot.type_str, type(slot.value).__name__, repr(slot.value)) for slot in call.slots))
+
+
+class CallRegistry:
+    """Process-wide map from call ids to lowered calls. Thread-safe.
+
+    Ids are small positive integers handed out in order of first registration; a call whose content equals an
+    already registered one gets that call's id, so lowering the same computation twice gives the same module.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: dict[tuple[Any, ...], int] = {}
+        self._calls: dict[int, RegisteredCall] = {}
+
+    def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
+        """The id of ``call``, registering it (with ``kernels``) the first time its content is seen."""
+        key = _content_key(call)
+        with self._lock:
+            call_id = self._ids.get(key)
+            if call_id is None:
+                call_id = len(self._calls) + 1
+                self._ids[key] = call_id
+                self._calls[call_id] = RegisteredCall(call_id, call, tuple(kernels))
+            return call_id
+
+    def get(self, call_id: int) -> RegisteredCall | None:
+        """The registered call with this id, or ``None``."""
+        return self._calls.get(call_id)
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
+_registry = CallRegistry()
+
+
+def registry() -> CallRegistry:
+    """The process-wide registry the handler dispatches through."""
+    return _registry
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Run time: the dispatcher the handler calls.
+
+
+def _wrap(address: int | None, nbytes: int, aval: Any, what: str, writable: bool) -> np.ndarray:
+    dtype = np.dtype(aval.dtype)
+    shape = tuple(int(d) for d in aval.shape)
+    expected = dtype.itemsize * math.prod(shape)
+    if nbytes != expected:
+        raise RuntimeError(f"{what} has {nbytes} bytes, expected {expected} for {aval.str_short()}")
+    if expected == 0 or not address:
+        return np.zeros(shape, dtype)
+    array = np.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=dtype).reshape(shape)
+    if not writable:
+        array.flags.writeable = False
+    return array
+
+
+def run_registered(entry: RegisteredCall, operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+    """Runs a registered call on host arrays, writing into ``outputs`` (autotuning on the first run if enabled)."""
+    call, kernels = entry.call, entry.kernels
+    index = entry.chosen
+    if index is None:
+        with entry.lock:
+            index = entry.chosen
+            if index is None:
+                if len(kernels) == 1 or not cpu_autotune_enabled():
+                    index = 0
+                else:
+                    # Trials run on copies (execute() allocates its outputs), so the buffers XLA handed over, an
+                    # aliased operand's included, are untouched until the chosen configuration's results land.
+                    results: dict[int, list[np.ndarray]] = {}
+
+                    def trial(i: int) -> float:
+                        start = time.perf_counter()
+                        results[i] = execute(call, kernels[i], operands, i)
+                        return time.perf_counter() - start
+
+                    index = autotune.choose_config(call, CPU_DEVICE_NAME, trial)
+                    entry.chosen = index
+                    if index in results:
+                        for out, value in zip(outputs, results[index]):
+                            np.copyto(out, value)
+                        return
+                entry.chosen = index
+    execute_into(call, kernels[index], operands, outputs, index)
+
+
+def _dispatch_call(
+    call_id: int, num_inputs: int, inputs: Any, input_bytes: Any, num_outputs: int, outputs: Any, output_bytes: Any
+) -> None:
+    entry = _registry.get(call_id)
+    if entry is None:
+        raise LookupError(
+            f"jt CPU launcher: no triton_call is registered under id {call_id} in this process; calls are "
+            "registered when they are lowered, so a serialized module must be lowered again in this process"
+        )
+    call = entry.call
+    if num_inputs != len(call.operand_avals) or num_outputs != len(call.out_avals):
+        raise RuntimeError(
+            f"triton_call {call.name!r}: the custom call has {num_inputs} operands and {num_outputs} results, "
+            f"expected {len(call.operand_avals)} and {len(call.out_avals)}"
+        )
+    operand_arrays = [
+        _wrap(inputs[i], input_bytes[i], aval, f"operand {i} of {call.name!r}", writable=False)
+        for i, aval in enumerate(call.operand_avals)
+    ]
+    output_arrays = [
+        _wrap(outputs[i], output_bytes[i], aval, f"result {i} of {call.name!r}", writable=True)
+        for i, aval in enumerate(call.out_avals)
+    ]
+    run_registered(entry, operand_arrays, output_arrays)
+
+
+def _status_code(exc: BaseException) -> int:
+    if isinstance(exc, OutOfBoundsAccessError):
+        return _OUT_OF_RANGE
+    if isinstance(exc, (UnsupportedKernelError, NotImplementedError)):
+        return _UNIMPLEMENTED
+    return _INTERNAL
+
+
+def _report(exc: BaseException, message: int | None, capacity: int) -> int:
+    code = _INTERNAL
+    try:
+        code = _status_code(exc)
+        text = f"{type(exc).__name__}: {exc}".encode("utf-8", errors="replace")[: max(capacity - 1, 0)]
+        if message and capacity > 0:
+            ctypes.memmove(message, text + b"\0", len(text) + 1)
+    except BaseException:
+        pass  # the handler falls back to a generic message
+    return code
+
+
+def _dispatch(
+    call_id: int,
+    num_inputs: int,
+    inputs: Any,
+    input_bytes: Any,
+    num_outputs: int,
+    outputs: Any,
+    output_bytes: Any,
+    message: int | None,
+    capacity: int,
+) -> int:
+    # Called by the handler on an XLA thread with the GIL held. Nothing may escape: ctypes would print the
+    # exception and return 0, which the handler would take for success.
+    try:
+        _dispatch_call(call_id, num_inputs, inputs, input_bytes, num_outputs, outputs, output_bytes)
+    except BaseException as exc:
+        return _report(exc, message, capacity)
+    return 0
+
+
+_dispatcher = _DISPATCHER(_dispatch)  # kept alive for the life of the process
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building, loading and registering the handler.
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_failure: str | None = None
+
+
+def _load() -> ctypes.CDLL:
+    from jt_core.native import build_shared_library
+
+    built = build_shared_library(
+        "jt_cpu_interpreter_call",
+        [_SOURCE],
+        include_dirs=[_compat.ffi_include_dir()],
+        flags=("-O2", "-std=c++17"),
+    )
+    lib = ctypes.CDLL(str(built.path))
+    lib.jt_cpu_interpreter_abi_version.restype = ctypes.c_int32
+    lib.jt_cpu_interpreter_abi_version.argtypes = ()
+    version = lib.jt_cpu_interpreter_abi_version()
+    if version != ABI_VERSION:
+        raise RuntimeError(f"library {built.path} implements handler ABI {version}, this jt-core expects {ABI_VERSION}")
+    lib.jt_cpu_interpreter_set_dispatcher.restype = None
+    lib.jt_cpu_interpreter_set_dispatcher.argtypes = (_DISPATCHER,)
+    lib.jt_cpu_interpreter_set_dispatcher(_dispatcher)
+    _compat.register_host_ffi_target(TARGET_NAME, lib.jt_cpu_interpreter_callback)
+    atexit.register(_detach, lib)
+    return lib
+
+
+def _detach(lib: ctypes.CDLL) -> None:
+    # A computation still running when the interpreter shuts down gets an error instead of calling into a
+    # finalised Python.
+    lib.jt_cpu_interpreter_set_dispatcher(_DISPATCHER())  # a NULL function pointer
+
+
+def ensure_registered() -> ctypes.CDLL:
+    """Builds (or finds in the cache) and loads the handler library and registers it with XLA, once per process.
+
+    Raises:
+        RuntimeError: When the library cannot be built, loaded or registered (the first failure is remembered).
+    """
+    global _library, _failure
+    if _library is not None:
+        return _library
+    with _lock:
+        if _library is None:
+            if _failure is not None:
+                raise RuntimeError(_failure)
+            try:
+                _library = _load()
+            except Exception as exc:
+                _failure = f"{type(exc).__name__}: {exc}"
+                raise RuntimeError(_failure) from exc
+        return _library
+
+
+class CpuFfiLauncher(Launcher):
+    """Lowers a call to jt's CPU FFI handler, which runs the interpreter without a JAX host callback."""
+
+    platform = "cpu"
+    name = "ffi"
+    priority = 10
+    uses_host_callback: ClassVar[bool] = False
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            ensure_registered()
+        except RuntimeError as exc:
+            return f"jt's CPU FFI handler could not be built or registered ({exc}); the host-callback launcher is used"
+        return None
+
+    def lower(
+        self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]
+    ) -> Sequence[Any]:
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir
+
+        ensure_registered()
+        call_id = _registry.register(call, kernels)
+        out_avals = list(call.out_avals)
+        op = mlir.custom_call(
+            TARGET_NAME,
+            result_types=[mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals],
+            operands=list(operands),
+            backend_config={
+                "call_id": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), call_id),
+                "name": ir.StringAttr.get(call.name),
+            },
+            has_side_effect=call.has_side_effect,
+            api_version=4,
+            operand_output_aliases=dict(call.aliases),
+            operand_layouts=[_row_major(aval) for aval in call.operand_avals],
+            result_layouts=[_row_major(aval) for aval in out_avals],
+        )
+        return list(op.results)
+
+
+def _row_major(aval: Any) -> list[int]:
+    return list(range(len(aval.shape) - 1, -1, -1))
