@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--platform", default="cuda")
     parser.add_argument("--child", choices=["six", "tuned"])
+    parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.arch, args.platform, args.child)))
@@ -194,6 +195,9 @@ def main() -> None:
     print(f"{'case':66} {'seconds':>8} {'vs cold':>8}")
     for label, seconds in rows:
         print(f"{label:66} {seconds:8.3f} {seconds / cold:8.1%}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"cores": os.cpu_count(), "rows": rows}, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #   bash benchmarks/run_gpu.sh            # everything
 #   bash benchmarks/run_gpu.sh --quick    # fewer benchmark repetitions
 #   bash benchmarks/run_gpu.sh --no-bench # tests only
+#   bash benchmarks/run_gpu.sh --no-tests # benchmarks only
 #
 # Needs: python3 with jax[cuda], triton, torch, pytest, setuptools (no network access is needed), a C++ compiler.
 # Exit status: non-zero when installing, any test, the skip check or a benchmark failed.
@@ -13,10 +14,12 @@ set -uo pipefail
 
 QUICK=0
 BENCH=1
+TESTS=1
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     --no-bench) BENCH=0 ;;
+    --no-tests) TESTS=0 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +84,7 @@ EOF
 "$PY" -P "$README_SCRIPT" >"$OUT/readme.log" 2>&1
 if [ $? -eq 0 ]; then note "README example on the GPU: ok"; else note "README example: FAILED"; STATUS=1; fi
 
+if [ $TESTS -eq 1 ]; then
 # -- tests -------------------------------------------------------------------------------------------------------
 XDIST=()
 if "$PY" -P -c "import xdist" 2>/dev/null; then XDIST=(-n 6); fi
@@ -122,6 +126,8 @@ sys.exit(1 if bad or ran == 0 else 0)
 EOF
 if [ $? -eq 0 ]; then note "skip check: ok"; else note "skip check: FAILED"; STATUS=1; fi
 
+fi
+
 # -- benchmarks --------------------------------------------------------------------------------------------------
 if [ $BENCH -eq 1 ]; then
   if [ $QUICK -eq 1 ]; then LAUNCH_ARGS=(--reps 100 --rounds 1); TP_ARGS=(--reps 10); FC_ARGS=(--count 2);
@@ -140,6 +146,16 @@ if [ $BENCH -eq 1 ]; then
     --rounds 1
   run_bench throughput gpu_throughput.py "${TP_ARGS[@]}"
   run_bench first_call gpu_first_call.py "${FC_ARGS[@]}"
+  run_bench autotune gpu_autotune.py
+  run_bench compile_cache compile_cache.py --arch 90
+  if timeout 300 "$PY" -P benchmarks/gpu_transformations.py $([ $QUICK -eq 1 ] && echo --quick) \
+      >"$SCRATCH/transformations.log" 2>&1; then
+    note "benchmark transformations: ok"
+  else
+    cp "$SCRATCH/transformations.log" "$OUT/"; note "benchmark transformations: FAILED (see transformations.log)"
+    STATUS=1
+  fi
+  cp "$SCRATCH"/*.log "$OUT/" 2>/dev/null || true
 fi
 
 # -- table -------------------------------------------------------------------------------------------------------
@@ -147,9 +163,13 @@ echo
 echo "================================ summary ================================"
 cat "$OUT/versions.txt"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
-grep -E "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" | head -20
-for bench in launch launch_no_graphs throughput first_call; do
+grep -sE "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" | head -20
+for bench in launch launch_no_graphs throughput first_call autotune compile_cache transformations; do
   if [ -f "$SCRATCH/$bench.log" ]; then echo "-- $bench"; grep -vE "Warning|warn\(|^ +[a-z]+ = " "$SCRATCH/$bench.log" | tail -12; fi
 done
+# At most a few files come back from a remote run: pack the logs and results into one archive.
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
+  (cd "$OUT" && tar czf results.tar.gz --exclude results.tar.gz ./* && find . -maxdepth 1 -type f ! -name results.tar.gz -delete)
+fi
 echo "logs: $OUT"
 exit $STATUS

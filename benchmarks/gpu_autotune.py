@@ -1,0 +1,110 @@
+"""Autotuning once per machine: an 8-config autotuned matmul, tuned in a first process and reused by a second.
+
+Each process lowers and compiles a jitted 4096^3 fp16 matmul whose kernel has eight ``triton.Config`` candidates,
+then times its first execution (the handler times every config on the real buffers and keeps the fastest) and a
+steady execution. The tuning time is ``first - steady``. The second process shares the first one's ``JT_CACHE_DIR``
+(compiled cubins and the remembered winner) but not its memory.
+
+Usage: ``python benchmarks/gpu_autotune.py [--json FILE]`` on a CUDA machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import triton
+import triton.language as tl
+
+SIZE = 4096
+CONFIGS = [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
+           (128, 64, 64, 4, 4), (128, 128, 32, 4, 4), (64, 64, 64, 4, 3), (128, 128, 64, 8, 4)]  # fmt: skip
+
+
+@triton.autotune(
+    configs=[triton.Config({"BM": m, "BN": n, "BK": k}, num_warps=w, num_stages=s) for m, n, k, w, s in CONFIGS],
+    key=["M", "N", "K"],
+)
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16))
+
+
+def child() -> dict[str, float]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jt_core as jt
+
+    def f(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jt.triton_call(a, b, kernel=matmul_kernel, out_shape=a,
+                              grid=lambda m: (SIZE // m["BM"], SIZE // m["BN"]), M=SIZE, N=SIZE, K=SIZE)  # fmt: skip
+
+    a = jax.random.normal(jax.random.key(0), (SIZE, SIZE), jnp.float16)
+    b = jax.random.normal(jax.random.key(1), (SIZE, SIZE), jnp.float16)
+    start = time.perf_counter()
+    compiled = jax.jit(f).lower(a, b).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    out = compiled(a, b)
+    out.block_until_ready()
+    first_s = time.perf_counter() - start
+    steady = []
+    for _ in range(5):
+        start = time.perf_counter()
+        compiled(a, b).block_until_ready()
+        steady.append(time.perf_counter() - start)
+    steady_s = sorted(steady)[len(steady) // 2]
+    reference = np.asarray(jnp.dot(a[:256], b, preferred_element_type=jnp.float32))
+    np.testing.assert_allclose(np.asarray(out[:256], np.float32), reference, rtol=2e-2, atol=2e-1)
+    return {"compile_s": compile_s, "first_s": first_s, "steady_s": steady_s, "tuning_s": first_s - steady_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child()))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "JT_CACHE_DIR": os.path.join(tmp, "jt"), "TRITON_CACHE_DIR": os.path.join(tmp, "t")}
+        env.pop("JT_DISABLE_CACHE", None)
+        runs = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+                                 check=True)  # fmt: skip
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        folder = os.path.join(tmp, "jt", "autotune")
+        records = os.listdir(folder) if os.path.isdir(folder) else []
+    first, second = runs
+    print(f"8-config autotuned {SIZE}^3 fp16 matmul; remembered tuning records: {len(records)}")
+    print(f"{'process':8} {'compile s':>10} {'first run s':>12} {'steady ms':>10} {'tuning s':>9}")
+    for name, run in (("first", first), ("second", second)):
+        print(f"{name:8} {run['compile_s']:10.3f} {run['first_s']:12.4f} {run['steady_s'] * 1e3:10.3f} "
+              f"{run['tuning_s']:9.4f}")  # fmt: skip
+    ratio = second["tuning_s"] / first["tuning_s"] if first["tuning_s"] > 0 else float("nan")
+    print(f"second/first tuning time: {ratio:.1%} (goal <= 5%); second/first compile: "
+          f"{second['compile_s'] / first['compile_s']:.1%}")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"first": first, "second": second, "tuning_ratio": ratio, "records": len(records)}, handle)
+
+
+if __name__ == "__main__":
+    main()
