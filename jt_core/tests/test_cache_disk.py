@@ -257,3 +257,18 @@ def test_cli_info_and_clear(private_cache: pathlib.Path) -> None:
     ).stdout
     assert "removed 1 entries" in out
     assert cache.entries() == []
+
+
+def test_threads_storing_and_listing_at_once_never_fail(private_cache: pathlib.Path) -> None:
+    import concurrent.futures
+
+    kernel = CompiledKernel(name="k", target=Target("counting", 90, 32), binary=os.urandom(1 << 16))
+
+    def work(i: int) -> None:
+        for j in range(20):
+            cache.store(f"key-{i}-{j}", kernel)
+            cache.info()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(work, range(4)))
+    assert len(cache.entries()) == 80

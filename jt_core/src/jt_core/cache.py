@@ -213,7 +213,7 @@ def _decode(data: bytes) -> CompiledKernel:
 
 def atomic_write(path: pathlib.Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` through a temporary file in the same directory and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -276,19 +276,36 @@ def store(key: str, kernel: CompiledKernel) -> None:
     evict()
 
 
-def entries() -> list[pathlib.Path]:
-    """The compiled-kernel entries, least recently used first."""
+def _entry_stats() -> list[tuple[pathlib.Path, os.stat_result]]:
+    """The compiled-kernel entries with their stat results, least recently used first.
+
+    Other threads and processes add, refresh and delete entries meanwhile: an entry that vanishes between the
+    listing and its ``stat`` is skipped.
+    """
     if not (cache_dir() / "kernels").is_dir():
         return []
-    files = [p for p in kernels_dir().glob("*" + _SUFFIX)]
-    return sorted(files, key=lambda p: p.stat().st_mtime)
+    found = []
+    for path in kernels_dir().glob("*" + _SUFFIX):
+        if path.name.startswith("."):
+            continue
+        try:
+            found.append((path, path.stat()))
+        except FileNotFoundError:
+            continue
+    return sorted(found, key=lambda item: item[1].st_mtime)
+
+
+def entries() -> list[pathlib.Path]:
+    """The compiled-kernel entries, least recently used first."""
+    return [path for path, _ in _entry_stats()]
 
 
 def evict(limit: int | None = None) -> int:
     """Deletes least recently used entries until the total size is within ``limit``; returns how many."""
     bound = max_bytes() if limit is None else limit
-    files = entries()
-    sizes = {p: p.stat().st_size for p in files}
+    stats = _entry_stats()
+    files = [path for path, _ in stats]
+    sizes = {path: st.st_size for path, st in stats}
     total = sum(sizes.values())
     removed = 0
     for path in files:
@@ -305,14 +322,14 @@ def evict(limit: int | None = None) -> int:
 
 def info() -> dict[str, Any]:
     """What the disk cache holds."""
-    files = entries()
+    stats = _entry_stats()
     autotune = cache_dir() / "autotune"
     tuned = list(autotune.glob("*.json")) if autotune.is_dir() else []
     return {
         "directory": str(cache_dir()),
         "enabled": enabled(),
-        "kernels": len(files),
-        "bytes": sum(p.stat().st_size for p in files),
+        "kernels": len(stats),
+        "bytes": sum(st.st_size for _, st in stats),
         "max_bytes": max_bytes(),
         "autotune_results": len(tuned),
     }

@@ -19,9 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -282,37 +281,41 @@ ffi::ErrorOr<T> GetAttr(const ffi::Dictionary& attrs, const std::string& key) {
   auto lhs = *lhs##_or
 
 // The remembered winner of a tuning problem: the "index" of the JSON record jt writes (-1 when there is none).
+// C stdio only: the library may carry its own C++ runtime, whose iostreams are not set up when XLA loads it.
 int ReadRememberedConfig(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return -1;
-  std::stringstream text;
-  text << file.rdbuf();
-  const std::string data = text.str();
-  const size_t key = data.find("\"index\"");
-  if (key == std::string::npos) return -1;
-  const size_t colon = data.find(':', key);
-  if (colon == std::string::npos) return -1;
+  FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return -1;
+  char data[4096];
+  const size_t size = std::fread(data, 1, sizeof(data) - 1, file);
+  std::fclose(file);
+  data[size] = '\0';
+  const char* key = std::strstr(data, "\"index\"");
+  if (key == nullptr) return -1;
+  const char* colon = std::strchr(key, ':');
+  if (colon == nullptr) return -1;
   char* end = nullptr;
-  const long value = std::strtol(data.c_str() + colon + 1, &end, 10);
-  if (end == data.c_str() + colon + 1) return -1;
+  const long value = std::strtol(colon + 1, &end, 10);
+  if (end == colon + 1) return -1;
   return static_cast<int>(value);
 }
 
 // Remembers the winner for later processes: written to a private temporary file, then renamed into place.
 void RememberConfig(const std::string& path, int best, const std::vector<float>& milliseconds) {
   if (path.empty()) return;
-  std::ostringstream json;
-  json << "{\"index\": " << best << ", \"seconds\": [";
-  for (size_t i = 0; i < milliseconds.size(); ++i) json << (i ? ", " : "") << milliseconds[i] / 1000.0;
-  json << "], \"tuned_by\": \"jt_cuda\"}";
-  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    if (!out) return;
-    out << json.str();
-    if (!out.good()) return;
+  std::string json = "{\"index\": " + std::to_string(best) + ", \"seconds\": [";
+  for (size_t i = 0; i < milliseconds.size(); ++i) {
+    char number[64];
+    std::snprintf(number, sizeof(number), "%s%.9g", i ? ", " : "", milliseconds[i] / 1000.0);
+    json += number;
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) std::remove(temporary.c_str());
+  json += "], \"tuned_by\": \"jt_cuda\"}";
+  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
+  FILE* out = std::fopen(temporary.c_str(), "wb");
+  if (out == nullptr) return;
+  const bool written = std::fwrite(json.data(), 1, json.size(), out) == json.size();
+  if (std::fclose(out) != 0 || !written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+  }
 }
 
 ffi::ErrorOr<std::unique_ptr<KernelState>> Instantiate(ffi::Dictionary attrs) {
