@@ -90,7 +90,7 @@ def test_builtin_plugins_provide_the_cpu_backend_and_triton_dialect() -> None:
     records = {r.name: r for r in _manager([]).list_plugins()}
     assert records["cpu"].status == BUILTIN
     assert records["cpu"].platforms == ["cpu"]
-    assert records["cpu"].launchers == ["cpu:interpreter"]
+    assert records["cpu"].launchers == ["cpu:interpreter", "cpu:ffi"]
     assert records["triton"].dialects == ["triton"]
 
 
