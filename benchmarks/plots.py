@@ -1,0 +1,119 @@
+"""Pictures of the GPU benchmark results: PNG plots for the documentation's performance page.
+
+Reads the files ``benchmarks/run_gpu.sh`` leaves in its output folder (``launch.json``, ``throughput.json``,
+``compile_cache.json``, ``autotune.json`` and ``transformations.log``) and writes one PNG per figure:
+
+* ``launch_cost.png`` -- per-kernel and marginal launch cost of each launch path (median over rounds);
+* ``add_bandwidth.png`` -- bandwidth of the 64M-element add: jt's launchers, Triton on torch tensors, ``jnp``;
+* ``compile_cache.png`` -- lowering six kernels cold, from the caches, and without caching;
+* ``vmap_strategies.png`` -- vmap's grid and sequential strategies against ``jax.lax.map``.
+
+Usage: ``python benchmarks/plots.py RESULTS_DIR [--out docs/pages/img]``. Needs matplotlib (a development tool, not
+a dependency of jt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import statistics
+from typing import Any
+
+
+def _bar(ax: Any, labels: list[str], values: list[float], color: str | list[str], unit: str) -> None:
+    bars = ax.barh(labels, values, color=color)
+    for bar, value in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {value:.2f} {unit}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(values) * 1.3)
+
+
+def launch_cost(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
+    paths: dict[str, dict[str, list[float]]] = {}
+    for row in data["results"]:
+        entry = paths.setdefault(row["path"], {"per_kernel": [], "marginal": []})
+        entry["per_kernel"].append(row["per_kernel_us"])
+        entry["marginal"].append(row["marginal_us"])
+    labels = list(paths)
+    per_kernel = [statistics.median(paths[p]["per_kernel"]) for p in labels]
+    marginal = [statistics.median(paths[p]["marginal"]) for p in labels]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+    _bar(axes[0], labels, per_kernel, "#4c72b0", "µs")
+    axes[0].set_title("per kernel: chain / 100 (dispatch included)")
+    _bar(axes[1], labels, marginal, "#55a868", "µs")
+    axes[1].set_title("marginal: (chain - one call) / 99")
+    fig.suptitle(f"Launch cost of a 1024-element add, 100 chained in one jax.jit ({data['device']})")
+    fig.tight_layout()
+    fig.savefig(out / "launch_cost.png", dpi=110)
+    plt.close(fig)
+
+
+def add_bandwidth(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
+    seconds = data["seconds"]["add_64M_f32"]
+    moved = 3 * 4 * 64 * 1024 * 1024
+    labels = list(seconds)
+    rates = [moved / seconds[k] / 1e12 for k in labels]
+    colors = ["#4c72b0" if k.startswith("jt") else "#8c8c8c" for k in labels]
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    _bar(ax, labels, rates, colors, "TB/s")
+    ax.set_title(f"64M-element f32 add: bytes read and written per second ({data['device']})")
+    fig.tight_layout()
+    fig.savefig(out / "add_bandwidth.png", dpi=110)
+    plt.close(fig)
+
+
+def compile_cache(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
+    rows = [(label, seconds) for label, seconds in data["rows"] if label.startswith("six kernels")]
+    labels = [label.replace("six kernels, ", "") for label, _ in rows]
+    values = [seconds for _, seconds in rows]
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    _bar(ax, labels, values, ["#c44e52", "#55a868", "#55a868", "#8c8c8c"], "s")
+    ax.set_title(f"Lowering six kernels for sm90 in a new process ({data['cores']} cores)")
+    fig.tight_layout()
+    fig.savefig(out / "compile_cache.png", dpi=110)
+    plt.close(fig)
+
+
+def vmap_strategies(log: str, out: pathlib.Path, plt: Any) -> None:
+    rows = re.findall(r"^(vmap grid|vmap sequential|jax\.lax\.map)\s+\[batch (\d+) x \((\d+), (\d+)\)[^\]]*\]\s+"
+                      r"([0-9.]+)", log, flags=re.M)  # fmt: skip
+    shapes = sorted({(int(r), int(c)) for _, _, r, c, _ in rows})
+    strategies = ["vmap grid", "vmap sequential", "jax.lax.map"]
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    width = 0.25
+    for i, strategy in enumerate(strategies):
+        values = [next(float(ms) for s, _, r, c, ms in rows if s == strategy and (int(r), int(c)) == shape)
+                  for shape in shapes]  # fmt: skip
+        positions = [j + (i - 1) * width for j in range(len(shapes))]
+        ax.bar(positions, values, width, label=strategy)
+    ax.set_xticks(range(len(shapes)), [f"batch 8 x {r}x{c}" for r, c in shapes])
+    ax.set_ylabel("ms per call")
+    ax.set_title("vmap of a layer-norm triton_call: strategies")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "vmap_strategies.png", dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=pathlib.Path)
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("docs/pages/img"))
+    args = parser.parse_args()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    launch_cost(json.loads((args.results / "launch.json").read_text()), args.out, plt)
+    add_bandwidth(json.loads((args.results / "throughput.json").read_text()), args.out, plt)
+    compile_cache(json.loads((args.results / "compile_cache.json").read_text()), args.out, plt)
+    vmap_strategies((args.results / "transformations.log").read_text(), args.out, plt)
+    print(f"wrote {sorted(p.name for p in args.out.glob('*.png'))} to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
