@@ -78,3 +78,31 @@ def test_cache_dir_follows_jt_cache_dir(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path))
     assert cache_dir() == tmp_path / "native"
+
+
+def test_shared_headers_are_on_the_include_path_and_in_the_cache_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jt_core import native
+
+    headers = tmp_path / "headers"
+    headers.mkdir()
+    monkeypatch.setattr(native, "_COMMON_INCLUDE_DIR", headers)
+    assert native.common_include_dir() == headers
+    (headers / "jt_probe_common.h").write_text("inline int jt_probe_factor() { return 3; }\n")
+    source = tmp_path / "probe.cc"
+    source.write_text(
+        '#include "jt_probe_common.h"\nextern "C" int jt_native_probe(int x) { return x * jt_probe_factor(); }\n'
+    )
+    first = build_shared_library("probe", [source], directory=tmp_path / "cache")
+    assert ctypes.CDLL(str(first.path)).jt_native_probe(5) == 15
+    (headers / "jt_probe_common.h").write_text("inline int jt_probe_factor() { return 4; }\n")
+    second = build_shared_library("probe", [source], directory=tmp_path / "cache")
+    assert second.built and second.key != first.key
+    assert ctypes.CDLL(str(second.path)).jt_native_probe(5) == 20
+
+
+def test_jt_core_ships_the_launch_handler_header() -> None:
+    from jt_core.native import common_include_dir
+
+    assert (common_include_dir() / "jt_launch_common.h").is_file()

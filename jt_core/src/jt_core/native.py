@@ -4,8 +4,14 @@ A plugin ships its handler as C++ source and builds it at first use against the 
 installed jaxlib provides (``jax.ffi.include_dir()``), with the system C++ compiler. The library needs no Python
 headers and no GPU toolkit, so a plain ``pip install`` works on any machine with a compiler.
 
+jt_core ships the headers its plugins' handlers share (``jt_launch_common.h``: the GPU launch handler written
+against a small driver interface, which jt-cuda and jt-rocm fill in). Their folder, :func:`common_include_dir`, is
+on the include path of every library built here, and their contents are part of every cache key, so a changed
+header rebuilds the libraries that may include it.
+
 Built libraries are cached per machine under ``$JT_CACHE_DIR/native`` (default: ``$XDG_CACHE_HOME/jt/native`` or
-``~/.cache/jt/native``), keyed by the hash of the sources, the flags, the jax version and the compiler's identity.
+``~/.cache/jt/native``), keyed by the hash of the sources, the shared headers, the flags, the jax version and the
+compiler's identity.
 Each build writes to a private temporary file and renames it into place, so concurrent processes building the same
 library are safe: the last rename wins and every reader sees a complete file.
 
@@ -29,7 +35,14 @@ from pathlib import Path
 
 from jt_core.errors import JtError
 
-__all__ = ["NativeBuildError", "NativeLibrary", "build_shared_library", "cache_dir", "find_compiler"]
+__all__ = [
+    "NativeBuildError",
+    "NativeLibrary",
+    "build_shared_library",
+    "cache_dir",
+    "common_include_dir",
+    "find_compiler",
+]
 
 
 class NativeBuildError(JtError, RuntimeError):
@@ -54,6 +67,21 @@ class NativeLibrary:
 
 
 _lock = threading.Lock()
+
+_COMMON_INCLUDE_DIR = Path(__file__).parent / "csrc"
+
+
+def common_include_dir() -> Path:
+    """The folder of the C++ headers jt_core ships for its plugins' handlers (``jt_launch_common.h``).
+
+    :func:`build_shared_library` always puts it on the include path; a plugin that builds its handler some other
+    way passes it as ``-I``.
+    """
+    return _COMMON_INCLUDE_DIR
+
+
+def _common_headers() -> list[Path]:
+    return sorted(_COMMON_INCLUDE_DIR.glob("*.h"))
 
 
 def cache_dir() -> Path:
@@ -112,7 +140,7 @@ def _cache_key(
     for part in (name, compiler, _jax_version(), *flags, *include_dirs):
         digest.update(part.encode())
         digest.update(b"\0")
-    for source in sources:
+    for source in [*sources, *_common_headers()]:
         digest.update(source.name.encode())
         digest.update(b"\0")
         digest.update(source.read_bytes())
@@ -134,7 +162,8 @@ def build_shared_library(
     Args:
         name: The library's base name (the file is ``lib<name>-<key>.so``).
         sources: The C++ source files; their contents are part of the cache key.
-        include_dirs: ``-I`` folders (e.g. ``jax.ffi.include_dir()``).
+        include_dirs: ``-I`` folders (e.g. ``jax.ffi.include_dir()``); :func:`common_include_dir` is always
+            added after them.
         flags: Compiler flags (part of the cache key).
         libraries: ``-l`` libraries to link (e.g. ``dl``).
         directory: Where to keep the library; defaults to :func:`cache_dir`.
@@ -150,9 +179,12 @@ def build_shared_library(
     for source in source_paths:
         if not source.is_file():
             raise NativeBuildError(f"native source {str(source)!r} of {name!r} does not exist (broken install?)")
+    includes = [str(d) for d in include_dirs]
+    if str(_COMMON_INCLUDE_DIR) not in includes:
+        includes.append(str(_COMMON_INCLUDE_DIR))
     compiler = find_compiler()
     identity = _compiler_identity(compiler)
-    key = _cache_key(name, source_paths, list(flags) + [f"-l{lib}" for lib in libraries], include_dirs, identity)
+    key = _cache_key(name, source_paths, list(flags) + [f"-l{lib}" for lib in libraries], includes, identity)
     folder = Path(directory) if directory is not None else cache_dir()
     target = folder / f"lib{name}-{key}.so"
     if target.is_file():
@@ -174,7 +206,7 @@ def build_shared_library(
             *flags,
             "-shared",
             "-fPIC",
-            *[f"-I{d}" for d in include_dirs],
+            *[f"-I{d}" for d in includes],
             *[str(s) for s in source_paths],
             "-o",
             temporary,

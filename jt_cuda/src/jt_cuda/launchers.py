@@ -15,52 +15,26 @@ Selection follows the plugin contract: ``launcher=`` on the call, else ``JT_LAUN
 from __future__ import annotations
 
 import functools
-import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from jt_core import launch_attributes
 from jt_core.backend import CompiledKernel, Launcher
 from jt_core.binding import INPUT, OUTPUT, SCALAR, KernelCall, ParamSlot
 from jt_core.errors import KernelCallValueError
 from jt_cuda import _compat, _jaxlib_proto
 
-PARAM_OPERAND = 0
-PARAM_RESULT = 1
-PARAM_SCALAR = 2
-
-# Triton type -> struct format of its by-value kernel parameter (floats are passed in their own width).
-_SCALAR_FORMATS = {
-    "i1": "<b",
-    "i8": "<b",
-    "i16": "<h",
-    "i32": "<i",
-    "i64": "<q",
-    "u1": "<B",
-    "u8": "<B",
-    "u16": "<H",
-    "u32": "<I",
-    "u64": "<Q",
-    "fp32": "<f",
-    "fp64": "<d",
-}
+PARAM_OPERAND = launch_attributes.PARAM_OPERAND
+PARAM_RESULT = launch_attributes.PARAM_RESULT
+PARAM_SCALAR = launch_attributes.PARAM_SCALAR
 
 
 def scalar_bytes(type_str: str, value: Any) -> bytes:
     """The bytes a kernel receives for a by-value parameter of Triton type ``type_str``."""
-    plain = value.item() if isinstance(value, np.generic) else value
-    if type_str == "fp16":
-        return np.asarray(plain, dtype=np.float16).tobytes()
-    if type_str == "bf16":
-        import ml_dtypes
-
-        return np.asarray(plain, dtype=ml_dtypes.bfloat16).tobytes()
-    fmt = _SCALAR_FORMATS.get(type_str)
-    if fmt is None:
-        raise KernelCallValueError(f"scalar parameter of Triton type {type_str!r} cannot be passed to a CUDA kernel")
-    return struct.pack(fmt, int(plain) if fmt[-1] not in "fd" else float(plain))
+    return launch_attributes.scalar_bytes(type_str, value, "cuda")
 
 
 def _row_major(aval: Any) -> list[int]:
@@ -81,32 +55,13 @@ def _nbytes(aval: Any) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 
-def _ir_int(value: int) -> Any:
-    from jax._src.lib.mlir import ir
-
-    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
-
-
-def _ir_ints(values: Sequence[int]) -> Any:
-    from jax._src.lib.mlir import ir
-
-    return ir.DenseI64ArrayAttr.get([int(v) for v in values])
-
-
 def _ir_str(value: str | bytes) -> Any:
     from jax._src.lib.mlir import ir
 
     return ir.StringAttr.get(value)
 
 
-def _refuse_profile_scratch(call: KernelCall, kernels: Sequence[CompiledKernel], launcher: str) -> None:
-    for config, kernel in zip(call.configs, kernels):
-        if int(kernel.metadata.get("profile_scratch_size", 0) or 0) > 0:
-            raise KernelCallValueError(
-                f"triton_call {call.name!r} config [{config.label}] was compiled with Triton instrumentation "
-                f"(profile scratch memory), which launcher {launcher!r} does not provide; compile without "
-                "instrumentation_mode"
-            )
+_refuse_profile_scratch = launch_attributes.refuse_profile_scratch
 
 
 class JtFfiLauncher(Launcher):
@@ -168,14 +123,7 @@ class JtFfiLauncher(Launcher):
 def tuning_file(call: KernelCall, device: Any | None) -> str:
     """Where the handler remembers the winner of an autotuned call on this device kind ("" when not autotuned,
     when the device is unknown -- lowering without one -- or when the cache is disabled)."""
-    from jt_core import autotune, cache
-
-    if len(call.configs) < 2 or device is None or not cache.enabled():
-        return ""
-    kind = str(getattr(device, "device_kind", "") or "")
-    if not kind:
-        return ""
-    return str(autotune.tuning_path(autotune.tuning_key(call, f"cuda:{kind}")))
+    return launch_attributes.tuning_file(call, device, "cuda")
 
 
 def ffi_attributes(
@@ -183,69 +131,9 @@ def ffi_attributes(
 ) -> tuple[dict[str, Any], int]:
     """The custom call's attributes for jt's handler, and the size of the global scratch output (0: none).
 
-    Parameters are described by index, so their order in the kernel's signature never matters: each is an
-    operand, a result (outputs, and inputs that share an output's buffer) or a packed scalar.
+    The schema is shared with jt-rocm (:func:`jt_core.launch_attributes.ffi_attributes`).
     """
-    aliased_operand_to_out = dict(call.aliases)
-    kinds: list[int] = []
-    indices: list[int] = []
-    scalars = bytearray()
-    for slot in call.slots:
-        if slot.type_str == "constexpr":
-            continue  # specialised into the kernel
-        if slot.kind == INPUT:
-            if slot.index in aliased_operand_to_out:
-                kinds.append(PARAM_RESULT)
-                indices.append(aliased_operand_to_out[slot.index])
-            else:
-                kinds.append(PARAM_OPERAND)
-                indices.append(slot.index)
-        elif slot.kind == OUTPUT:
-            kinds.append(PARAM_RESULT)
-            indices.append(slot.index)
-        else:
-            kinds.append(PARAM_SCALAR)
-            indices.append(len(scalars))
-            data = scalar_bytes(slot.type_str, slot.value)
-            scalars += data + b"\0" * (8 - len(data))
-    scratch_bytes = 0
-    for config, kernel in zip(call.configs, kernels):
-        if kernel.global_scratch_size:
-            programs = config.grid[0] * config.grid[1] * config.grid[2] * kernel.cluster_dims[0]
-            needed = programs * kernel.global_scratch_size + kernel.global_scratch_align
-            scratch_bytes = max(scratch_bytes, needed)
-    attributes: dict[str, Any] = {
-        "name": _ir_str(call.name),
-        "param_kinds": _ir_ints(kinds),
-        "param_indices": _ir_ints(indices),
-        "scalars": _ir_str(bytes(scalars)),
-        "num_configs": _ir_int(len(kernels)),
-        "restore": _ir_ints(sorted({out for _, out in call.aliases}) if len(kernels) > 1 else []),
-        "scratch_result": _ir_int(len(call.out_avals) if scratch_bytes else -1),
-    }
-    for c, (config, kernel) in enumerate(zip(call.configs, kernels)):
-        launch = [
-            *config.grid,
-            kernel.num_warps * 32,
-            kernel.shared_mem,
-            kernel.cluster_dims[0],
-            kernel.global_scratch_size,
-            kernel.global_scratch_align,
-            int(bool(kernel.metadata.get("launch_cooperative_grid", False))),
-            int(bool(kernel.metadata.get("launch_pdl", False))),
-            int(kernel.metadata.get("profile_scratch_size", 0) or 0),
-        ]
-        attributes[f"symbol_{c}"] = _ir_str(kernel.name)
-        attributes[f"binary_{c}"] = _ir_str(kernel.binary)
-        attributes[f"label_{c}"] = _ir_str(config.label)
-        attributes[f"launch_{c}"] = _ir_ints(launch)
-        attributes[f"zeroed_{c}"] = _ir_ints(config.zeroed_outputs)
-    remembered = tuning_file(call, device)
-    if remembered:
-        attributes["tuning_file"] = _ir_str(remembered)
-    if call.serialized_metadata:
-        attributes["metadata"] = _ir_str(call.serialized_metadata)
-    return attributes, scratch_bytes
+    return launch_attributes.ffi_attributes(call, kernels, device, "cuda")
 
 
 # -- jaxlib's handler ----------------------------------------------------------------------------------------

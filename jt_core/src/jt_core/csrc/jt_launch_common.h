@@ -1,0 +1,615 @@
+// The driver-neutral part of jt's GPU launch handlers (XLA FFI): the per-call state, the attribute schema, the
+// parameter layout, module loading per context, autotuning on the real buffers with aliased buffers restored, the
+// remembered tuning winners, and the three handler stages. jt-cuda and jt-rocm each include it once, from a .cc
+// file that supplies a driver (the runtime's entry points, loaded with dlopen) and defines the handler symbols
+// with JT_LAUNCH_DEFINE_HANDLERS. jt_core.native puts this folder on the include path of every library it builds.
+//
+// Attributes (jt_core.launch_attributes writes them):
+//   name             the triton_call's name, for messages
+//   param_kinds      per kernel parameter: 0 operand, 1 result, 2 scalar
+//   param_indices    per kernel parameter: the operand index, the result index, or the byte offset in `scalars`
+//   scalars          by-value parameters, one little-endian 8-byte slot each
+//   restore          result indices of buffers shared with an input, restored after autotuning trials
+//   scratch_result   the result that provides global scratch memory (-1: none)
+//   num_configs      how many configurations follow, each with the suffix _<c>:
+//     symbol_<c>     the kernel's name in the binary
+//     binary_<c>     the code object (cubin, HSACO)
+//     label_<c>      the configuration, for messages
+//     launch_<c>     grid x/y/z, threads per program, shared memory bytes, CTAs per cluster, global scratch bytes
+//                    per program, its alignment, cooperative launch, programmatic dependent launch, profile
+//                    scratch bytes (refused at lowering)
+//     zeroed_<c>     result indices zeroed before each launch
+//   tuning_file      optional: where the winning configuration is read from and written to
+//
+// A driver is a struct, one per runtime, that provides:
+//   types        Result, Stream, Context, Function, Event
+//   constants    kSuccess; kLibrary (the library's name: prefix of messages, writer of tuning records);
+//                kGraphCapture ("CUDA graph capture"); the entry points' names for messages: kMemsetD8Async,
+//                kStreamSynchronize, kEventCreate, kEventRecord, kEventElapsedTime
+//   static const Driver* Get()    loads the runtime once per process
+//   std::string error             why the runtime cannot be used ("" when it can)
+//   std::string ErrorText(Result) const
+//   bool Capturing(Stream) const  whether the stream is being captured into a graph
+//   ffi::ErrorOr<Context> CurrentContext(const KernelState<Driver>&, Stream) const
+//   std::vector<Context> DeviceContexts() const    the contexts to load modules into when a call is instantiated
+//   ffi::Error LoadFunctions(const KernelState<Driver>&, Context, std::vector<Function>*) const
+//                                  loads every configuration's module into a context, in configuration order
+//   ffi::Error LaunchKernel(const KernelState<Driver>&, const KernelConfig&, Function, Stream, void** params) const
+//   Result MemsetD8Async(void*, size_t, Stream) const;  CopyToHostAsync(void* host, const void* device, size_t,
+//          Stream) const;  CopyToDeviceAsync(void* device, const void* host, size_t, Stream) const;
+//          StreamSynchronize(Stream) const;  EventCreate(Event*) const;  EventRecord(Event, Stream) const;
+//          EventSynchronize(Event) const;  EventElapsedTime(float* ms, Event, Event) const;  EventDestroy(Event) const
+//
+// Stages:
+//   instantiate  parses the attributes into a KernelState (and, for the preloaded variant, loads the modules into
+//                every device's context, so that a single-config call needs no initialize stage);
+//   initialize   loads the modules for the stream's context and, for several configurations, times each on the
+//                real buffers and keeps the fastest (never under graph capture);
+//   execute      zeroes the requested outputs and launches; cheap and safe to capture into a graph, which is why the
+//                handlers are registered as command-buffer compatible.
+//
+// Everything here has internal linkage: each handler library holds its own copy, so two of them loaded into one
+// process never bind to each other's symbols.
+
+#ifndef JT_LAUNCH_COMMON_H_
+#define JT_LAUNCH_COMMON_H_
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "xla/ffi/api/c_api.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jt_launch {
+namespace {
+
+namespace ffi = xla::ffi;
+
+// ---- loading a runtime -----------------------------------------------------------------------------------------
+
+// Resolves the first of `names` (a null-terminated list: versioned entry points first) that `handle` exports.
+template <typename T>
+bool Resolve(void* handle, const char* library, const char* const* names, T* out, std::string* error) {
+  for (const char* const* name = names; *name != nullptr; ++name) {
+    if (void* symbol = dlsym(handle, *name)) {
+      *out = reinterpret_cast<T>(symbol);
+      return true;
+    }
+  }
+  *error = std::string(library) + " has no entry point " + names[0];
+  return false;
+}
+
+// In a driver's loader, with `handle` and the driver `d` in scope: resolves d->field or returns d with d->error set.
+#define JT_LAUNCH_RESOLVE(library, field, ...)                                   \
+  do {                                                                           \
+    static const char* const names[] = {__VA_ARGS__, nullptr};                   \
+    if (!::jt_launch::Resolve(handle, library, names, &d->field, &d->error)) return d; \
+  } while (0)
+
+// ---- the handler's state ---------------------------------------------------------------------------------------
+
+enum ParamKind : int64_t { kOperand = 0, kResult = 1, kScalar = 2 };
+
+struct KernelConfig {
+  std::string symbol;  // the kernel's name in the binary
+  std::string binary;  // the code object
+  std::string label;   // for messages
+  uint32_t grid[3];
+  uint32_t block_x;
+  uint32_t shared_mem;
+  uint32_t num_ctas;
+  uint64_t scratch_per_program;  // global scratch bytes per program
+  uint64_t scratch_align;
+  bool cooperative;
+  bool pdl;
+  std::vector<int64_t> zeroed;  // result indices zeroed before each launch
+};
+
+template <typename Driver>
+struct ContextFunctions {
+  typename Driver::Context context;
+  std::vector<typename Driver::Function> functions;  // one per config
+};
+
+template <typename Driver>
+struct KernelState {
+  static ffi::TypeId id;
+
+  std::string name;
+  std::vector<int64_t> param_kinds;
+  std::vector<int64_t> param_indices;
+  std::string scalars;  // packed scalar values, 8-byte slots
+  std::vector<KernelConfig> configs;
+  std::vector<int64_t> restore;  // result indices of aliased buffers that autotuning must restore
+  int64_t scratch_result = -1;
+  std::string tuning_file;  // where the winning config of this tuning problem is remembered ("": nowhere)
+
+  std::mutex mutex;
+  std::vector<std::unique_ptr<ContextFunctions<Driver>>> contexts;
+  std::atomic<ContextFunctions<Driver>*> last{nullptr};
+  std::atomic<int> chosen{-1};
+};
+
+template <typename Driver>
+ffi::TypeId KernelState<Driver>::id = XLA_FFI_UNKNOWN_TYPE_ID;
+
+template <typename Driver>
+bool Succeeded(const Driver*, typename Driver::Result result) {
+  return result == Driver::kSuccess;
+}
+
+template <typename Driver>
+ffi::Error Failure(const Driver* d, const KernelState<Driver>* s, const std::string& what,
+                   typename Driver::Result result, const std::string& label = "") {
+  std::string message = std::string(Driver::kLibrary) + ": " + what + " failed for triton_call '" + s->name + "'";
+  if (!label.empty()) message += " config [" + label + "]";
+  message += ": " + d->ErrorText(result);
+  return ffi::Error(ffi::ErrorCode::kInternal, message);
+}
+
+// With the driver `d` and the state `s` in scope: returns the failure of a runtime call that did not succeed.
+#define JT_LAUNCH_CHECK(expr, what, label)                                                              \
+  do {                                                                                                  \
+    const auto jt_result_ = (expr);                                                                     \
+    if (!::jt_launch::Succeeded(d, jt_result_)) return ::jt_launch::Failure(d, s, what, jt_result_, label); \
+  } while (0)
+
+template <typename T>
+ffi::ErrorOr<T> GetAttr(const char* library, const ffi::Dictionary& attrs, const std::string& key) {
+  auto value = attrs.get<T>(key);
+  if (!value.has_value()) {
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                                      std::string(library) + ": attribute '" + key +
+                                          "' is missing or has the wrong type: " + value.error().message()));
+  }
+  return *value;
+}
+
+#define JT_ASSIGN(lhs, expr)                                   \
+  auto lhs##_or = (expr);                                      \
+  if (!lhs##_or.has_value()) return ffi::Unexpected(lhs##_or.error()); \
+  auto lhs = *lhs##_or
+
+// The same, in functions that return a plain ffi::Error.
+#define JT_ASSIGN_OR_FAIL(lhs, expr)                           \
+  auto lhs##_or = (expr);                                      \
+  if (!lhs##_or.has_value()) return lhs##_or.error();          \
+  auto lhs = *lhs##_or
+
+// ---- remembered tuning winners ---------------------------------------------------------------------------------
+
+// The remembered winner of a tuning problem: the "index" of the JSON record jt writes (-1 when there is none).
+// C stdio only: the library may carry its own C++ runtime, whose iostreams are not set up when XLA loads it.
+int ReadRememberedConfig(const std::string& path) {
+  FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return -1;
+  char data[4096];
+  const size_t size = std::fread(data, 1, sizeof(data) - 1, file);
+  std::fclose(file);
+  data[size] = '\0';
+  const char* key = std::strstr(data, "\"index\"");
+  if (key == nullptr) return -1;
+  const char* colon = std::strchr(key, ':');
+  if (colon == nullptr) return -1;
+  char* end = nullptr;
+  const long value = std::strtol(colon + 1, &end, 10);
+  if (end == colon + 1) return -1;
+  return static_cast<int>(value);
+}
+
+// Remembers the winner for later processes: written to a private temporary file, then renamed into place.
+void RememberConfig(const char* library, const std::string& path, int best, const std::vector<float>& milliseconds) {
+  if (path.empty()) return;
+  std::string json = "{\"index\": " + std::to_string(best) + ", \"seconds\": [";
+  for (size_t i = 0; i < milliseconds.size(); ++i) {
+    char number[64];
+    std::snprintf(number, sizeof(number), "%s%.9g", i ? ", " : "", milliseconds[i] / 1000.0);
+    json += number;
+  }
+  json += "], \"tuned_by\": \"" + std::string(library) + "\"}";
+  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
+  FILE* out = std::fopen(temporary.c_str(), "wb");
+  if (out == nullptr) return;
+  const bool written = std::fwrite(json.data(), 1, json.size(), out) == json.size();
+  if (std::fclose(out) != 0 || !written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+  }
+}
+
+// ---- instantiate: the attributes -------------------------------------------------------------------------------
+
+template <typename Driver>
+ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> Instantiate(ffi::Dictionary attrs) {
+  const char* lib = Driver::kLibrary;
+  const std::string prefix = std::string(lib) + ": ";
+  auto state = std::make_unique<KernelState<Driver>>();
+  JT_ASSIGN(name, GetAttr<std::string_view>(lib, attrs, "name"));
+  state->name = std::string(name);
+  JT_ASSIGN(kinds, GetAttr<ffi::Span<const int64_t>>(lib, attrs, "param_kinds"));
+  JT_ASSIGN(indices, GetAttr<ffi::Span<const int64_t>>(lib, attrs, "param_indices"));
+  JT_ASSIGN(scalars, GetAttr<std::string_view>(lib, attrs, "scalars"));
+  JT_ASSIGN(restore, GetAttr<ffi::Span<const int64_t>>(lib, attrs, "restore"));
+  JT_ASSIGN(scratch_result, GetAttr<int64_t>(lib, attrs, "scratch_result"));
+  JT_ASSIGN(num_configs, GetAttr<int64_t>(lib, attrs, "num_configs"));
+  if (kinds.size() != indices.size()) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "param_kinds and param_indices differ in length"));
+  }
+  state->param_kinds.assign(kinds.begin(), kinds.end());
+  state->param_indices.assign(indices.begin(), indices.end());
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == kScalar && indices[i] + 8 > static_cast<int64_t>(scalars.size())) {
+      return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "scalar offset out of range"));
+    }
+  }
+  // Copy with 8-byte alignment kept: std::string storage is at least 8-byte aligned.
+  state->scalars.assign(scalars.data(), scalars.size());
+  state->restore.assign(restore.begin(), restore.end());
+  state->scratch_result = scratch_result;
+  if (num_configs < 1) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "num_configs must be at least 1"));
+  }
+  for (int64_t c = 0; c < num_configs; ++c) {
+    const std::string suffix = "_" + std::to_string(c);
+    KernelConfig config;
+    JT_ASSIGN(symbol, GetAttr<std::string_view>(lib, attrs, "symbol" + suffix));
+    JT_ASSIGN(binary, GetAttr<std::string_view>(lib, attrs, "binary" + suffix));
+    JT_ASSIGN(label, GetAttr<std::string_view>(lib, attrs, "label" + suffix));
+    JT_ASSIGN(launch, GetAttr<ffi::Span<const int64_t>>(lib, attrs, "launch" + suffix));
+    JT_ASSIGN(zeroed, GetAttr<ffi::Span<const int64_t>>(lib, attrs, "zeroed" + suffix));
+    if (launch.size() != 11) {
+      return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "launch" + suffix + " must have 11 entries"));
+    }
+    config.symbol = std::string(symbol);
+    config.binary = std::string(binary);
+    config.label = std::string(label);
+    for (int i = 0; i < 3; ++i) config.grid[i] = static_cast<uint32_t>(launch[i]);
+    config.block_x = static_cast<uint32_t>(launch[3]);
+    config.shared_mem = static_cast<uint32_t>(launch[4]);
+    config.num_ctas = static_cast<uint32_t>(launch[5]);
+    config.scratch_per_program = static_cast<uint64_t>(launch[6]);
+    config.scratch_align = static_cast<uint64_t>(std::max<int64_t>(launch[7], 1));
+    config.cooperative = launch[8] != 0;
+    config.pdl = launch[9] != 0;
+    // launch[10] is the profile scratch size; instrumentation is not supported and the lowering refuses it.
+    config.zeroed.assign(zeroed.begin(), zeroed.end());
+    state->configs.push_back(std::move(config));
+  }
+  if (num_configs == 1) state->chosen.store(0);
+  if (auto tuning_file = attrs.get<std::string_view>("tuning_file"); tuning_file.has_value()) {
+    state->tuning_file = std::string(*tuning_file);
+  }
+  if (num_configs > 1 && !state->tuning_file.empty()) {
+    const int remembered = ReadRememberedConfig(state->tuning_file);
+    if (remembered >= 0 && remembered < num_configs) state->chosen.store(remembered);
+  }
+  return state;
+}
+
+// ---- modules per context ---------------------------------------------------------------------------------------
+
+template <typename Driver>
+ffi::Error LoadForContext(const Driver* d, KernelState<Driver>* s, typename Driver::Context context,
+                          ContextFunctions<Driver>** out) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  for (auto& entry : s->contexts) {
+    if (entry->context == context) {
+      *out = entry.get();
+      return ffi::Error::Success();
+    }
+  }
+  auto entry = std::make_unique<ContextFunctions<Driver>>();
+  entry->context = context;
+  if (ffi::Error error = d->LoadFunctions(*s, context, &entry->functions); error.failure()) return error;
+  *out = entry.get();
+  s->contexts.push_back(std::move(entry));
+  return ffi::Error::Success();
+}
+
+// The functions loaded for the current context; loads them unless the stream is being captured into a graph.
+template <typename Driver>
+ffi::ErrorOr<ContextFunctions<Driver>*> FunctionsFor(const Driver* d, KernelState<Driver>* s,
+                                                     typename Driver::Stream stream) {
+  JT_ASSIGN(context, d->CurrentContext(*s, stream));
+  ContextFunctions<Driver>* last = s->last.load(std::memory_order_acquire);
+  if (last != nullptr && last->context == context) return last;
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    for (auto& entry : s->contexts) {
+      if (entry->context == context) {
+        s->last.store(entry.get(), std::memory_order_release);
+        return entry.get();
+      }
+    }
+  }
+  if (d->Capturing(stream)) {
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                                      std::string(Driver::kLibrary) + ": triton_call '" + s->name + "' runs under " +
+                                          Driver::kGraphCapture +
+                                          " in a context whose module was not loaded by the initialize stage"));
+  }
+  ContextFunctions<Driver>* entry = nullptr;
+  if (ffi::Error error = LoadForContext(d, s, context, &entry); error.failure()) return ffi::Unexpected(error);
+  s->last.store(entry, std::memory_order_release);
+  return entry;
+}
+
+// Loads the modules into every device's context (the contexts XLA runs on), so that a call with a single config
+// needs no initialize stage: XLA then makes one handler call per kernel per execution instead of two. Contexts
+// that cannot be loaded now are loaded by the first execution outside graph capture.
+template <typename Driver>
+void PreloadContexts(const Driver* d, KernelState<Driver>* s) {
+  if (!d->error.empty()) return;
+  for (typename Driver::Context context : d->DeviceContexts()) {
+    ContextFunctions<Driver>* entry = nullptr;
+    if (LoadForContext(d, s, context, &entry).failure()) continue;
+  }
+}
+
+// ---- launching -------------------------------------------------------------------------------------------------
+
+constexpr size_t kMaxInlineParams = 64;
+
+// Builds the kernel's parameter array (operands, results, scalars, then the global and profile scratch pointers
+// Triton appends), zeroes the requested outputs and launches configuration c.
+template <typename Driver>
+ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Function function,
+                  typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
+  const KernelConfig& config = s->configs[c];
+  const size_t n = s->param_kinds.size();
+  void* inline_values[kMaxInlineParams];
+  void* inline_params[kMaxInlineParams + 2];
+  std::vector<void*> heap_values, heap_params;
+  void** values = inline_values;
+  void** params = inline_params;
+  if (n + 2 > kMaxInlineParams) {
+    heap_values.resize(n + 2);
+    heap_params.resize(n + 2);
+    values = heap_values.data();
+    params = heap_params.data();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t index = s->param_indices[i];
+    switch (s->param_kinds[i]) {
+      case kOperand: {
+        auto buffer = args.get<ffi::AnyBuffer>(index);
+        if (!buffer.has_value()) return buffer.error();
+        values[i] = buffer->untyped_data();
+        params[i] = &values[i];
+        break;
+      }
+      case kResult: {
+        auto buffer = rets.get<ffi::AnyBuffer>(index);
+        if (!buffer.has_value()) return buffer.error();
+        values[i] = (*buffer)->untyped_data();
+        params[i] = &values[i];
+        break;
+      }
+      default:
+        params[i] = const_cast<char*>(s->scalars.data() + index);
+        break;
+    }
+  }
+  const uint64_t programs = uint64_t{config.grid[0]} * config.grid[1] * config.grid[2];
+  void* scratch = nullptr;
+  if (config.scratch_per_program > 0 && s->scratch_result >= 0) {
+    auto buffer = rets.get<ffi::AnyBuffer>(s->scratch_result);
+    if (!buffer.has_value()) return buffer.error();
+    uintptr_t base = reinterpret_cast<uintptr_t>((*buffer)->untyped_data());
+    const uintptr_t align = config.scratch_align;
+    scratch = reinterpret_cast<void*>((base + align - 1) / align * align);
+  }
+  void* profile_scratch = nullptr;
+  params[n] = &scratch;
+  params[n + 1] = &profile_scratch;
+
+  for (int64_t index : config.zeroed) {
+    auto buffer = rets.get<ffi::AnyBuffer>(index);
+    if (!buffer.has_value()) return buffer.error();
+    const size_t bytes = (*buffer)->size_bytes();
+    if (bytes > 0) {
+      JT_LAUNCH_CHECK(d->MemsetD8Async((*buffer)->untyped_data(), bytes, stream),
+                      std::string(Driver::kMemsetD8Async) + " (zeroed_outputs)", config.label);
+    }
+  }
+  if (programs == 0) return ffi::Error::Success();
+  return d->LaunchKernel(*s, config, function, stream, params);
+}
+
+// ---- autotuning ------------------------------------------------------------------------------------------------
+
+template <typename Driver>
+ffi::ErrorOr<float> TimeConfig(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Function function,
+                               typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
+                               int iterations) {
+  using Event = typename Driver::Event;
+  Event start, stop;
+  auto result = d->EventCreate(&start);
+  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventCreate, result));
+  result = d->EventCreate(&stop);
+  if (!Succeeded(d, result)) {
+    d->EventDestroy(start);
+    return ffi::Unexpected(Failure(d, s, Driver::kEventCreate, result));
+  }
+  struct Destroy {
+    const Driver* d;
+    Event a, b;
+    ~Destroy() {
+      d->EventDestroy(a);
+      d->EventDestroy(b);
+    }
+  } destroy{d, start, stop};
+  if (ffi::Error e = Launch(d, s, c, function, stream, args, rets); e.failure()) return ffi::Unexpected(e);
+  result = d->EventRecord(start, stream);
+  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventRecord, result));
+  for (int i = 0; i < iterations; ++i) {
+    if (ffi::Error e = Launch(d, s, c, function, stream, args, rets); e.failure()) return ffi::Unexpected(e);
+  }
+  result = d->EventRecord(stop, stream);
+  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventRecord, result));
+  result = d->EventSynchronize(stop);
+  if (!Succeeded(d, result)) {
+    return ffi::Unexpected(Failure(d, s, "running an autotuning trial", result, s->configs[c].label));
+  }
+  float ms = 0.0f;
+  result = d->EventElapsedTime(&ms, start, stop);
+  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventElapsedTime, result));
+  return ms / static_cast<float>(iterations);
+}
+
+// Times every configuration on the real buffers and keeps the fastest. Buffers shared by an input and an output
+// are saved first and restored afterwards, since the trials overwrite them.
+template <typename Driver>
+ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Driver>* functions,
+                    typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
+  static std::mutex tuning;
+  std::lock_guard<std::mutex> lock(tuning);
+  if (s->chosen.load() >= 0) return ffi::Error::Success();
+  std::vector<std::pair<void*, std::vector<char>>> saved;
+  for (int64_t index : s->restore) {
+    auto buffer = rets.get<ffi::AnyBuffer>(index);
+    if (!buffer.has_value()) return buffer.error();
+    std::vector<char> copy((*buffer)->size_bytes());
+    if (!copy.empty()) {
+      JT_LAUNCH_CHECK(d->CopyToHostAsync(copy.data(), (*buffer)->untyped_data(), copy.size(), stream),
+                      "saving an aliased buffer before autotuning", "");
+    }
+    saved.emplace_back((*buffer)->untyped_data(), std::move(copy));
+  }
+  JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
+  const int n = static_cast<int>(s->configs.size());
+  std::vector<float> first(n, std::numeric_limits<float>::infinity());
+  float best_first = std::numeric_limits<float>::infinity();
+  for (int c = 0; c < n; ++c) {
+    auto t = TimeConfig(d, s, c, functions->functions[c], stream, args, rets, 1);
+    if (!t.has_value()) return t.error();
+    first[c] = *t;
+    best_first = std::min(best_first, *t);
+  }
+  // About 10 ms for the fastest candidate, between 1 and 100 launches.
+  int iterations = best_first > 0 ? static_cast<int>(10.0f / best_first) : 100;
+  iterations = std::clamp(iterations, 1, 100);
+  int best = 0;
+  float best_time = std::numeric_limits<float>::infinity();
+  std::vector<float> timings(n, std::numeric_limits<float>::infinity());
+  for (int c = 0; c < n; ++c) {
+    auto t = TimeConfig(d, s, c, functions->functions[c], stream, args, rets, iterations);
+    if (!t.has_value()) return t.error();
+    timings[c] = *t;
+    if (*t < best_time) {
+      best_time = *t;
+      best = c;
+    }
+  }
+  for (auto& [pointer, copy] : saved) {
+    if (!copy.empty()) {
+      JT_LAUNCH_CHECK(d->CopyToDeviceAsync(pointer, copy.data(), copy.size(), stream),
+                      "restoring an aliased buffer after autotuning", "");
+    }
+  }
+  JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
+  s->chosen.store(best);
+  RememberConfig(Driver::kLibrary, s->tuning_file, best, timings);
+  return ffi::Error::Success();
+}
+
+// ---- the stages ------------------------------------------------------------------------------------------------
+
+template <typename Driver>
+ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> InstantiatePreloaded(ffi::Dictionary attrs) {
+  auto state = Instantiate<Driver>(attrs);
+  if (!state.has_value()) return state;
+  PreloadContexts(Driver::Get(), state->get());
+  return state;
+}
+
+template <typename Driver>
+ffi::Error Initialize(typename Driver::Stream stream, KernelState<Driver>* s, ffi::RemainingArgs args,
+                      ffi::RemainingRets rets, ffi::Dictionary) {
+  const Driver* d = Driver::Get();
+  if (!d->error.empty()) {
+    return ffi::Error(ffi::ErrorCode::kUnavailable, std::string(Driver::kLibrary) + ": " + d->error);
+  }
+  JT_ASSIGN_OR_FAIL(functions, FunctionsFor(d, s, stream));
+  if (s->chosen.load(std::memory_order_acquire) < 0 && !d->Capturing(stream)) {
+    return Autotune(d, s, functions, stream, args, rets);
+  }
+  return ffi::Error::Success();
+}
+
+template <typename Driver>
+ffi::Error Execute(typename Driver::Stream stream, KernelState<Driver>* s, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets, ffi::Dictionary) {
+  const Driver* d = Driver::Get();
+  if (!d->error.empty()) {
+    return ffi::Error(ffi::ErrorCode::kUnavailable, std::string(Driver::kLibrary) + ": " + d->error);
+  }
+  JT_ASSIGN_OR_FAIL(functions, FunctionsFor(d, s, stream));
+  int chosen = s->chosen.load(std::memory_order_acquire);
+  if (chosen < 0) {
+    if (d->Capturing(stream)) {
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        std::string(Driver::kLibrary) + ": triton_call '" + s->name +
+                            "' has several autotuning configs and was not tuned before " + Driver::kGraphCapture +
+                            "; its initialize stage did not run");
+    }
+    if (ffi::Error e = Autotune(d, s, functions, stream, args, rets); e.failure()) return e;
+    chosen = s->chosen.load();
+  }
+  return Launch(d, s, chosen, functions->functions[chosen], stream, args, rets);
+}
+
+}  // namespace
+}  // namespace jt_launch
+
+// Defines a handler library's exported symbols for `Driver`, named after `prefix` (e.g. jt_cuda_launch):
+//   <prefix>_instantiate, <prefix>_instantiate_preloaded, <prefix>_initialize, <prefix>_execute
+//       the XLA FFI stage handlers (initialize and execute command-buffer compatible);
+//   <prefix>_state_type_id(), <prefix>_state_type_info()
+//       the state type's id and info, registered with XLA from Python (jax.ffi.register_ffi_type);
+//   <prefix>_driver_error()
+//       why the runtime cannot be used in this process, or an empty string when it can.
+#define JT_LAUNCH_DEFINE_HANDLERS(prefix, Driver)                                                               \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_instantiate, ::jt_launch::Instantiate<Driver>,                       \
+                                ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_instantiate_preloaded, ::jt_launch::InstantiatePreloaded<Driver>,    \
+                                ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_initialize, ::jt_launch::Initialize<Driver>,                         \
+                                ::xla::ffi::Ffi::BindInitialize()                                             \
+                                    .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                        \
+                                    .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()               \
+                                    .RemainingArgs()                                                          \
+                                    .RemainingRets()                                                          \
+                                    .Attrs<::xla::ffi::Dictionary>(),                                         \
+                                {::xla::ffi::Traits::kCmdBufferCompatible});                                  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_execute, ::jt_launch::Execute<Driver>,                               \
+                                ::xla::ffi::Ffi::Bind()                                                       \
+                                    .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                        \
+                                    .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()               \
+                                    .RemainingArgs()                                                          \
+                                    .RemainingRets()                                                          \
+                                    .Attrs<::xla::ffi::Dictionary>(),                                         \
+                                {::xla::ffi::Traits::kCmdBufferCompatible});                                  \
+  extern "C" void* prefix##_state_type_id() { return &::jt_launch::KernelState<Driver>::id; }                  \
+  extern "C" void* prefix##_state_type_info() {                                                               \
+    static XLA_FFI_TypeInfo info = ::xla::ffi::MakeTypeInfo<::jt_launch::KernelState<Driver>>();               \
+    return &info;                                                                                             \
+  }                                                                                                           \
+  extern "C" const char* prefix##_driver_error() { return Driver::Get()->error.c_str(); }
+
+#endif  // JT_LAUNCH_COMMON_H_
