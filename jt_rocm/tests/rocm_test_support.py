@@ -128,3 +128,54 @@ def decode_opaque(opaque: bytes) -> dict[str, Any]:
             aliases.append(tuple(al.get(i, [0])[0] for i in (1, 2, 3)))
         out["autotuned"] = {"name": a[1][0].decode(), "configs": configs, "aliases": aliases}
     return out
+
+
+def use_launcher(monkeypatch: Any, name: str) -> None:
+    """Makes ``name`` the ROCm launcher for the rest of the test: ``JT_LAUNCHER_ROCM`` and a fresh plugin manager
+    that reads it (``monkeypatch`` restores both)."""
+    from jt_core import plugins
+
+    monkeypatch.setenv("JT_LAUNCHER_ROCM", name)
+    monkeypatch.setattr(plugins, "_manager", plugins.PluginManager())
+
+
+def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
+    """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``)."""
+    module = lowered.compiler_ir("stablehlo")
+    found: list[Any] = []
+
+    def visit(operation: Any) -> None:
+        if operation.name == "stablehlo.custom_call":
+            name = str(operation.attributes["call_target_name"]).strip('"')
+            if target is None or name == target:
+                found.append(operation)
+        for region in operation.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
+
+
+def backend_config(operation: Any) -> dict[str, Any]:
+    """A typed-FFI custom call's attributes as Python values: ``bytes`` (strings), ``int`` or ``list[int]``."""
+    from jax._src.lib.mlir import ir
+
+    converters: tuple[tuple[Any, Any], ...] = (
+        (ir.StringAttr, lambda a: a.value_bytes),
+        (ir.IntegerAttr, lambda a: a.value),
+        (ir.DenseI64ArrayAttr, list),
+    )
+    attributes: Any = ir.DictAttr(operation.attributes["mhlo.backend_config"])
+    out: dict[str, Any] = {}
+    for named in attributes:
+        out[named.name] = str(named.attr)
+        for kind, convert in converters:
+            try:
+                typed = kind(named.attr)
+            except (ValueError, TypeError):
+                continue
+            out[named.name] = convert(typed)
+            break
+    return out

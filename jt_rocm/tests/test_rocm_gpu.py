@@ -10,11 +10,17 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from rocm_test_support import use_launcher
 
 import jt_core as jt
 from jt_core.testing import sample_add_kernel
 
 pytestmark = pytest.mark.rocm
+
+
+@pytest.fixture(autouse=True)
+def _jaxlib_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_launcher(monkeypatch, "jaxlib")  # jt's own handler runs the same kernels in test_rocm_ffi_gpu.py
 
 
 @pytest.mark.parametrize("size", [1, 40, 500, 16385])

@@ -1,4 +1,8 @@
-"""Lowering for ``rocm`` on a machine without an AMD GPU: the custom call jaxlib's ROCm Triton handler runs."""
+"""Lowering for ``rocm`` on a machine without an AMD GPU: the custom call jaxlib's ROCm Triton handler runs.
+
+Every test here selects that launcher (``"jaxlib"``); jt's own handler (the default) is tested in
+``test_rocm_ffi_lowering.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from rocm_test_support import bound_call, decode_opaque
+from rocm_test_support import bound_call, decode_opaque, use_launcher
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
@@ -31,6 +35,7 @@ def _hsaco_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "hsaco"
     monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(folder))
     monkeypatch.setenv("JT_ROCM_ARCH", "gfx942")
+    use_launcher(monkeypatch, "jaxlib")
     return folder
 
 
@@ -118,7 +123,12 @@ def test_lowering_is_deterministic_across_processes(tmp_path: Path) -> None:
         print(jax.jit(f).trace(s, s).lower(lowering_platforms=("rocm",)).as_text())
         """
     )
-    env = {**os.environ, "JT_ROCM_ARCH": "gfx942", "JT_ROCM_HSACO_DIR": str(tmp_path / "h")}
+    env = {
+        **os.environ,
+        "JT_ROCM_ARCH": "gfx942",
+        "JT_ROCM_HSACO_DIR": str(tmp_path / "h"),
+        "JT_LAUNCHER_ROCM": "jaxlib",
+    }
     texts = [
         subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
         for _ in range(2)

@@ -18,7 +18,8 @@ def jt_register_backends() -> Sequence[Backend]:
 
 @hookimpl
 def jt_register_launchers() -> Sequence[Launcher]:
-    """Registers the launcher through jaxlib's ROCm Triton handler."""
+    """Registers jt's own FFI handler (``"jt"``, preferred) and jaxlib's ROCm Triton handler (``"jaxlib"``)."""
+    from jt_rocm.ffi_launcher import RocmFfiLauncher
     from jt_rocm.launcher import JaxlibRocmLauncher
 
-    return [JaxlibRocmLauncher()]
+    return [RocmFfiLauncher(), JaxlibRocmLauncher()]
