@@ -16,6 +16,7 @@ from jt_core.gradients import kernel_vjp
 from jt_core.hookspecs import hookimpl, hookspec
 from jt_core.partitioning import BatchDims, Elementwise, PartitionRule, partitioned
 from jt_core.plugins import list_plugins
+from jt_core.tensordesc import TensorDescriptor
 from jt_core.utils import cdiv, next_power_of_2, strides_from_shape
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Launcher",
     "PartitionRule",
     "Target",
+    "TensorDescriptor",
     "__version__",
     "cdiv",
     "get_type_id",

@@ -200,6 +200,9 @@ class Launcher(ABC):
     name: ClassVar[str]
     #: Higher wins when no launcher is named.
     priority: ClassVar[int] = 0
+    #: Whether it passes host-side tensor descriptors (:class:`jt_core.TensorDescriptor` arguments, slots with a
+    #: ``descriptor``); calls with one are refused by launchers that do not.
+    supports_tensor_descriptors: ClassVar[bool] = False
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used in this process, or ``None`` when it can."""
@@ -233,6 +236,9 @@ class Dialect(ABC):
     name: ClassVar[str]
     #: Whether Triton's interpreter can run kernels of this dialect.
     interpretable: ClassVar[bool] = True
+    #: Whether host-side tensor descriptors passed to its kernels carry the block's shared-memory layout
+    #: (``TensorDescriptor(..., layout=...)``): required when true, refused when false.
+    tensor_descriptor_layout: ClassVar[bool] = False
 
     @abstractmethod
     def claims(self, kernel: Any) -> bool:

@@ -352,6 +352,9 @@ def grid_axis(base: KernelCall) -> tuple[int | None, str]:
     dialect = hooks.dialect_for(base.fn)
     if dialect.name != "triton":
         return None, f"it is a {dialect.name} kernel; the batch wrapper is a plain @triton.jit kernel"
+    described = [slot.name for slot in base.slots if slot.descriptor is not None]
+    if described:
+        return None, f"arguments {described} are tensor descriptors, whose shape is that of one batch element"
     read: set[int] = set()
     for config in base.configs:
         axes = program_axes_read(base.fn, config.constexpr_dict)

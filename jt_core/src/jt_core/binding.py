@@ -23,6 +23,7 @@ from jt_core.autotune import KernelWrappers, expand_configs, unwrap_kernel
 from jt_core.backend import CompileOptions, Specialization
 from jt_core.dtypes import int_type, triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.tensordesc import TensorDescriptor, TensorDescriptorSpec
 
 INPUT = "input"
 OUTPUT = "output"
@@ -60,11 +61,15 @@ class ParamSlot:
     Attributes:
         path: The full parameter path: ``(param_index,)`` or ``(param_index, i, ...)`` inside tuple parameters.
         name: A readable name (``x_ptr`` or ``pair[1]``).
-        kind: ``"input"`` (an array operand), ``"output"`` (an output buffer) or ``"scalar"``.
+        kind: ``"input"`` (an array operand, or the base of a tensor descriptor), ``"output"`` (an output buffer)
+            or ``"scalar"``.
         index: The operand index (inputs) or output index (outputs); -1 for scalars.
         value: The scalar value (scalars only).
-        type_str: The Triton type (``"*fp32"``, ``"i32"``, ``"constexpr"`` for scalars specialised to a value).
+        type_str: The Triton type (``"*fp32"``, ``"i32"``, ``"tensordesc<fp16[64, 64]>"``, ``"constexpr"`` for
+            scalars specialised to a value).
         divisible_by_16: Whether Triton may assume divisibility by 16 (pointers, integers that are).
+        descriptor: For a host-side tensor descriptor (an input whose operand is the descriptor's base), its
+            shape, strides, block shape, padding and layout; ``None`` otherwise.
     """
 
     path: tuple[int, ...]
@@ -74,6 +79,7 @@ class ParamSlot:
     value: Any
     type_str: str
     divisible_by_16: bool
+    descriptor: TensorDescriptorSpec | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,7 +477,7 @@ def bind_call(
                 f"argument {param.name!r} is a sliced/transformed Ref; pass the whole Ref (jax.new_ref(...))"
             )
         if isinstance(value, tuple) and not hasattr(value, "shape"):
-            leaves, treedef = tree_util.tree_flatten(value, is_leaf=_compat.is_ref)
+            leaves, treedef = tree_util.tree_flatten(value, is_leaf=_is_operand_leaf)
             paths = [(param.index, i) for i in range(len(leaves))]
             names = [f"{param.name}[{i}]" for i in range(len(leaves))]
             trees.append((param.index, treedef))
@@ -480,7 +486,14 @@ def bind_call(
             trees.append((param.index, None))
         for leaf, path, leaf_name in zip(leaves, paths, names):
             bound.leaf_names.append(leaf_name)
-            if _compat.is_ref(leaf):
+            if isinstance(leaf, TensorDescriptor):
+                spec = leaf.spec(leaf_name)
+                operand_index = len(bound.operands)
+                bound.operands.append(leaf.base)
+                bound.operand_avals.append(jax.core.ShapedArray(spec.shape, spec.dtype))
+                bound.leaf_to_operand[leaf_index] = operand_index
+                slots.append(ParamSlot(path, leaf_name, INPUT, operand_index, None, spec.type_str, False, spec))
+            elif _compat.is_ref(leaf):
                 aval = jax.typeof(leaf)
                 inner = getattr(aval, "inner_aval", aval)
                 triton_scalar_type(inner.dtype, what=f"Ref argument {leaf_name!r}")
@@ -506,9 +519,10 @@ def bind_call(
             else:
                 raise KernelCallTypeError(
                     f"argument {leaf_name!r} of kernel {signature} is {type(leaf).__name__} ({leaf!r}); "
-                    "expected an array, a Ref or a bool/int/float/NumPy scalar"
+                    "expected an array, a Ref, a jt.TensorDescriptor or a bool/int/float/NumPy scalar"
                 )
             leaf_index += 1
+    _check_descriptor_layouts(fn, slots)
 
     # Aliases (indices over the flattened non-constexpr operand leaves, in signature order).
     aliases: list[tuple[int, int]] = []
@@ -602,11 +616,41 @@ def bind_call(
     return call, bound.operands, bound.refs, out_tree
 
 
+def _is_operand_leaf(value: Any) -> bool:
+    return _compat.is_ref(value) or isinstance(value, TensorDescriptor)
+
+
+def _check_descriptor_layouts(fn: Any, slots: Sequence[ParamSlot]) -> None:
+    """Refuses descriptors whose layout does not fit the kernel's dialect (Gluon needs one, Triton takes none)."""
+    described = [s for s in slots if s.descriptor is not None]
+    if not described:
+        return
+    from jt_core import hooks
+
+    dialect = hooks.dialect_for(fn)
+    for slot in described:
+        assert slot.descriptor is not None
+        has_layout = slot.descriptor.layout is not None
+        if dialect.tensor_descriptor_layout and not has_layout:
+            raise KernelCallValueError(
+                f"tensor descriptor argument {slot.name!r} has no layout, but {dialect.name} kernels need the block's "
+                "shared-memory layout: jt.TensorDescriptor(x, block_shape=..., layout=...) (for Gluon, e.g. "
+                "gl.NVMMASharedLayout.get_default_for(block_shape, gl.float16))"
+            )
+        if has_layout and not dialect.tensor_descriptor_layout:
+            raise KernelCallValueError(
+                f"tensor descriptor argument {slot.name!r} has layout={slot.descriptor.layout!r}, but {dialect.name} "
+                "kernels take descriptors without one (layout= is for Gluon kernels); drop layout="
+            )
+
+
 def _ptr(dtype: Any) -> str:
     return triton_scalar_type(dtype)
 
 
 def _describe(value: Any) -> str:
+    if isinstance(value, TensorDescriptor):
+        return repr(value)
     if _is_array(value):
         return f"{np.dtype(value.dtype)}{list(value.shape)}"
     if isinstance(value, tuple):

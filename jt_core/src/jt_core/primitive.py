@@ -17,10 +17,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from jt_core import hooks
-from jt_core.backend import CompileRequest
+from jt_core.backend import CompileRequest, Launcher
 from jt_core.batching import batch_kernel_call
 from jt_core.binding import KernelCall
-from jt_core.errors import UnsupportedKernelError
+from jt_core.errors import KernelCallValueError, UnsupportedKernelError
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
@@ -95,6 +95,7 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
             f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
             "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
+    _check_tensor_descriptors(call, platform, launcher)
     device = lowering_device(ctx) if len(ctx.module_context.platforms) == 1 else None
     target = backend.target(call, device)
     requests = []
@@ -113,6 +114,30 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
             )
         )
     return launcher.lower(ctx, call, compile_all(requests), operands)
+
+
+def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launcher) -> None:
+    """Refuses host-side tensor descriptors on a launcher that cannot pass them, naming those that can."""
+    described = [slot.name for slot in call.slots if slot.descriptor is not None]
+    if not described or launcher.supports_tensor_descriptors:
+        return
+    from jt_core.plugins import get_plugin_manager
+
+    able = [
+        other.name
+        for _, other in get_plugin_manager().launchers.get(platform, [])
+        if other.supports_tensor_descriptors and other.unavailable_reason() is None
+    ]
+    hint = (
+        f"use launcher={able[0]!r} (or JT_LAUNCHER_{platform.upper()}={able[0]})"
+        if able
+        else f"no launcher for {platform!r} does; pass the array and build the descriptor in the kernel "
+        "(tl.make_tensor_descriptor)"
+    )
+    raise KernelCallValueError(
+        f"triton_call {call.name!r}: argument(s) {described} are host-side tensor descriptors (jt.TensorDescriptor), "
+        f"which launcher {launcher.name!r} on platform {platform!r} cannot pass; {hint}"
+    )
 
 
 def compile_workers(count: int) -> int:

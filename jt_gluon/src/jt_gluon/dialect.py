@@ -12,13 +12,15 @@ class GluonDialect(Dialect):
     """Kernels written with ``triton.experimental.gluon.jit``.
 
     Gluon kernels name their layouts explicitly, so they only run on GPU backends (the CPU interpreter refuses
-    them). Layouts are ordinary constexpr arguments: ``triton_call(..., layout=gl.BlockedLayout(...))``. Any
+    them). Layouts are ordinary constexpr arguments: ``triton_call(..., layout=gl.BlockedLayout(...))``; host-side
+    tensor descriptors carry the block's shared layout (``jt.TensorDescriptor(x, block_shape, layout=...)``). Any
     backend compiles them: the source built here carries ``Language.GLUON``, and ``triton.compile`` asks the
     backend's ``add_stages`` for that language's stage list.
     """
 
     name = "gluon"
     interpretable = False
+    tensor_descriptor_layout = True
 
     def claims(self, kernel: Any) -> bool:
         return isinstance(kernel, _compat.gluon_jit_function_class())

@@ -108,7 +108,13 @@ def execute_into(
         if slot.kind == INPUT:
             out_index = aliased.get(slot.index)
             array = outputs[out_index] if out_index is not None else operands[slot.index]
-            arg = runner.pointer_argument(slot.type_str, array)
+            desc = slot.descriptor
+            if desc is not None:
+                arg = runner.descriptor_argument(
+                    desc.element_type, array, desc.shape, desc.strides, desc.block_shape, desc.padding
+                )
+            else:
+                arg = runner.pointer_argument(slot.type_str, array)
             buffers.append(
                 runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, out_index is not None)
             )
@@ -147,6 +153,7 @@ class CpuLauncher(Launcher):
     platform = "cpu"
     name = "interpreter"
     priority = 0
+    supports_tensor_descriptors = True
     #: Whether the lowered call is a JAX host callback. JAX loses those inside ``custom_partitioning`` bodies, so
     #: partition rules refuse to run such a launcher across several CPU devices (:mod:`jt_core.partitioning`).
     uses_host_callback: ClassVar[bool] = True

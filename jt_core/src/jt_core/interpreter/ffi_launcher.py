@@ -325,6 +325,7 @@ class CpuFfiLauncher(Launcher):
     platform = "cpu"
     name = "ffi"
     priority = 10
+    supports_tensor_descriptors = True
     uses_host_callback: ClassVar[bool] = False
 
     def unavailable_reason(self) -> str | None:

@@ -368,6 +368,65 @@ def pointer_argument(type_str: str, array: np.ndarray) -> Any:
     return tl.tensor(interp.TensorHandle(np.array([array.ctypes.data], dtype=np.uint64), ty), ty)
 
 
+@dataclasses.dataclass(frozen=True)
+class DescriptorArgument:
+    """A host-side tensor descriptor argument; it becomes the interpreter's descriptor when the run starts.
+
+    The interpreter's descriptor is made by Triton's own ``make_tensor_descriptor`` (the path Triton's interpreter
+    takes for a host ``TensorDescriptor``), which needs the interpreter's builder, so it is built under the run's
+    lock. Its loads and stores go through the checked library like any other access.
+    """
+
+    pointer: Any
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    block_shape: tuple[int, ...]
+    padding: str
+
+    def build(self) -> Any:
+        """The interpreter's ``tl.tensor_descriptor``."""
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+
+        shape = [scalar_argument("i32", size) for size in self.shape]
+        strides: list[Any] = [scalar_argument("i64", stride) for stride in self.strides[:-1]]
+        strides.append(tl.constexpr(1))
+        return interp.interpreter_semantic.make_tensor_descriptor(
+            base=self.pointer,
+            shape=shape,
+            strides=strides,
+            block_shape=[tl.constexpr(b) for b in self.block_shape],
+            padding_option=self.padding,
+        )
+
+
+def descriptor_argument(
+    element_type: str,
+    array: np.ndarray,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    block_shape: Sequence[int],
+    padding: str,
+) -> DescriptorArgument:
+    """A tensor descriptor argument over ``array`` (its element type as a Triton type string, ``"fp16"``)."""
+    return DescriptorArgument(
+        pointer_argument("*" + element_type, array),
+        tuple(shape),
+        tuple(strides),
+        tuple(block_shape),
+        padding,
+    )
+
+
+def _build_descriptors(value: Any) -> Any:
+    if isinstance(value, DescriptorArgument):
+        return value.build()
+    if isinstance(value, tuple):
+        items = [_build_descriptors(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
+
+
 def run(
     py_fn: Callable[..., Any],
     kernel_name: str,
@@ -393,6 +452,7 @@ def run(
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:
+            arguments = {name: _build_descriptors(value) for name, value in arguments.items()}
             interp.interpreter_builder.set_grid_dim(*grid)
             for x in range(grid[0]):
                 for y in range(grid[1]):
