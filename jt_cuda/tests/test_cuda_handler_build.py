@@ -96,8 +96,8 @@ def _cpu_probe_target(lib: Any) -> str:
         jax.ffi.register_ffi_type(
             "jt_cuda.KernelState.cpu_probe",
             {
-                "type_id": handler._capsule(lib.jt_cuda_launch_state_type_id()),
-                "type_info": handler._capsule(lib.jt_cuda_launch_state_type_info()),
+                "type_id": handler.capsule(lib.jt_cuda_launch_state_type_id()),
+                "type_info": handler.capsule(lib.jt_cuda_launch_state_type_info()),
             },
             platform="cpu",
         )

@@ -66,28 +66,18 @@ def jaxlib_has_ffi_triton_handler() -> bool:
         return False
 
 
-def register_ffi_target(name: str, handlers: dict[str, Any], command_buffer_compatible: bool) -> None:
-    """Registers a typed-FFI target for CUDA, with the command-buffer trait where jaxlib supports it."""
-    import jax
-    from jaxlib import xla_client
-
-    traits = getattr(xla_client, "CustomCallTargetTraits", None)
-    if traits is not None and command_buffer_compatible:
-        jax.ffi.register_ffi_target(
-            name, handlers, platform="CUDA", api_version=1, traits=traits.COMMAND_BUFFER_COMPATIBLE
-        )
-    else:
-        jax.ffi.register_ffi_target(name, handlers, platform="CUDA", api_version=1)
-
-
-def register_ffi_type(name: str, type_id: Any, type_info: Any) -> None:
-    """Registers the handler's state type with XLA for CUDA."""
-    import jax
-
-    jax.ffi.register_ffi_type(name, {"type_id": type_id, "type_info": type_info}, platform="CUDA")
-
-
 def device_compute_capability(device: Any) -> str | None:
     """A JAX device's compute capability string (``"9.0"``), or ``None`` if it has none (not a CUDA device)."""
     value = getattr(device, "compute_capability", None)
     return str(value) if value else None
+
+
+@functools.cache
+def decomposed_descriptor_flags() -> int:
+    """How many ``i1`` flags follow a host descriptor's shape and strides when it is passed decomposed (no TMA).
+
+    Triton 3.6 passes the padding flag; 3.9 adds ``round_f32_to_tf32`` (a field of its host ``TensorDescriptor``).
+    """
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return 2 if "round_f32_to_tf32" in TensorDescriptor.__dataclass_fields__ else 1

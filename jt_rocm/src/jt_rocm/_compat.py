@@ -51,24 +51,3 @@ def metadata_dict(metadata: Any) -> dict[str, Any]:
 #: The intermediate representations Triton keeps in ``CompiledKernel.asm``, by stage, for either language. Triton
 #: 3.9 also keeps the kernel's ``source`` and, for Gluon, a ``glir`` stage; 3.6 starts Gluon at ``ttgir``.
 IR_STAGES = ("ttir", "glir", "ttgir", "llir", "amdgcn")
-
-
-def register_ffi_target(name: str, handlers: dict[str, Any], command_buffer_compatible: bool) -> None:
-    """Registers a typed-FFI target for ROCm, with the command-buffer trait where jaxlib supports it."""
-    import jax
-    from jaxlib import xla_client
-
-    traits = getattr(xla_client, "CustomCallTargetTraits", None)
-    if traits is not None and command_buffer_compatible:
-        jax.ffi.register_ffi_target(
-            name, handlers, platform="ROCM", api_version=1, traits=traits.COMMAND_BUFFER_COMPATIBLE
-        )
-    else:
-        jax.ffi.register_ffi_target(name, handlers, platform="ROCM", api_version=1)
-
-
-def register_ffi_type(name: str, type_id: Any, type_info: Any) -> None:
-    """Registers a handler's state type with XLA for ROCm."""
-    import jax
-
-    jax.ffi.register_ffi_type(name, {"type_id": type_id, "type_info": type_info}, platform="ROCM")
