@@ -8,20 +8,24 @@ The schema is documented at the top of the header.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from jt_core.backend import CompiledKernel
-from jt_core.binding import INPUT, OUTPUT, KernelCall
+from jt_core.binding import INPUT, OUTPUT, KernelCall, ParamSlot
 from jt_core.errors import KernelCallValueError
 
 __all__ = [
     "PARAM_OPERAND",
     "PARAM_RESULT",
     "PARAM_SCALAR",
+    "PARAM_TENSOR_MAP",
+    "DescriptorParam",
+    "DescriptorParams",
     "ffi_attributes",
     "refuse_profile_scratch",
     "scalar_bytes",
@@ -35,6 +39,37 @@ PARAM_OPERAND = 0
 PARAM_RESULT = 1
 #: ``param_kinds`` value of a by-value parameter, read from the packed ``scalars``.
 PARAM_SCALAR = 2
+#: ``param_kinds`` value of a tensor map the handler encodes at launch (a host-side tensor descriptor); its index
+#: is a record of the configuration's ``tensormaps_<c>``.
+PARAM_TENSOR_MAP = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class DescriptorParam:
+    """One kernel parameter that a host-side tensor descriptor argument becomes.
+
+    Attributes:
+        kind: ``"buffer"`` (the descriptor's base address), ``"scalar"`` (a by-value ``type_str`` holding
+            ``value``) or ``"tensor_map"`` (a map the handler encodes at launch from the base address).
+        type_str: The scalar's Triton type.
+        value: The scalar's value.
+        records: For a tensor map, one encoding record per configuration; the handler reads it after the
+            buffer's kind and index, which are prepended here.
+    """
+
+    kind: str
+    type_str: str = ""
+    value: int = 0
+    records: tuple[tuple[int, ...], ...] = ()
+
+
+class DescriptorParams(Protocol):
+    """How a platform passes a host-side tensor descriptor: the kernel parameters it becomes, per slot."""
+
+    def __call__(
+        self, slot: ParamSlot, ordinal: int, kernels: Sequence[CompiledKernel]
+    ) -> Sequence[DescriptorParam]: ...
+
 
 # Triton type -> struct format of its by-value kernel parameter (floats are passed in their own width).
 _SCALAR_FORMATS = {
@@ -53,6 +88,10 @@ _SCALAR_FORMATS = {
 }
 
 _RUNTIME_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
+
+#: int64 fields per tensor map record: buffer kind and index, data type, rank, swizzle, OOB fill, dims[5],
+#: byte strides[4], box[5] (innermost dimension first).
+TENSOR_MAP_RECORD_SIZE = 20
 
 
 def scalar_bytes(type_str: str, value: Any, platform: str = "cuda") -> bytes:
@@ -133,7 +172,11 @@ def _ir_str(value: str | bytes) -> Any:
 
 
 def ffi_attributes(
-    call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None = None, platform: str = "cuda"
+    call: KernelCall,
+    kernels: Sequence[CompiledKernel],
+    device: Any | None = None,
+    platform: str = "cuda",
+    descriptor_params: DescriptorParams | None = None,
 ) -> tuple[dict[str, Any], int]:
     """The custom call's attributes for jt's handler, and the size of the global scratch output (0: none).
 
@@ -146,29 +189,66 @@ def ffi_attributes(
         kernels: One compiled kernel per configuration of ``call``.
         device: The device lowered for (names the tuning record), or ``None``.
         platform: ``"cuda"`` or ``"rocm"``: names the runtime in messages and the tuning record.
+        descriptor_params: How the platform passes host-side tensor descriptors; ``None``: it does not.
+
+    Raises:
+        KernelCallValueError: For a tensor descriptor argument without ``descriptor_params``.
     """
     aliased_operand_to_out = dict(call.aliases)
     kinds: list[int] = []
     indices: list[int] = []
     scalars = bytearray()
+    tensor_maps: list[list[int]] = [[] for _ in kernels]
+    descriptors = 0
+
+    def add_scalar(type_str: str, value: Any) -> None:
+        kinds.append(PARAM_SCALAR)
+        indices.append(len(scalars))
+        data = scalar_bytes(type_str, value, platform)
+        scalars.extend(data + b"\0" * (8 - len(data)))
+
     for slot in call.slots:
         if slot.type_str == "constexpr":
             continue  # specialised into the kernel
         if slot.kind == INPUT:
-            if slot.index in aliased_operand_to_out:
-                kinds.append(PARAM_RESULT)
-                indices.append(aliased_operand_to_out[slot.index])
-            else:
-                kinds.append(PARAM_OPERAND)
-                indices.append(slot.index)
+            buffer = (
+                (PARAM_RESULT, aliased_operand_to_out[slot.index])
+                if slot.index in aliased_operand_to_out
+                else (PARAM_OPERAND, slot.index)
+            )
+            if slot.descriptor is None:
+                kinds.append(buffer[0])
+                indices.append(buffer[1])
+                continue
+            if descriptor_params is None:
+                raise KernelCallValueError(
+                    f"triton_call {call.name!r}: tensor descriptor argument {slot.name!r} cannot be passed to a "
+                    f"{_RUNTIME_NAMES.get(platform, platform)} kernel by jt's handler"
+                )
+            for param in descriptor_params(slot, descriptors, kernels):
+                if param.kind == "buffer":
+                    kinds.append(buffer[0])
+                    indices.append(buffer[1])
+                elif param.kind == "scalar":
+                    add_scalar(param.type_str, param.value)
+                else:
+                    kinds.append(PARAM_TENSOR_MAP)
+                    indices.append(len(tensor_maps[0]) // TENSOR_MAP_RECORD_SIZE)
+                    if len(param.records) != len(kernels) or any(
+                        len(record) != TENSOR_MAP_RECORD_SIZE - 2 for record in param.records
+                    ):
+                        raise KernelCallValueError(
+                            f"tensor descriptor argument {slot.name!r}: expected one tensor map record of "
+                            f"{TENSOR_MAP_RECORD_SIZE - 2} fields per configuration"
+                        )
+                    for c, record in enumerate(param.records):
+                        tensor_maps[c] += [*buffer, *record]
+            descriptors += 1
         elif slot.kind == OUTPUT:
             kinds.append(PARAM_RESULT)
             indices.append(slot.index)
         else:
-            kinds.append(PARAM_SCALAR)
-            indices.append(len(scalars))
-            data = scalar_bytes(slot.type_str, slot.value, platform)
-            scalars += data + b"\0" * (8 - len(data))
+            add_scalar(slot.type_str, slot.value)
     scratch_bytes = 0
     for config, kernel in zip(call.configs, kernels):
         if kernel.global_scratch_size:
@@ -201,6 +281,8 @@ def ffi_attributes(
         attributes[f"label_{c}"] = _ir_str(config.label)
         attributes[f"launch_{c}"] = _ir_ints(launch)
         attributes[f"zeroed_{c}"] = _ir_ints(config.zeroed_outputs)
+        if tensor_maps[c]:
+            attributes[f"tensormaps_{c}"] = _ir_ints(tensor_maps[c])
     remembered = tuning_file(call, device, platform)
     if remembered:
         attributes["tuning_file"] = _ir_str(remembered)

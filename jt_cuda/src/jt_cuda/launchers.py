@@ -5,9 +5,11 @@ Both emit one ``stablehlo.custom_call`` per ``triton_call``; they differ in what
 * ``"jt"`` (priority 20): :mod:`jt_cuda.handler`, a typed-FFI handler registered as command-buffer compatible, so
   XLA captures chains of launches into CUDA graphs. It takes the cubin, the launch shape and an index-based
   parameter layout as attributes, zeroes ``zeroed_outputs`` on the stream, gets global scratch from XLA as an extra
-  output, launches clusters with ``cuLaunchKernelEx`` and autotunes on the real buffers in its initialize stage.
+  output, launches clusters with ``cuLaunchKernelEx``, encodes the TMA descriptors of host-side tensor descriptors
+  at launch (:mod:`jt_cuda.tensormaps`) and autotunes on the real buffers in its initialize stage.
 * ``"jaxlib"`` (priority 10): the handler that ships with jaxlib's CUDA plugin (where the installed jaxlib has
-  it). It takes PTX, assembles it itself, and autotunes with aliased inputs restored.
+  it). It takes PTX, assembles it itself, and autotunes with aliased inputs restored. It cannot pass host-side
+  tensor descriptors, so calls with one are refused with a pointer to ``"jt"``.
 
 Selection follows the plugin contract: ``launcher=`` on the call, else ``JT_LAUNCHER_CUDA``, else priority.
 """
@@ -70,6 +72,7 @@ class JtFfiLauncher(Launcher):
     platform = "cuda"
     name = "jt"
     priority = 20
+    supports_tensor_descriptors = True
 
     def unavailable_reason(self) -> str | None:
         if not _cuda_devices_present():
@@ -133,7 +136,9 @@ def ffi_attributes(
 
     The schema is shared with jt-rocm (:func:`jt_core.launch_attributes.ffi_attributes`).
     """
-    return launch_attributes.ffi_attributes(call, kernels, device, "cuda")
+    from jt_cuda.tensormaps import descriptor_params
+
+    return launch_attributes.ffi_attributes(call, kernels, device, "cuda", descriptor_params)
 
 
 # -- jaxlib's handler ----------------------------------------------------------------------------------------

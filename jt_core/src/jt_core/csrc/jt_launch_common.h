@@ -6,8 +6,9 @@
 //
 // Attributes (jt_core.launch_attributes writes them):
 //   name             the triton_call's name, for messages
-//   param_kinds      per kernel parameter: 0 operand, 1 result, 2 scalar
-//   param_indices    per kernel parameter: the operand index, the result index, or the byte offset in `scalars`
+//   param_kinds      per kernel parameter: 0 operand, 1 result, 2 scalar, 3 tensor map
+//   param_indices    per kernel parameter: the operand index, the result index, the byte offset in `scalars`, or
+//                    the record in `tensormaps_<c>`
 //   scalars          by-value parameters, one little-endian 8-byte slot each
 //   restore          result indices of buffers shared with an input, restored after autotuning trials
 //   scratch_result   the result that provides global scratch memory (-1: none)
@@ -19,6 +20,10 @@
 //                    per program, its alignment, cooperative launch, programmatic dependent launch, profile
 //                    scratch bytes (refused at lowering)
 //     zeroed_<c>     result indices zeroed before each launch
+//     tensormaps_<c> optional: host-side tensor descriptors encoded at each launch (drivers with EncodeTensorMap),
+//                    kTensorMapRecord int64s each: buffer kind (0 operand, 1 result) and index, then the driver's
+//                    record (jt_cuda.tensormaps: data type, rank, swizzle, OOB fill, dims[5], byte strides[4],
+//                    box[5], innermost first); the map is passed by value
 //   tuning_file      optional: where the winning configuration is read from and written to
 //
 // A driver is a struct, one per runtime, that provides:
@@ -39,6 +44,8 @@
 //          Stream) const;  CopyToDeviceAsync(void* device, const void* host, size_t, Stream) const;
 //          StreamSynchronize(Stream) const;  EventCreate(Event*) const;  EventRecord(Event, Stream) const;
 //          EventSynchronize(Event) const;  EventElapsedTime(float* ms, Event, Event) const;  EventDestroy(Event) const
+//   optional     ffi::Error EncodeTensorMap(const KernelState<Driver>&, const KernelConfig&, const int64_t* record,
+//                                           void* address, void* map) const    fills a kTensorMapBytes map
 //
 // Stages:
 //   instantiate  parses the attributes into a KernelState (and, for the preloaded variant, loads the modules into
@@ -69,6 +76,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -104,7 +112,21 @@ bool Resolve(void* handle, const char* library, const char* const* names, T* out
 
 // ---- the handler's state ---------------------------------------------------------------------------------------
 
-enum ParamKind : int64_t { kOperand = 0, kResult = 1, kScalar = 2 };
+enum ParamKind : int64_t { kOperand = 0, kResult = 1, kScalar = 2, kTensorMap = 3 };
+
+// A tensor map record's int64s (buffer kind and index, then the driver's fields), and the size of an encoded map.
+constexpr size_t kTensorMapRecord = 20;
+constexpr size_t kTensorMapBytes = 128;
+
+struct alignas(64) TensorMapStorage {
+  unsigned char bytes[kTensorMapBytes];
+};
+
+// Whether a driver encodes tensor maps (host-side tensor descriptors).
+template <typename D, typename = void>
+struct EncodesTensorMaps : std::false_type {};
+template <typename D>
+struct EncodesTensorMaps<D, std::void_t<decltype(&D::EncodeTensorMap)>> : std::true_type {};
 
 struct KernelConfig {
   std::string symbol;  // the kernel's name in the binary
@@ -119,6 +141,7 @@ struct KernelConfig {
   bool cooperative;
   bool pdl;
   std::vector<int64_t> zeroed;  // result indices zeroed before each launch
+  std::vector<int64_t> tensor_maps;  // kTensorMapRecord int64s per host-side tensor descriptor
 };
 
 template <typename Driver>
@@ -135,6 +158,7 @@ struct KernelState {
   std::vector<int64_t> param_kinds;
   std::vector<int64_t> param_indices;
   std::string scalars;  // packed scalar values, 8-byte slots
+  size_t num_tensor_maps = 0;  // parameters of kind kTensorMap
   std::vector<KernelConfig> configs;
   std::vector<int64_t> restore;  // result indices of aliased buffers that autotuning must restore
   int64_t scratch_result = -1;
@@ -256,6 +280,7 @@ ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> Instantiate(ffi::Dictionary a
     if (kinds[i] == kScalar && indices[i] + 8 > static_cast<int64_t>(scalars.size())) {
       return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "scalar offset out of range"));
     }
+    if (kinds[i] == kTensorMap) ++state->num_tensor_maps;
   }
   // Copy with 8-byte alignment kept: std::string storage is at least 8-byte aligned.
   state->scalars.assign(scalars.data(), scalars.size());
@@ -288,6 +313,18 @@ ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> Instantiate(ffi::Dictionary a
     config.pdl = launch[9] != 0;
     // launch[10] is the profile scratch size; instrumentation is not supported and the lowering refuses it.
     config.zeroed.assign(zeroed.begin(), zeroed.end());
+    if (auto maps = attrs.get<ffi::Span<const int64_t>>("tensormaps" + suffix); maps.has_value()) {
+      config.tensor_maps.assign(maps->begin(), maps->end());
+    }
+    const size_t records = config.tensor_maps.size() / kTensorMapRecord;
+    if (config.tensor_maps.size() % kTensorMapRecord != 0) {
+      return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "tensormaps" + suffix + " has a partial record"));
+    }
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      if (kinds[i] == kTensorMap && (indices[i] < 0 || static_cast<size_t>(indices[i]) >= records)) {
+        return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "tensor map record out of range"));
+      }
+    }
     state->configs.push_back(std::move(config));
   }
   if (num_configs == 1) state->chosen.store(0);
@@ -383,9 +420,36 @@ ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Drive
     values = heap_values.data();
     params = heap_params.data();
   }
+  std::vector<TensorMapStorage> maps(s->num_tensor_maps);
+  size_t next_map = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t index = s->param_indices[i];
     switch (s->param_kinds[i]) {
+      case kTensorMap: {
+        const int64_t* record = config.tensor_maps.data() + index * kTensorMapRecord;
+        void* address = nullptr;
+        if (record[0] == kResult) {
+          auto buffer = rets.get<ffi::AnyBuffer>(record[1]);
+          if (!buffer.has_value()) return buffer.error();
+          address = (*buffer)->untyped_data();
+        } else {
+          auto buffer = args.get<ffi::AnyBuffer>(record[1]);
+          if (!buffer.has_value()) return buffer.error();
+          address = buffer->untyped_data();
+        }
+        if constexpr (EncodesTensorMaps<Driver>::value) {
+          void* map = maps[next_map++].bytes;
+          if (ffi::Error error = d->EncodeTensorMap(*s, config, record + 2, address, map); error.failure()) {
+            return error;
+          }
+          params[i] = map;
+        } else {
+          return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(Driver::kLibrary) + ": triton_call '" +
+                                                                s->name + "' passes a host-side tensor descriptor, "
+                                                                "which this runtime's handler cannot encode");
+        }
+        break;
+      }
       case kOperand: {
         auto buffer = args.get<ffi::AnyBuffer>(index);
         if (!buffer.has_value()) return buffer.error();

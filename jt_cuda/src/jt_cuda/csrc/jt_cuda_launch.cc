@@ -7,7 +7,8 @@
 // The handler itself (state, attributes, parameter layout, autotuning, the initialize/execute stages) is shared
 // with jt-rocm and lives in jt_core's jt_launch_common.h; this file is the CUDA driver it runs on: how to load the
 // driver, find the current context, load a cubin into it and launch (clusters, cooperative and programmatic
-// dependent launches through cuLaunchKernelEx).
+// dependent launches through cuLaunchKernelEx), and how to encode the TMA descriptor (CUtensorMap) of a host-side
+// tensor descriptor from its buffer's address at launch (cuTensorMapEncodeTiled, CUDA 12 drivers and later).
 
 #include <cstddef>
 #include <cstdint>
@@ -44,7 +45,17 @@ enum {
   JT_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
   JT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
   JT_CU_CLUSTER_SCHEDULING_POLICY_SPREAD = 1,
+  // CUtensorMapInterleave, CUtensorMapL2promotion
+  JT_CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+  JT_CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2,
 };
+
+// cuTensorMapEncodeTiled(CUtensorMap*, CUtensorMapDataType, cuuint32_t rank, void* globalAddress,
+//   const cuuint64_t* globalDim, const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
+//   const cuuint32_t* elementStrides, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+//   CUtensorMapFloatOOBfill); the enums are int-sized and the map is 128 bytes, 64-byte aligned.
+typedef CUresult (*JtTensorMapEncodeTiled)(void*, int, unsigned int, void*, const uint64_t*, const uint64_t*,
+                                           const unsigned int*, const unsigned int*, int, int, int, int);
 
 typedef union JtLaunchAttributeValue {
   char pad[64];
@@ -127,6 +138,7 @@ struct CudaDriver {
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuEventDestroy)(CUevent);
+  JtTensorMapEncodeTiled cuTensorMapEncodeTiled = nullptr;  // optional: absent before CUDA 12
   std::string error;  // why loading failed; empty when every entry point was found
 
   static const CudaDriver* Get();
@@ -150,6 +162,8 @@ struct CudaDriver {
   ffi::Error LoadFunctions(const State& state, CUcontext context, std::vector<CUfunction>* functions) const;
   ffi::Error LaunchKernel(const State& state, const jt_launch::KernelConfig& config, CUfunction function,
                           CUstream stream, void** params) const;
+  ffi::Error EncodeTensorMap(const State& state, const jt_launch::KernelConfig& config, const int64_t* record,
+                             void* address, void* map) const;
 
   CUresult MemsetD8Async(void* pointer, size_t bytes, CUstream stream) const {
     return cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pointer), 0, bytes, stream);
@@ -211,6 +225,7 @@ const CudaDriver* CudaDriver::Get() {
     JT_RESOLVE(cuEventSynchronize, "cuEventSynchronize");
     JT_RESOLVE(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
     JT_RESOLVE(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
+    d->cuTensorMapEncodeTiled = reinterpret_cast<JtTensorMapEncodeTiled>(dlsym(handle, "cuTensorMapEncodeTiled"));
     return d;
   }();
   return driver;
@@ -288,6 +303,42 @@ ffi::Error CudaDriver::LoadFunctions(const State& state, CUcontext context,
     }
     functions->push_back(function);
   }
+  return ffi::Error::Success();
+}
+
+// Encodes the TMA descriptor of a host-side tensor descriptor over `address`. The record (jt_cuda.tensormaps) is
+// data type, rank, swizzle, OOB fill, dims[5], byte strides[4], box[5], innermost dimension first.
+ffi::Error CudaDriver::EncodeTensorMap(const State& state, const jt_launch::KernelConfig& config,
+                                       const int64_t* record, void* address, void* map) const {
+  const CudaDriver* d = this;
+  const State* s = &state;
+  const std::string where = "triton_call '" + state.name + "' config [" + config.label + "]";
+  if (cuTensorMapEncodeTiled == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      std::string(kLibrary) + ": " + where + " passes a host-side tensor descriptor, but this CUDA "
+                      "driver has no cuTensorMapEncodeTiled (it needs a CUDA 12 driver or later)");
+  }
+  const unsigned int rank = static_cast<unsigned int>(record[1]);
+  if (rank < 1 || rank > 5) {
+    return ffi::Error::InvalidArgument(std::string(kLibrary) + ": " + where + ": tensor map of rank " +
+                                       std::to_string(rank));
+  }
+  if (reinterpret_cast<uintptr_t>(address) % 16 != 0) {
+    return ffi::Error::InvalidArgument(std::string(kLibrary) + ": " + where + ": a tensor descriptor's buffer is not "
+                                       "16-byte aligned, which TMA needs");
+  }
+  uint64_t dims[5];
+  uint64_t strides[4];
+  unsigned int box[5];
+  const unsigned int element_strides[5] = {1, 1, 1, 1, 1};
+  for (int i = 0; i < 5; ++i) dims[i] = static_cast<uint64_t>(record[4 + i]);
+  for (int i = 0; i < 4; ++i) strides[i] = static_cast<uint64_t>(record[9 + i]);
+  for (int i = 0; i < 5; ++i) box[i] = static_cast<unsigned int>(record[13 + i]);
+  JT_LAUNCH_CHECK(cuTensorMapEncodeTiled(map, static_cast<int>(record[0]), rank, address, dims, strides, box,
+                                         element_strides, JT_CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                         static_cast<int>(record[2]), JT_CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                         static_cast<int>(record[3])),
+                  "cuTensorMapEncodeTiled (host-side tensor descriptor)", config.label);
   return ffi::Error::Success();
 }
 

@@ -1,0 +1,131 @@
+"""Host-side tensor descriptors lowered for ``cuda`` without a GPU: the parameters the handler builds from them."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, read_tile
+from cuda_testlib import backend_config, custom_calls, lower_for_cuda
+
+from jt_core.errors import KernelCallValueError
+from jt_core.launch_attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP
+from jt_cuda import _compat
+from jt_cuda.launchers import JaxlibLauncher
+
+SHAPE = (40, 48)
+BLOCK = (16, 32)
+SPEC = jax.ShapeDtypeStruct(SHAPE, jnp.float32)
+# CUtensorMapDataType FLOAT32 / FLOAT16 / BFLOAT16, CUtensorMapSwizzle 128B, CUtensorMapFloatOOBfill NaN
+FLOAT32, FLOAT16, BFLOAT16 = 7, 6, 9
+SWIZZLE_128B = 3
+FILL_NAN = 1
+
+
+def jt_op(lowered: Any) -> Any:
+    (op,) = custom_calls(lowered, "jt_cuda_launch") + custom_calls(lowered, "jt_cuda_launch_preloaded")
+    return op
+
+
+def scalars_of(config: dict[str, Any], kinds: list[int], indices: list[int]) -> list[bytes]:
+    return [config["scalars"][i : i + 8] for k, i in zip(kinds, indices) if k == PARAM_SCALAR]
+
+
+def records(config: dict[str, Any], c: int = 0) -> list[list[int]]:
+    flat = list(config[f"tensormaps_{c}"])
+    return [flat[i : i + 20] for i in range(0, len(flat), 20)]
+
+
+def test_sm90_passes_each_descriptor_as_a_tensor_map_then_its_shape_and_strides() -> None:
+    config = backend_config(
+        jt_op(lower_for_cuda(lambda a, b: add_tiles(a, b, BLOCK, compute_capability=90), SPEC, SPEC))
+    )
+    one = [PARAM_TENSOR_MAP, *[PARAM_SCALAR] * 4]
+    assert config["param_kinds"] == one * 3
+    kinds, indices = config["param_kinds"], config["param_indices"]
+    assert [i for k, i in zip(kinds, indices) if k == PARAM_TENSOR_MAP] == [0, 1, 2]
+    values = scalars_of(config, kinds, indices)
+    for d in range(3):
+        rows, cols, stride0, stride1 = values[4 * d : 4 * d + 4]
+        assert struct.unpack("<i", rows[:4]) == (40,) and struct.unpack("<i", cols[:4]) == (48,)
+        assert struct.unpack("<q", stride0) == (48,) and struct.unpack("<q", stride1) == (1,)
+    a, b, out = records(config)
+    # buffer (operand 0, operand 1, result 0: the aliased output), FLOAT32, rank 2, 128-byte swizzle, zero fill,
+    # dims / byte strides / box innermost first
+    body = [FLOAT32, 2, SWIZZLE_128B, 0, 48, 40, 1, 1, 1, 48 * 4, 0, 0, 0, 32, 16, 1, 1, 1]
+    assert a == [PARAM_OPERAND, 0, *body]
+    assert b == [PARAM_OPERAND, 1, *body]
+    assert out == [PARAM_RESULT, 0, *body]
+
+
+@pytest.mark.parametrize(("dtype", "code"), [(jnp.float16, FLOAT16), (jnp.bfloat16, BFLOAT16)])
+def test_tensor_map_element_type_follows_the_dtype(dtype: Any, code: int) -> None:
+    spec = jax.ShapeDtypeStruct((64, 64), dtype)
+    config = backend_config(jt_op(lower_for_cuda(lambda x: read_tile(x, (32, 64), 0, 0, compute_capability=90), spec)))
+    ((kind, index, data_type, rank, _swizzle, fill, *rest),) = records(config)
+    assert (kind, index, data_type, rank, fill) == (PARAM_OPERAND, 0, code, 2, 0)
+    assert rest[:2] == [64, 64] and rest[5] == 64 * 2 and rest[9:11] == [64, 32]
+
+
+def test_nan_padding_asks_the_tensor_map_for_nan_fill() -> None:
+    config = backend_config(
+        jt_op(lower_for_cuda(lambda x: read_tile(x, BLOCK, 32, 32, padding="nan", compute_capability=90), SPEC))
+    )
+    ((*_, fill), *_) = [r[:6] for r in records(config)]
+    assert fill == FILL_NAN
+
+
+def test_before_sm90_the_descriptor_is_decomposed_like_triton_does() -> None:
+    config = backend_config(jt_op(lower_for_cuda(lambda x: read_tile(x, BLOCK, 8, 16, compute_capability=80), SPEC)))
+    assert "tensormaps_0" not in config
+    flags = _compat.decomposed_descriptor_flags()
+    # pointer, shape and strides (i64), padding (and tf32) flags, shape (i32) and strides (i64), then out_ptr, row, col
+    per_descriptor = [PARAM_OPERAND, *[PARAM_SCALAR] * (4 + flags + 4)]
+    assert config["param_kinds"] == [*per_descriptor, PARAM_RESULT, PARAM_SCALAR, PARAM_SCALAR]
+    values = scalars_of(config, config["param_kinds"], config["param_indices"])
+    i64 = [struct.unpack("<q", v)[0] for v in values[:4]]
+    assert i64 == [40, 48, 48, 1]
+    assert [v[0] for v in values[4 : 4 + flags]] == [0] * flags
+    tail = values[4 + flags :]
+    assert [struct.unpack("<i", v[:4])[0] for v in tail[:2]] == [40, 48]
+    assert [struct.unpack("<q", v)[0] for v in tail[2:4]] == [48, 1]
+    assert [struct.unpack("<i", v[:4])[0] for v in tail[4:]] == [8, 16]
+
+
+def test_lowering_is_deterministic() -> None:
+    texts = {
+        lower_for_cuda(lambda a, b: add_tiles(a, b, BLOCK, compute_capability=90), SPEC, SPEC).as_text()
+        for _ in range(2)
+    }
+    assert len(texts) == 1
+
+
+def test_jaxlib_launcher_refuses_descriptors_and_names_the_jt_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(JaxlibLauncher, "unavailable_reason", lambda self: None)
+    with pytest.raises(KernelCallValueError, match=r"launcher 'jaxlib' on platform 'cuda' cannot pass.*launcher='jt'"):
+        lower_for_cuda(lambda x: read_tile(x, BLOCK, 0, 0, compute_capability=90, launcher="jaxlib"), SPEC)
+
+
+def test_descriptor_with_rows_not_16_byte_aligned_is_refused_naming_the_argument() -> None:
+    with pytest.raises(KernelCallValueError, match=r"multiple of 4 elements"):
+        read_tile(jnp.zeros((8, 10), jnp.float32), (8, 8), 0, 0)
+
+
+def test_operand_is_the_descriptor_base() -> None:
+    lowered = lower_for_cuda(lambda x: read_tile(x, BLOCK, 0, 0, compute_capability=90), SPEC)
+    (operand,) = jt_op(lowered).operands
+    assert str(operand.type) == "tensor<40x48xf32>"
+
+
+def test_autotuned_call_has_a_tensor_map_table_per_config_and_restores_the_aliased_result() -> None:
+    spec = jax.ShapeDtypeStruct((96, 160), jnp.float32)
+    config = backend_config(
+        jt_op(lower_for_cuda(lambda a, b: autotuned_add_tiles(a, b, compute_capability=90), spec, spec))
+    )
+    assert config["num_configs"] == 2 and config["restore"] == [0]
+    for c in (0, 1):
+        assert [r[:2] for r in records(config, c)] == [[PARAM_OPERAND, 0], [PARAM_OPERAND, 1], [PARAM_RESULT, 0]]
+        assert all(r[6:8] == [160, 96] and r[15:17] == [32, 32] for r in records(config, c))
