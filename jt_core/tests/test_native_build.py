@@ -106,3 +106,29 @@ def test_jt_core_ships_the_launch_handler_header() -> None:
     from jt_core.native import common_include_dir
 
     assert (common_include_dir() / "jt_launch_common.h").is_file()
+
+
+def test_launch_handler_registration_does_not_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """register() builds the handler capsules while holding its lock; the lock must allow that."""
+    import threading
+
+    import jax
+
+    from jt_core.native import LaunchHandlerLibrary
+
+    calls: list[str] = []
+    handler = LaunchHandlerLibrary("jt_fake_launch", Path("unused.cc"), "CUDA", "JT_FAKE_PRELOAD")
+
+    class FakeLibrary:
+        def __getattr__(self, name: str) -> object:
+            return lambda *args: 0
+
+    monkeypatch.setattr(handler, "_library", FakeLibrary())
+    monkeypatch.setattr(jax.ffi, "pycapsule", lambda fn: fn)
+    monkeypatch.setattr(jax.ffi, "register_ffi_type", lambda *a, **k: calls.append("type"))
+    monkeypatch.setattr(jax.ffi, "register_ffi_target", lambda name, *a, **k: calls.append(name))
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (handler.register(), done.set()), daemon=True)
+    thread.start()
+    assert done.wait(10), "register() deadlocked"
+    assert calls == ["type", "jt_fake_launch", "jt_fake_launch_preloaded"]

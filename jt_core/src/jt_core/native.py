@@ -254,7 +254,8 @@ class LaunchHandlerLibrary:
         self.target_name = prefix
         self.preloaded_target_name = f"{prefix}_preloaded"
         self.state_type_name = f"{prefix.split('_launch')[0]}.KernelState"
-        self._lock = threading.Lock()
+        # Re-entrant: register() holds it while building the capsules, which load the library.
+        self._lock = threading.RLock()
         self._library: ctypes.CDLL | None = None
         self._registered = False
 
