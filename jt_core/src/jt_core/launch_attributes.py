@@ -289,3 +289,59 @@ def ffi_attributes(
     if call.serialized_metadata:
         attributes["metadata"] = _ir_str(call.serialized_metadata)
     return attributes, scratch_bytes
+
+
+def _row_major(aval: Any) -> list[int]:
+    return list(range(len(aval.shape) - 1, -1, -1))
+
+
+def emit_launch_call(
+    ctx: Any,
+    call: KernelCall,
+    kernels: Sequence[CompiledKernel],
+    operands: Sequence[Any],
+    handler: Any,
+    attributes: Any,
+) -> list[Any]:
+    """Emits the ``stablehlo.custom_call`` of jt's launch handler for one call (CUDA and ROCm alike).
+
+    Args:
+        ctx: JAX's lowering-rule context.
+        call: The bound call.
+        kernels: One compiled kernel per configuration.
+        operands: The MLIR values of the array operands.
+        handler: The platform's :class:`jt_core.native.LaunchHandlerLibrary` (target names, preloading switch).
+        attributes: ``attributes(call, kernels, device) -> (attributes, scratch bytes)``: the platform's
+            :func:`ffi_attributes` (CUDA adds its tensor-map records).
+
+    Returns:
+        The MLIR values of the outputs (the global scratch output, if any, is not among them).
+    """
+    from jax._src.interpreters import mlir
+
+    from jt_core.primitive import lowering_device
+
+    backend_config, scratch_bytes = attributes(call, kernels, lowering_device(ctx))
+    out_avals = list(call.out_avals)
+    result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals]
+    result_layouts = [_row_major(aval) for aval in out_avals]
+    if scratch_bytes:
+        import jax.numpy as jnp
+        from jax import core
+
+        scratch_aval = core.ShapedArray((scratch_bytes,), jnp.uint8)
+        result_types.append(mlir.aval_to_ir_type(ctx.module_context, scratch_aval))
+        result_layouts.append([0])
+    single = len(kernels) == 1 and handler.preload_enabled()
+    op = mlir.custom_call(
+        handler.preloaded_target_name if single else handler.target_name,
+        result_types=result_types,
+        operands=list(operands),
+        backend_config=backend_config,
+        has_side_effect=call.has_side_effect,
+        api_version=4,
+        operand_output_aliases=dict(call.aliases),
+        operand_layouts=[_row_major(aval) for aval in call.operand_avals],
+        result_layouts=result_layouts,
+    )
+    return list(op.results)[: len(out_avals)]

@@ -1,10 +1,10 @@
 """jt-cuda's own XLA FFI handler: the CUDA driver for jt's shared launch handler, built at first use.
 
 The handler's source ships in ``jt_cuda/csrc``; it includes the launch logic jt_core shares between GPU runtimes
-(``jt_launch_common.h``). :func:`library` builds it with the system C++ compiler against ``jax.ffi.include_dir()``
-(cached per machine by :mod:`jt_core.native`) and loads it with ``ctypes``; :func:`register` registers the
-custom-call targets :data:`TARGET_NAME` and :data:`PRELOADED_TARGET_NAME` for CUDA with XLA's command-buffer trait,
-so that chains of launches are captured into CUDA graphs.
+(``jt_launch_common.h``). :data:`HANDLER` builds it with the system C++ compiler against ``jax.ffi.include_dir()``
+(cached per machine by :mod:`jt_core.native`), loads it with ``ctypes`` and registers the custom-call targets
+:data:`TARGET_NAME` and :data:`PRELOADED_TARGET_NAME` for CUDA with XLA's command-buffer trait, so that chains of
+launches are captured into CUDA graphs. The module-level functions are :data:`HANDLER`'s methods.
 
 A process that runs a serialized module (``jax.export``) containing jt calls without calling ``triton_call`` itself
 must call :func:`jt_cuda.register_handlers` first.
@@ -12,12 +12,11 @@ must call :func:`jt_cuda.register_handlers` first.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
-from typing import Any
 
 from jt_core.native import LaunchHandlerLibrary
 
+#: The handler library and its XLA targets.
 HANDLER = LaunchHandlerLibrary(
     prefix="jt_cuda_launch",
     source=Path(__file__).parent / "csrc" / "jt_cuda_launch.cc",
@@ -27,56 +26,20 @@ HANDLER = LaunchHandlerLibrary(
 
 #: The custom-call target of autotuned calls (instantiate, initialize and execute stages).
 TARGET_NAME = HANDLER.target_name
-#: The target of calls with a single config: modules are loaded when XLA instantiates the call, so it has no
-#: initialize stage and XLA makes one handler call per launch instead of two.
+#: The target of single-config calls (no initialize stage; modules loaded when XLA instantiates the call).
 PRELOADED_TARGET_NAME = HANDLER.preloaded_target_name
 #: The FFI state type's registered name.
 STATE_TYPE_NAME = HANDLER.state_type_name
 
-
-def preload_enabled() -> bool:
-    """Whether single-config calls use :data:`PRELOADED_TARGET_NAME` (``JT_CUDA_PRELOAD=0`` turns it off)."""
-    return HANDLER.preload_enabled()
+preload_enabled = HANDLER.preload_enabled
+library = HANDLER.library
+capsule = HANDLER.capsule
+handler_capsules = HANDLER.handler_capsules
+register = HANDLER.register
+driver_error = HANDLER.driver_error
+abi_layout = HANDLER.abi_layout
 
 
 def source_path() -> Path:
     """The handler's C++ source file."""
     return HANDLER.source
-
-
-def library() -> ctypes.CDLL:
-    """Builds (or finds in the cache) and loads the handler library.
-
-    Raises:
-        jt_core.native.NativeBuildError: Without a C++ compiler, or when the build fails.
-    """
-    return HANDLER.library()
-
-
-def capsule(pointer: int) -> Any:
-    """A ``PyCapsule`` of a pointer the library returned (for ``jax.ffi.register_ffi_type``)."""
-    return HANDLER.capsule(pointer)
-
-
-def handler_capsules() -> dict[str, Any]:
-    """The stage handlers of :data:`TARGET_NAME` as ``PyCapsule`` objects, keyed by stage name."""
-    return HANDLER.handler_capsules()
-
-
-def register() -> None:
-    """Registers the handler with XLA (once per process; later calls return at once).
-
-    Raises:
-        jt_core.native.NativeBuildError: When the library cannot be built.
-    """
-    HANDLER.register()
-
-
-def driver_error() -> str:
-    """Why the library cannot use the GPU driver in this process (empty when it can)."""
-    return HANDLER.driver_error()
-
-
-def abi_layout() -> list[int]:
-    """Sizes, offsets and constants of the driver declarations the library was built with (for tests)."""
-    return HANDLER.abi_layout()

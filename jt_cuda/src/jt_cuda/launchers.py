@@ -88,39 +88,13 @@ class JtFfiLauncher(Launcher):
     def lower(
         self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]
     ) -> Sequence[Any]:
-        from jax._src.interpreters import mlir
 
         from jt_cuda import handler
 
         _refuse_profile_scratch(call, kernels, self.name)
         if _cuda_devices_present():
             handler.register()
-        from jt_core.primitive import lowering_device
-
-        attributes, scratch_bytes = ffi_attributes(call, kernels, lowering_device(ctx))
-        out_avals = list(call.out_avals)
-        result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals]
-        result_layouts = [_row_major(aval) for aval in out_avals]
-        if scratch_bytes:
-            import jax.numpy as jnp
-            from jax import core
-
-            scratch_aval = core.ShapedArray((scratch_bytes,), jnp.uint8)
-            result_types.append(mlir.aval_to_ir_type(ctx.module_context, scratch_aval))
-            result_layouts.append([0])
-        single = len(kernels) == 1 and handler.preload_enabled()
-        op = mlir.custom_call(
-            handler.PRELOADED_TARGET_NAME if single else handler.TARGET_NAME,
-            result_types=result_types,
-            operands=list(operands),
-            backend_config=attributes,
-            has_side_effect=call.has_side_effect,
-            api_version=4,
-            operand_output_aliases=dict(call.aliases),
-            operand_layouts=[_row_major(aval) for aval in call.operand_avals],
-            result_layouts=result_layouts,
-        )
-        return list(op.results)[: len(out_avals)]
+        return launch_attributes.emit_launch_call(ctx, call, kernels, operands, handler.HANDLER, ffi_attributes)
 
 
 def tuning_file(call: KernelCall, device: Any | None) -> str:
