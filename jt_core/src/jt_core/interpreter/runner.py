@@ -109,6 +109,13 @@ class AccessChecker:
             addrs = addrs.reshape(-1)
         if addrs.size == 0:
             return
+        # Fast path: every address falls in the buffer holding the lowest one (the usual case: one argument).
+        low, high = int(addrs.min()), int(addrs.max())
+        first = int(np.searchsorted(self.starts, np.uint64(low), side="right")) - 1
+        if first >= 0 and high + itemsize <= int(self.ends[first]):
+            if op != "load" and not self.writable[first]:
+                self._refuse_store(first, op)
+            return
         slot = np.searchsorted(self.starts, addrs, side="right").astype(np.int64) - 1
         inside = (slot >= 0) & (addrs + np.uint64(itemsize) <= self.ends[np.maximum(slot, 0)])
         if not inside.all():
@@ -117,11 +124,14 @@ class AccessChecker:
         if op != "load":
             readonly = ~self.writable[slot]
             if readonly.any():
-                name = self.buffers[int(slot[readonly][0])].name
-                raise OutOfBoundsAccessError(
-                    f"kernel {self.kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
-                    "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
-                )
+                self._refuse_store(int(slot[readonly][0]), op)
+
+    def _refuse_store(self, index: int, op: str) -> None:
+        name = self.buffers[index].name
+        raise OutOfBoundsAccessError(
+            f"kernel {self.kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
+            "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
+        )
 
     def _describe(self, addr: int, itemsize: int, op: str, count: int) -> str:
         below = [b for b in self.buffers if b.start <= addr]
