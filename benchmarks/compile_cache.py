@@ -129,6 +129,50 @@ def _six_kernels(arch: int) -> list[object]:
     ]  # fmt: skip
 
 
+def _compile_one(index: int, arch: int, cache_dir: str) -> str:
+    """Compiles config ``index`` of the autotuned matmul straight through ``triton.compile`` (a pool's task)."""
+    os.environ["TRITON_CACHE_DIR"] = cache_dir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    bm, bn, warps, stages = MATMUL_CONFIGS[index][0], MATMUL_CONFIGS[index][1], *MATMUL_CONFIGS[index][2:]
+    fn = tuned_matmul_kernel.fn
+    names = [p.name for p in fn.params]
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+                 "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}  # fmt: skip
+    constants = {(names.index("BM"),): bm, (names.index("BN"),): bn, (names.index("BK"),): 32}
+    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps,
+                                                                                   "num_stages": stages})  # fmt: skip
+    return str(compiled.metadata.name)
+
+
+def compile_pool(arch: int, tmp: str) -> dict[str, float]:
+    """The eight configs compiled serially, by threads and by processes (each mode with an empty Triton cache)."""
+    import concurrent.futures
+    import multiprocessing
+
+    workers = os.cpu_count() or 1
+    _compile_one(0, arch, os.path.join(tmp, "warm-up"))  # one-time costs (loading the compiler) out of the timings
+    results = {}
+    for mode in ("serial", "threads", "processes"):
+        cache = os.path.join(tmp, f"pool-{mode}")
+        start = time.perf_counter()
+        if mode == "serial":
+            for i in range(len(MATMUL_CONFIGS)):
+                _compile_one(i, arch, cache)
+        else:
+            pool: concurrent.futures.Executor
+            if mode == "threads":
+                pool = concurrent.futures.ThreadPoolExecutor(workers)
+            else:
+                pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            with pool:
+                list(pool.map(_compile_one, range(len(MATMUL_CONFIGS)), [arch] * 8, [cache] * 8))
+        results[mode] = time.perf_counter() - start
+    return results
+
+
 def child(arch: int, platform: str, what: str) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
@@ -166,9 +210,18 @@ def main() -> None:
     parser.add_argument("--platform", default="cuda")
     parser.add_argument("--child", choices=["six", "tuned"])
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--pool", action="store_true", help="only compare serial, thread and process compiles")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.arch, args.platform, args.child)))
+        return
+    if args.pool:
+        with tempfile.TemporaryDirectory() as tmp:
+            pool = compile_pool(args.arch, tmp)
+        print(f"8 configs compiled straight through triton.compile, {os.cpu_count()} cores (processes include their "
+              "start-up):")  # fmt: skip
+        for mode, seconds in pool.items():
+            print(f"  {mode:10} {seconds:8.3f} s")
         return
 
     rows: list[tuple[str, float]] = []
