@@ -125,25 +125,6 @@ def lower_for_cuda(fn: Callable[..., Any], *specs: Any, **jit_kwargs: Any) -> An
     return jax.jit(fn, **jit_kwargs).trace(*specs).lower(lowering_platforms=("cuda",))
 
 
-def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
-    """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``)."""
-    module = lowered.compiler_ir("stablehlo")
-    found: list[Any] = []
-
-    def visit(operation: Any) -> None:
-        if operation.name == "stablehlo.custom_call":
-            name = str(operation.attributes["call_target_name"]).strip('"')
-            if target is None or name == target:
-                found.append(operation)
-        for region in operation.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
-    return found
-
-
 def backend_config(operation: Any) -> dict[str, Any]:
     """A typed-FFI custom call's attributes (``mhlo.backend_config``) as Python values."""
     from jax._src.lib.mlir import ir

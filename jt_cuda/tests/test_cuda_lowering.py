@@ -22,7 +22,6 @@ from cuda_testlib import (
     add_kernel,
     autotuned_scale_inplace_kernel,
     backend_config,
-    custom_calls,
     f32,
     lower_for_cuda,
     out_first_kernel,
@@ -33,6 +32,7 @@ from cuda_testlib import (
 
 import jt_core as jt
 from jt_core.errors import JtError, KernelCallValueError, NoBackendError
+from jt_core.testing import custom_calls
 from jt_cuda import _jaxlib_proto
 from jt_cuda.launchers import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, JaxlibLauncher
 

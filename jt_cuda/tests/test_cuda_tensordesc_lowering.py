@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, read_tile
-from cuda_testlib import backend_config, custom_calls, lower_for_cuda
+from cuda_testlib import backend_config, lower_for_cuda
 
 from jt_core.errors import KernelCallValueError
 from jt_core.launch_attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP
+from jt_core.testing import custom_calls
 from jt_cuda import _compat
 from jt_cuda.launchers import JaxlibLauncher
 

@@ -139,25 +139,6 @@ def use_launcher(monkeypatch: Any, name: str) -> None:
     monkeypatch.setattr(plugins, "_manager", plugins.PluginManager())
 
 
-def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
-    """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``)."""
-    module = lowered.compiler_ir("stablehlo")
-    found: list[Any] = []
-
-    def visit(operation: Any) -> None:
-        if operation.name == "stablehlo.custom_call":
-            name = str(operation.attributes["call_target_name"]).strip('"')
-            if target is None or name == target:
-                found.append(operation)
-        for region in operation.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
-    return found
-
-
 def backend_config(operation: Any) -> dict[str, Any]:
     """A typed-FFI custom call's attributes as Python values: ``bytes`` (strings), ``int`` or ``list[int]``."""
     from jax._src.lib.mlir import ir

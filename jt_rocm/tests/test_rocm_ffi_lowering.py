@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import pytest
 import triton
 import triton.language as tl
-from rocm_test_support import backend_config, bound_call, custom_calls
+from rocm_test_support import backend_config, bound_call
 
 import jt_core as jt
 from jt_core import plugins
 from jt_core.launch_attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
-from jt_core.testing import LauncherConformance, compile_request, sample_add_kernel
+from jt_core.testing import LauncherConformance, compile_request, custom_calls, sample_add_kernel
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm import handler
 from jt_rocm.backend import RocmBackend

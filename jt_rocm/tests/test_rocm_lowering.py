@@ -23,7 +23,7 @@ from rocm_test_support import bound_call, decode_opaque, use_launcher
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.testing import compile_request, sample_add_kernel
+from jt_core.testing import compile_request, custom_calls, sample_add_kernel
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 
@@ -42,22 +42,6 @@ def _hsaco_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def lower(f: Any, *specs: Any) -> Any:
     # A fresh function each time: JAX caches lowerings per traced function, and the tests change JT_ROCM_ARCH.
     return jax.jit(lambda *args: f(*args)).trace(*specs).lower(lowering_platforms=("rocm",))
-
-
-def custom_calls(lowered: Any) -> list[Any]:
-    module = lowered.compiler_ir("stablehlo")
-    found = []
-
-    def walk(op: Any) -> None:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    if inner.operation.name == "stablehlo.custom_call":
-                        found.append(inner.operation)
-                    walk(inner.operation)
-
-    walk(module.operation)
-    return found
 
 
 def opaque_of(op: Any) -> dict[str, Any]:

@@ -228,6 +228,30 @@ def compile_request(backend: Backend, call: KernelCall, target: Target, dialect:
     )
 
 
+def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
+    """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``).
+
+    Args:
+        lowered: What ``jax.jit(f).trace(...).lower(...)`` returns.
+        target: A custom-call target name to keep, or ``None`` for all.
+    """
+    module = lowered.compiler_ir("stablehlo")
+    found: list[Any] = []
+
+    def visit(operation: Any) -> None:
+        if operation.name == "stablehlo.custom_call":
+            name = str(operation.attributes["call_target_name"]).strip('"')
+            if target is None or name == target:
+                found.append(operation)
+        for region in operation.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
+
+
 def _triton_dialect() -> Dialect:
     from jt_core.triton_dialect import TritonDialect
 
