@@ -54,14 +54,6 @@ def is_transformed_ref(value: Any) -> bool:
     return isinstance(value, state.TransformedRef)
 
 
-def triton_version() -> tuple[int, int]:
-    """Triton's (major, minor) version."""
-    import triton
-
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
-
-
 def register_host_ffi_target(name: str, handler: Any) -> None:
     """Registers a typed XLA FFI handler (a C function pointer) for the CPU ("Host") platform.
 

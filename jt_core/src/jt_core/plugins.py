@@ -460,11 +460,6 @@ def list_plugins() -> list[PluginRecord]:
     return get_plugin_manager().list_plugins()
 
 
-def require_backend(platform: str) -> Backend:
-    """The backend for a platform (see :meth:`PluginManager.backend`)."""
-    return get_plugin_manager().backend(platform)
-
-
 __all__ = [
     "BLOCKED",
     "BUILTIN",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 
@@ -36,11 +35,6 @@ def strides_from_shape(shape: Sequence[int]) -> tuple[int, ...]:
         strides.append(stride)
         stride *= int(dim)
     return tuple(reversed(strides))
-
-
-def prod(values: Sequence[int]) -> int:
-    """The product of ``values`` (1 for an empty sequence)."""
-    return math.prod(values)
 
 
 __all__ = ["cdiv", "next_power_of_2", "strides_from_shape"]
