@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import zlib
 from typing import Any
 
 import jax
@@ -42,8 +43,9 @@ def mesh() -> Any:
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    # Random data, seeded per test so that a failure reproduces.
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def compiled_text(f: Any, *args: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import jax
@@ -110,8 +111,9 @@ def has_scan(fn: Any, *args: Any) -> bool:
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    # Random data, seeded per test so that a failure reproduces.
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def test_grid_strategy_batches_on_a_free_axis_in_one_launch(rng: np.random.Generator) -> None:
@@ -303,7 +305,11 @@ def test_zeroed_outputs_are_zeroed_for_every_batch_element(rng: np.random.Genera
 
     f = jax.vmap(total)
     assert kernel_calls(f, x)[0].batch is not None
-    np.testing.assert_allclose(jax.jit(f)(x)[:, 0], x.sum(axis=1), rtol=1e-5)
+    # The kernel sums in float32 in block order: compare with a float64 reference, within float32 rounding of
+    # sums of this size (a relative bound alone fails on sums that happen to land near zero).
+    reference = x.astype(np.float64).sum(axis=1)
+    atol = 1e-6 * np.abs(x).sum(axis=1).max()
+    np.testing.assert_allclose(jax.jit(f)(x)[:, 0], reference, rtol=1e-5, atol=atol)
 
 
 def test_autotuned_kernel_gets_a_wrapper_per_config(rng: np.random.Generator) -> None:
