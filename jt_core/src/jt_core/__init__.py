@@ -5,17 +5,17 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from jt_core import utils
+from jt_core._version import __version__
 from jt_core.api import triton_call
-from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Dialect, Launcher, Target
-from jt_core.binding import normalize_grid
+from jt_core.call import CompileOptions
+from jt_core.configs import normalize_grid
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
 from jt_core.dtypes import get_type_id
 from jt_core.gradients import kernel_vjp
 from jt_core.hookspecs import hookimpl, hookspec
 from jt_core.partitioning import BatchDims, Elementwise, PartitionRule, partitioned
-from jt_core.plugins import list_plugins
+from jt_core.registry import list_plugins
 from jt_core.tensordesc import TensorDescriptor
 from jt_core.utils import cdiv, next_power_of_2, strides_from_shape
 

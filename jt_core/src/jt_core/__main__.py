@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 
 def _plugins(args: argparse.Namespace) -> int:
-    from jt_core.plugins import list_plugins
+    from jt_core.registry import list_plugins
 
     records = list_plugins()
     if args.json:
@@ -40,15 +40,19 @@ def _cache(args: argparse.Namespace) -> int:
 
     if args.action == "clear":
         removed = cache.clear()
-        print(f"removed {removed} entries from {cache.cache_dir()}")
+        print(f"removed {removed} files from {cache.cache_dir()}")
         return 0
     data = cache.info()
     if args.json:
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
-    else:
-        for key, value in data.items():
+        return 0
+    for key, value in data.items():
+        if key != "folders":
             print(f"{key:17} {value}")
+    print()
+    for purpose, usage in data["folders"].items():
+        print(f"{purpose + '/':12} {usage['files']:6} files {usage['bytes']:12} bytes  {usage['holds']}")
     return 0
 
 
@@ -59,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("plugins", help="list plugins: distribution, version, what they provide, status, errors")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_plugins)
-    c = sub.add_parser("cache", help="show or clear the compiled-kernel cache (JT_CACHE_DIR)")
+    c = sub.add_parser("cache", help="show or clear every folder jt keeps on this machine (JT_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     c.add_argument("--json", action="store_true", help="print JSON (info)")
     c.set_defaults(func=_cache)

@@ -1,10 +1,16 @@
-"""Builtin plugin ``core``: the default ``jt_compile_kernel`` implementation."""
+"""Builtin plugin ``core``: compiling through jt's caches, and the wrapper that writes dumps and prints IRs."""
 
 from __future__ import annotations
 
-from jt_core import cache
-from jt_core.backend import CompiledKernel, CompileRequest
+import sys
+from collections.abc import Generator
+
+from jt_core import cache, dumps
+from jt_core.contracts import CompiledKernel, CompileRequest
 from jt_core.hookspecs import hookimpl
+
+#: The IR stages ``debug=True`` prints, in compile order (those the backend kept).
+PRINTED_STAGES = ("ttir", "glir", "ttgir", "llir", "ptx", "amdgcn")
 
 
 @hookimpl(trylast=True)
@@ -24,3 +30,29 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
         request.call.name,
     )
     return cache.memoized(request.kernel, key, lambda: cache.compile_cached(request))
+
+
+@hookimpl(wrapper=True, specname="jt_compile_kernel")
+def observe_compile(request: CompileRequest) -> Generator[None, CompiledKernel, CompiledKernel]:
+    """Writes the ``JAX_TRITON_DUMP_DIR`` dump of every kernel that comes back (compiled or cached, any backend)
+    and prints the IRs of ``debug=True`` calls."""
+    kernel = yield
+    root = dumps.dump_dir()
+    if root is not None and kernel is not None:
+        dumps.write_dump(root, cache.compile_key(request), request, kernel)
+    if request.options.debug and kernel is not None:
+        _print_irs(request, kernel)
+    return kernel
+
+
+def _print_irs(request: CompileRequest, kernel: CompiledKernel) -> None:
+    out = sys.stdout
+    for stage in PRINTED_STAGES:
+        if stage in kernel.asm:
+            out.write(
+                f"// ---- triton_call {request.call.name!r} config [{request.config.label}] {stage} "
+                f"({request.backend.target_label(request.target)}) ----\n"
+            )
+            out.write(str(kernel.asm[stage]))
+            out.write("\n")
+    out.flush()

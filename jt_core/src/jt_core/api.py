@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jax import tree_util
 
-from jt_core.batching import check_strategy
+import jt_core.batching  # noqa: F401  (registers the primitive's vmap rule)
+from jt_core import hooks, settings
 from jt_core.binding import bind_call
+from jt_core.call import CallOptions
+from jt_core.configs import unwrap_kernel
 from jt_core.errors import KernelCallTypeError
 from jt_core.partitioning import partitioned_triton_call
 from jt_core.primitive import triton_kernel_call_p
 
+__all__ = ["triton_call"]
+
 _MISSING: Any = object()
-
-
-def _bounds_check_default() -> bool:
-    value = os.environ.get("JT_CPU_BOUNDS_CHECK", "1").strip().lower()
-    return value not in ("0", "false", "no", "off")
 
 
 def triton_call(
@@ -103,35 +101,6 @@ def triton_call(
         KernelCallValueError: Unusable values (grid, aliases, options).
         NoBackendError: When lowering for a platform no installed plugin serves.
     """
-    vmap = check_strategy(vmap)
-    if partition is not None:
-        return partitioned_triton_call(
-            partition,
-            triton_call,
-            args,
-            dict(
-                kernel=kernel,
-                out_shape=out_shape,
-                out_type=out_type,
-                grid=grid,
-                input_output_aliases=input_output_aliases,
-                zeroed_outputs=zeroed_outputs,
-                num_warps=num_warps,
-                num_stages=num_stages,
-                num_ctas=num_ctas,
-                compute_capability=compute_capability,
-                enable_fp_fusion=enable_fp_fusion,
-                backend_options=backend_options,
-                debug=debug,
-                name=name,
-                serialized_metadata=serialized_metadata,
-                cost_estimate=cost_estimate,
-                has_side_effect=has_side_effect,
-                launcher=launcher,
-                vmap=vmap,
-                **metaparams,
-            ),
-        )
     if out_shape is not _MISSING and out_type is not _MISSING:
         raise KernelCallTypeError("triton_call got both out_shape= and out_type=; give one (they mean the same)")
     if out_shape is _MISSING and out_type is _MISSING:
@@ -139,46 +108,43 @@ def triton_call(
             "triton_call needs out_shape= (or out_type=): the shape and dtype of each output, e.g. "
             "out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)"
         )
-    out_spec = out_shape if out_shape is not _MISSING else out_type
-    explicit = {
-        key: value
-        for key, value in (
-            ("num_warps", num_warps),
-            ("num_stages", num_stages),
-            ("num_ctas", num_ctas),
-            ("enable_fp_fusion", enable_fp_fusion),
-            ("debug", debug),
-        )
-        if value is not None
-    }
-    if backend_options is not None and not isinstance(backend_options, Mapping):
-        raise KernelCallTypeError(f"backend_options must be a mapping of option names, got {backend_options!r}")
-    if input_output_aliases is not None and not isinstance(input_output_aliases, Mapping):
-        raise KernelCallTypeError(
-            f"input_output_aliases must be a dict {{operand index: output index}}, got {input_output_aliases!r}"
-        )
-    call, operands, refs, out_tree = bind_call(
-        kernel,
-        args,
-        metaparams,
-        out_spec=out_spec,
+    options = CallOptions(
+        out_spec=out_shape if out_shape is not _MISSING else out_type,
         grid=grid,
         input_output_aliases=input_output_aliases,
         zeroed_outputs=zeroed_outputs,
-        explicit_options=explicit,
+        compile_options={
+            key: value
+            for key, value in (
+                ("num_warps", num_warps),
+                ("num_stages", num_stages),
+                ("num_ctas", num_ctas),
+                ("enable_fp_fusion", enable_fp_fusion),
+                ("debug", debug),
+            )
+            if value is not None
+        },
         backend_options=backend_options,
         name=name,
         compute_capability=compute_capability,
-        has_side_effect=has_side_effect,
-        launcher=launcher,
         serialized_metadata=serialized_metadata,
         cost_estimate=cost_estimate,
-        bounds_check=_bounds_check_default(),
+        has_side_effect=has_side_effect,
+        launcher=launcher,
+        vmap=vmap,
+        bounds_check=settings.flag("JT_CPU_BOUNDS_CHECK", default=True),
     )
-    if vmap != "auto":
-        call = dataclasses.replace(call, vmap=vmap)
-    results = triton_kernel_call_p.bind(*operands, call=call)
-    for operand_index, ref in refs:
-        out_index = dict(call.aliases)[operand_index]
-        ref[...] = results[out_index]
-    return tree_util.tree_unflatten(out_tree, results[: call.num_user_outputs])
+    wrappers = unwrap_kernel(kernel)
+    dialect = hooks.dialect_for(wrappers.fn)
+
+    def run(args: Sequence[Any], metaparams: Mapping[str, Any], options: CallOptions) -> Any:
+        bound = bind_call(kernel, wrappers, dialect, args, metaparams, options)
+        results = triton_kernel_call_p.bind(*bound.operands, call=bound.call)
+        aliases = dict(bound.call.aliases)
+        for operand_index, ref in bound.refs:
+            ref[...] = results[aliases[operand_index]]
+        return tree_util.tree_unflatten(bound.out_tree, results[: bound.call.num_user_outputs])
+
+    if partition is not None:
+        return partitioned_triton_call(partition, run, args, metaparams, options)
+    return run(args, metaparams, options)

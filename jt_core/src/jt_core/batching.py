@@ -23,9 +23,7 @@ import hashlib
 import importlib.util
 import inspect
 import math
-import os
 import sys
-import tempfile
 import textwrap
 import threading
 from collections.abc import Sequence
@@ -35,11 +33,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import tree_util
+from jax.interpreters import batching
 
-from jt_core.binding import INPUT, OUTPUT, KernelCall, KernelParam, LaunchConfig
+from jt_core import files
+from jt_core.call import INPUT, OUTPUT, KernelCall, KernelParam, LaunchConfig, kernel_name
 from jt_core.errors import KernelCallValueError
-
-STRATEGIES = ("auto", "grid", "sequential")
+from jt_core.primitive import triton_kernel_call_p
 
 # Launch limits of the grid axes (CUDA's; ROCm's are at least as large). The CPU backend keeps them too, so a
 # program that batches on the CPU batches the same way on a GPU.
@@ -71,17 +70,6 @@ class BatchInfo:
             f"BatchInfo(kernel={self.base.name!r}, batch_shape={self.batch_shape}, "
             f"operand_dims={self.operand_dims}, axis={self.axis})"
         )
-
-
-def check_strategy(vmap: Any) -> str:
-    """Validates a ``vmap=`` argument.
-
-    Raises:
-        KernelCallValueError: For anything but ``"auto"``, ``"grid"`` or ``"sequential"``.
-    """
-    if vmap not in STRATEGIES:
-        raise KernelCallValueError(f"vmap= must be one of {list(STRATEGIES)}, got {vmap!r}")
-    return str(vmap)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -230,9 +218,8 @@ _wrappers_lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """Where generated kernel sources are written: ``$JT_CACHE_DIR/vmap`` or ``~/.cache/jt/vmap``."""
-    root = os.environ.get("JT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jt")
-    return Path(root) / "vmap"
+    """Where generated kernel sources are written and imported from: the cache root's ``vmap`` folder."""
+    return files.cache_folder("vmap")
 
 
 def _wrapper_source(base: KernelCall, num_dims: int, axis: int) -> tuple[str, str, list[str]]:
@@ -243,8 +230,7 @@ def _wrapper_source(base: KernelCall, num_dims: int, axis: int) -> tuple[str, st
                 f"kernel {base.signature_text()} has a parameter named {param.name!r}; names starting with "
                 f"{_PREFIX!r} are reserved by jt's vmap wrapper (use vmap='sequential' or rename it)"
             )
-    kernel_name = getattr(getattr(base.fn, "fn", base.fn), "__name__", "kernel")
-    name = f"{_PREFIX}vmap_{kernel_name}"
+    name = f"{_PREFIX}vmap_{kernel_name(base.fn)}"
     sizes = [f"{_PREFIX.upper()}B{k}" for k in range(num_dims)]
     pointer_slots = [s for s in base.slots if s.kind in (INPUT, OUTPUT)]
     strides = {s.path: [f"{_PREFIX.upper()}S{n}_{k}" for k in range(num_dims)] for n, s in enumerate(pointer_slots)}
@@ -317,18 +303,9 @@ def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, lis
         if cached is not None:
             return cached, extra
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-        directory = cache_dir()
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{name}_{digest}.py"
+        path = cache_dir() / f"{name}_{digest}.py"
         if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(source)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            files.atomic_write(path, source.encode())
         module_name = f"jt_vmap_kernels.{name}_{digest}_{len(_wrappers)}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
@@ -347,11 +324,8 @@ def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, lis
 
 def grid_axis(base: KernelCall) -> tuple[int | None, str]:
     """The grid axis the grid strategy can use for ``base``, or ``None`` and the reason it cannot."""
-    from jt_core import hooks
-
-    dialect = hooks.dialect_for(base.fn)
-    if dialect.name != "triton":
-        return None, f"it is a {dialect.name} kernel; the batch wrapper is a plain @triton.jit kernel"
+    if base.dialect.name != "triton":
+        return None, f"it is a {base.dialect.name} kernel; the batch wrapper is a plain @triton.jit kernel"
     described = [slot.name for slot in base.slots if slot.descriptor is not None]
     if described:
         return None, f"arguments {described} are tensor descriptors, whose shape is that of one batch element"
@@ -439,8 +413,6 @@ def batched_call(base: KernelCall, info: BatchInfo) -> KernelCall:
 def _batch_grid(
     args: Sequence[Any], dims: Sequence[Any], call: KernelCall, size: int, axis: int
 ) -> tuple[list[Any], list[int]]:
-    from jt_core.primitive import triton_kernel_call_p
-
     previous: BatchInfo | None = call.batch
     base = previous.base if previous is not None else call
     old_shape = previous.batch_shape if previous is not None else ()
@@ -466,8 +438,6 @@ def _batch_grid(
 
 
 def _batch_sequential(args: Sequence[Any], dims: Sequence[Any], call: KernelCall) -> tuple[list[Any], list[int]]:
-    from jt_core.primitive import triton_kernel_call_p
-
     batched = [jnp.moveaxis(a, d, 0) if d is not None else None for a, d in zip(args, dims)]
     fixed = [a if d is None else None for a, d in zip(args, dims)]
 
@@ -507,3 +477,6 @@ def batch_kernel_call(args: Sequence[Any], dims: Sequence[Any], *, call: KernelC
             )
         return _batch_sequential(args, dims, call)
     return _batch_grid(args, dims, call, size, axis)
+
+
+batching.primitive_batchers[triton_kernel_call_p] = batch_kernel_call

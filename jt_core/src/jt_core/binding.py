@@ -1,17 +1,15 @@
-"""Binding a ``triton_call`` to the kernel's parameters: calling conventions, outputs, scalars, configurations.
+"""Binding a ``triton_call`` to the kernel's parameters: calling conventions, operands, outputs and scalars.
 
-The result is a :class:`KernelCall`, the hashable static description carried by the primitive. It records, for
-every leaf of every non-constexpr parameter, where its value comes from (an input operand, an output buffer or a
-scalar), and one :class:`LaunchConfig` per autotuning candidate with the constexpr values, grid, options and zeroed
-outputs of that candidate.
+:func:`bind_call` turns the user's arguments and :class:`~jt_core.call.CallOptions` into a
+:class:`~jt_core.call.KernelCall` (see :mod:`jt_core.call`), with the configurations expanded by
+:mod:`jt_core.configs`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -19,322 +17,44 @@ import numpy as np
 from jax import tree_util
 
 from jt_core import _compat
-from jt_core.autotune import KernelWrappers, expand_configs, unwrap_kernel
-from jt_core.backend import CompileOptions, Specialization
+from jt_core.call import (
+    CLASSIC,
+    CURRENT,
+    INPUT,
+    OUTPUT,
+    SCALAR,
+    CallOptions,
+    KernelCall,
+    KernelParam,
+    ParamSlot,
+    kernel_name,
+    kernel_params,
+    kernel_signature_text,
+)
+from jt_core.configs import KernelWrappers, check_hashable, expand_configs
+from jt_core.contracts import Dialect
 from jt_core.dtypes import int_type, triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.tensordesc import TensorDescriptor, TensorDescriptorSpec
+from jt_core.tensordesc import TensorDescriptor
 
-INPUT = "input"
-OUTPUT = "output"
-SCALAR = "scalar"
-
-CLASSIC = "classic"
-CURRENT = "current"
+__all__ = ["BoundCall", "bind_call"]
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelParam:
-    """One parameter of the kernel function.
+class BoundCall:
+    """What binding a call produces.
 
     Attributes:
-        index: Its position in the signature.
-        name: Its name.
-        is_constexpr: Whether it is annotated ``tl.constexpr``.
-        has_default: Whether the signature declares a default.
-        default: That default.
-        do_not_specialize: Whether Triton's value specialisation is off for it.
+        call: The static description the primitive carries.
+        operands: The array operands, in :attr:`KernelCall.operand_avals` order.
+        refs: ``(operand index, Ref)`` pairs: the Refs to write back after the call.
+        out_tree: The pytree structure of the user's outputs.
     """
 
-    index: int
-    name: str
-    is_constexpr: bool
-    has_default: bool
-    default: Any
-    do_not_specialize: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class ParamSlot:
-    """One leaf of a non-constexpr parameter and where its runtime value comes from.
-
-    Attributes:
-        path: The full parameter path: ``(param_index,)`` or ``(param_index, i, ...)`` inside tuple parameters.
-        name: A readable name (``x_ptr`` or ``pair[1]``).
-        kind: ``"input"`` (an array operand, or the base of a tensor descriptor), ``"output"`` (an output buffer)
-            or ``"scalar"``.
-        index: The operand index (inputs) or output index (outputs); -1 for scalars.
-        value: The scalar value (scalars only).
-        type_str: The Triton type (``"*fp32"``, ``"i32"``, ``"tensordesc<fp16[64, 64]>"``, ``"constexpr"`` for
-            scalars specialised to a value).
-        divisible_by_16: Whether Triton may assume divisibility by 16 (pointers, integers that are).
-        descriptor: For a host-side tensor descriptor (an input whose operand is the descriptor's base), its
-            shape, strides, block shape, padding and layout; ``None`` otherwise.
-    """
-
-    path: tuple[int, ...]
-    name: str
-    kind: str
-    index: int
-    value: Any
-    type_str: str
-    divisible_by_16: bool
-    descriptor: TensorDescriptorSpec | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchConfig:
-    """One configuration (autotuning candidate) of a call.
-
-    Attributes:
-        constexprs: Every constexpr parameter's value, as ``(name, value)`` pairs in signature order.
-        grid: The grid, always three axes.
-        options: Compiler options.
-        zeroed_outputs: Output indices zeroed before the launch.
-        label: A readable description, used in errors.
-    """
-
-    constexprs: tuple[tuple[str, Any], ...]
-    grid: tuple[int, int, int]
-    options: CompileOptions
-    zeroed_outputs: tuple[int, ...]
-    label: str
-
-    @property
-    def constexpr_dict(self) -> dict[str, Any]:
-        """The constexpr values as a dict."""
-        return dict(self.constexprs)
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelCall:
-    """Everything static about one ``triton_call``: the primitive's only parameter.
-
-    Attributes:
-        kernel: The object the user passed (a ``JITFunction``, ``Heuristics`` or ``Autotuner``).
-        fn: The underlying kernel function object (wrappers removed).
-        name: The call's name (``name=`` or the kernel's).
-        params: The kernel's parameters.
-        slots: The non-constexpr parameter leaves in signature order.
-        param_trees: For each non-constexpr parameter, the pytree structure of its leaves (tuples).
-        operand_avals: The avals of the array operands, in slot order.
-        out_avals: The avals of the outputs (user outputs, then the hidden ones backing Refs).
-        num_user_outputs: How many of ``out_avals`` the user asked for.
-        aliases: ``(operand index, output index)`` pairs of buffers shared by an input and an output.
-        configs: The configurations; more than one only for autotuned kernels.
-        autotune_keys: The autotuner's ``key`` names (empty if not autotuned).
-        restore_operands: Operand indices whose values autotuning trials must restore.
-        convention: ``"classic"`` or ``"current"``.
-        compute_capability: The ``compute_capability=`` argument.
-        has_side_effect: Whether the call must never be removed.
-        launcher: The ``launcher=`` argument.
-        serialized_metadata: Opaque bytes carried into the lowered call.
-        cost_estimate: ``(("flops", n), ("bytes_accessed", n), ...)`` or ``None``.
-        bounds_check: Whether the CPU backend checks memory accesses.
-        vmap: The batching strategy under ``jax.vmap``: ``"auto"``, ``"grid"`` or ``"sequential"``.
-        batch: For a call produced by the grid batching strategy, its :class:`jt_core.batching.BatchInfo`
-            (the unbatched call and the batch dimensions); ``None`` otherwise.
-    """
-
-    kernel: Any
-    fn: Any
-    name: str
-    params: tuple[KernelParam, ...]
-    slots: tuple[ParamSlot, ...]
-    param_trees: tuple[tuple[int, Any], ...]
-    operand_avals: tuple[Any, ...]
-    out_avals: tuple[Any, ...]
-    num_user_outputs: int
-    aliases: tuple[tuple[int, int], ...]
-    configs: tuple[LaunchConfig, ...]
-    autotune_keys: tuple[str, ...]
-    restore_operands: tuple[int, ...]
-    convention: str
-    compute_capability: int | None
-    has_side_effect: bool
-    launcher: str | None
-    serialized_metadata: bytes
-    cost_estimate: tuple[tuple[str, Any], ...] | None
-    bounds_check: bool
-    vmap: str = "auto"
-    batch: Any = None
-
-    def signature_text(self) -> str:
-        """The kernel's signature, for error messages."""
-        return kernel_signature_text(self.params, getattr(getattr(self.fn, "fn", self.fn), "__name__", "kernel"))
-
-    def specialization(self, config: LaunchConfig) -> Specialization:
-        """The Triton specialisation of one configuration, keyed by full parameter path."""
-        signature: dict[str, Any] = {}
-        constexprs: dict[tuple[int, ...], Any] = {}
-        attrs: dict[tuple[int, ...], list[list[Any]]] = {}
-        values = config.constexpr_dict
-        slots_by_param: dict[int, list[ParamSlot]] = {}
-        for slot in self.slots:
-            slots_by_param.setdefault(slot.path[0], []).append(slot)
-        trees = dict(self.param_trees)
-        for param in self.params:
-            if param.is_constexpr:
-                signature[param.name] = "constexpr"
-                constexprs[(param.index,)] = values[param.name]
-                continue
-            leaves = slots_by_param[param.index]
-            for slot in leaves:
-                if slot.type_str == "constexpr":
-                    constexprs[slot.path] = slot.value
-                elif slot.divisible_by_16:
-                    attrs[slot.path] = [["tt.divisibility", 16]]
-            types = [slot.type_str for slot in leaves]
-            tree = trees[param.index]
-            signature[param.name] = types[0] if tree is None else _types_tree(tree, types)
-        return Specialization(signature=signature, constexprs=constexprs, attrs=attrs)
-
-
-def _types_tree(treedef: Any, types: list[str]) -> Any:
-    return tree_util.tree_unflatten(treedef, types)
-
-
-def kernel_signature_text(params: Sequence[KernelParam], name: str) -> str:
-    """``name(x_ptr, n, BLOCK: tl.constexpr = 128)``."""
-    parts = []
-    for p in params:
-        text = p.name + (": tl.constexpr" if p.is_constexpr else "")
-        if p.has_default:
-            text += f" = {p.default!r}"
-        parts.append(text)
-    return f"{name}({', '.join(parts)})"
-
-
-def kernel_params(fn: Any) -> tuple[KernelParam, ...]:
-    """The parameters of a kernel function object (``JITFunction`` or a dialect's equivalent)."""
-    py_fn = getattr(fn, "fn", fn)
-    sig = inspect.signature(py_fn)
-    do_not_specialize = set()
-    params = []
-    triton_params = {p.name: p for p in getattr(fn, "params", ())}
-    for index, (name, p) in enumerate(sig.parameters.items()):
-        tp = triton_params.get(name)
-        if tp is not None:
-            is_constexpr = bool(tp.is_constexpr)
-            if getattr(tp, "do_not_specialize", False):
-                do_not_specialize.add(name)
-        else:
-            annotation = p.annotation
-            text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
-            is_constexpr = "constexpr" in str(text)
-        params.append(
-            KernelParam(
-                index=index,
-                name=name,
-                is_constexpr=is_constexpr,
-                has_default=p.default is not inspect.Parameter.empty,
-                default=None if p.default is inspect.Parameter.empty else p.default,
-                do_not_specialize=name in do_not_specialize,
-            )
-        )
-    return tuple(params)
-
-
-def _is_array(value: Any) -> bool:
-    if isinstance(value, (bool, int, float, complex, np.generic, str, bytes)) or value is None:
-        return False
-    return hasattr(value, "shape") and hasattr(value, "dtype")
-
-
-def _is_scalar(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, np.generic))
-
-
-def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelParam) -> ParamSlot:
-    if isinstance(value, np.generic):
-        if np.dtype(value.dtype).kind == "c":
-            raise KernelCallTypeError(
-                f"argument {name!r} is a complex scalar ({value!r}); Triton kernels take no complex values"
-            )
-        type_str = triton_scalar_type(value.dtype, what=f"scalar argument {name!r}")
-        plain = value.item()
-        divisible = isinstance(plain, int) and not isinstance(plain, bool) and plain % 16 == 0
-        return ParamSlot(path, name, SCALAR, -1, value, type_str, divisible and not param.do_not_specialize)
-    if isinstance(value, bool):
-        return ParamSlot(path, name, SCALAR, -1, value, "i1", False)
-    if isinstance(value, int):
-        type_str = int_type(value, what=f"argument {name!r}")
-        if value == 1 and not param.do_not_specialize:
-            return ParamSlot(path, name, SCALAR, -1, 1, "constexpr", False)
-        return ParamSlot(path, name, SCALAR, -1, value, type_str, value % 16 == 0 and not param.do_not_specialize)
-    if isinstance(value, float):
-        return ParamSlot(path, name, SCALAR, -1, value, "fp32", False)
-    raise KernelCallTypeError(
-        f"argument {name!r} is {type(value).__name__} ({value!r}); a kernel operand must be an array, a Ref, "
-        "or a bool/int/float/NumPy scalar"
-    )
-
-
-def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
-    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-        raise KernelCallTypeError(
-            f"{what} must be an object with .shape and .dtype (e.g. jax.ShapeDtypeStruct or an array), got {value!r}"
-        )
-    try:
-        shape = tuple(int(d) for d in value.shape)
-    except TypeError:
-        raise KernelCallTypeError(f"{what} has a non-integer shape {value.shape!r}") from None
-    if any(d < 0 for d in shape):
-        raise KernelCallValueError(f"{what} has a negative dimension: shape {shape}")
-    triton_scalar_type(value.dtype, what=what)
-    return jax.ShapeDtypeStruct(shape, value.dtype)
-
-
-def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
-    """Turns ``grid`` (int, tuple of up to three ints, or a callable of the metaparameters) into three axes.
-
-    Raises:
-        KernelCallTypeError: For a grid of the wrong type, or a callable returning one.
-        KernelCallValueError: For more than three axes or negative sizes.
-    """
-    source = "grid"
-    if callable(grid):
-        try:
-            grid = grid(dict(metaparams))
-        except Exception as exc:
-            raise KernelCallValueError(
-                f"grid callable raised {type(exc).__name__}: {exc} (it is called with a dict of the "
-                f"metaparameters: {sorted(metaparams)})"
-            ) from exc
-        source = "grid callable's result"
-    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
-        grid = (int(grid),)
-    if not isinstance(grid, (tuple, list)):
-        raise KernelCallTypeError(f"{source} must be an int or a tuple of up to 3 ints, got {grid!r}")
-    if len(grid) > 3:
-        raise KernelCallValueError(f"{source} has {len(grid)} axes, {tuple(grid)}; Triton grids have at most 3")
-    axes = []
-    for axis, size in enumerate(grid):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            raise KernelCallTypeError(f"{source} axis {axis} must be an int, got {size!r} in {tuple(grid)}")
-        if size < 0:
-            raise KernelCallValueError(f"{source} axis {axis} is negative: {tuple(grid)}")
-        if size >= 2**31:
-            raise KernelCallValueError(f"{source} axis {axis} is {size}, above the launch limit 2**31-1")
-        axes.append(int(size))
-    while len(axes) < 3:
-        axes.append(1)
-    return (axes[0], axes[1], axes[2])
-
-
-def _check_hashable(name: str, value: Any) -> None:
-    try:
-        hash(value)
-    except TypeError:
-        raise KernelCallTypeError(
-            f"metaparameter {name}={value!r} is unhashable ({type(value).__name__}); constexpr values must be "
-            "hashable (use a tuple instead of a list)"
-        ) from None
-
-
-def _suggest(name: str, candidates: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    call: KernelCall
+    operands: list[Any]
+    refs: list[tuple[int, Any]]
+    out_tree: Any
 
 
 @dataclasses.dataclass
@@ -350,35 +70,30 @@ class _Bound:
 
 def bind_call(
     kernel: Any,
+    wrappers: KernelWrappers,
+    dialect: Dialect,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    *,
-    out_spec: Any,
-    grid: Any,
-    input_output_aliases: Mapping[int, int] | None,
-    zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]],
-    explicit_options: Mapping[str, Any],
-    backend_options: Mapping[str, Any] | None,
-    name: str | None,
-    compute_capability: int | None,
-    has_side_effect: bool,
-    launcher: str | None,
-    serialized_metadata: bytes,
-    cost_estimate: Mapping[str, Any] | None,
-    bounds_check: bool,
-) -> tuple[KernelCall, list[Any], list[tuple[int, Any]], Any]:
-    """Binds a call. Returns the :class:`KernelCall`, the operands, the Refs to write back and the output tree.
+    options: CallOptions,
+) -> BoundCall:
+    """Binds a call to its kernel.
+
+    Args:
+        kernel: The object the user passed (kept in the call).
+        wrappers: What :func:`jt_core.configs.unwrap_kernel` read from it.
+        dialect: The dialect that claims ``wrappers.fn``.
+        args: The positional operands.
+        kwargs: The keyword arguments: operands by parameter name, and metaparameters.
+        options: The call's options.
 
     Raises:
         KernelCallTypeError, KernelCallValueError: For every mismatch, naming the argument.
     """
-    wrappers: KernelWrappers = unwrap_kernel(kernel)
     fn = wrappers.fn
     params = kernel_params(fn)
-    kernel_name = str(getattr(getattr(fn, "fn", fn), "__name__", "kernel"))
-    call_name = str(name or kernel_name)
+    call_name = str(options.name or kernel_name(fn))
     by_name = {p.name: p for p in params}
-    signature = kernel_signature_text(params, kernel_name)
+    signature = kernel_signature_text(params, kernel_name(fn))
 
     # Keyword arguments: operands (non-constexpr parameters) or metaparameters (constexpr parameters).
     kw_operands: dict[str, Any] = {}
@@ -391,7 +106,7 @@ def bind_call(
                 f"{signature}.{_suggest(key, list(by_name))}"
             )
         if param.is_constexpr:
-            _check_hashable(key, value)
+            check_hashable(key, value)
             user_meta[key] = value
         else:
             kw_operands[key] = value
@@ -409,10 +124,10 @@ def bind_call(
         given[param.name] = value
 
     # Outputs.
-    flat_outs, out_tree = tree_util.tree_flatten(out_spec, is_leaf=lambda x: hasattr(x, "shape"))
+    flat_outs, out_tree = tree_util.tree_flatten(options.out_spec, is_leaf=lambda x: hasattr(x, "shape"))
     out_structs = [_to_shape_dtype(o, f"out_shape[{i}]") for i, o in enumerate(flat_outs)]
 
-    aliases_in = dict(input_output_aliases or {})
+    aliases_in = dict(options.input_output_aliases or {})
 
     nonconstexpr = [p for p in params if not p.is_constexpr]
     missing = [p for p in nonconstexpr if p.name not in given]
@@ -522,7 +237,7 @@ def bind_call(
                     "expected an array, a Ref, a jt.TensorDescriptor or a bool/int/float/NumPy scalar"
                 )
             leaf_index += 1
-    _check_descriptor_layouts(fn, slots)
+    _check_descriptor_layouts(dialect, slots)
 
     # Aliases (indices over the flattened non-constexpr operand leaves, in signature order).
     aliases: list[tuple[int, int]] = []
@@ -578,10 +293,10 @@ def bind_call(
         signature=signature,
         user_meta=user_meta,
         named_values=named_values,
-        grid=grid,
-        zeroed_outputs=zeroed_outputs,
-        explicit_options=explicit_options,
-        backend_options=backend_options or {},
+        grid=options.grid,
+        zeroed_outputs=options.zeroed_outputs,
+        explicit_options=options.compile_options,
+        backend_options=options.backend_options or {},
         num_outputs=len(out_avals),
         slots=slots,
     )
@@ -594,6 +309,7 @@ def bind_call(
     call = KernelCall(
         kernel=kernel,
         fn=fn,
+        dialect=dialect,
         name=call_name,
         params=params,
         slots=tuple(slots),
@@ -606,28 +322,24 @@ def bind_call(
         autotune_keys=tuple(wrappers.keys),
         restore_operands=restore,
         convention=convention,
-        compute_capability=compute_capability,
-        has_side_effect=bool(has_side_effect),
-        launcher=launcher,
-        serialized_metadata=bytes(serialized_metadata),
-        cost_estimate=tuple(sorted(cost_estimate.items())) if cost_estimate else None,
-        bounds_check=bounds_check,
+        compute_capability=options.compute_capability,
+        has_side_effect=bool(options.has_side_effect),
+        launcher=options.launcher,
+        serialized_metadata=bytes(options.serialized_metadata),
+        cost_estimate=tuple(sorted(options.cost_estimate.items())) if options.cost_estimate else None,
+        bounds_check=options.bounds_check,
+        vmap=options.vmap,
     )
-    return call, bound.operands, bound.refs, out_tree
+    return BoundCall(call, bound.operands, bound.refs, out_tree)
 
 
 def _is_operand_leaf(value: Any) -> bool:
     return _compat.is_ref(value) or isinstance(value, TensorDescriptor)
 
 
-def _check_descriptor_layouts(fn: Any, slots: Sequence[ParamSlot]) -> None:
+def _check_descriptor_layouts(dialect: Dialect, slots: Sequence[ParamSlot]) -> None:
     """Refuses descriptors whose layout does not fit the kernel's dialect (Gluon needs one, Triton takes none)."""
     described = [s for s in slots if s.descriptor is not None]
-    if not described:
-        return
-    from jt_core import hooks
-
-    dialect = hooks.dialect_for(fn)
     for slot in described:
         assert slot.descriptor is not None
         has_layout = slot.descriptor.layout is not None
@@ -656,3 +368,58 @@ def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return "(" + ", ".join(_describe(v) for v in value) + ")"
     return repr(value)
+
+
+def _is_array(value: Any) -> bool:
+    if isinstance(value, (bool, int, float, complex, np.generic, str, bytes)) or value is None:
+        return False
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.generic))
+
+
+def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelParam) -> ParamSlot:
+    if isinstance(value, np.generic):
+        if np.dtype(value.dtype).kind == "c":
+            raise KernelCallTypeError(
+                f"argument {name!r} is a complex scalar ({value!r}); Triton kernels take no complex values"
+            )
+        type_str = triton_scalar_type(value.dtype, what=f"scalar argument {name!r}")
+        plain = value.item()
+        divisible = isinstance(plain, int) and not isinstance(plain, bool) and plain % 16 == 0
+        return ParamSlot(path, name, SCALAR, -1, value, type_str, divisible and not param.do_not_specialize)
+    if isinstance(value, bool):
+        return ParamSlot(path, name, SCALAR, -1, value, "i1", False)
+    if isinstance(value, int):
+        type_str = int_type(value, what=f"argument {name!r}")
+        if value == 1 and not param.do_not_specialize:
+            return ParamSlot(path, name, SCALAR, -1, 1, "constexpr", False)
+        return ParamSlot(path, name, SCALAR, -1, value, type_str, value % 16 == 0 and not param.do_not_specialize)
+    if isinstance(value, float):
+        return ParamSlot(path, name, SCALAR, -1, value, "fp32", False)
+    raise KernelCallTypeError(
+        f"argument {name!r} is {type(value).__name__} ({value!r}); a kernel operand must be an array, a Ref, "
+        "or a bool/int/float/NumPy scalar"
+    )
+
+
+def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        raise KernelCallTypeError(
+            f"{what} must be an object with .shape and .dtype (e.g. jax.ShapeDtypeStruct or an array), got {value!r}"
+        )
+    try:
+        shape = tuple(int(d) for d in value.shape)
+    except TypeError:
+        raise KernelCallTypeError(f"{what} has a non-integer shape {value.shape!r}") from None
+    if any(d < 0 for d in shape):
+        raise KernelCallValueError(f"{what} has a negative dimension: shape {shape}")
+    triton_scalar_type(value.dtype, what=what)
+    return jax.ShapeDtypeStruct(shape, value.dtype)
+
+
+def _suggest(name: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""

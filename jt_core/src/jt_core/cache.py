@@ -1,20 +1,23 @@
 """Caches of compiled kernels: one in memory per process, one on disk per machine.
 
-The disk cache keeps every compiled kernel a backend marks :attr:`~jt_core.backend.Backend.cacheable`, keyed on
+The disk cache keeps every compiled kernel a backend marks :attr:`~jt_core.contracts.Backend.cacheable`, keyed on
 everything that changes the binary and nothing else: the kernel's source together with the sources of the
 ``@triton.jit`` functions it calls (Triton's own ``cache_key``), its dialect, the specialisation, constants, target,
 options, the backend, and the Triton and jt versions.
 
-Configuration (read on every use):
+Configuration (read on every use, see :mod:`jt_core.settings`):
 
-* ``JT_CACHE_DIR`` -- the directory (default ``$XDG_CACHE_HOME/jt`` or ``~/.cache/jt``), created private to the user;
+* ``JT_CACHE_DIR`` -- the cache root (:mod:`jt_core.files`); compiled kernels live in its ``kernels`` folder;
 * ``JT_DISABLE_CACHE=1`` -- neither read nor write the disk cache;
 * ``JT_CACHE_MAX_BYTES`` -- size bound of the compiled-kernel entries (default 2 GiB); the least recently used
   entries are evicted beyond it.
 
-Entries are written to a temporary file and renamed into place, so concurrent processes never see a torn entry.
+Entries are written atomically (:func:`jt_core.files.atomic_write`), so concurrent processes never see a torn entry.
 Each entry carries a SHA-256 checksum of its contents: a corrupt or truncated entry is reported with a warning,
-deleted and rebuilt, never loaded. Entries are JSON plus raw binary blobs; nothing is unpickled or executed.
+deleted and rebuilt, never loaded. Entries are JSON plus raw binary blobs; nothing is unpickled. The binary is device
+code that a launcher loads onto the GPU, which is why the folder is checked like every folder jt executes from.
+
+:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`).
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import logging
 import os
 import pathlib
 import struct
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from jt_core.backend import CompiledKernel, CompileRequest, Target
+from jt_core import files, settings
+from jt_core._version import __version__
+from jt_core.contracts import CompiledKernel, CompileRequest, Target
 
 log = logging.getLogger("jt_core.cache")
 
@@ -87,38 +91,22 @@ def stats() -> dict[str, int]:
 
 def enabled() -> bool:
     """Whether the disk cache is used (``JT_DISABLE_CACHE`` unset or false)."""
-    value = os.environ.get("JT_DISABLE_CACHE", "").strip().lower()
-    return value in ("", "0", "false", "no", "off")
+    return not settings.flag("JT_DISABLE_CACHE")
 
 
 def cache_dir() -> pathlib.Path:
-    """The cache directory, created (mode 0700) if missing."""
-    configured = os.environ.get("JT_CACHE_DIR")
-    if configured:
-        path = pathlib.Path(configured).expanduser()
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = pathlib.Path(base) / "jt"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    """The cache root (:func:`jt_core.files.cache_root`)."""
+    return files.cache_root()
 
 
 def kernels_dir() -> pathlib.Path:
     """Where compiled kernels are kept."""
-    path = cache_dir() / "kernels"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
+    return files.cache_folder("kernels")
 
 
 def max_bytes() -> int:
     """The size bound of the compiled-kernel entries (``JT_CACHE_MAX_BYTES``)."""
-    value = os.environ.get("JT_CACHE_MAX_BYTES")
-    if not value:
-        return _DEFAULT_MAX_BYTES
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"JT_CACHE_MAX_BYTES must be a number of bytes, got {value!r}") from None
+    return settings.integer("JT_CACHE_MAX_BYTES", _DEFAULT_MAX_BYTES)
 
 
 def source_key(kernel: Any) -> str:
@@ -137,8 +125,6 @@ def source_key(kernel: Any) -> str:
 def compile_key(request: CompileRequest) -> str:
     """The disk-cache key of a compile request (hex SHA-256)."""
     import triton
-
-    from jt_core import __version__
 
     parts = {
         "jt": __version__,
@@ -211,23 +197,6 @@ def _decode(data: bytes) -> CompiledKernel:
     )
 
 
-def atomic_write(path: pathlib.Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same directory and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def load(key: str) -> CompiledKernel | None:
     """The cached kernel for ``key``, or ``None`` (missing, disabled, or corrupt: then deleted with a warning)."""
     if not enabled():
@@ -270,7 +239,7 @@ def store(key: str, kernel: CompiledKernel) -> None:
     except (TypeError, ValueError) as exc:
         log.debug("not caching %s: %s", kernel.name, exc)
         return
-    atomic_write(kernels_dir() / (key + _SUFFIX), data)
+    files.atomic_write(kernels_dir() / (key + _SUFFIX), data)
     with _lock:
         _stats["disk_writes"] += 1
     evict()
@@ -282,8 +251,6 @@ def _entry_stats() -> list[tuple[pathlib.Path, os.stat_result]]:
     Other threads and processes add, refresh and delete entries meanwhile: an entry that vanishes between the
     listing and its ``stat`` is skipped.
     """
-    if not (cache_dir() / "kernels").is_dir():
-        return []
     found = []
     for path in kernels_dir().glob("*" + _SUFFIX):
         if path.name.startswith("."):
@@ -320,29 +287,46 @@ def evict(limit: int | None = None) -> int:
     return removed
 
 
+def _folder_usage(folder: pathlib.Path) -> tuple[int, int]:
+    count = size = 0
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        try:
+            size += path.stat().st_size
+        except FileNotFoundError:
+            continue
+        count += 1
+    return count, size
+
+
 def info() -> dict[str, Any]:
-    """What the disk cache holds."""
+    """What the cache holds: the compiled-kernel entries, and the files and bytes of every folder jt keeps."""
     stats = _entry_stats()
-    autotune = cache_dir() / "autotune"
-    tuned = list(autotune.glob("*.json")) if autotune.is_dir() else []
+    folders = {}
+    for purpose, what in files.PURPOSES.items():
+        count, size = _folder_usage(cache_dir() / purpose)
+        folders[purpose] = {"files": count, "bytes": size, "holds": what}
     return {
         "directory": str(cache_dir()),
         "enabled": enabled(),
         "kernels": len(stats),
         "bytes": sum(st.st_size for _, st in stats),
         "max_bytes": max_bytes(),
-        "autotune_results": len(tuned),
+        "autotune_results": folders["autotune"]["files"],
+        "folders": folders,
     }
 
 
 def clear() -> int:
-    """Deletes every entry (compiled kernels and autotuning results); returns how many files were removed."""
+    """Deletes every file jt keeps (every folder of :data:`jt_core.files.PURPOSES`) and the in-memory entries;
+    returns how many files were removed. Libraries and modules already loaded by this process stay loaded."""
     removed = 0
-    for sub, pattern in (("kernels", "*" + _SUFFIX), ("autotune", "*.json")):
-        folder = cache_dir() / sub
-        if not folder.is_dir():
-            continue
-        for path in folder.glob(pattern):
+    for purpose in files.PURPOSES:
+        folder = cache_dir() / purpose
+        for path in folder.iterdir() if folder.is_dir() else ():
+            if not path.is_file():
+                continue
             try:
                 path.unlink()
                 removed += 1

@@ -1,27 +1,34 @@
-"""The typed facade over the hook specs: the only place jt calls plugin hooks or reads the registries."""
+"""The typed facade over the hook specs: the only place jt's call path calls plugin hooks or reads the registries."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from jt_core.backend import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 from jt_core.errors import JtError, KernelCompileError
-from jt_core.plugins import get_plugin_manager
+from jt_core.registry import get_registry
+
+__all__ = ["backend_for", "compile_kernel", "dialect_for", "launcher_for", "launchers_for"]
 
 
 def backend_for(platform: str) -> Backend:
     """The backend registered for ``platform`` (raises ``NoBackendError`` / ``DuplicateBackendError``)."""
-    return get_plugin_manager().backend(platform)
+    return get_registry().backend(platform)
 
 
 def launcher_for(platform: str, name: str | None = None) -> Launcher:
     """The launcher for ``platform``: ``name``, else ``JT_LAUNCHER_<PLATFORM>``, else the highest priority."""
-    return get_plugin_manager().launcher(platform, name)
+    return get_registry().launcher(platform, name)
+
+
+def launchers_for(platform: str) -> list[Launcher]:
+    """Every launcher registered for ``platform``, highest priority first."""
+    return get_registry().launchers_for(platform)
 
 
 def dialect_for(kernel: Any) -> Dialect:
     """The dialect of an (unwrapped) kernel function object."""
-    return get_plugin_manager().dialect_for(kernel)
+    return get_registry().dialect_for(kernel)
 
 
 def compile_kernel(request: CompileRequest) -> CompiledKernel:
@@ -30,9 +37,9 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
     Raises:
         KernelCompileError: With the compiler's message, the call's name, the kernel and the configuration.
     """
-    pm = get_plugin_manager().ensure_loaded()
+    hook = get_registry().ensure_loaded().loader.pm.hook
     try:
-        result = pm.pm.hook.jt_compile_kernel(request=request)
+        result = hook.jt_compile_kernel(request=request)
     except JtError:
         raise
     except Exception as exc:

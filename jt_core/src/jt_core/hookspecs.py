@@ -20,12 +20,26 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from jt_core.backend import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
+    from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 
 PROJECT_NAME = "jt"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+__all__ = [
+    "PROJECT_NAME",
+    "hookimpl",
+    "hookspec",
+    "jt_compile_kernel",
+    "jt_register_backends",
+    "jt_register_dialects",
+    "jt_register_launchers",
+]
+
+# -------------------------------------------------------------------------------------------------------------
+# Backend hooks
+# -------------------------------------------------------------------------------------------------------------
 
 
 @hookspec
@@ -38,7 +52,7 @@ def jt_register_backends() -> Sequence[Backend]:
     one with ``JT_DISABLE_PLUGINS``.
 
     Returns:
-        A sequence of :class:`jt_core.backend.Backend` instances (empty when the plugin provides none).
+        A sequence of :class:`jt_core.contracts.Backend` instances (empty when the plugin provides none).
 
     Implemented by: jt-core's builtin ``cpu`` plugin (the Triton interpreter), ``jt-cuda``, ``jt-rocm`` and
     third-party backends.
@@ -46,20 +60,30 @@ def jt_register_backends() -> Sequence[Backend]:
     raise NotImplementedError
 
 
+# -------------------------------------------------------------------------------------------------------------
+# Dialect hooks
+# -------------------------------------------------------------------------------------------------------------
+
+
 @hookspec
 def jt_register_dialects() -> Sequence[Dialect]:
     """Called once per process when the plugins are loaded, to collect the kernel dialects each plugin provides.
 
-    A dialect answers "is this kernel object mine?" (:meth:`jt_core.backend.Dialect.claims`) and builds the
+    A dialect answers "is this kernel object mine?" (:meth:`jt_core.contracts.Dialect.claims`) and builds the
     Triton AST source a backend compiles. Kernel selection asks the plugins' dialects first and the builtin plain
     Triton dialect last, so the first dialect that claims a kernel wins.
 
     Returns:
-        A sequence of :class:`jt_core.backend.Dialect` instances.
+        A sequence of :class:`jt_core.contracts.Dialect` instances.
 
     Implemented by: jt-core's builtin ``triton`` dialect (runs last) and ``jt-gluon``.
     """
     raise NotImplementedError
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Launcher hooks
+# -------------------------------------------------------------------------------------------------------------
 
 
 @hookspec
@@ -69,10 +93,10 @@ def jt_register_launchers() -> Sequence[Launcher]:
     A launcher turns compiled kernels into an XLA operation for one platform. Several may exist for a platform;
     the one used is chosen deterministically: the ``launcher=`` argument of ``triton_call``, else the environment
     variable ``JT_LAUNCHER_<PLATFORM>`` (e.g. ``JT_LAUNCHER_CUDA=jaxlib``), else the available launcher with the
-    highest :attr:`~jt_core.backend.Launcher.priority` (ties broken by name).
+    highest :attr:`~jt_core.contracts.Launcher.priority` (ties broken by name).
 
     Returns:
-        A sequence of :class:`jt_core.backend.Launcher` instances.
+        A sequence of :class:`jt_core.contracts.Launcher` instances.
 
     Implemented by: jt-core's builtin ``cpu`` plugin, ``jt-cuda`` (its own FFI handler and jaxlib's handler) and
     ``jt-rocm``.
@@ -80,14 +104,21 @@ def jt_register_launchers() -> Sequence[Launcher]:
     raise NotImplementedError
 
 
+# -------------------------------------------------------------------------------------------------------------
+# Compile hooks
+# -------------------------------------------------------------------------------------------------------------
+
+
 @hookspec(firstresult=True)
 def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
     """Called during lowering for every kernel configuration that has to be compiled.
 
     Stops at the first non-None result. jt-core's builtin implementation runs last and calls
-    ``request.backend.compile(request)``; a plugin returns a :class:`~jt_core.backend.CompiledKernel` to replace
-    the compile (a cache), or ``None`` to let the others decide. Observers implement it as a wrapper
-    (``@hookimpl(wrapper=True)``) to time the compile or to look at its result (IR dumps).
+    ``request.backend.compile(request)`` through its caches (once per process per variant, once per machine for
+    cacheable backends); a plugin returns a :class:`~jt_core.contracts.CompiledKernel` to replace the compile (a
+    cache of its own), or ``None`` to let the others decide. Observers implement it as a wrapper
+    (``@hookimpl(wrapper=True)``) to time the compile or to look at its result; jt-core's own wrapper writes the
+    ``JAX_TRITON_DUMP_DIR`` dumps and prints the IRs of ``debug=True`` calls, for every backend.
 
     Args:
         request: What to compile: the kernel, its dialect, specialisation, target and options.
@@ -95,5 +126,6 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
     Returns:
         The compiled kernel, or ``None`` to defer to the next implementation.
 
-    Implemented by: jt-core (builtin compile, ``JAX_TRITON_DUMP_DIR`` dumps); observers.
+    Implemented by: jt-core's builtin ``core`` plugin (the compile through the caches, and the wrapper writing
+    ``JAX_TRITON_DUMP_DIR`` dumps); observers.
     """

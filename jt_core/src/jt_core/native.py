@@ -4,16 +4,15 @@ A plugin ships its handler as C++ source and builds it at first use against the 
 installed jaxlib provides (``jax.ffi.include_dir()``), with the system C++ compiler. The library needs no Python
 headers and no GPU toolkit, so a plain ``pip install`` works on any machine with a compiler.
 
-jt_core ships the headers its plugins' handlers share (``jt_launch_common.h``: the GPU launch handler written
-against a small driver interface, which jt-cuda and jt-rocm fill in). Their folder, :func:`common_include_dir`, is
-on the include path of every library built here, and their contents are part of every cache key, so a changed
-header rebuilds the libraries that may include it.
+Headers a library includes from outside the build's system folders are passed as ``headers=``: their contents
+are part of the cache key, so a changed header rebuilds the libraries that include it (jt's GPU launch handler,
+:mod:`jt_core.gpu.handler`, passes its shared headers).
 
-Built libraries are cached per machine under ``$JT_CACHE_DIR/native`` (default: ``$XDG_CACHE_HOME/jt/native`` or
-``~/.cache/jt/native``), keyed by the hash of the sources, the shared headers, the flags, the jax version and the
-compiler's identity.
-Each build writes to a private temporary file and renames it into place, so concurrent processes building the same
-library are safe: the last rename wins and every reader sees a complete file.
+Built libraries are cached per machine in the cache root's ``native`` folder (:mod:`jt_core.files`, checked to be
+private before anything is loaded from it), keyed by the hash of the sources, the shared headers, the flags, the jax
+version and the compiler's identity. A build says on stderr what it builds and how long it took (it happens once
+per machine and library). Each build writes to a private temporary file and renames it into place, so concurrent
+processes building the same library are safe: the last rename wins and every reader sees a complete file.
 
 Example:
     >>> path = build_shared_library("jt_cuda_launch", [source_file], include_dirs=[jax.ffi.include_dir()])
@@ -22,27 +21,28 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from jt_core import files, settings
 from jt_core.errors import JtError
 
 __all__ = [
     "NativeBuildError",
     "NativeLibrary",
+    "built_libraries",
     "build_shared_library",
     "cache_dir",
-    "common_include_dir",
     "find_compiler",
 ]
 
@@ -70,31 +70,10 @@ class NativeLibrary:
 
 _lock = threading.Lock()
 
-_COMMON_INCLUDE_DIR = Path(__file__).parent / "csrc"
-
-
-def common_include_dir() -> Path:
-    """The folder of the C++ headers jt_core ships for its plugins' handlers (``jt_launch_common.h``).
-
-    :func:`build_shared_library` always puts it on the include path; a plugin that builds its handler some other
-    way passes it as ``-I``.
-    """
-    return _COMMON_INCLUDE_DIR
-
-
-def _common_headers() -> list[Path]:
-    return sorted(_COMMON_INCLUDE_DIR.glob("*.h"))
-
 
 def cache_dir() -> Path:
-    """The per-machine cache folder of built libraries (created on demand)."""
-    root = os.environ.get("JT_CACHE_DIR")
-    if root:
-        base = Path(root)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "jt"
-    return base / "native"
+    """The per-machine folder of built libraries (the cache root's ``native`` folder, created on demand)."""
+    return files.cache_folder("native")
 
 
 def find_compiler() -> list[str]:
@@ -103,7 +82,7 @@ def find_compiler() -> list[str]:
     Raises:
         NativeBuildError: When none is found, saying how to install one or set ``CXX``.
     """
-    env = os.environ.get("CXX")
+    env = settings.text("CXX")
     if env:
         command = shlex.split(env)
         if command and shutil.which(command[0]):
@@ -136,13 +115,18 @@ def _jax_version() -> str:
 
 
 def _cache_key(
-    name: str, sources: Sequence[Path], flags: Sequence[str], include_dirs: Sequence[str], compiler: str
+    name: str,
+    sources: Sequence[Path],
+    headers: Sequence[Path],
+    flags: Sequence[str],
+    include_dirs: Sequence[str],
+    compiler: str,
 ) -> str:
     digest = hashlib.sha256()
     for part in (name, compiler, _jax_version(), *flags, *include_dirs):
         digest.update(part.encode())
         digest.update(b"\0")
-    for source in [*sources, *_common_headers()]:
+    for source in [*sources, *headers]:
         digest.update(source.name.encode())
         digest.update(b"\0")
         digest.update(source.read_bytes())
@@ -155,6 +139,7 @@ def build_shared_library(
     sources: Sequence[str | os.PathLike[str]],
     *,
     include_dirs: Sequence[str] = (),
+    headers: Sequence[str | os.PathLike[str]] = (),
     flags: Sequence[str] = ("-O2", "-std=c++17"),
     libraries: Sequence[str] = (),
     directory: str | os.PathLike[str] | None = None,
@@ -164,8 +149,9 @@ def build_shared_library(
     Args:
         name: The library's base name (the file is ``lib<name>-<key>.so``).
         sources: The C++ source files; their contents are part of the cache key.
-        include_dirs: ``-I`` folders (e.g. ``jax.ffi.include_dir()``); :func:`common_include_dir` is always
-            added after them.
+        include_dirs: ``-I`` folders (e.g. ``jax.ffi.include_dir()``).
+        headers: Header files the sources include from those folders that belong to the caller (not the system's
+            or jaxlib's); their contents are part of the cache key.
         flags: Compiler flags (part of the cache key).
         libraries: ``-l`` libraries to link (e.g. ``dl``).
         directory: Where to keep the library; defaults to :func:`cache_dir`.
@@ -182,11 +168,12 @@ def build_shared_library(
         if not source.is_file():
             raise NativeBuildError(f"native source {str(source)!r} of {name!r} does not exist (broken install?)")
     includes = [str(d) for d in include_dirs]
-    if str(_COMMON_INCLUDE_DIR) not in includes:
-        includes.append(str(_COMMON_INCLUDE_DIR))
     compiler = find_compiler()
     identity = _compiler_identity(compiler)
-    key = _cache_key(name, source_paths, list(flags) + [f"-l{lib}" for lib in libraries], includes, identity)
+    header_paths = [Path(h) for h in headers]
+    key = _cache_key(
+        name, source_paths, header_paths, list(flags) + [f"-l{lib}" for lib in libraries], includes, identity
+    )
     folder = Path(directory) if directory is not None else cache_dir()
     target = folder / f"lib{name}-{key}.so"
     if target.is_file():
@@ -214,6 +201,8 @@ def build_shared_library(
             temporary,
             *[f"-l{lib}" for lib in libraries],
         ]
+        sys.stderr.write(f"jt: building {name} for this machine (once; kept in {folder})...\n")
+        started = time.perf_counter()
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
             if result.returncode != 0:
@@ -227,129 +216,12 @@ def build_shared_library(
         finally:
             if os.path.exists(temporary):
                 os.unlink(temporary)
+        sys.stderr.write(f"jt: built {name} in {time.perf_counter() - started:.1f} s with {identity}\n")
     return NativeLibrary(name, target, key, built=True)
 
 
-class LaunchHandlerLibrary:
-    """A GPU launch handler built on ``jt_launch_common.h``: its library, its XLA targets and their registration.
-
-    Each GPU plugin ships a driver file (``csrc/<prefix>.cc``) that includes the shared header and exports the
-    symbols ``<prefix>_instantiate``, ``_instantiate_preloaded``, ``_initialize``, ``_execute``, ``_state_type_id``,
-    ``_state_type_info``, ``_driver_error`` and ``_abi``. This class builds it, and registers two targets with XLA:
-    ``<prefix>`` (all three stages, for autotuned calls) and ``<prefix>_preloaded`` (no initialize stage: the
-    module is loaded when XLA instantiates the call, so a single-config call costs one handler call per launch).
-
-    Args:
-        prefix: The library's symbol prefix and target name (``"jt_cuda_launch"``).
-        source: The driver's C++ file.
-        platform: XLA's platform name (``"CUDA"``, ``"ROCM"``).
-        preload_variable: The environment variable that turns the preloaded target off when set to ``0``.
-    """
-
-    def __init__(self, prefix: str, source: Path, platform: str, preload_variable: str) -> None:
-        self.prefix = prefix
-        self.source = source
-        self.platform = platform
-        self.preload_variable = preload_variable
-        self.target_name = prefix
-        self.preloaded_target_name = f"{prefix}_preloaded"
-        self.state_type_name = f"{prefix.split('_launch')[0]}.KernelState"
-        # Re-entrant: register() holds it while building the capsules, which load the library.
-        self._lock = threading.RLock()
-        self._library: ctypes.CDLL | None = None
-        self._registered = False
-
-    def preload_enabled(self) -> bool:
-        """Whether single-config calls use the preloaded target (``<preload_variable>=0`` turns it off)."""
-        value = os.environ.get(self.preload_variable, "1").strip().lower()
-        return value not in ("0", "false", "no", "off")
-
-    def library(self) -> ctypes.CDLL:
-        """Builds (or finds in the cache) and loads the library.
-
-        Raises:
-            NativeBuildError: Without a C++ compiler, or when the build fails.
-        """
-        with self._lock:
-            if self._library is None:
-                import jax
-
-                built = build_shared_library(
-                    self.prefix,
-                    [self.source],
-                    include_dirs=[jax.ffi.include_dir(), str(common_include_dir())],
-                    flags=("-O2", "-std=c++17"),
-                    libraries=("dl",),
-                )
-                lib = ctypes.CDLL(str(built.path))
-                for suffix in ("state_type_id", "state_type_info"):
-                    getattr(lib, f"{self.prefix}_{suffix}").restype = ctypes.c_void_p
-                getattr(lib, f"{self.prefix}_driver_error").restype = ctypes.c_char_p
-                abi = getattr(lib, f"{self.prefix}_abi")
-                abi.restype = ctypes.c_int
-                abi.argtypes = (ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
-                self._library = lib
-            return self._library
-
-    @staticmethod
-    def capsule(pointer: int) -> Any:
-        """A ``PyCapsule`` of a pointer the library returned (for ``jax.ffi.register_ffi_type``)."""
-        import jax
-
-        return jax.ffi.pycapsule(ctypes.c_void_p(pointer))
-
-    def handler_capsules(self, preloaded: bool = False) -> dict[str, Any]:
-        """The stage handlers of one target as ``PyCapsule`` objects, keyed by stage name."""
-        import jax
-
-        lib = self.library()
-        if preloaded:
-            return {
-                "instantiate": jax.ffi.pycapsule(getattr(lib, f"{self.prefix}_instantiate_preloaded")),
-                "execute": jax.ffi.pycapsule(getattr(lib, f"{self.prefix}_execute")),
-            }
-        return {
-            stage: jax.ffi.pycapsule(getattr(lib, f"{self.prefix}_{stage}"))
-            for stage in ("instantiate", "initialize", "execute")
-        }
-
-    def register(self) -> None:
-        """Registers the state type and both targets with XLA, with the command-buffer trait (once per process).
-
-        Raises:
-            NativeBuildError: When the library cannot be built.
-        """
-        if self._registered:
-            return
-        import jax
-        from jaxlib import xla_client
-
-        lib = self.library()
-        with self._lock:
-            if self._registered:
-                return
-            jax.ffi.register_ffi_type(
-                self.state_type_name,
-                {
-                    "type_id": self.capsule(getattr(lib, f"{self.prefix}_state_type_id")()),
-                    "type_info": self.capsule(getattr(lib, f"{self.prefix}_state_type_info")()),
-                },
-                platform=self.platform,
-            )
-            traits = getattr(xla_client, "CustomCallTargetTraits", None)
-            extra = {"traits": traits.COMMAND_BUFFER_COMPATIBLE} if traits is not None else {}
-            for name, preloaded in ((self.target_name, False), (self.preloaded_target_name, True)):
-                jax.ffi.register_ffi_target(
-                    name, self.handler_capsules(preloaded), platform=self.platform, api_version=1, **extra
-                )
-            self._registered = True
-
-    def driver_error(self) -> str:
-        """Why the library cannot use the GPU driver in this process (empty when it can)."""
-        return (getattr(self.library(), f"{self.prefix}_driver_error")() or b"").decode()
-
-    def abi_layout(self, count: int = 64) -> list[int]:
-        """The driver constants and struct layouts the library was built with (for tests against the headers)."""
-        buffer = (ctypes.c_int64 * count)()
-        written = getattr(self.library(), f"{self.prefix}_abi")(buffer, count)
-        return list(buffer[:written])
+def built_libraries() -> list[Path]:
+    """The libraries built on this machine (in :func:`cache_dir`), newest first."""
+    folder = cache_dir()
+    found = [p for p in folder.glob("lib*.so") if not p.name.startswith(".")]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)

@@ -20,14 +20,18 @@ import dataclasses
 import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import tree_util
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
 
+from jt_core import hooks
+from jt_core.call import CallOptions
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -181,8 +185,6 @@ def choose_shardings(
     Returns:
         ``NamedSharding``s for the operands and for the outputs.
     """
-    from jax.sharding import NamedSharding, PartitionSpec
-
     chosen: dict[str, tuple[str, ...]] = {}
     used: set[str] = set()
     shapes = [tuple(o.shape) for o in operands] + [tuple(s) for s in outputs]
@@ -217,8 +219,6 @@ def _apply(
 
     ``body_for(local_out_shapes)`` returns the computation for one shard, given the shard's output shapes.
     """
-    from jax.experimental.custom_partitioning import custom_partitioning
-
     factors = rule.factors([tuple(a.shape) for a in arrays], [tuple(s.shape) for s in out_shapes])
 
     def infer(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
@@ -255,14 +255,12 @@ def _refuse_host_callbacks(body: Callable[..., Any], local_args: Sequence[Any]) 
     executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that does not use
     host callbacks (``uses_host_callback = False``, such as the ``ffi`` launcher) run fine.
     """
-    from jt_core import hooks
-
     for eqn in _equations(jax.make_jaxpr(body)(*local_args).jaxpr):
         name = eqn.primitive.name
         if name == "triton_kernel_call":
             call = eqn.params["call"]
             launcher = hooks.launcher_for("cpu", call.launcher)
-            if getattr(launcher, "uses_host_callback", True):
+            if launcher.uses_host_callback:
                 raise UnsupportedKernelError(
                     f"a partitioned triton_call ({call.name!r}, partition= / @jt.partitioned) cannot run on the "
                     f"CPU backend across several devices with launcher {launcher.name!r}: it runs kernels through a "
@@ -346,10 +344,21 @@ def partitioned(rule: PartitionRule) -> Callable[[F], F]:
     return decorate
 
 
+#: Runs one ``triton_call``: ``run(args, metaparams, options)``.
+CallRunner = Callable[[Sequence[Any], Mapping[str, Any], CallOptions], Any]
+
+
 def partitioned_triton_call(
-    rule: Any, triton_call: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+    rule: Any, run: CallRunner, args: Sequence[Any], metaparams: Mapping[str, Any], options: CallOptions
 ) -> Any:
-    """``triton_call(*args, partition=rule, **kwargs)``: the call re-bound per shard with the local shapes.
+    """``triton_call(*args, partition=rule, **metaparams)``: the call run per shard with the local shapes.
+
+    Args:
+        rule: The partition rule.
+        run: Runs the call on (local) operands; ``triton_call`` passes its own unpartitioned path.
+        args: The positional operands.
+        metaparams: The keyword operands and metaparameters.
+        options: The call's options; each shard's call gets the shard's output shapes.
 
     Raises:
         KernelCallTypeError: For a ``partition=`` that is not a rule.
@@ -359,34 +368,28 @@ def partitioned_triton_call(
         raise KernelCallTypeError(
             f"partition= takes a PartitionRule such as jt.Elementwise() or jt.BatchDims(0), got {rule!r}"
         )
-    if not callable(kwargs.get("grid")):
+    if not callable(options.grid):
         raise KernelCallValueError(
             f"triton_call with partition= needs grid= as a callable of the metaparameters (got "
-            f"{kwargs.get('grid')!r}): each shard is launched on its local shapes, so the grid is computed again "
+            f"{options.grid!r}): each shard is launched on its local shapes, so the grid is computed again "
             "for them (operands given by keyword appear in the metaparameters with their local shapes). "
             "Scalars are passed to every shard unchanged; for sizes derived from shapes, wrap the call in a "
             "function decorated with @jt.partitioned(...) instead"
         )
-    from jt_core.api import _MISSING
-
-    out_key = "out_shape" if kwargs.get("out_shape", _MISSING) is not _MISSING else "out_type"
-    out_spec = kwargs.get(out_key, _MISSING)
-    rest = {k: v for k, v in kwargs.items() if k not in ("out_shape", "out_type")}
-    if out_spec is _MISSING:
-        return triton_call(*args, **rest)  # reports the missing out_shape
-    out_leaves, out_tree = tree_util.tree_flatten(out_spec, is_leaf=lambda x: hasattr(x, "shape"))
+    out_leaves, out_tree = tree_util.tree_flatten(options.out_spec, is_leaf=lambda x: hasattr(x, "shape"))
     out_shapes = [jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in out_leaves]
-    leaves, positions, treedef, arrays = _split((tuple(args), rest))
+    leaves, positions, treedef, arrays = _split((tuple(args), dict(metaparams)))
 
     def body_for(local_out: Sequence[Any] | None) -> Callable[..., tuple[Any, ...]]:
         spec = tree_util.tree_unflatten(out_tree, list(local_out if local_out is not None else out_shapes))
+        local_options = dataclasses.replace(options, out_spec=spec)
 
         def body(*local_arrays: Any) -> tuple[Any, ...]:
             full = list(leaves)
             for i, a in zip(positions, local_arrays):
                 full[i] = a
             a, k = tree_util.tree_unflatten(treedef, full)
-            return tuple(tree_util.tree_leaves(triton_call(*a, **k, **{out_key: spec})))
+            return tuple(tree_util.tree_leaves(run(a, k, local_options)))
 
         return body
 

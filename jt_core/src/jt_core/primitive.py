@@ -1,7 +1,9 @@
-"""The ``triton_kernel_call`` primitive: abstract evaluation, effects, lowering dispatch, batching, JVP.
+"""The ``triton_kernel_call`` primitive: abstract evaluation, effects, lowering dispatch, JVP.
 
-Lowering for platform P asks the registries for P's backend and launcher, the dialect for the kernel's source,
-compiles every configuration through :func:`jt_core.hooks.compile_kernel` and lets the launcher emit the op.
+Lowering for platform P asks the registries for P's backend and launcher, compiles every configuration (with the
+dialect the call resolved when it was made) through :func:`jt_core.hooks.compile_kernel` and lets the launcher emit
+the op; the device lowered for is found once and passed to both. The batching rule lives in
+:mod:`jt_core.batching`, which registers it.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from jax._src import dispatch
 from jax._src import effects as effects_lib
 from jax._src.interpreters import mlir
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching
+from jax.interpreters import ad
 
-from jt_core import hooks
-from jt_core.backend import CompileRequest, Launcher
-from jt_core.batching import batch_kernel_call
-from jt_core.binding import KernelCall
+from jt_core import hooks, settings
+from jt_core.call import KernelCall
+from jt_core.contracts import CompiledKernel, CompileRequest, Launcher
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
@@ -55,8 +57,6 @@ triton_kernel_call_p.def_effectful_abstract_eval(_abstract_eval)
 
 
 def _impl(*args: Any, call: KernelCall) -> Any:
-    from jax._src import dispatch
-
     return dispatch.apply_primitive(triton_kernel_call_p, *args, call=call)
 
 
@@ -89,7 +89,7 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
     """Lowers a call for one platform through its backend and launcher."""
     backend = hooks.backend_for(platform)
     launcher = hooks.launcher_for(platform, call.launcher)
-    dialect = hooks.dialect_for(call.fn)
+    dialect = call.dialect
     if backend.interprets and not dialect.interpretable:
         raise UnsupportedKernelError(
             f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
@@ -113,7 +113,7 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
                 backend=backend,
             )
         )
-    return launcher.lower(ctx, call, compile_all(requests), operands)
+    return launcher.lower(ctx, call, compile_all(requests), operands, device)
 
 
 def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launcher) -> None:
@@ -121,11 +121,9 @@ def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launche
     described = [slot.name for slot in call.slots if slot.descriptor is not None]
     if not described or launcher.supports_tensor_descriptors:
         return
-    from jt_core.plugins import get_plugin_manager
-
     able = [
         other.name
-        for _, other in get_plugin_manager().launchers.get(platform, [])
+        for other in hooks.launchers_for(platform)
         if other.supports_tensor_descriptors and other.unavailable_reason() is None
     ]
     hint = (
@@ -142,12 +140,11 @@ def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launche
 
 def compile_workers(count: int) -> int:
     """How many threads compile the configurations of one call (``JT_COMPILE_WORKERS``, default: one per core)."""
-    configured = os.environ.get("JT_COMPILE_WORKERS", "").strip()
-    workers = int(configured) if configured else (os.cpu_count() or 1)
+    workers = settings.integer("JT_COMPILE_WORKERS", os.cpu_count() or 1)
     return max(1, min(workers, count))
 
 
-def compile_all(requests: Sequence[CompileRequest]) -> list[Any]:
+def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
     """Compiles every configuration of a call, in parallel threads when there are several.
 
     Triton's compiler spends its time in native code that releases the GIL, so threads overlap the
@@ -186,7 +183,3 @@ def _jvp(primals: Any, tangents: Any, *, call: KernelCall) -> Any:
 
 
 ad.primitive_jvps[triton_kernel_call_p] = _jvp
-
-
-# Batching strategies ("grid", "sequential", "auto") live in jt_core.batching.
-batching.primitive_batchers[triton_kernel_call_p] = batch_kernel_call

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from jax import tree_util
 
+from jt_core import _compat
 from jt_core.dtypes import triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 
@@ -142,8 +143,6 @@ class TensorDescriptor:
             KernelCallTypeError: A base that is not an array, a block shape that is not ints, an unsupported dtype.
             KernelCallValueError: Rank, block shape, padding or alignment that TMA copies cannot handle.
         """
-        from jt_core import _compat
-
         what = "TensorDescriptor" if name is None else f"tensor descriptor argument {name!r}"
         base = self.base
         if _compat.is_ref(base):

@@ -2,9 +2,10 @@
 
 Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. It provides:
 
-* fixtures: ``jt_plugin_manager`` (a fresh manager, installed as the process-wide one for the test),
-  ``jt_register_plugin`` (register a module or object as a plugin for one test), ``jt_fake_entry_points``
-  (build a manager from fake entry points, e.g. a broken plugin), ``jt_hook_recorder`` (records hook calls);
+* fixtures: ``jt_plugin_manager`` (a fresh :class:`~jt_core.registry.Registry` over the installed plugins,
+  installed as the process-wide one for the test), ``jt_register_plugin`` (register a module or object as a plugin
+  for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
+  ``jt_hook_recorder`` (records hook calls);
 * markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
   ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
   accident);
@@ -25,10 +26,14 @@ import pytest
 import triton
 import triton.language as tl
 
-from jt_core import plugins
-from jt_core.backend import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
-from jt_core.binding import KernelCall, bind_call
-from jt_core.plugins import EntryPointInfo, PluginManager
+from jt_core import registry as registries
+from jt_core.api import triton_call
+from jt_core.binding import bind_call
+from jt_core.call import CallOptions, KernelCall
+from jt_core.configs import unwrap_kernel
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
+from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
+from jt_core.registry import Registry
 
 HARDWARE_MARKERS = ("cuda", "rocm", "gpu")
 
@@ -74,15 +79,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # -- fixtures ------------------------------------------------------------------------------------------------
 
 
+def make_registry(
+    entry_points: Sequence[EntryPointInfo] | None = None, environ: Mapping[str, str] | None = None
+) -> Registry:
+    """A registry over a fresh plugin loader (``entry_points=None``: the installed ones)."""
+    return Registry(PluginLoader(entry_points=entry_points, environ=environ))
+
+
 @pytest.fixture
-def jt_plugin_manager() -> Iterator[PluginManager]:
-    """A fresh plugin manager over the installed entry points, installed as the process-wide one."""
-    manager = PluginManager()
-    previous = plugins.set_plugin_manager(manager)
+def jt_plugin_manager() -> Iterator[Registry]:
+    """A fresh registry over the installed entry points, installed as the process-wide one."""
+    registry = make_registry()
+    previous = registries.set_registry(registry)
     try:
-        yield manager
+        yield registry
     finally:
-        plugins.set_plugin_manager(previous)
+        registries.set_registry(previous)
 
 
 def fake_entry_point(
@@ -102,36 +114,36 @@ def fake_entry_point(
 
 
 @pytest.fixture
-def jt_fake_entry_points() -> Iterator[Callable[..., PluginManager]]:
-    """A factory: ``make(entry_points, environ=None, include_installed=False)`` -> an installed fresh manager.
+def jt_fake_entry_points() -> Iterator[Callable[..., Registry]]:
+    """A factory: ``make(entry_points, environ=None, include_installed=False)`` -> an installed fresh registry.
 
     Each entry point is an :class:`~jt_core.plugins.EntryPointInfo` (see :func:`fake_entry_point`).
     """
-    previous = plugins.set_plugin_manager(None)
+    previous = registries.set_registry(None)
 
     def make(
         entry_points: Sequence[EntryPointInfo],
         environ: Mapping[str, str] | None = None,
         include_installed: bool = False,
-    ) -> PluginManager:
+    ) -> Registry:
         eps = list(entry_points)
         if include_installed:
-            eps = plugins.discover_entry_points() + eps
-        manager = PluginManager(entry_points=eps, environ=environ if environ is not None else {})
-        plugins.set_plugin_manager(manager)
-        return manager
+            eps = discover_entry_points() + eps
+        registry = make_registry(eps, environ if environ is not None else {})
+        registries.set_registry(registry)
+        return registry
 
     try:
         yield make
     finally:
-        plugins.set_plugin_manager(previous)
+        registries.set_registry(previous)
 
 
 @pytest.fixture
-def jt_register_plugin(jt_fake_entry_points: Callable[..., PluginManager]) -> Callable[..., PluginManager]:
-    """``register(plugin, name="test-plugin")``: a fresh manager with the installed plugins plus ``plugin``."""
+def jt_register_plugin(jt_fake_entry_points: Callable[..., Registry]) -> Callable[..., Registry]:
+    """``register(plugin, name="test-plugin")``: a fresh registry with the installed plugins plus ``plugin``."""
 
-    def register(plugin: Any, name: str = "test-plugin", environ: Mapping[str, str] | None = None) -> PluginManager:
+    def register(plugin: Any, name: str = "test-plugin", environ: Mapping[str, str] | None = None) -> Registry:
         return jt_fake_entry_points(
             [fake_entry_point(name, plugin, distribution=f"{name}-dist")], environ=environ, include_installed=True
         )
@@ -140,11 +152,11 @@ def jt_register_plugin(jt_fake_entry_points: Callable[..., PluginManager]) -> Ca
 
 
 class HookRecorder:
-    """Records every hook call made through a manager: ``calls`` holds ``(hook name, kwargs)`` pairs."""
+    """Records every hook call made through a registry's plugins: ``calls`` holds ``(hook name, kwargs)`` pairs."""
 
-    def __init__(self, manager: PluginManager) -> None:
+    def __init__(self, registry: Registry) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
-        self._undo = manager.pm.add_hookcall_monitoring(self._before, lambda *a: None)
+        self._undo = registry.loader.pm.add_hookcall_monitoring(self._before, lambda *a: None)
 
     def _before(self, hook_name: str, hook_impls: Any, kwargs: Mapping[str, Any]) -> None:
         self.calls.append((hook_name, dict(kwargs)))
@@ -160,15 +172,15 @@ class HookRecorder:
 
 @pytest.fixture
 def jt_hook_recorder() -> Iterator[HookRecorder]:
-    """Records the hook calls of a fresh process-wide manager for the duration of a test."""
-    manager = PluginManager()
-    previous = plugins.set_plugin_manager(manager)
-    recorder = HookRecorder(manager)
+    """Records the hook calls of a fresh process-wide registry for the duration of a test."""
+    registry = make_registry()
+    previous = registries.set_registry(registry)
+    recorder = HookRecorder(registry)
     try:
         yield recorder
     finally:
         recorder.close()
-        plugins.set_plugin_manager(previous)
+        registries.set_registry(previous)
 
 
 # -- sample kernels and calls --------------------------------------------------------------------------------
@@ -192,25 +204,17 @@ def sample_call(
     """A bound call of ``sample_add_kernel`` (or a kernel of the same signature) on abstract arrays."""
     spec = jax.ShapeDtypeStruct((size,), dtype)
     meta = {"BLOCK": 32, **metaparams}
-    call, _, _, _ = bind_call(
-        kernel if kernel is not None else sample_add_kernel,
-        (spec, spec),
-        {**meta, "n": size},
-        out_spec=spec,
-        grid=(size + meta["BLOCK"] - 1) // meta["BLOCK"],
-        input_output_aliases=None,
-        zeroed_outputs=(),
-        explicit_options={},
-        backend_options=None,
-        name=None,
-        compute_capability=compute_capability,
-        has_side_effect=False,
-        launcher=None,
-        serialized_metadata=b"",
-        cost_estimate=None,
-        bounds_check=True,
+    options = CallOptions(
+        out_spec=spec, grid=(size + meta["BLOCK"] - 1) // meta["BLOCK"], compute_capability=compute_capability
     )
-    return call
+    return bind(kernel if kernel is not None else sample_add_kernel, (spec, spec), {**meta, "n": size}, options)
+
+
+def bind(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: CallOptions) -> KernelCall:
+    """Binds a call as ``triton_call`` does (with the process-wide registry's dialect) and returns it."""
+    wrappers = unwrap_kernel(kernel)
+    dialect = registries.get_registry().dialect_for(wrappers.fn)
+    return bind_call(kernel, wrappers, dialect, args, kwargs, options).call
 
 
 def compile_request(backend: Backend, call: KernelCall, target: Target, dialect: Dialect) -> CompileRequest:
@@ -253,9 +257,7 @@ def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
 
 
 def _triton_dialect() -> Dialect:
-    from jt_core.triton_dialect import TritonDialect
-
-    return TritonDialect()
+    return registries.get_registry().dialect_for(sample_add_kernel)
 
 
 # -- conformance suites --------------------------------------------------------------------------------------
@@ -265,7 +267,7 @@ class BackendConformance:
     """Subclass and provide a ``backend`` fixture (and set ``compute_capability`` where the target needs one).
 
     The suite checks the ABC contract, that a target can be made without a device when told the architecture,
-    and that the sample kernel compiles to a :class:`~jt_core.backend.CompiledKernel`.
+    and that the sample kernel compiles to a :class:`~jt_core.contracts.CompiledKernel`.
     """
 
     #: Passed as ``compute_capability=`` to the sample call (CUDA backends need it without a device).
@@ -290,8 +292,8 @@ class BackendConformance:
         assert compiled.name
 
     def test_registered_by_its_plugin(self, backend: Backend) -> None:
-        manager = plugins.get_plugin_manager().ensure_loaded()
-        registered = {type(b) for _, b in manager.backends.values()}
+        registry = registries.get_registry().ensure_loaded()
+        registered = {type(b) for _, b in registry.backends.values()}
         assert type(backend) in registered, f"{type(backend).__name__} is not registered by any loaded plugin"
 
 
@@ -319,8 +321,6 @@ class LauncherConformance:
         if launcher.unavailable_reason() is not None:
             pytest.skip(f"launcher {launcher.name!r} is unavailable here: {launcher.unavailable_reason()}")
         import jax.numpy as jnp
-
-        from jt_core import triton_call
 
         def f(x: Any, y: Any) -> Any:
             return triton_call(
@@ -357,5 +357,5 @@ class DialectConformance:
         assert not dialect.claims(types.SimpleNamespace())
 
     def test_selected_for_its_kernels(self, dialect: Dialect, sample_kernel: Any) -> None:
-        chosen = plugins.get_plugin_manager().dialect_for(sample_kernel)
+        chosen = registries.get_registry().dialect_for(sample_kernel)
         assert chosen.name == dialect.name

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jt_core.backend import Dialect, Specialization, Target
+from jt_core.call import Specialization
+from jt_core.contracts import Dialect, Target
 from jt_core.hookspecs import hookimpl
 
 

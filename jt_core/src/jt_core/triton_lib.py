@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core.autotune import unwrap_kernel
-from jt_core.binding import kernel_params, kernel_signature_text, normalize_grid
+from jt_core import cache
+from jt_core.call import kernel_name, kernel_params, kernel_signature_text
+from jt_core.configs import normalize_grid, unwrap_kernel
 from jt_core.dtypes import get_type_id
 
 __all__ = ["JTJITFunction", "get_type_id", "normalize_grid"]
@@ -33,14 +34,11 @@ class JTJITFunction:
     @property
     def signature(self) -> str:
         """The kernel's signature as text, e.g. ``add(x_ptr, y_ptr, n, BLOCK: tl.constexpr = 128)``."""
-        name = getattr(getattr(self.fn, "fn", self.fn), "__name__", "kernel")
-        return kernel_signature_text(self._params, name)
+        return kernel_signature_text(self._params, kernel_name(self.fn))
 
     @property
     def compiled_kernels_cache_size(self) -> int:
         """How many compiled variants of this kernel this process holds in memory (all backends)."""
-        from jt_core import cache
-
         return cache.compiled_count(self.fn)
 
     def __repr__(self) -> str:

@@ -16,9 +16,9 @@ def register_handlers() -> None:
     Raises:
         jt_core.native.NativeBuildError: When no C++ compiler is available or the build fails.
     """
-    from jt_cuda import handler
+    from jt_cuda.launchers import register_handlers as register
 
-    handler.register()
+    register()
 
 
 __all__ = ["__version__", "register_handlers"]

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import collections
-import hashlib
-import os
-import sys
-import threading
 from typing import Any
 
-from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Target
-from jt_core.binding import KernelCall
+from jt_core import settings
+from jt_core.call import CompileOptions, KernelCall
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target, plain_metadata
 from jt_core.errors import KernelCallValueError
-from jt_cuda import _compat, _dump
-from jt_cuda.arch import limits_for, parse_compute_capability
+from jt_cuda import _compat
+from jt_cuda.target import limits_for, parse_compute_capability
 
 #: Environment variable giving the compute capability when lowering without a CUDA device.
 ARCH_VARIABLE = "JT_CUDA_ARCH"
@@ -38,15 +34,16 @@ class CudaBackend(Backend):
     The target is the compute capability of the device the computation is lowered for, else the call's
     ``compute_capability=``, else ``JT_CUDA_ARCH``. Compiles go through ``triton.compile`` with an explicit
     ``GPUTarget``, so Triton picks the stage list for the source's language and no GPU is needed to compile.
+    Compiled kernels are cached by jt-core (in memory and on disk); :meth:`restore` checks them against the
+    device's limits whichever way they come.
     """
 
     platform = "cuda"
     cacheable = True
+    binary_suffix = "cubin"
 
-    def __init__(self, cache_size: int = 512) -> None:
-        self._cache: collections.OrderedDict[Any, CompiledKernel] = collections.OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+    def target_label(self, target: Target) -> str:
+        return f"sm{target.arch}"
 
     # -- target ----------------------------------------------------------------------------------------------
 
@@ -61,7 +58,7 @@ class CudaBackend(Backend):
             text = _compat.device_compute_capability(device)
             if text is not None:
                 return Target(platform="cuda", arch=parse_compute_capability(text, f"device {device}"), warp_size=32)
-        env = os.environ.get(ARCH_VARIABLE, "").strip()
+        env = settings.text(ARCH_VARIABLE)
         if env:
             try:
                 cc = parse_compute_capability(env, ARCH_VARIABLE)
@@ -104,40 +101,21 @@ class CudaBackend(Backend):
     def compile(self, request: CompileRequest) -> CompiledKernel:
         import triton
 
-        cc = int(request.target.arch)
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
-        options = request.options.as_dict()
-        key = (source.hash(), cc, tuple(sorted((k, repr(v)) for k, v in options.items())))
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-        if cached is None:
-            compiled = triton.compile(source, target=_compat.gpu_target(cc), options=dict(options))
-            cached = self._to_compiled_kernel(compiled, request.target)
-            with self._lock:
-                self._cache[key] = cached
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return self.restore(cached, request)
+        compiled = triton.compile(
+            source, target=_compat.gpu_target(int(request.target.arch)), options=request.options.as_dict()
+        )
+        return self.restore(self._to_compiled_kernel(compiled, request.target), request)
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
-        """Checks the device limits, prints the IRs (``debug=True``) and writes the dump of a compiled kernel,
-        fresh or read back from jt's disk cache."""
+        """Checks a compiled kernel, fresh or read back from jt's disk cache, against the target's limits."""
         self._check_limits(cached, request)
-        if request.options.debug:
-            self._print_irs(cached, request)
-        root = _dump.dump_dir()
-        if root is not None:
-            _dump.write_dump(
-                root, request.call.name, self._dump_key(cached), cached.asm, _compile_info(cached, request)
-            )
         return cached
 
     @staticmethod
     def _to_compiled_kernel(compiled: Any, target: Target) -> CompiledKernel:
         metadata = _compat.metadata_dict(compiled.metadata)
-        plain = {k: _plain(v) for k, v in metadata.items()}
+        plain = plain_metadata(metadata)
         asm = {stage: compiled.asm[stage] for stage in KEPT_STAGES if stage in compiled.asm}
         cubin = asm.get("cubin", b"")
         return CompiledKernel(
@@ -183,54 +161,6 @@ class CudaBackend(Backend):
                 f"triton_call {name!r} (kernel {kernel.name}) config [{label}] runs {kernel.num_warps} warps "
                 f"({block} threads) per block, above the 1024 threads a CUDA block may have; lower num_warps"
             )
-
-    @staticmethod
-    def _dump_key(kernel: CompiledKernel) -> str:
-        value = kernel.metadata.get("hash")
-        if isinstance(value, str) and value:
-            return value
-        return hashlib.sha256(kernel.binary).hexdigest()
-
-    @staticmethod
-    def _print_irs(kernel: CompiledKernel, request: CompileRequest) -> None:
-        out = sys.stdout
-        for stage in ("ttir", "ttgir", "llir", "ptx"):
-            if stage in kernel.asm:
-                out.write(
-                    f"// ---- triton_call {request.call.name!r} config [{request.config.label}] {stage} "
-                    f"(sm{request.target.arch}) ----\n"
-                )
-                out.write(str(kernel.asm[stage]))
-                out.write("\n")
-        out.flush()
-
-
-def _compile_info(kernel: CompiledKernel, request: CompileRequest) -> dict[str, Any]:
-    return {
-        "call": request.call.name,
-        "kernel": kernel.name,
-        "config": request.config.label,
-        "grid": list(request.config.grid),
-        "target": {"platform": "cuda", "compute_capability": request.target.arch},
-        "options": {k: _plain(v) for k, v in request.options.as_dict().items()},
-        "num_warps": kernel.num_warps,
-        "shared_mem": kernel.shared_mem,
-        "cluster_dims": list(kernel.cluster_dims),
-        "global_scratch_size": kernel.global_scratch_size,
-        "global_scratch_align": kernel.global_scratch_align,
-        "cubin_bytes": len(kernel.binary),
-        "metadata": dict(kernel.metadata),
-    }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return str(value)
 
 
 def _triton_version() -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core.backend import Dialect, Specialization, Target
+from jt_core.call import Specialization
+from jt_core.contracts import Dialect, Target
 from jt_gluon import _compat
 
 

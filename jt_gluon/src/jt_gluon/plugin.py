@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jt_core.backend import Dialect
+from jt_core.contracts import Dialect
 from jt_core.hookspecs import hookimpl
 
 

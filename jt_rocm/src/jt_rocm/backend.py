@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core.backend import Backend, CompiledKernel, CompileOptions, CompileRequest, Target
-from jt_core.binding import KernelCall
+from jt_core.call import CompileOptions, KernelCall
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target, plain_metadata
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_rocm import _compat, dump
+from jt_rocm import _compat
 from jt_rocm.target import (
     ARCH_OPTION,
     MAX_THREADS_PER_BLOCK,
     GfxArch,
-    environ,
     no_arch_error,
     parse_arch,
     requested_arch,
@@ -46,6 +45,10 @@ class RocmBackend(Backend):
     """
 
     platform = "rocm"
+    binary_suffix = "hsaco"
+
+    def target_label(self, target: Target) -> str:
+        return str(target.arch)
 
     def target(self, call: KernelCall, device: Any | None) -> Target:
         if isinstance(call.compute_capability, str):
@@ -54,7 +57,7 @@ class RocmBackend(Backend):
                 f"(an int such as 90); name an AMD GPU with backend_options={{{ARCH_OPTION!r}: "
                 f"{call.compute_capability!r}}} instead"
             )
-        arch = requested_arch(_backend_options(call), environ())
+        arch = requested_arch(_backend_options(call))
         if arch is None and device is not None:
             name = _compat.device_arch(device)
             if name is not None:
@@ -111,14 +114,11 @@ class RocmBackend(Backend):
             target=request.target,
             binary=bytes(compiled.asm["hsaco"]),
             asm=asm,
-            metadata={k: v for k, v in metadata.items() if k != "target"},
+            metadata=plain_metadata({k: v for k, v in metadata.items() if k != "target"}),
             num_warps=int(metadata.get("num_warps") or request.options.num_warps),
             shared_mem=shared,
             cluster_dims=(1, 1, 1),
             global_scratch_size=int(metadata.get("global_scratch_size") or 0),
             global_scratch_align=int(metadata.get("global_scratch_align") or 1),
         )
-        root = dump.dump_dir()
-        if root is not None:
-            dump.dump_kernel(request, kernel, "hsaco", root)
         return kernel

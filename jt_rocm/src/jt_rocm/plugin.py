@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jt_core.backend import Backend, Launcher
+from jt_core.contracts import Backend, Launcher
 from jt_core.hookspecs import hookimpl
 
 
@@ -18,8 +18,7 @@ def jt_register_backends() -> Sequence[Backend]:
 
 @hookimpl
 def jt_register_launchers() -> Sequence[Launcher]:
-    """Registers jt's own FFI handler (``"jt"``, preferred) and jaxlib's ROCm Triton handler (``"jaxlib"``)."""
-    from jt_rocm.ffi_launcher import RocmFfiLauncher
-    from jt_rocm.launcher import JaxlibRocmLauncher
+    """Registers jt's own launch handler (``"jt"``, preferred) and jaxlib's ROCm Triton handler (``"jaxlib"``)."""
+    from jt_rocm.launchers import RocmJaxlibLauncher, RocmJtLauncher
 
-    return [RocmFfiLauncher(), JaxlibRocmLauncher()]
+    return [RocmJtLauncher(), RocmJaxlibLauncher()]

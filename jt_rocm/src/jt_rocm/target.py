@@ -7,11 +7,11 @@ the environment variable ``JT_ROCM_ARCH``, and from the device the computation i
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from jt_core import settings
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 
 #: The environment variable that overrides the architecture read from the device.
@@ -85,11 +85,11 @@ def parse_arch(value: Any, source: str) -> GfxArch:
     return GfxArch(name=name, major=int(match.group("major")))
 
 
-def requested_arch(backend_options: Mapping[str, Any], environ: Mapping[str, str]) -> GfxArch | None:
-    """The architecture the call or the environment asks for, or ``None`` when neither does."""
+def requested_arch(backend_options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> GfxArch | None:
+    """The architecture the call or the environment (``os.environ`` by default) asks for, or ``None``."""
     if ARCH_OPTION in backend_options:
         return parse_arch(backend_options[ARCH_OPTION], f"backend_options[{ARCH_OPTION!r}]")
-    env = environ.get(ARCH_ENV, "").strip()
+    env = settings.text(ARCH_ENV, environ)
     if env:
         return parse_arch(env, f"environment variable {ARCH_ENV}")
     return None
@@ -102,8 +102,3 @@ def no_arch_error(call_name: str) -> KernelCallValueError:
         f"lowering. Pass backend_options={{{ARCH_OPTION!r}: 'gfx942'}} to triton_call, or set {ARCH_ENV}=gfx942 "
         "(use your GPU's architecture; `rocminfo` prints it)"
     )
-
-
-def environ() -> Mapping[str, str]:
-    """The process environment (a function so tests can see what is read)."""
-    return os.environ

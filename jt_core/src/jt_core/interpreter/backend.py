@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat, autotune
-from jt_core.backend import Backend, CompiledKernel, CompileRequest, Launcher, Target
-from jt_core.binding import INPUT, OUTPUT, KernelCall
+from jt_core import _compat, settings, tuning
+from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.interpreter import runner
 
 CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
@@ -22,7 +21,7 @@ CPU_DEVICE_NAME = "cpu-triton-interpreter"
 
 def cpu_autotune_enabled() -> bool:
     """Whether autotuned kernels are tuned on the CPU (``JT_CPU_AUTOTUNE=1``); otherwise the first config runs."""
-    return os.environ.get("JT_CPU_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
+    return settings.flag("JT_CPU_AUTOTUNE")
 
 
 class CpuBackend(Backend):
@@ -154,12 +153,15 @@ class CpuLauncher(Launcher):
     name = "interpreter"
     priority = 0
     supports_tensor_descriptors = True
-    #: Whether the lowered call is a JAX host callback. JAX loses those inside ``custom_partitioning`` bodies, so
-    #: partition rules refuse to run such a launcher across several CPU devices (:mod:`jt_core.partitioning`).
-    uses_host_callback: ClassVar[bool] = True
+    uses_host_callback = True
 
     def lower(
-        self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]
+        self,
+        ctx: Any,
+        call: KernelCall,
+        kernels: Sequence[CompiledKernel],
+        operands: Sequence[Any],
+        device: Any | None,
     ) -> Sequence[Any]:
         chosen: list[int] = []
 
@@ -177,7 +179,7 @@ class CpuLauncher(Launcher):
                 results[index] = execute(call, kernels[index], operands, index)
                 return time.perf_counter() - start
 
-            index = autotune.choose_config(call, CPU_DEVICE_NAME, trial)
+            index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
             chosen.append(index)
             outputs = results.get(index)
             return tuple(outputs if outputs is not None else execute(call, kernels[index], operands, index))

@@ -29,15 +29,16 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from jt_core import _compat, autotune
-from jt_core.backend import CompiledKernel, Launcher
-from jt_core.binding import KernelCall
+from jt_core import _compat, tuning
+from jt_core.call import KernelCall
+from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter.backend import CPU_DEVICE_NAME, cpu_autotune_enabled, execute, execute_into
+from jt_core.native import build_shared_library
 
 __all__ = [
     "ABI_VERSION",
@@ -182,7 +183,7 @@ def run_registered(entry: RegisteredCall, operands: Sequence[np.ndarray], output
                         results[i] = execute(call, kernels[i], operands, i)
                         return time.perf_counter() - start
 
-                    index = autotune.choose_config(call, CPU_DEVICE_NAME, trial)
+                    index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
                     entry.chosen = index
                     if index in results:
                         for out, value in zip(outputs, results[index]):
@@ -270,8 +271,6 @@ _failure: str | None = None
 
 
 def _load() -> ctypes.CDLL:
-    from jt_core.native import build_shared_library
-
     built = build_shared_library(
         "jt_cpu_interpreter_call",
         [_SOURCE],
@@ -326,7 +325,6 @@ class CpuFfiLauncher(Launcher):
     name = "ffi"
     priority = 10
     supports_tensor_descriptors = True
-    uses_host_callback: ClassVar[bool] = False
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -336,7 +334,12 @@ class CpuFfiLauncher(Launcher):
         return None
 
     def lower(
-        self, ctx: Any, call: KernelCall, kernels: Sequence[CompiledKernel], operands: Sequence[Any]
+        self,
+        ctx: Any,
+        call: KernelCall,
+        kernels: Sequence[CompiledKernel],
+        operands: Sequence[Any],
+        device: Any | None,
     ) -> Sequence[Any]:
         from jax._src.interpreters import mlir
         from jax._src.lib.mlir import ir
@@ -355,11 +358,7 @@ class CpuFfiLauncher(Launcher):
             has_side_effect=call.has_side_effect,
             api_version=4,
             operand_output_aliases=dict(call.aliases),
-            operand_layouts=[_row_major(aval) for aval in call.operand_avals],
-            result_layouts=[_row_major(aval) for aval in out_avals],
+            operand_layouts=[self.row_major(aval) for aval in call.operand_avals],
+            result_layouts=[self.row_major(aval) for aval in out_avals],
         )
         return list(op.results)
-
-
-def _row_major(aval: Any) -> list[int]:
-    return list(range(len(aval.shape) - 1, -1, -1))

@@ -1,4 +1,5 @@
-"""The roles a plugin fills -- :class:`Backend`, :class:`Launcher`, :class:`Dialect` -- and the values they pass.
+"""The contracts: the roles a plugin fills -- :class:`Backend`, :class:`Launcher`, :class:`Dialect` -- and the values
+they pass (:class:`Target`, :class:`CompileRequest`, :class:`CompiledKernel`).
 
 Each role is an abstract base class: a plugin that forgets a method fails when it constructs the object, not in
 the middle of a lowering. Targets, options and requests are frozen dataclasses.
@@ -9,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from jt_core.binding import KernelCall, LaunchConfig
+from jt_core.call import CompileOptions, KernelCall, LaunchConfig, Specialization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,63 +29,6 @@ class Target:
     platform: str
     arch: int | str
     warp_size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class CompileOptions:
-    """Compiler options of one kernel configuration.
-
-    Attributes:
-        num_warps: Warps per program.
-        num_stages: Software-pipelining stages.
-        num_ctas: Programs per cluster (CUDA sm90+).
-        enable_fp_fusion: Whether multiply-adds may be fused.
-        debug: Compile with Triton's debug checks and print the IRs.
-        extra: Further backend-specific options (``backend_options=``), as sorted ``(name, value)`` pairs.
-    """
-
-    num_warps: int = 4
-    num_stages: int = 3
-    num_ctas: int = 1
-    enable_fp_fusion: bool = True
-    debug: bool = False
-    extra: tuple[tuple[str, Any], ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The options as the keyword arguments Triton's backends take."""
-        out: dict[str, Any] = {
-            "num_warps": self.num_warps,
-            "num_stages": self.num_stages,
-            "num_ctas": self.num_ctas,
-            "enable_fp_fusion": self.enable_fp_fusion,
-            "debug": self.debug,
-        }
-        out.update(self.extra)
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Specialization:
-    """How one configuration's parameters are specialised, keyed by full parameter path.
-
-    Attributes:
-        signature: Parameter name to Triton type string (``"*fp32"``, ``"i32"``, ``"constexpr"``); tuple
-            parameters map to a tuple of such strings.
-        constexprs: Parameter path (``(index,)`` or ``(index, leaf, ...)``) to the constant value.
-        attrs: Parameter path to a list of ``[attribute, value]`` pairs (e.g. ``["tt.divisibility", 16]``).
-    """
-
-    signature: Mapping[str, Any]
-    constexprs: Mapping[tuple[int, ...], Any]
-    attrs: Mapping[tuple[int, ...], Sequence[Sequence[Any]]]
-
-    def key(self) -> tuple[Any, ...]:
-        """A hashable identity of the specialisation (for caches)."""
-        return (
-            tuple(self.signature.items()),
-            tuple(sorted(self.constexprs.items(), key=lambda kv: kv[0])),
-            tuple(sorted((k, tuple(tuple(a) for a in v)) for k, v in self.attrs.items())),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +87,22 @@ class CompiledKernel:
     payload: Any = None
 
 
+def plain_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A compiler's metadata as plain JSON values (what :attr:`CompiledKernel.metadata` holds): numbers, strings,
+    booleans, ``None``, lists and string-keyed dicts; anything else becomes its ``str``."""
+    return {str(key): _plain(value) for key, value in metadata.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return plain_metadata(value)
+    return str(value)
+
+
 class Backend(ABC):
     """Compiles kernels for one JAX lowering platform.
 
@@ -156,10 +115,16 @@ class Backend(ABC):
     interprets: ClassVar[bool] = False
     #: Whether compiled kernels may be kept in jt's disk cache (their metadata must be JSON data).
     cacheable: ClassVar[bool] = False
+    #: The file suffix of :attr:`CompiledKernel.binary` in ``JAX_TRITON_DUMP_DIR`` dumps (``"cubin"``, ``"hsaco"``).
+    binary_suffix: ClassVar[str] = "bin"
 
     def cache_tag(self) -> str:
         """Extra text for the disk-cache key: anything outside the request that changes the binary (tool versions)."""
         return ""
+
+    def target_label(self, target: Target) -> str:
+        """A short name of a target for messages and IR listings (``"sm90"``, ``"gfx942"``)."""
+        return f"{target.platform} {target.arch}"
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
         """Turns a kernel read back from the disk cache into what :meth:`compile` would have returned."""
@@ -192,7 +157,10 @@ class Backend(ABC):
 
 
 class Launcher(ABC):
-    """Turns compiled kernels into an XLA operation on one platform."""
+    """Turns compiled kernels into an XLA operation on one platform.
+
+    Subclasses set :attr:`platform` and :attr:`name` and implement :meth:`lower`.
+    """
 
     #: The platform served.
     platform: ClassVar[str]
@@ -203,10 +171,18 @@ class Launcher(ABC):
     #: Whether it passes host-side tensor descriptors (:class:`jt_core.TensorDescriptor` arguments, slots with a
     #: ``descriptor``); calls with one are refused by launchers that do not.
     supports_tensor_descriptors: ClassVar[bool] = False
+    #: Whether the lowered call is a JAX host callback. JAX drops those inside ``custom_partitioning`` bodies, so
+    #: partition rules refuse such a launcher across several devices (:mod:`jt_core.partitioning`).
+    uses_host_callback: ClassVar[bool] = False
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used in this process, or ``None`` when it can."""
         return None
+
+    @staticmethod
+    def row_major(aval: Any) -> list[int]:
+        """The row-major layout of an array value (minor-to-major dimension order), as custom calls take it."""
+        return list(range(len(aval.shape) - 1, -1, -1))
 
     @abstractmethod
     def lower(
@@ -215,6 +191,7 @@ class Launcher(ABC):
         call: KernelCall,
         kernels: Sequence[CompiledKernel],
         operands: Sequence[Any],
+        device: Any | None,
     ) -> Sequence[Any]:
         """Emits the operation for a call inside a JAX lowering rule.
 
@@ -223,6 +200,8 @@ class Launcher(ABC):
             call: The bound call.
             kernels: One compiled kernel per ``call.configs`` entry (the autotuning candidates).
             operands: The MLIR values of the array operands, in ``call.operand_avals`` order.
+            device: The device lowered for, or ``None`` when lowering without one (export, cross-platform
+                lowering); the same device the backend's :meth:`Backend.target` was given.
 
         Returns:
             The MLIR values of the outputs, in ``call.out_avals`` order.
@@ -247,3 +226,6 @@ class Dialect(ABC):
     @abstractmethod
     def make_source(self, kernel: Any, specialization: Specialization, target: Target) -> Any:
         """Builds the source object ``triton.compile`` accepts (an ``ASTSource`` or a subclass)."""
+
+
+__all__ = ["Backend", "CompileRequest", "CompiledKernel", "Dialect", "Launcher", "Target", "plain_metadata"]

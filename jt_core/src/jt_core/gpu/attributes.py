@@ -1,9 +1,9 @@
-"""The attributes of jt's GPU launch handlers: what the CUDA and ROCm launchers write into their custom call.
+"""The attributes of jt's GPU launch handler: what the CUDA and ROCm ``jt`` launchers write into their custom call.
 
 jt-cuda and jt-rocm run the same handler (``csrc/jt_launch_common.h``, built by :mod:`jt_core.native` on top of
 each runtime's driver), so they describe a call the same way: the code objects, the launch shape of every
 configuration, and an index-based parameter layout, so that the order of the kernel's parameters never matters.
-The schema is documented at the top of the header.
+The schema is documented at the top of ``csrc/jt_launch_state.h``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from jt_core.backend import CompiledKernel
-from jt_core.binding import INPUT, OUTPUT, KernelCall, ParamSlot
+from jt_core import cache, tuning
+from jt_core.call import INPUT, OUTPUT, KernelCall, ParamSlot
+from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
 
 __all__ = [
@@ -24,8 +25,10 @@ __all__ = [
     "PARAM_RESULT",
     "PARAM_SCALAR",
     "PARAM_TENSOR_MAP",
+    "RUNTIME_NAMES",
     "DescriptorParam",
     "DescriptorParams",
+    "TENSOR_MAP_RECORD_SIZE",
     "ffi_attributes",
     "refuse_profile_scratch",
     "scalar_bytes",
@@ -87,7 +90,8 @@ _SCALAR_FORMATS = {
     "fp64": "<d",
 }
 
-_RUNTIME_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
+#: Runtime names for messages, by platform.
+RUNTIME_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
 #: int64 fields per tensor map record: buffer kind and index, data type, rank, swizzle, OOB fill, dims[5],
 #: byte strides[4], box[5] (innermost dimension first).
@@ -109,7 +113,7 @@ def scalar_bytes(type_str: str, value: Any, platform: str = "cuda") -> bytes:
         return np.asarray(plain, dtype=ml_dtypes.bfloat16).tobytes()
     fmt = _SCALAR_FORMATS.get(type_str)
     if fmt is None:
-        runtime = _RUNTIME_NAMES.get(platform, platform)
+        runtime = RUNTIME_NAMES.get(platform, platform)
         raise KernelCallValueError(
             f"scalar parameter of Triton type {type_str!r} cannot be passed to a {runtime} kernel"
         )
@@ -143,14 +147,12 @@ def threads_per_program(kernel: CompiledKernel) -> int:
 def tuning_file(call: KernelCall, device: Any | None, platform: str = "cuda") -> str:
     """Where the handler remembers the winner of an autotuned call on this device kind ("" when not autotuned,
     when the device is unknown -- lowering without one -- or when the cache is disabled)."""
-    from jt_core import autotune, cache
-
     if len(call.configs) < 2 or device is None or not cache.enabled():
         return ""
     kind = str(getattr(device, "device_kind", "") or "")
     if not kind:
         return ""
-    return str(autotune.tuning_path(autotune.tuning_key(call, f"{platform}:{kind}")))
+    return str(tuning.tuning_path(tuning.tuning_key(call, f"{platform}:{kind}")))
 
 
 def _ir_int(value: int) -> Any:
@@ -223,7 +225,7 @@ def ffi_attributes(
             if descriptor_params is None:
                 raise KernelCallValueError(
                     f"triton_call {call.name!r}: tensor descriptor argument {slot.name!r} cannot be passed to a "
-                    f"{_RUNTIME_NAMES.get(platform, platform)} kernel by jt's handler"
+                    f"{RUNTIME_NAMES.get(platform, platform)} kernel by jt's handler"
                 )
             for param in descriptor_params(slot, descriptors, kernels):
                 if param.kind == "buffer":
@@ -289,59 +291,3 @@ def ffi_attributes(
     if call.serialized_metadata:
         attributes["metadata"] = _ir_str(call.serialized_metadata)
     return attributes, scratch_bytes
-
-
-def _row_major(aval: Any) -> list[int]:
-    return list(range(len(aval.shape) - 1, -1, -1))
-
-
-def emit_launch_call(
-    ctx: Any,
-    call: KernelCall,
-    kernels: Sequence[CompiledKernel],
-    operands: Sequence[Any],
-    handler: Any,
-    attributes: Any,
-) -> list[Any]:
-    """Emits the ``stablehlo.custom_call`` of jt's launch handler for one call (CUDA and ROCm alike).
-
-    Args:
-        ctx: JAX's lowering-rule context.
-        call: The bound call.
-        kernels: One compiled kernel per configuration.
-        operands: The MLIR values of the array operands.
-        handler: The platform's :class:`jt_core.native.LaunchHandlerLibrary` (target names, preloading switch).
-        attributes: ``attributes(call, kernels, device) -> (attributes, scratch bytes)``: the platform's
-            :func:`ffi_attributes` (CUDA adds its tensor-map records).
-
-    Returns:
-        The MLIR values of the outputs (the global scratch output, if any, is not among them).
-    """
-    from jax._src.interpreters import mlir
-
-    from jt_core.primitive import lowering_device
-
-    backend_config, scratch_bytes = attributes(call, kernels, lowering_device(ctx))
-    out_avals = list(call.out_avals)
-    result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals]
-    result_layouts = [_row_major(aval) for aval in out_avals]
-    if scratch_bytes:
-        import jax.numpy as jnp
-        from jax import core
-
-        scratch_aval = core.ShapedArray((scratch_bytes,), jnp.uint8)
-        result_types.append(mlir.aval_to_ir_type(ctx.module_context, scratch_aval))
-        result_layouts.append([0])
-    single = len(kernels) == 1 and handler.preload_enabled()
-    op = mlir.custom_call(
-        handler.preloaded_target_name if single else handler.target_name,
-        result_types=result_types,
-        operands=list(operands),
-        backend_config=backend_config,
-        has_side_effect=call.has_side_effect,
-        api_version=4,
-        operand_output_aliases=dict(call.aliases),
-        operand_layouts=[_row_major(aval) for aval in call.operand_avals],
-        result_layouts=result_layouts,
-    )
-    return list(op.results)[: len(out_avals)]

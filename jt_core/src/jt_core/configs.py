@@ -1,28 +1,22 @@
-"""Expanding ``@triton.autotune`` and ``@triton.heuristics`` into a list of launch configurations.
+"""Configurations: unwrapping ``@triton.autotune`` / ``@triton.heuristics`` and expanding them into launch configs.
 
 The user's ``Autotuner`` / ``Heuristics`` objects are only read, never mutated. Values the caller fixes (constexpr
 keywords, ``num_warps=`` ...) prune the autotuning configs that disagree with them; heuristics are evaluated per
-remaining config.
+remaining config; :func:`normalize_grid` turns each config's grid into three axes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import logging
-import pathlib
-import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jt_core.backend import CompileOptions
+import numpy as np
+
+from jt_core.call import OPTION_NAMES, OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 
-if TYPE_CHECKING:
-    from jt_core.binding import KernelCall, KernelParam, LaunchConfig, ParamSlot
-
-OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
+__all__ = ["AutotuneConfig", "KernelWrappers", "expand_configs", "normalize_grid", "unwrap_kernel"]
 _DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": True, "debug": False}
 
 
@@ -65,8 +59,6 @@ def unwrap_kernel(kernel: Any) -> KernelWrappers:
     """
     from triton.runtime.autotuner import Autotuner, Heuristics
 
-    from jt_core.plugins import get_plugin_manager
-
     wrappers = KernelWrappers(fn=None)
     current = kernel
     for _ in range(16):
@@ -105,8 +97,6 @@ def unwrap_kernel(kernel: Any) -> KernelWrappers:
         raise KernelCallTypeError(
             f"kernel={kernel!r} is not a jitted Triton kernel; decorate the function with @triton.jit (or @gluon.jit)"
         )
-    # Make sure some dialect claims it; raises a clear error otherwise.
-    get_plugin_manager().dialect_for(current)
     wrappers.fn = current
     return wrappers
 
@@ -165,8 +155,6 @@ def expand_configs(
     slots: Sequence[ParamSlot],
 ) -> list[LaunchConfig]:
     """Builds one :class:`LaunchConfig` per autotuning candidate (one when not autotuned)."""
-    from jt_core.binding import OUTPUT, LaunchConfig, normalize_grid
-
     constexpr_params = [p for p in params if p.is_constexpr]
     constexpr_names = {p.name for p in constexpr_params}
     candidates = wrappers.configs or [AutotuneConfig((), ())]
@@ -218,7 +206,7 @@ def expand_configs(
             if heur_name in ("num_warps", "num_stages", "num_ctas"):
                 options_from_config[heur_name] = value
             elif heur_name in constexpr_names:
-                _check_hashable_meta(heur_name, value)
+                check_hashable(heur_name, value)
                 meta[heur_name] = value
             else:
                 raise KernelCallValueError(
@@ -256,137 +244,48 @@ def expand_configs(
     return configs
 
 
-def _check_hashable_meta(name: str, value: Any) -> None:
+def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Turns ``grid`` (int, tuple of up to three ints, or a callable of the metaparameters) into three axes.
+
+    Raises:
+        KernelCallTypeError: For a grid of the wrong type, or a callable returning one.
+        KernelCallValueError: For more than three axes or negative sizes.
+    """
+    source = "grid"
+    if callable(grid):
+        try:
+            grid = grid(dict(metaparams))
+        except Exception as exc:
+            raise KernelCallValueError(
+                f"grid callable raised {type(exc).__name__}: {exc} (it is called with a dict of the "
+                f"metaparameters: {sorted(metaparams)})"
+            ) from exc
+        source = "grid callable's result"
+    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
+        grid = (int(grid),)
+    if not isinstance(grid, (tuple, list)):
+        raise KernelCallTypeError(f"{source} must be an int or a tuple of up to 3 ints, got {grid!r}")
+    if len(grid) > 3:
+        raise KernelCallValueError(f"{source} has {len(grid)} axes, {tuple(grid)}; Triton grids have at most 3")
+    axes = []
+    for axis, size in enumerate(grid):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+            raise KernelCallTypeError(f"{source} axis {axis} must be an int, got {size!r} in {tuple(grid)}")
+        if size < 0:
+            raise KernelCallValueError(f"{source} axis {axis} is negative: {tuple(grid)}")
+        if size >= 2**31:
+            raise KernelCallValueError(f"{source} axis {axis} is {size}, above the launch limit 2**31-1")
+        axes.append(int(size))
+    while len(axes) < 3:
+        axes.append(1)
+    return (axes[0], axes[1], axes[2])
+
+
+def check_hashable(name: str, value: Any) -> None:
     try:
         hash(value)
     except TypeError:
-        raise KernelCallTypeError(f"metaparameter {name}={value!r} is unhashable") from None
-
-
-# -- choosing a configuration and remembering the choice --------------------------------------------------------
-
-#: Counters of this process: trial runs made and choices read back from the cache.
-tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
-
-_tuning_log = logging.getLogger("jt_core.autotune")
-
-
-def autotune_key_values(call: KernelCall) -> dict[str, Any]:
-    """The values of the autotuner's ``key`` arguments: shapes and dtypes of arrays, values of scalars."""
-    from jt_core.binding import INPUT, OUTPUT
-
-    values: dict[str, Any] = {}
-    for slot in call.slots:
-        if slot.name not in call.autotune_keys:
-            continue
-        if slot.kind == INPUT:
-            aval = call.operand_avals[slot.index]
-            values[slot.name] = [list(aval.shape), str(aval.dtype)]
-        elif slot.kind == OUTPUT:
-            aval = call.out_avals[slot.index]
-            values[slot.name] = [list(aval.shape), str(aval.dtype)]
-        else:
-            values[slot.name] = repr(slot.value)
-    constexprs = call.configs[0].constexpr_dict
-    for name in call.autotune_keys:
-        if name not in values and name in constexprs:
-            values[name] = repr(constexprs[name])
-    return values
-
-
-def tuning_key(call: KernelCall, device_name: str) -> str:
-    """Identifies one tuning problem: kernel source, key values, device name and the candidate configs."""
-    from jt_core import cache
-
-    parts = {
-        "source": cache.source_key(call.fn),
-        "name": call.name,
-        "keys": autotune_key_values(call),
-        "device": device_name,
-        "configs": [config.label for config in call.configs],
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def tuning_path(key: str) -> pathlib.Path:
-    """The file remembering the winner of tuning problem ``key`` (in ``JT_CACHE_DIR/autotune``)."""
-    from jt_core import cache
-
-    folder = cache.cache_dir() / "autotune"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder / f"{key}.json"
-
-
-def load_choice(key: str, num_configs: int) -> int | None:
-    """The remembered winning config index for a tuning problem, or ``None``."""
-    from jt_core import cache
-
-    if not cache.enabled():
-        return None
-    path = tuning_path(key)
-    try:
-        data = json.loads(path.read_text())
-        index = int(data["index"])
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError):
-        _tuning_log.warning("ignoring unreadable autotuning record %s", path)
-        return None
-    return index if 0 <= index < num_configs else None
-
-
-def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> None:
-    """Remembers the winning config index (atomically; skipped when the cache is disabled)."""
-    from jt_core import cache
-
-    if not cache.enabled():
-        return
-    record = {"index": index, "config": label, "seconds": list(timings)}
-    cache.atomic_write(tuning_path(key), json.dumps(record, sort_keys=True).encode())
-
-
-def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:
-    """Picks the fastest configuration of an autotuned call, or the remembered one.
-
-    Args:
-        call: The call; ``call.configs`` are the candidates.
-        device_name: Names the device the timings hold for (part of the remembered key).
-        trial: Runs configuration ``i`` once on scratch copies of the buffers and returns its time in seconds.
-
-    Returns:
-        The index of the chosen configuration.
-    """
-    if len(call.configs) == 1:
-        return 0
-    key = tuning_key(call, device_name)
-    remembered = load_choice(key, len(call.configs))
-    if remembered is not None:
-        tuning_stats["cached_choices"] += 1
-        _tuning_log.info("triton_call %r: using remembered config [%s]", call.name, call.configs[remembered].label)
-        return remembered
-    start = time.perf_counter()
-    timings = []
-    for index in range(len(call.configs)):
-        tuning_stats["trials"] += 1
-        timings.append(trial(index))
-        elapsed = time.perf_counter() - start
-        if elapsed > 1.0:
-            _tuning_log.info(
-                "triton_call %r: autotuning %d/%d configs (%.1f s so far)",
-                call.name,
-                index + 1,
-                len(call.configs),
-                elapsed,
-            )
-    best = min(range(len(timings)), key=timings.__getitem__)
-    tuning_stats["tunings"] += 1
-    _tuning_log.info(
-        "triton_call %r: config [%s] won (%.3f ms) after tuning %d configs in %.2f s",
-        call.name,
-        call.configs[best].label,
-        timings[best] * 1e3,
-        len(timings),
-        time.perf_counter() - start,
-    )
-    save_choice(key, best, call.configs[best].label, timings)
-    return best
+        raise KernelCallTypeError(
+            f"metaparameter {name}={value!r} is unhashable ({type(value).__name__}); constexpr values must be "
+            "hashable (use a tuple instead of a list)"
+        ) from None

@@ -1,0 +1,363 @@
+"""The bound-call model: what one ``triton_call`` becomes, and what plugins read from it.
+
+:class:`CallOptions` is what the caller asked for (``triton_call``'s keyword arguments, checked once).
+:class:`KernelCall` is the result of binding them to a kernel: the hashable, static description the primitive
+carries. It records, for every leaf of every non-constexpr parameter, where its value comes from (an input operand,
+an output buffer or a scalar) as a :class:`ParamSlot`, and one :class:`LaunchConfig` per autotuning candidate with
+its constexpr values, grid, :class:`CompileOptions` and zeroed outputs. :meth:`KernelCall.specialization` gives the
+:class:`Specialization` a backend compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from jax import tree_util
+
+from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.tensordesc import TensorDescriptorSpec
+
+__all__ = [
+    "CLASSIC",
+    "CURRENT",
+    "INPUT",
+    "OUTPUT",
+    "SCALAR",
+    "VMAP_STRATEGIES",
+    "CallOptions",
+    "CompileOptions",
+    "KernelCall",
+    "KernelParam",
+    "LaunchConfig",
+    "ParamSlot",
+    "Specialization",
+    "kernel_name",
+    "kernel_params",
+    "kernel_signature_text",
+]
+
+#: :attr:`ParamSlot.kind` of an array operand (or the base of a tensor descriptor).
+INPUT = "input"
+#: :attr:`ParamSlot.kind` of an output buffer.
+OUTPUT = "output"
+#: :attr:`ParamSlot.kind` of a by-value scalar.
+SCALAR = "scalar"
+
+#: :attr:`KernelCall.convention`: every output has a pointer parameter, appended after the inputs.
+CLASSIC = "classic"
+#: :attr:`KernelCall.convention`: only outputs not aliased to an input have a pointer parameter.
+CURRENT = "current"
+
+#: Values of ``triton_call(vmap=...)``.
+VMAP_STRATEGIES = ("auto", "grid", "sequential")
+
+#: The compiler options ``triton_call`` takes as arguments of its own.
+OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """Compiler options of one kernel configuration.
+
+    Attributes:
+        num_warps: Warps per program.
+        num_stages: Software-pipelining stages.
+        num_ctas: Programs per cluster (CUDA sm90+).
+        enable_fp_fusion: Whether multiply-adds may be fused.
+        debug: Compile with Triton's debug checks and print the IRs.
+        extra: Further backend-specific options (``backend_options=``), as sorted ``(name, value)`` pairs.
+    """
+
+    num_warps: int = 4
+    num_stages: int = 3
+    num_ctas: int = 1
+    enable_fp_fusion: bool = True
+    debug: bool = False
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The options as the keyword arguments Triton's backends take."""
+        out: dict[str, Any] = {
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "num_ctas": self.num_ctas,
+            "enable_fp_fusion": self.enable_fp_fusion,
+            "debug": self.debug,
+        }
+        out.update(self.extra)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """How one configuration's parameters are specialised, keyed by full parameter path.
+
+    Attributes:
+        signature: Parameter name to Triton type string (``"*fp32"``, ``"i32"``, ``"constexpr"``); tuple
+            parameters map to a tuple of such strings.
+        constexprs: Parameter path (``(index,)`` or ``(index, leaf, ...)``) to the constant value.
+        attrs: Parameter path to a list of ``[attribute, value]`` pairs (e.g. ``["tt.divisibility", 16]``).
+    """
+
+    signature: Mapping[str, Any]
+    constexprs: Mapping[tuple[int, ...], Any]
+    attrs: Mapping[tuple[int, ...], Sequence[Sequence[Any]]]
+
+    def key(self) -> tuple[Any, ...]:
+        """A hashable identity of the specialisation (for caches)."""
+        return (
+            tuple(self.signature.items()),
+            tuple(sorted(self.constexprs.items(), key=lambda kv: kv[0])),
+            tuple(sorted((k, tuple(tuple(a) for a in v)) for k, v in self.attrs.items())),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOptions:
+    """The options of one ``triton_call``: everything it takes besides the kernel, operands and metaparameters.
+
+    Built once by :func:`jt_core.triton_call`; binding and partitioning read it. The fields are the arguments of
+    the same names (see ``triton_call``), with ``out_shape=``/``out_type=`` as :attr:`out_spec` and the explicit
+    compiler options gathered in :attr:`compile_options`.
+
+    Raises:
+        KernelCallTypeError, KernelCallValueError: For an option of the wrong type or value, naming it.
+    """
+
+    out_spec: Any
+    grid: Any
+    input_output_aliases: Mapping[int, int] | None = None
+    zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]] = ()
+    compile_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    backend_options: Mapping[str, Any] | None = None
+    name: str | None = None
+    compute_capability: Any = None
+    serialized_metadata: bytes = b""
+    cost_estimate: Mapping[str, Any] | None = None
+    has_side_effect: bool = False
+    launcher: str | None = None
+    vmap: str = "auto"
+    bounds_check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.backend_options is not None and not isinstance(self.backend_options, Mapping):
+            raise KernelCallTypeError(
+                f"backend_options must be a mapping of option names, got {self.backend_options!r}"
+            )
+        if self.input_output_aliases is not None and not isinstance(self.input_output_aliases, Mapping):
+            raise KernelCallTypeError(
+                "input_output_aliases must be a dict {operand index: output index}, got "
+                f"{self.input_output_aliases!r}"
+            )
+        unknown = sorted(set(self.compile_options) - set(OPTION_NAMES))
+        if unknown:
+            raise KernelCallTypeError(f"compile_options names {unknown}; known: {list(OPTION_NAMES)}")
+        if self.vmap not in VMAP_STRATEGIES:
+            raise KernelCallValueError(f"vmap= must be one of {list(VMAP_STRATEGIES)}, got {self.vmap!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelParam:
+    """One parameter of the kernel function.
+
+    Attributes:
+        index: Its position in the signature.
+        name: Its name.
+        is_constexpr: Whether it is annotated ``tl.constexpr``.
+        has_default: Whether the signature declares a default.
+        default: That default.
+        do_not_specialize: Whether Triton's value specialisation is off for it.
+    """
+
+    index: int
+    name: str
+    is_constexpr: bool
+    has_default: bool
+    default: Any
+    do_not_specialize: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSlot:
+    """One leaf of a non-constexpr parameter and where its runtime value comes from.
+
+    Attributes:
+        path: The full parameter path: ``(param_index,)`` or ``(param_index, i, ...)`` inside tuple parameters.
+        name: A readable name (``x_ptr`` or ``pair[1]``).
+        kind: :data:`INPUT` (an array operand, or the base of a tensor descriptor), :data:`OUTPUT` (an output
+            buffer) or :data:`SCALAR`.
+        index: The operand index (inputs) or output index (outputs); -1 for scalars.
+        value: The scalar value (scalars only).
+        type_str: The Triton type (``"*fp32"``, ``"i32"``, ``"tensordesc<fp16[64, 64]>"``, ``"constexpr"`` for
+            scalars specialised to a value).
+        divisible_by_16: Whether Triton may assume divisibility by 16 (pointers, integers that are).
+        descriptor: For a host-side tensor descriptor (an input whose operand is the descriptor's base), its
+            shape, strides, block shape, padding and layout; ``None`` otherwise.
+    """
+
+    path: tuple[int, ...]
+    name: str
+    kind: str
+    index: int
+    value: Any
+    type_str: str
+    divisible_by_16: bool
+    descriptor: TensorDescriptorSpec | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """One configuration (autotuning candidate) of a call.
+
+    Attributes:
+        constexprs: Every constexpr parameter's value, as ``(name, value)`` pairs in signature order.
+        grid: The grid, always three axes.
+        options: Compiler options.
+        zeroed_outputs: Output indices zeroed before the launch.
+        label: A readable description, used in errors.
+    """
+
+    constexprs: tuple[tuple[str, Any], ...]
+    grid: tuple[int, int, int]
+    options: CompileOptions
+    zeroed_outputs: tuple[int, ...]
+    label: str
+
+    @property
+    def constexpr_dict(self) -> dict[str, Any]:
+        """The constexpr values as a dict."""
+        return dict(self.constexprs)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCall:
+    """Everything static about one ``triton_call``: the primitive's only parameter.
+
+    Attributes:
+        kernel: The object the user passed (a ``JITFunction``, ``Heuristics`` or ``Autotuner``).
+        fn: The underlying kernel function object (wrappers removed).
+        dialect: The dialect that claimed ``fn`` (:class:`jt_core.contracts.Dialect`), resolved once per call.
+        name: The call's name (``name=`` or the kernel's).
+        params: The kernel's parameters.
+        slots: The non-constexpr parameter leaves in signature order.
+        param_trees: For each non-constexpr parameter, the pytree structure of its leaves (tuples).
+        operand_avals: The avals of the array operands, in slot order.
+        out_avals: The avals of the outputs (user outputs, then the hidden ones backing Refs).
+        num_user_outputs: How many of ``out_avals`` the user asked for.
+        aliases: ``(operand index, output index)`` pairs of buffers shared by an input and an output.
+        configs: The configurations; more than one only for autotuned kernels.
+        autotune_keys: The autotuner's ``key`` names (empty if not autotuned).
+        restore_operands: Operand indices whose values autotuning trials must restore.
+        convention: :data:`CLASSIC` or :data:`CURRENT`.
+        compute_capability: The ``compute_capability=`` argument.
+        has_side_effect: Whether the call must never be removed.
+        launcher: The ``launcher=`` argument.
+        serialized_metadata: Opaque bytes carried into the lowered call.
+        cost_estimate: ``(("flops", n), ("bytes_accessed", n), ...)`` or ``None``.
+        bounds_check: Whether the CPU backend checks memory accesses.
+        vmap: The batching strategy under ``jax.vmap``: ``"auto"``, ``"grid"`` or ``"sequential"``.
+        batch: For a call produced by the grid batching strategy, its :class:`jt_core.batching.BatchInfo`
+            (the unbatched call and the batch dimensions); ``None`` otherwise.
+    """
+
+    kernel: Any
+    fn: Any
+    dialect: Any
+    name: str
+    params: tuple[KernelParam, ...]
+    slots: tuple[ParamSlot, ...]
+    param_trees: tuple[tuple[int, Any], ...]
+    operand_avals: tuple[Any, ...]
+    out_avals: tuple[Any, ...]
+    num_user_outputs: int
+    aliases: tuple[tuple[int, int], ...]
+    configs: tuple[LaunchConfig, ...]
+    autotune_keys: tuple[str, ...]
+    restore_operands: tuple[int, ...]
+    convention: str
+    compute_capability: Any
+    has_side_effect: bool
+    launcher: str | None
+    serialized_metadata: bytes
+    cost_estimate: tuple[tuple[str, Any], ...] | None
+    bounds_check: bool
+    vmap: str = "auto"
+    batch: Any = None
+
+    def signature_text(self) -> str:
+        """The kernel's signature, for error messages."""
+        return kernel_signature_text(self.params, kernel_name(self.fn))
+
+    def specialization(self, config: LaunchConfig) -> Specialization:
+        """The Triton specialisation of one configuration, keyed by full parameter path."""
+        signature: dict[str, Any] = {}
+        constexprs: dict[tuple[int, ...], Any] = {}
+        attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+        values = config.constexpr_dict
+        slots_by_param: dict[int, list[ParamSlot]] = {}
+        for slot in self.slots:
+            slots_by_param.setdefault(slot.path[0], []).append(slot)
+        trees = dict(self.param_trees)
+        for param in self.params:
+            if param.is_constexpr:
+                signature[param.name] = "constexpr"
+                constexprs[(param.index,)] = values[param.name]
+                continue
+            leaves = slots_by_param[param.index]
+            for slot in leaves:
+                if slot.type_str == "constexpr":
+                    constexprs[slot.path] = slot.value
+                elif slot.divisible_by_16:
+                    attrs[slot.path] = [["tt.divisibility", 16]]
+            types = [slot.type_str for slot in leaves]
+            tree = trees[param.index]
+            signature[param.name] = types[0] if tree is None else tree_util.tree_unflatten(tree, types)
+        return Specialization(signature=signature, constexprs=constexprs, attrs=attrs)
+
+
+def kernel_name(fn: Any) -> str:
+    """The Python name of a kernel function object (``JITFunction`` or a dialect's equivalent)."""
+    return str(getattr(getattr(fn, "fn", fn), "__name__", "kernel"))
+
+
+def kernel_signature_text(params: Sequence[KernelParam], name: str) -> str:
+    """``name(x_ptr, n, BLOCK: tl.constexpr = 128)``."""
+    parts = []
+    for p in params:
+        text = p.name + (": tl.constexpr" if p.is_constexpr else "")
+        if p.has_default:
+            text += f" = {p.default!r}"
+        parts.append(text)
+    return f"{name}({', '.join(parts)})"
+
+
+def kernel_params(fn: Any) -> tuple[KernelParam, ...]:
+    """The parameters of a kernel function object (``JITFunction`` or a dialect's equivalent)."""
+    py_fn = getattr(fn, "fn", fn)
+    sig = inspect.signature(py_fn)
+    triton_params = {p.name: p for p in getattr(fn, "params", ())}
+    params = []
+    for index, (name, p) in enumerate(sig.parameters.items()):
+        tp = triton_params.get(name)
+        if tp is not None:
+            is_constexpr = bool(tp.is_constexpr)
+            do_not_specialize = bool(getattr(tp, "do_not_specialize", False))
+        else:
+            annotation = p.annotation
+            text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+            is_constexpr = "constexpr" in str(text)
+            do_not_specialize = False
+        params.append(
+            KernelParam(
+                index=index,
+                name=name,
+                is_constexpr=is_constexpr,
+                has_default=p.default is not inspect.Parameter.empty,
+                default=None if p.default is inspect.Parameter.empty else p.default,
+                do_not_specialize=do_not_specialize,
+            )
+        )
+    return tuple(params)

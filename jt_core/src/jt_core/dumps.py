@@ -1,0 +1,80 @@
+"""``JAX_TRITON_DUMP_DIR``: every compiled kernel's IRs, binary and compile info, written to a folder.
+
+jt-core writes the dumps for every backend (from :class:`~jt_core.contracts.CompiledKernel`), from the builtin
+``jt_compile_kernel`` wrapper, each time a kernel comes back from compilation or from a cache. One folder per
+kernel variant, ``<call name>-<key>``, holds ``<kernel>.<stage>`` for each IR the backend kept (``ttir``, ``ttgir``,
+``llir``, ``ptx`` or ``amdgcn`` ...), the binary as ``<kernel>.<suffix>`` (the backend's
+:attr:`~jt_core.contracts.Backend.binary_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
+replaced atomically, so dumping the same kernel twice, or from two processes, is safe.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from jt_core import files, settings
+from jt_core.contracts import CompiledKernel, CompileRequest, plain_metadata
+
+__all__ = ["dump_dir", "write_dump"]
+
+
+def dump_dir() -> Path | None:
+    """The dump folder named by ``JAX_TRITON_DUMP_DIR``, or ``None`` when dumping is off."""
+    value = settings.text(settings.DUMP_DIR)
+    return Path(value) if value else None
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "kernel"
+
+
+def compile_info(request: CompileRequest, kernel: CompiledKernel) -> dict[str, Any]:
+    """What ``compile_info.json`` holds: the call, configuration, target, options and compiled launch shape."""
+    return {
+        "call": request.call.name,
+        "kernel": kernel.name,
+        "signature": request.call.signature_text(),
+        "config": request.config.label,
+        "grid": list(request.config.grid),
+        "target": {
+            "platform": request.target.platform,
+            "arch": request.target.arch,
+            "warp_size": request.target.warp_size,
+        },
+        "options": plain_metadata(request.options.as_dict()),
+        "num_warps": kernel.num_warps,
+        "shared_mem": kernel.shared_mem,
+        "cluster_dims": list(kernel.cluster_dims),
+        "global_scratch_size": kernel.global_scratch_size,
+        "global_scratch_align": kernel.global_scratch_align,
+        "binary_bytes": len(kernel.binary),
+        "metadata": plain_metadata(kernel.metadata),
+    }
+
+
+def write_dump(root: Path, key: str, request: CompileRequest, kernel: CompiledKernel) -> Path:
+    """Writes one kernel variant under ``root`` and returns its folder.
+
+    Args:
+        root: The dump folder.
+        key: Identifies the variant (the disk-cache key); its first 16 characters name the folder.
+        request: What was compiled.
+        kernel: The compiled kernel.
+    """
+    folder = root / f"{_safe(request.call.name)}-{key[:16]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = _safe(kernel.name)
+    suffix = request.backend.binary_suffix
+    for stage, value in kernel.asm.items():
+        if stage == "source":
+            continue
+        data = value if isinstance(value, bytes) else str(value).encode()
+        files.atomic_write(folder / f"{stem}.{stage}", data)
+    if kernel.binary and suffix not in kernel.asm:
+        files.atomic_write(folder / f"{stem}.{suffix}", kernel.binary)
+    info = json.dumps(compile_info(request, kernel), indent=2, sort_keys=True, default=str).encode()
+    files.atomic_write(folder / "compile_info.json", info)
+    return folder

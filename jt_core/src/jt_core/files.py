@@ -1,0 +1,134 @@
+"""Per-machine files: jt's cache folder, one subfolder per purpose, kept private and written atomically.
+
+Everything jt keeps between processes lives under one root, ``JT_CACHE_DIR`` (default ``$XDG_CACHE_HOME/jt`` or
+``~/.cache/jt``), in one subfolder per purpose (:data:`PURPOSES`). Some of it is executed: generated Python
+modules are imported (``vmap``), built libraries are loaded into the process (``native``) and compiled kernels are
+loaded onto the GPU (``kernels``, ``rocm-hsaco``). So before anything is read from the root or a subfolder, jt
+checks that the folder belongs to the current user and that neither its group nor others may write to it. A folder
+that fails the check is never used: jt warns once, saying why, and works from a private folder instead (the default
+location when that one passes, else a fresh temporary folder for the process).
+
+Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
+processes never see a torn file, and two writers of the same file simply replace each other.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+from jt_core import settings
+
+__all__ = ["PURPOSES", "atomic_write", "cache_folder", "cache_root", "configured_root", "folder_problem"]
+
+#: The subfolders of the cache root and what each holds.
+PURPOSES: dict[str, str] = {
+    "kernels": "compiled kernels (device code loaded onto the GPU)",
+    "autotune": "autotuning winners",
+    "vmap": "generated batching wrapper kernels (Python modules that are imported)",
+    "native": "built launch-handler libraries (loaded into the process)",
+    "rocm-hsaco": "HSACO files for jaxlib's ROCm handler (loaded onto the GPU)",
+}
+
+_lock = threading.Lock()
+_fallbacks: dict[Path, Path] = {}
+
+
+def default_root() -> Path:
+    """``$XDG_CACHE_HOME/jt``, else ``~/.cache/jt``."""
+    xdg = settings.text("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "jt"
+
+
+def configured_root() -> Path:
+    """The root the environment asks for (``JT_CACHE_DIR`` or the default), before any check."""
+    configured = settings.text("JT_CACHE_DIR")
+    return Path(configured).expanduser() if configured else default_root()
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` must not be trusted (owned by someone else, writable by group or others), or ``None``."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"it cannot be inspected ({exc})"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a folder"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"it belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
+    loose = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if loose:
+        who = " and ".join(w for w, bit in (("its group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if loose & bit)
+        return f"{who} may write to it (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _make_private(path: Path) -> str | None:
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"it cannot be created ({exc})"
+    return folder_problem(path)
+
+
+def _fallback(unsafe: Path, reason: str, candidates: tuple[Path, ...]) -> Path:
+    """A private root to use instead of ``unsafe``: the first candidate that passes the check, else a fresh
+    temporary folder. Warns once per unsafe folder."""
+    with _lock:
+        chosen = _fallbacks.get(unsafe)
+        if chosen is not None:
+            return chosen
+        chosen = next((c for c in candidates if c != unsafe and _make_private(c) is None), None)
+        if chosen is None:
+            chosen = Path(tempfile.mkdtemp(prefix="jt-cache-"))
+        _fallbacks[unsafe] = chosen
+    warnings.warn(
+        f"jt does not use the cache folder {str(unsafe)!r}: {reason}. jt executes code kept there (generated "
+        f"kernels, built libraries), so it works from the private folder {str(chosen)!r} instead. Make the folder "
+        "yours and private (chmod 700), or point JT_CACHE_DIR at one.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return chosen
+
+
+def cache_root() -> Path:
+    """The cache root, created private (mode 0700) if missing, and checked before use."""
+    configured = configured_root()
+    problem = _make_private(configured)
+    return configured if problem is None else _fallback(configured, problem, (default_root(),))
+
+
+def cache_folder(purpose: str) -> Path:
+    """The subfolder of the cache root for ``purpose`` (one of :data:`PURPOSES`), created private and checked.
+
+    Raises:
+        ValueError: For an unknown purpose.
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown cache folder {purpose!r}; known: {sorted(PURPOSES)}")
+    folder = cache_root() / purpose
+    problem = _make_private(folder)
+    if problem is None:
+        return folder
+    folder = _fallback(folder, problem, ()) / purpose
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

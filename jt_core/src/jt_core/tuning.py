@@ -1,0 +1,136 @@
+"""Autotuning winners: choosing a configuration of an autotuned call and remembering the choice per machine.
+
+A tuning problem is identified by the kernel's source, the values of the autotuner's ``key`` arguments, the device
+kind and the candidate configurations (:func:`tuning_key`); its winner is kept as a small JSON record in the cache
+root's ``autotune`` folder, so later processes on the machine skip the trials. The CPU backend tunes through
+:func:`choose_config`; GPU launch handlers read and write the same records themselves (:func:`tuning_path`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import pathlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jt_core import cache, files
+from jt_core.call import INPUT, OUTPUT, KernelCall
+
+__all__ = ["choose_config", "load_choice", "save_choice", "tuning_key", "tuning_path", "tuning_stats"]
+
+#: Counters of this process: trial runs made and choices read back from the cache.
+tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
+
+_tuning_log = logging.getLogger("jt_core.autotune")
+
+
+def autotune_key_values(call: KernelCall) -> dict[str, Any]:
+    """The values of the autotuner's ``key`` arguments: shapes and dtypes of arrays, values of scalars."""
+    values: dict[str, Any] = {}
+    for slot in call.slots:
+        if slot.name not in call.autotune_keys:
+            continue
+        if slot.kind == INPUT:
+            aval = call.operand_avals[slot.index]
+            values[slot.name] = [list(aval.shape), str(aval.dtype)]
+        elif slot.kind == OUTPUT:
+            aval = call.out_avals[slot.index]
+            values[slot.name] = [list(aval.shape), str(aval.dtype)]
+        else:
+            values[slot.name] = repr(slot.value)
+    constexprs = call.configs[0].constexpr_dict
+    for name in call.autotune_keys:
+        if name not in values and name in constexprs:
+            values[name] = repr(constexprs[name])
+    return values
+
+
+def tuning_key(call: KernelCall, device_name: str) -> str:
+    """Identifies one tuning problem: kernel source, key values, device name and the candidate configs."""
+    parts = {
+        "source": cache.source_key(call.fn),
+        "name": call.name,
+        "keys": autotune_key_values(call),
+        "device": device_name,
+        "configs": [config.label for config in call.configs],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def tuning_path(key: str) -> pathlib.Path:
+    """The file remembering the winner of tuning problem ``key`` (in ``JT_CACHE_DIR/autotune``)."""
+    return files.cache_folder("autotune") / f"{key}.json"
+
+
+def load_choice(key: str, num_configs: int) -> int | None:
+    """The remembered winning config index for a tuning problem, or ``None``."""
+    if not cache.enabled():
+        return None
+    path = tuning_path(key)
+    try:
+        data = json.loads(path.read_text())
+        index = int(data["index"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        _tuning_log.warning("ignoring unreadable autotuning record %s", path)
+        return None
+    return index if 0 <= index < num_configs else None
+
+
+def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> None:
+    """Remembers the winning config index (atomically; skipped when the cache is disabled)."""
+    if not cache.enabled():
+        return
+    record = {"index": index, "config": label, "seconds": list(timings)}
+    files.atomic_write(tuning_path(key), json.dumps(record, sort_keys=True).encode())
+
+
+def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:
+    """Picks the fastest configuration of an autotuned call, or the remembered one.
+
+    Args:
+        call: The call; ``call.configs`` are the candidates.
+        device_name: Names the device the timings hold for (part of the remembered key).
+        trial: Runs configuration ``i`` once on scratch copies of the buffers and returns its time in seconds.
+
+    Returns:
+        The index of the chosen configuration.
+    """
+    if len(call.configs) == 1:
+        return 0
+    key = tuning_key(call, device_name)
+    remembered = load_choice(key, len(call.configs))
+    if remembered is not None:
+        tuning_stats["cached_choices"] += 1
+        _tuning_log.info("triton_call %r: using remembered config [%s]", call.name, call.configs[remembered].label)
+        return remembered
+    start = time.perf_counter()
+    timings = []
+    for index in range(len(call.configs)):
+        tuning_stats["trials"] += 1
+        timings.append(trial(index))
+        elapsed = time.perf_counter() - start
+        if elapsed > 1.0:
+            _tuning_log.info(
+                "triton_call %r: autotuning %d/%d configs (%.1f s so far)",
+                call.name,
+                index + 1,
+                len(call.configs),
+                elapsed,
+            )
+    best = min(range(len(timings)), key=timings.__getitem__)
+    tuning_stats["tunings"] += 1
+    _tuning_log.info(
+        "triton_call %r: config [%s] won (%.3f ms) after tuning %d configs in %.2f s",
+        call.name,
+        call.configs[best].label,
+        timings[best] * 1e3,
+        len(timings),
+        time.perf_counter() - start,
+    )
+    save_choice(key, best, call.configs[best].label, timings)
+    return best

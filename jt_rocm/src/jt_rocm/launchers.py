@@ -1,0 +1,112 @@
+"""The ROCm launchers: jt's own launch handler (``"jt"``) and jaxlib's Triton kernel-call handler (``"jaxlib"``).
+
+* ``"jt"`` (priority 20): jt's launch handler on the HIP runtime (``csrc/jt_rocm_launch.cc`` over jt-core's shared
+  handler; ``libamdhip64.so`` is opened with ``dlopen`` when a call first runs, so neither ROCm nor its headers are
+  needed to build it). The custom call carries everything as attributes, the HSACO code object included as
+  **bytes**, so a lowered or exported module is self-contained and deterministic. Programs are launched with
+  ``num_warps * warp_size`` threads, the warp size being the one the kernel was compiled for (64 on CDNA, 32 on
+  RDNA).
+* ``"jaxlib"`` (priority 10): the handler of jaxlib's ROCm plugin. It loads modules only from files and launches
+  ``num_warps * 64`` threads per program, so the HSACO is written to a content-addressed file in the cache root's
+  ``rocm-hsaco`` folder (``JT_ROCM_HSACO_DIR`` overrides it) and the warp count is given in its units. An
+  executable exported elsewhere needs the same file there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from jt_core import files, settings
+from jt_core.call import KernelCall, LaunchConfig
+from jt_core.contracts import CompiledKernel
+from jt_core.errors import KernelCallValueError
+from jt_core.gpu import jaxlib_call
+from jt_core.gpu.handler import LaunchHandlerLibrary
+from jt_core.gpu.launchers import HandlerLauncher, JaxlibLauncher
+
+__all__ = [
+    "HANDLER",
+    "HSACO_DIR_ENV",
+    "JAXLIB_THREADS_PER_WARP",
+    "RocmJaxlibLauncher",
+    "RocmJtLauncher",
+    "hsaco_dir",
+    "store_hsaco",
+]
+
+#: jt's launch handler on the HIP runtime, and its XLA targets (``jt_rocm_launch``, ``jt_rocm_launch_preloaded``).
+HANDLER = LaunchHandlerLibrary(
+    prefix="jt_rocm_launch",
+    source=Path(__file__).parent / "csrc" / "jt_rocm_launch.cc",
+    platform="ROCM",
+    preload_variable="JT_ROCM_PRELOAD",
+)
+
+#: Overrides the folder HSACO files are written to for jaxlib's handler.
+HSACO_DIR_ENV = "JT_ROCM_HSACO_DIR"
+#: Threads per warp jaxlib's ROCm handler assumes when it turns ``num_warps`` into a block size.
+JAXLIB_THREADS_PER_WARP = 64
+
+
+class RocmJtLauncher(HandlerLauncher):
+    """Launches through jt's own XLA FFI handler on the HIP runtime."""
+
+    platform = "rocm"
+    handler = HANDLER
+
+    def check(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> None:
+        for config, kernel in zip(call.configs, kernels):
+            if kernel.cluster_dims[0] != 1 or kernel.metadata.get("launch_pdl"):
+                raise KernelCallValueError(
+                    f"triton_call {call.name!r} config [{config.label}] asks for thread-block clusters or a "
+                    "programmatic dependent launch, which the ROCm handler does not perform; use num_ctas=1"
+                )
+
+
+def hsaco_dir() -> Path:
+    """``$JT_ROCM_HSACO_DIR``, else the cache root's ``rocm-hsaco`` folder."""
+    explicit = settings.text(HSACO_DIR_ENV)
+    if explicit:
+        folder = Path(explicit)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    return files.cache_folder("rocm-hsaco")
+
+
+def store_hsaco(kernel_name: str, hsaco: bytes) -> Path:
+    """Writes ``hsaco`` (unless an identical file is there) and returns its path, ``<kernel>-<sha256>.hsaco``:
+    the same bytes always map to the same path, so the lowering stays deterministic."""
+    if not hsaco:
+        raise ValueError(f"kernel {kernel_name!r} has an empty HSACO")
+    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in kernel_name)[:80] or "kernel"
+    path = hsaco_dir() / f"{safe}-{hashlib.sha256(hsaco).hexdigest()}.hsaco"
+    try:
+        if path.stat().st_size == len(hsaco):
+            return path
+    except FileNotFoundError:
+        pass
+    files.atomic_write(path, hsaco)
+    return path
+
+
+class RocmJaxlibLauncher(JaxlibLauncher):
+    """Launches through the Triton kernel-call handler of jaxlib's ROCm plugin (HSACO from a file)."""
+
+    platform = "rocm"
+
+    def kernel_spec(self, call: KernelCall, config: LaunchConfig, kernel: CompiledKernel) -> jaxlib_call.KernelSpec:
+        threads = kernel.num_warps * kernel.target.warp_size
+        if threads % JAXLIB_THREADS_PER_WARP:
+            raise KernelCallValueError(
+                f"triton_call {call.name!r}: compiled for {kernel.target.arch} with {kernel.num_warps} warps of "
+                f"{kernel.target.warp_size} threads ({threads} threads), but jaxlib's ROCm handler launches "
+                f"multiples of {JAXLIB_THREADS_PER_WARP} threads; use an even num_warps"
+            )
+        return jaxlib_call.KernelSpec(
+            name=kernel.name,
+            num_warps=threads // JAXLIB_THREADS_PER_WARP,
+            shared_mem_bytes=kernel.shared_mem,
+            module=str(store_hsaco(kernel.name, kernel.binary)),
+        )
