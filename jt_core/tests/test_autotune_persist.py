@@ -17,14 +17,14 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import jax, jax.numpy as jnp, numpy as np
     import jt_core as jt
-    from jt_core import autotune
+    from jt_core import tuning
     import kernels_for_tests as k
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     x = jnp.asarray(np.random.default_rng(0).standard_normal(100), jnp.float32)
     out = jax.jit(lambda x: jt.triton_call(x, kernel=k.autotuned_scale_kernel, out_shape=x,
                                            grid=lambda m: ((100 + m["BLOCK"] - 1) // m["BLOCK"],), n=100))(x)
     assert np.allclose(np.asarray(out), np.asarray(x) * 3)
-    print(json.dumps(dict(autotune.tuning_stats)))
+    print(json.dumps(dict(tuning.tuning_stats)))
     """
 )
 

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from jt_core import cache, hooks
-from jt_core.backend import Backend, CompiledKernel, CompileRequest, Target
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.testing import compile_request, sample_add_kernel, sample_call
 from jt_core.triton_dialect import TritonDialect
 
@@ -204,7 +204,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from jt_core import cache
-    from jt_core.backend import CompiledKernel, Target
+    from jt_core.contracts import CompiledKernel, Target
     kernel = CompiledKernel(name="k", target=Target("counting", 90, 32), binary=bytes(range(256)) * 4096)
     for _ in range(int(sys.argv[1])):
         cache.store("same-key", kernel)

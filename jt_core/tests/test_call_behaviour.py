@@ -240,27 +240,11 @@ def test_bool_scalar(flag: Any) -> None:
 
 def test_value_one_is_specialised_and_true_is_not() -> None:
     spec = jax.ShapeDtypeStruct((20,), jnp.float32)
-    from jt_core.binding import bind_call
+    from jt_core.call import CallOptions
+    from jt_core.testing import bind
 
     def slot(factor: Any) -> Any:
-        call, *_ = bind_call(
-            k.scale_kernel,
-            (spec,),
-            {"n": 20, "factor": factor, "BLOCK": 16},
-            out_spec=spec,
-            grid=2,
-            input_output_aliases=None,
-            zeroed_outputs=(),
-            explicit_options={},
-            backend_options=None,
-            name=None,
-            compute_capability=None,
-            has_side_effect=False,
-            launcher=None,
-            serialized_metadata=b"",
-            cost_estimate=None,
-            bounds_check=True,
-        )
+        call = bind(k.scale_kernel, (spec,), {"n": 20, "factor": factor, "BLOCK": 16}, CallOptions(spec, grid=2))
         return next(s for s in call.slots if s.name == "factor"), call
 
     one, call = slot(1)

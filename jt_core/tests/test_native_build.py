@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,32 +81,34 @@ def test_cache_dir_follows_jt_cache_dir(tmp_path: Path, monkeypatch: pytest.Monk
     assert cache_dir() == tmp_path / "native"
 
 
-def test_shared_headers_are_on_the_include_path_and_in_the_cache_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from jt_core import native
-
+def test_shared_headers_are_on_the_include_path_and_in_the_cache_key(tmp_path: Path) -> None:
     headers = tmp_path / "headers"
     headers.mkdir()
-    monkeypatch.setattr(native, "_COMMON_INCLUDE_DIR", headers)
-    assert native.common_include_dir() == headers
-    (headers / "jt_probe_common.h").write_text("inline int jt_probe_factor() { return 3; }\n")
+    header = headers / "jt_probe_common.h"
+    header.write_text("inline int jt_probe_factor() { return 3; }\n")
     source = tmp_path / "probe.cc"
     source.write_text(
         '#include "jt_probe_common.h"\nextern "C" int jt_native_probe(int x) { return x * jt_probe_factor(); }\n'
     )
-    first = build_shared_library("probe", [source], directory=tmp_path / "cache")
+
+    def build() -> Any:
+        return build_shared_library(
+            "probe", [source], include_dirs=[str(headers)], headers=[header], directory=tmp_path / "cache"
+        )
+
+    first = build()
     assert ctypes.CDLL(str(first.path)).jt_native_probe(5) == 15
-    (headers / "jt_probe_common.h").write_text("inline int jt_probe_factor() { return 4; }\n")
-    second = build_shared_library("probe", [source], directory=tmp_path / "cache")
+    header.write_text("inline int jt_probe_factor() { return 4; }\n")
+    second = build()
     assert second.built and second.key != first.key
     assert ctypes.CDLL(str(second.path)).jt_native_probe(5) == 20
 
 
-def test_jt_core_ships_the_launch_handler_header() -> None:
-    from jt_core.native import common_include_dir
+def test_jt_core_ships_the_launch_handler_headers() -> None:
+    from jt_core.gpu.handler import headers, include_dir
 
-    assert (common_include_dir() / "jt_launch_common.h").is_file()
+    assert (include_dir() / "jt_launch_common.h").is_file()
+    assert {path.name for path in headers()} == {"jt_launch_common.h", "jt_launch_state.h"}
 
 
 def test_launch_handler_registration_does_not_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,7 +117,7 @@ def test_launch_handler_registration_does_not_deadlock(monkeypatch: pytest.Monke
 
     import jax
 
-    from jt_core.native import LaunchHandlerLibrary
+    from jt_core.gpu.handler import LaunchHandlerLibrary
 
     calls: list[str] = []
     handler = LaunchHandlerLibrary("jt_fake_launch", Path("unused.cc"), "CUDA", "JT_FAKE_PRELOAD")

@@ -14,10 +14,11 @@ import pytest
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.backend import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.errors import DuplicateBackendError, NoBackendError, PluginLoadError
-from jt_core.plugins import BLOCKED, BUILTIN, FAILED, LOADED, PluginManager
-from jt_core.testing import fake_entry_point, sample_add_kernel
+from jt_core.plugins import BLOCKED, BUILTIN, FAILED, LOADED
+from jt_core.registry import Registry
+from jt_core.testing import fake_entry_point, make_registry, sample_add_kernel
 
 
 class FakeBackend(Backend):
@@ -35,7 +36,9 @@ class FakeLauncher(Launcher):
     name = "fast"
     priority = 10
 
-    def lower(self, ctx: Any, call: Any, kernels: Sequence[CompiledKernel], operands: Sequence[Any]) -> Any:
+    def lower(
+        self, ctx: Any, call: Any, kernels: Sequence[CompiledKernel], operands: Sequence[Any], device: Any
+    ) -> Any:
         raise AssertionError("not lowered in these tests")
 
 
@@ -78,8 +81,8 @@ class UnknownHookPlugin:
         return None
 
 
-def _manager(eps: list[Any], **environ: str) -> PluginManager:
-    return PluginManager(entry_points=eps, environ=environ)
+def _manager(eps: list[Any], **environ: str) -> Registry:
+    return make_registry(eps, environ)
 
 
 def _add(x: jax.Array, y: jax.Array) -> jax.Array:

@@ -14,7 +14,7 @@ import pytest
 
 import jt_core
 from jt_core import hookspecs
-from jt_core.backend import Backend, CompiledKernel, CompileRequest, Target
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.interpreter.backend import CpuBackend, CpuLauncher
 from jt_core.testing import BackendConformance, DialectConformance, LauncherConformance, fake_entry_point
 from jt_core.triton_dialect import TritonDialect
@@ -50,7 +50,8 @@ def test_the_four_versions_agree() -> None:
         if dist != "jt_core":
             assert f"jt-core=={jt_core.__version__}" in data["project"]["dependencies"]
             assert data["project"]["entry-points"]["jt"] == {dist.split("_")[1]: f"{dist}.plugin"}
-        init = (ROOT / dist / "src" / dist / "__init__.py").read_text()
+        version_file = "_version.py" if dist == "jt_core" else "__init__.py"
+        init = (ROOT / dist / "src" / dist / version_file).read_text()
         assert f'__version__ = "{versions[dist]}"' in init
         assert (ROOT / dist / "src" / dist / "py.typed").exists()
     assert set(versions.values()) == {jt_core.__version__}, versions

@@ -14,13 +14,15 @@ import jax.numpy as jnp
 import pytest
 from cuda_testlib import big_shared_kernel, f32, matmul_kernel
 
-from jt_core.backend import CompiledKernel
-from jt_core.binding import KernelCall, bind_call
+from jt_core import hooks
+from jt_core.call import CallOptions, KernelCall
+from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
+from jt_core.testing import bind as bind_kernel
 from jt_core.testing import compile_request, sample_add_kernel
 from jt_core.triton_dialect import TritonDialect
-from jt_cuda.arch import limits_for, parse_compute_capability
 from jt_cuda.backend import CudaBackend
+from jt_cuda.target import limits_for, parse_compute_capability
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -36,33 +38,29 @@ def bind(
     **options: Any,
 ) -> KernelCall:
     spec = jax.ShapeDtypeStruct((64,), jnp.float32)
-    call, _, _, _ = bind_call(
+    call_options = CallOptions(
+        out if out is not None else spec,
+        grid=grid,
+        compile_options=options,
+        backend_options=backend_options,
+        compute_capability=compute_capability,
+    )
+    return bind_kernel(
         kernel,
         args if args is not None else (spec, spec),
         meta if meta is not None else {"n": 64, "BLOCK": 32},
-        out_spec=out if out is not None else spec,
-        grid=grid,
-        input_output_aliases=None,
-        zeroed_outputs=(),
-        explicit_options=options,
-        backend_options=backend_options,
-        name=None,
-        compute_capability=compute_capability,
-        has_side_effect=False,
-        launcher=None,
-        serialized_metadata=b"",
-        cost_estimate=None,
-        bounds_check=True,
+        call_options,
     )
-    return call
 
 
 def compile_call(call: KernelCall, backend: CudaBackend | None = None) -> CompiledKernel:
+    """Compiles the call's first configuration as a lowering does: through the compile hook (jt's caches, dumps,
+    IR printing)."""
     backend = backend or CudaBackend()
     target = backend.target(call, None)
     request = compile_request(backend, call, target, TritonDialect())
     backend.validate_options(request.options, call, target)
-    return backend.compile(request)
+    return hooks.compile_kernel(request)
 
 
 def small_matmul_call(cc: int, block: int, stages: int, dtype: Any = jnp.float16) -> KernelCall:
@@ -187,7 +185,7 @@ def test_dump_dir_receives_every_ir_and_survives_a_second_write(tmp_path: Any, m
     assert (folder / "sample_add_kernel.cubin").read_bytes() == kernel.binary
     info = json.loads((folder / "compile_info.json").read_text())
     assert info["kernel"] == "sample_add_kernel"
-    assert info["target"]["compute_capability"] == 90
+    assert info["target"]["arch"] == 90
     assert info["shared_mem"] == kernel.shared_mem
     assert info["config"] == call.configs[0].label
     assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jt_core.backend import Backend, Launcher
+from jt_core.contracts import Backend, Launcher
 from jt_core.testing import BackendConformance, LauncherConformance
 from jt_cuda.backend import CudaBackend
-from jt_cuda.launchers import JaxlibLauncher, JtFfiLauncher
+from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher
 
 
 class TestCudaBackendConformance(BackendConformance):
@@ -24,7 +24,7 @@ class TestJtLauncherConformance(LauncherConformance):
 
     @pytest.fixture
     def launcher(self) -> Launcher:
-        return JtFfiLauncher()
+        return CudaJtLauncher()
 
 
 class TestJaxlibLauncherConformance(LauncherConformance):
@@ -33,11 +33,11 @@ class TestJaxlibLauncherConformance(LauncherConformance):
 
     @pytest.fixture
     def launcher(self) -> Launcher:
-        return JaxlibLauncher()
+        return CudaJaxlibLauncher()
 
 
 def test_launchers_are_ordered_by_priority() -> None:
-    from jt_core.plugins import get_plugin_manager
+    from jt_core.registry import get_registry
 
-    names = [launcher.name for _, launcher in get_plugin_manager().ensure_loaded().launchers["cuda"]]
+    names = [launcher.name for _, launcher in get_registry().ensure_loaded().launchers["cuda"]]
     assert names == ["jt", "jaxlib"]

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from cuda_testlib import add_kernel
 
-from jt_core.binding import bind_call
-from jt_core.testing import compile_request
+from jt_core.call import CallOptions
+from jt_core.gpu.handler import headers, include_dir
+from jt_core.testing import bind, compile_request
 from jt_core.triton_dialect import TritonDialect
-from jt_cuda import handler
 from jt_cuda.backend import CudaBackend
-from jt_cuda.launchers import ffi_attributes
+from jt_cuda.launchers import HANDLER as handler
+from jt_cuda.launchers import CudaJtLauncher
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no compiler")
 
@@ -48,15 +49,17 @@ def test_library_builds_and_is_cached(tmp_path: Path) -> None:
 
     first = build_shared_library(
         "jt_cuda_launch_probe",
-        [handler.source_path()],
-        include_dirs=[jax.ffi.include_dir()],
+        [handler.source],
+        include_dirs=[jax.ffi.include_dir(), str(include_dir())],
+        headers=headers(),
         libraries=("dl",),
         directory=tmp_path,
     )
     second = build_shared_library(
         "jt_cuda_launch_probe",
-        [handler.source_path()],
-        include_dirs=[jax.ffi.include_dir()],
+        [handler.source],
+        include_dirs=[jax.ffi.include_dir(), str(include_dir())],
+        headers=headers(),
         libraries=("dl",),
         directory=tmp_path,
     )
@@ -113,24 +116,8 @@ def _run_probe(drop: str | None = None) -> str:
     lib = handler.library()
     target = _cpu_probe_target(lib)
     x = jax.ShapeDtypeStruct((256,), jnp.float32)
-    call, _, _, _ = bind_call(
-        add_kernel,
-        (x, x),
-        {"n": 256, "BLOCK": 128},
-        out_spec=x,
-        grid=2,
-        input_output_aliases=None,
-        zeroed_outputs=(0,),
-        explicit_options={},
-        backend_options=None,
-        name="probe",
-        compute_capability=90,
-        has_side_effect=False,
-        launcher=None,
-        serialized_metadata=b"",
-        cost_estimate=None,
-        bounds_check=True,
-    )
+    options = CallOptions(x, grid=2, zeroed_outputs=(0,), name="probe", compute_capability=90)
+    call = bind(add_kernel, (x, x), {"n": 256, "BLOCK": 128}, options)
     backend = CudaBackend()
     kernel = backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))
     primitive = Primitive(f"jt_cuda_probe_{drop}")
@@ -138,7 +125,7 @@ def _run_probe(drop: str | None = None) -> str:
     primitive.def_abstract_eval(lambda *avals: [jax.core.ShapedArray((256,), jnp.float32)])
 
     def lowering(ctx: Any, *operands: Any) -> Any:
-        attributes, _ = ffi_attributes(call, [kernel])
+        attributes, _ = CudaJtLauncher().attributes(call, [kernel], None)
         if drop is not None:
             del attributes[drop]
         result_type = mlir.aval_to_ir_type(ctx.module_context, ctx.avals_out[0])

@@ -32,9 +32,10 @@ from cuda_testlib import (
 
 import jt_core as jt
 from jt_core.errors import JtError, KernelCallValueError, NoBackendError
+from jt_core.gpu import jaxlib_call
+from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
 from jt_core.testing import custom_calls
-from jt_cuda import _jaxlib_proto
-from jt_cuda.launchers import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, JaxlibLauncher
+from jt_cuda.launchers import CudaJaxlibLauncher
 
 N = 1024
 BLOCK = 128
@@ -43,7 +44,7 @@ BLOCK = 128
 @pytest.fixture
 def jaxlib_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lets the jaxlib launcher lower on a CPU-only jaxlib (its lowering needs no jaxlib objects)."""
-    monkeypatch.setattr(JaxlibLauncher, "unavailable_reason", lambda self: None)
+    monkeypatch.setattr(CudaJaxlibLauncher, "unavailable_reason", lambda self: None)
 
 
 def jt_call_op(lowered: Any) -> Any:
@@ -178,15 +179,16 @@ def test_has_side_effect_marks_the_custom_call() -> None:
 
 
 def test_environment_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core import plugins
+    from jt_core import registry
+    from jt_core.testing import make_registry
 
     monkeypatch.setenv("JT_LAUNCHER_CUDA", "nonexistent")
-    previous = plugins.set_plugin_manager(plugins.PluginManager())
+    previous = registry.set_registry(make_registry())
     try:
         with pytest.raises(NoBackendError, match=r"JT_LAUNCHER_CUDA names launcher 'nonexistent'.*\['jt', 'jaxlib'\]"):
             lower_for_cuda(lambda x, y: add_call(x, y, compute_capability=90), f32((N,)), f32((N,)))
     finally:
-        plugins.set_plugin_manager(previous)
+        registry.set_registry(previous)
 
 
 def test_missing_target_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,7 +212,7 @@ def test_environment_gives_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_jaxlib_unavailable_on_cpu_jaxlib_is_explained() -> None:
-    reason = JaxlibLauncher().unavailable_reason()
+    reason = CudaJaxlibLauncher().unavailable_reason()
     if reason is not None:
         assert "TritonKernelCall" in reason and "launcher='jt'" in reason
         with pytest.raises(JtError, match="launcher 'jaxlib' for platform 'cuda' is unavailable"):
@@ -222,14 +224,14 @@ def _jaxlib_op(lowered: Any) -> tuple[Any, dict[int, list[Any]]]:
     (op,) = custom_calls(lowered, "triton_kernel_call_ffi")
     opaque = zlib.decompress(backend_config(op)["opaque"])
     fields: dict[int, list[Any]] = {}
-    for field, _, value in _jaxlib_proto.decode_fields(opaque):
+    for field, _, value in jaxlib_call.decode_fields(opaque):
         fields.setdefault(field, []).append(value)
     return op, fields
 
 
 def _fields(data: bytes) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = {}
-    for field, _, value in _jaxlib_proto.decode_fields(data):
+    for field, _, value in jaxlib_call.decode_fields(data):
         out.setdefault(field, []).append(value)
     return out
 

@@ -12,10 +12,10 @@ from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, read_tile
 from cuda_testlib import backend_config, lower_for_cuda
 
 from jt_core.errors import KernelCallValueError
-from jt_core.launch_attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP
+from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP
 from jt_core.testing import custom_calls
 from jt_cuda import _compat
-from jt_cuda.launchers import JaxlibLauncher
+from jt_cuda.launchers import CudaJaxlibLauncher
 
 SHAPE = (40, 48)
 BLOCK = (16, 32)
@@ -105,7 +105,7 @@ def test_lowering_is_deterministic() -> None:
 
 
 def test_jaxlib_launcher_refuses_descriptors_and_names_the_jt_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(JaxlibLauncher, "unavailable_reason", lambda self: None)
+    monkeypatch.setattr(CudaJaxlibLauncher, "unavailable_reason", lambda self: None)
     with pytest.raises(KernelCallValueError, match=r"launcher 'jaxlib' on platform 'cuda' cannot pass.*launcher='jt'"):
         lower_for_cuda(lambda x: read_tile(x, BLOCK, 0, 0, compute_capability=90, launcher="jaxlib"), SPEC)
 

@@ -8,7 +8,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jt_core.binding import KernelCall, bind_call
+from jt_core.call import CallOptions, KernelCall
+from jt_core.testing import bind
 
 
 def gluon_call(
@@ -27,22 +28,10 @@ def gluon_call(
     shape = (size,) if isinstance(size, int) else size
     out_shape = shape if out_size is None else ((out_size,) if isinstance(out_size, int) else out_size)
     spec = jax.ShapeDtypeStruct(shape, dtype)
-    call, _, _, _ = bind_call(
-        kernel,
-        (spec,) * n_inputs,
-        dict(meta),
-        out_spec=jax.ShapeDtypeStruct(out_shape, dtype),
+    options = CallOptions(
+        jax.ShapeDtypeStruct(out_shape, dtype),
         grid=grid,
-        input_output_aliases=None,
-        zeroed_outputs=(),
-        explicit_options={},
         backend_options=backend_options,
-        name=None,
         compute_capability=compute_capability,
-        has_side_effect=False,
-        launcher=None,
-        serialized_metadata=b"",
-        cost_estimate=None,
-        bounds_check=True,
     )
-    return call
+    return bind(kernel, (spec,) * n_inputs, dict(meta), options)

@@ -26,8 +26,8 @@ from triton.experimental.gluon import language as gl
 
 import jt_core as jt
 from jt_core import hooks
-from jt_core.backend import CompiledKernel, Target
-from jt_core.binding import KernelCall
+from jt_core.call import KernelCall
+from jt_core.contracts import CompiledKernel, Target
 from jt_core.errors import KernelCompileError, NoBackendError
 from jt_core.testing import compile_request
 from jt_gluon import _compat

@@ -16,7 +16,7 @@ from triton.backends.compiler import Language
 
 import jt_core as jt
 from jt_core import hooks
-from jt_core.binding import kernel_params
+from jt_core.call import kernel_params
 from jt_core.errors import UnsupportedKernelError
 from jt_core.testing import DialectConformance, sample_add_kernel
 from jt_gluon import _compat

@@ -10,8 +10,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jt_core.binding import KernelCall, bind_call
-from jt_core.testing import sample_add_kernel
+from jt_core.call import CallOptions, KernelCall
+from jt_core.testing import bind, sample_add_kernel
 
 
 def bound_call(
@@ -25,25 +25,15 @@ def bound_call(
 ) -> KernelCall:
     """A bound call (defaults: the sample add kernel on 64 float32 elements)."""
     spec = jax.ShapeDtypeStruct((64,), np.float32)
-    call, _, _, _ = bind_call(
+    call_options = CallOptions(
+        out if out is not None else spec, grid=grid, compile_options=options, backend_options=backend_options
+    )
+    return bind(
         kernel,
         args if args is not None else (spec, spec),
         dict(meta) if meta is not None else {"n": 64, "BLOCK": 32},
-        out_spec=out if out is not None else spec,
-        grid=grid,
-        input_output_aliases=None,
-        zeroed_outputs=(),
-        explicit_options=options,
-        backend_options=backend_options,
-        name=None,
-        compute_capability=None,
-        has_side_effect=False,
-        launcher=None,
-        serialized_metadata=b"",
-        cost_estimate=None,
-        bounds_check=True,
+        call_options,
     )
-    return call
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -131,12 +121,13 @@ def decode_opaque(opaque: bytes) -> dict[str, Any]:
 
 
 def use_launcher(monkeypatch: Any, name: str) -> None:
-    """Makes ``name`` the ROCm launcher for the rest of the test: ``JT_LAUNCHER_ROCM`` and a fresh plugin manager
-    that reads it (``monkeypatch`` restores both)."""
-    from jt_core import plugins
+    """Makes ``name`` the ROCm launcher for the rest of the test: ``JT_LAUNCHER_ROCM`` and a fresh registry that
+    reads it (``monkeypatch`` restores both)."""
+    from jt_core import registry
+    from jt_core.testing import make_registry
 
     monkeypatch.setenv("JT_LAUNCHER_ROCM", name)
-    monkeypatch.setattr(plugins, "_manager", plugins.PluginManager())
+    monkeypatch.setattr(registry, "_registry", make_registry())
 
 
 def backend_config(operation: Any) -> dict[str, Any]:

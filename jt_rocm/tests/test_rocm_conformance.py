@@ -6,7 +6,7 @@ import pytest
 
 from jt_core.testing import BackendConformance, LauncherConformance
 from jt_rocm.backend import RocmBackend
-from jt_rocm.launcher import JaxlibRocmLauncher
+from jt_rocm.launchers import RocmJaxlibLauncher
 
 
 @pytest.fixture(autouse=True)
@@ -22,9 +22,9 @@ class TestRocmBackendConformance(BackendConformance):
         return RocmBackend()
 
 
-class TestJaxlibRocmLauncherConformance(LauncherConformance):
+class TestRocmJaxlibLauncherConformance(LauncherConformance):
     expected_in_lowering = "triton_kernel_call_ffi"
 
     @pytest.fixture
-    def launcher(self) -> JaxlibRocmLauncher:
-        return JaxlibRocmLauncher()
+    def launcher(self) -> RocmJaxlibLauncher:
+        return RocmJaxlibLauncher()

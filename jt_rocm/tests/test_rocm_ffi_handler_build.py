@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 from rocm_test_support import bound_call
 
-from jt_core import launch_attributes
-from jt_core.native import build_shared_library, common_include_dir
+from jt_core.gpu.handler import headers, include_dir
+from jt_core.native import build_shared_library
 from jt_core.testing import compile_request
 from jt_core.triton_dialect import TritonDialect
-from jt_rocm import handler
 from jt_rocm.backend import RocmBackend
+from jt_rocm.launchers import HANDLER as handler
+from jt_rocm.launchers import RocmJtLauncher
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no compiler")
 
@@ -30,10 +31,14 @@ STAGES = ("instantiate", "instantiate_preloaded", "initialize", "execute", "stat
 
 def _cuda_source() -> Path | None:
     try:
-        from jt_cuda import handler as cuda_handler
+        from jt_cuda.launchers import HANDLER as cuda_handler
     except ImportError:
         return None
-    return cuda_handler.source_path()
+    return cuda_handler.source
+
+
+def _includes() -> list[str]:
+    return [jax.ffi.include_dir(), str(include_dir())]
 
 
 def _exported(path: Path) -> str:
@@ -42,10 +47,10 @@ def _exported(path: Path) -> str:
 
 def test_library_builds_and_exports_the_stage_handlers(tmp_path: Path) -> None:
     first = build_shared_library(
-        "jt_rocm_launch_probe", [handler.source_path()], include_dirs=[jax.ffi.include_dir()], directory=tmp_path
+        "jt_rocm_launch_probe", [handler.source], include_dirs=_includes(), headers=headers(), directory=tmp_path
     )
     second = build_shared_library(
-        "jt_rocm_launch_probe", [handler.source_path()], include_dirs=[jax.ffi.include_dir()], directory=tmp_path
+        "jt_rocm_launch_probe", [handler.source], include_dirs=_includes(), headers=headers(), directory=tmp_path
     )
     assert first.built and not second.built and first.path == second.path
     symbols = _exported(first.path)
@@ -55,14 +60,13 @@ def test_library_builds_and_exports_the_stage_handlers(tmp_path: Path) -> None:
 
 
 def test_the_shared_header_ships_with_jt_core() -> None:
-    header = common_include_dir() / HEADER
-    assert header.is_file()
-    text = header.read_text()
+    assert (include_dir() / HEADER).is_file()
+    text = "".join(path.read_text() for path in headers())
     assert "JT_LAUNCH_DEFINE_HANDLERS" in text and "Autotune(" in text and "RememberConfig(" in text
 
 
 def test_cuda_and_rocm_handlers_include_the_shared_header_and_do_not_copy_it() -> None:
-    sources = [handler.source_path()]
+    sources = [handler.source]
     cuda = _cuda_source()
     if cuda is not None:
         sources.append(cuda)
@@ -79,10 +83,10 @@ def test_both_libraries_build_from_the_header_on_the_include_path(tmp_path: Path
     # defines, which shows they take their handler from it.
     override = tmp_path / "include"
     override.mkdir()
-    original = (common_include_dir() / HEADER).read_text()
+    original = (include_dir() / HEADER).read_text()
     marker = 'extern "C" int jt_launch_common_marker() { return 7; }\n'
     (override / HEADER).write_text(original.replace("#endif  // JT_LAUNCH_COMMON_H_", marker + "#endif"))
-    sources = {"rocm": handler.source_path()}
+    sources = {"rocm": handler.source}
     cuda = _cuda_source()
     if cuda is not None:
         sources["cuda"] = cuda
@@ -90,7 +94,7 @@ def test_both_libraries_build_from_the_header_on_the_include_path(tmp_path: Path
         built = build_shared_library(
             f"jt_{platform}_launch_marker",
             [source],
-            include_dirs=[str(override), jax.ffi.include_dir()],
+            include_dirs=[str(override), *_includes()],
             libraries=("dl",),
             directory=tmp_path / "cache",
         )
@@ -140,7 +144,7 @@ def test_hip_prototypes_match_hip_runtime_api_h() -> None:
     if not api.is_file():
         pytest.skip("this Triton ships no HIP headers")
     header = re.sub(r"__dparm\([^)]*\)", "", re.sub(r"\s+", " ", api.read_text()))  # default arguments
-    ours = re.findall(r"\(\*(hip\w+)\)\(([^;]*)\);", handler.source_path().read_text().replace("\n", " "))
+    ours = re.findall(r"\(\*(hip\w+)\)\(([^;]*)\);", handler.source.read_text().replace("\n", " "))
     assert len(ours) >= 20
     for name, params in ours:
         found = re.search(rf"\b{name}\(([^)]*)\)\s*;", header)
@@ -197,7 +201,7 @@ def _run_probe(drop: str | None = None, preloaded: bool = False) -> str:
     primitive.def_abstract_eval(lambda *avals: [jax.core.ShapedArray((64,), jnp.float32)])
 
     def lowering(ctx: Any, *operands: Any) -> Any:
-        attributes, _ = launch_attributes.ffi_attributes(call, [kernel], None, "rocm")
+        attributes, _ = RocmJtLauncher().attributes(call, [kernel], None)
         if drop is not None:
             del attributes[drop]
         result_type = mlir.aval_to_ir_type(ctx.module_context, ctx.avals_out[0])

@@ -18,13 +18,13 @@ import triton.language as tl
 from rocm_test_support import backend_config, bound_call
 
 import jt_core as jt
-from jt_core import plugins
-from jt_core.launch_attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
-from jt_core.testing import LauncherConformance, compile_request, custom_calls, sample_add_kernel
+from jt_core import registry
+from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
+from jt_core.testing import LauncherConformance, compile_request, custom_calls, make_registry, sample_add_kernel
 from jt_core.triton_dialect import TritonDialect
-from jt_rocm import handler
 from jt_rocm.backend import RocmBackend
-from jt_rocm.ffi_launcher import RocmFfiLauncher
+from jt_rocm.launchers import HANDLER as handler
+from jt_rocm.launchers import RocmJtLauncher
 
 F32_64 = jax.ShapeDtypeStruct((64,), jnp.float32)
 ELF_MAGIC = b"\x7fELF"
@@ -37,7 +37,7 @@ def _environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("JT_ROCM_ARCH", "gfx942")
     for name in ("JT_LAUNCHER_ROCM", "JT_ROCM_PRELOAD"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(plugins, "_manager", plugins.PluginManager())
+    monkeypatch.setattr(registry, "_registry", make_registry())
     return folder
 
 
@@ -47,7 +47,7 @@ def lower(f: Any, *specs: Any) -> Any:
 
 
 def jt_call(lowered: Any) -> Any:
-    (op,) = custom_calls(lowered, handler.TARGET_NAME) + custom_calls(lowered, handler.PRELOADED_TARGET_NAME)
+    (op,) = custom_calls(lowered, handler.target_name) + custom_calls(lowered, handler.preloaded_target_name)
     return op
 
 
@@ -64,7 +64,7 @@ def compiled_add(arch: str, **options: Any) -> Any:
 def test_jt_handler_is_the_default_rocm_launcher() -> None:
     lowered = lower(add, F32_64, F32_64)
     (op,) = custom_calls(lowered)
-    assert str(op.attributes["call_target_name"]).strip('"') == handler.PRELOADED_TARGET_NAME
+    assert str(op.attributes["call_target_name"]).strip('"') == handler.preloaded_target_name
     assert len(op.operands) == 2 and len(op.results) == 1
     assert custom_calls(lowered, "triton_kernel_call_ffi") == []
 
@@ -149,7 +149,7 @@ def test_autotuned_call_lists_every_candidate_and_restores_the_aliased_buffer() 
         )
 
     op = jt_call(lower(f, F32_64))
-    assert str(op.attributes["call_target_name"]).strip('"') == handler.TARGET_NAME  # has an initialize stage
+    assert str(op.attributes["call_target_name"]).strip('"') == handler.target_name  # has an initialize stage
     assert "operand_index = 0" in str(op.attributes["output_operand_aliases"])
     config = backend_config(op)
     assert config["num_configs"] == 2
@@ -169,8 +169,8 @@ def test_zeroed_outputs_are_listed_per_config() -> None:
 def test_preloading_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JT_ROCM_PRELOAD", "0")
     lowered = lower(add, F32_64, F32_64)
-    assert len(custom_calls(lowered, handler.TARGET_NAME)) == 1
-    assert custom_calls(lowered, handler.PRELOADED_TARGET_NAME) == []
+    assert len(custom_calls(lowered, handler.target_name)) == 1
+    assert custom_calls(lowered, handler.preloaded_target_name) == []
 
 
 def test_serialized_metadata_travels_in_the_call() -> None:
@@ -179,7 +179,7 @@ def test_serialized_metadata_travels_in_the_call() -> None:
 
 
 def test_without_a_rocm_device_lowering_needs_no_handler() -> None:
-    assert RocmFfiLauncher().unavailable_reason() is None
+    assert RocmJtLauncher().unavailable_reason() is None
 
 
 def test_lowering_is_deterministic_across_processes(tmp_path: Path) -> None:
@@ -201,15 +201,15 @@ def test_lowering_is_deterministic_across_processes(tmp_path: Path) -> None:
         run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
         assert run.returncode == 0, run.stderr[-3000:]
         texts.append(run.stdout)
-    assert f"@{handler.PRELOADED_TARGET_NAME}(" in texts[0]
+    assert f"@{handler.preloaded_target_name}(" in texts[0]
     assert 'binary_0 = "\\7FELF' in texts[0]
     assert texts[0] == texts[1]
     assert not (tmp_path / "h").exists()
 
 
-class TestRocmFfiLauncherConformance(LauncherConformance):
-    expected_in_lowering = handler.PRELOADED_TARGET_NAME
+class TestRocmJtLauncherConformance(LauncherConformance):
+    expected_in_lowering = handler.preloaded_target_name
 
     @pytest.fixture
-    def launcher(self) -> RocmFfiLauncher:
-        return RocmFfiLauncher()
+    def launcher(self) -> RocmJtLauncher:
+        return RocmJtLauncher()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from rocm_test_support import bound_call
 
-from jt_core.backend import CompileOptions
+from jt_core.call import CompileOptions
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.testing import sample_call
 from jt_rocm.backend import RocmBackend

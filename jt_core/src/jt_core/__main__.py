@@ -40,7 +40,7 @@ def _cache(args: argparse.Namespace) -> int:
 
     if args.action == "clear":
         removed = cache.clear()
-        print(f"removed {removed} files from {cache.cache_dir()}")
+        print(f"removed {removed} entries from {cache.cache_dir()}")
         return 0
     data = cache.info()
     if args.json:

@@ -59,7 +59,9 @@ class ToyLauncher(Launcher):
     name = "toy-custom-call"
     priority = 10
 
-    def lower(self, ctx: Any, call: Any, kernels: Sequence[CompiledKernel], operands: Sequence[Any]) -> Sequence[Any]:
+    def lower(
+        self, ctx: Any, call: Any, kernels: Sequence[CompiledKernel], operands: Sequence[Any], device: Any
+    ) -> Sequence[Any]:
         import jax
         import numpy as np
 
