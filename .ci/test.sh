@@ -18,6 +18,8 @@ echo "== ruff"
 "$latest/bin/ruff" format --check . || status=1
 echo "== mypy"
 "$latest/bin/mypy" || status=1
+echo "== import contracts"
+"$latest/bin/lint-imports" || status=1
 echo "== mkdocs"
 if [ -f docs/mkdocs.yml ]; then
     "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$ROOT/.ci-venv-latest/site" || status=1

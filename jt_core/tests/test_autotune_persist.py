@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np
     import jt_core as jt
     from jt_core import tuning
-    import kernels_for_tests as k
+    import core_kernels as k
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     x = jnp.asarray(np.random.default_rng(0).standard_normal(100), jnp.float32)
     out = jax.jit(lambda x: jt.triton_call(x, kernel=k.autotuned_scale_kernel, out_shape=x,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import core_kernels as k
 import jax
 import jax.numpy as jnp
-import kernels_for_tests as k
 import numpy as np
 import pytest
 

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import core_kernels as k
 import jax
 import jax.numpy as jnp
-import kernels_for_tests as k
 import numpy as np
 import pytest
 

@@ -225,6 +225,9 @@ def test_jt_trace_plugins_traces_loading_and_hook_calls(capsys: pytest.CaptureFi
     pm.ensure_loaded()
     err = capsys.readouterr().err
     assert "[jt-plugins] good: loaded from good-dist" in err
+    # Registration hooks are hook calls like any other: traced with their results.
+    assert "jt_register_backends" in err and "FakeBackend" in err
+    assert "jt_register_launchers" in err and "SlowLauncher" in err
 
 
 def test_launcher_chosen_by_priority_skipping_unavailable() -> None:

@@ -189,3 +189,50 @@ def test_abc_refuses_a_backend_missing_a_method() -> None:
 
     with pytest.raises(TypeError, match="compile"):
         Incomplete()  # type: ignore[abstract]
+
+
+def _jt_core_imports(path: pathlib.Path) -> list[tuple[str, str]]:
+    """``(module, name)`` for every name a source file imports from jt-core (function bodies included); a
+    submodule imported by name (``from jt_core.gpu import jaxlib_call``) is ``("jt_core.gpu.jaxlib_call", "")``."""
+    import ast
+    import importlib.util
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "jt_core":
+            for alias in node.names:
+                is_package = importlib.util.find_spec(node.module).submodule_search_locations is not None
+                if is_package and importlib.util.find_spec(f"{node.module}.{alias.name}") is not None:
+                    found.append((f"{node.module}.{alias.name}", ""))
+                else:
+                    found.append((node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, "") for alias in node.names if alias.name.split(".")[0] == "jt_core"]
+    return found
+
+
+@pytest.mark.parametrize("dist", ["jt_cuda", "jt_rocm", "jt_gluon"])
+def test_plugins_import_only_names_jt_core_exports(dist: str) -> None:
+    import importlib
+
+    for path in sorted((ROOT / dist / "src" / dist).rglob("*.py")):
+        for module_name, name in _jt_core_imports(path):
+            where = f"{path.relative_to(ROOT)} imports {module_name}{'.' + name if name else ''}"
+            assert not any(part.startswith("_") for part in module_name.split(".")), where
+            if not name:
+                continue  # a module, checked above
+            module = importlib.import_module(module_name)
+            assert not name.startswith("_"), where
+            assert name in getattr(module, "__all__", ()), f"{where}, which is not in its __all__"
+
+
+def test_the_plugin_surface_is_listed_on_the_writing_a_backend_page() -> None:
+    page = (ROOT / "docs" / "pages" / "writing-a-backend.md").read_text()
+    imported = {
+        module
+        for dist in ("jt_cuda", "jt_rocm", "jt_gluon")
+        for path in (ROOT / dist / "src" / dist).rglob("*.py")
+        for module, _ in _jt_core_imports(path)
+    }
+    missing = sorted(module for module in imported if f"`{module}`" not in page)
+    assert not missing, f"modules plugins import but the page does not list: {missing}"

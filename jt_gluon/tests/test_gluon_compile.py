@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 import triton
-from gluon_sample_kernels import (
+from gluon_kernels import (
     blocked_1d,
     blocked_cols,
     blocked_rows,
@@ -20,7 +20,7 @@ from gluon_sample_kernels import (
     tile_axpy_kernel,
     tma_copy_kernel,
 )
-from jt_gluon_test_support import gluon_call
+from gluon_testlib import gluon_call
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 

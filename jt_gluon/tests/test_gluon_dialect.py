@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from gluon_sample_kernels import blocked_1d, memcpy_kernel, tile_axpy_kernel
-from jt_gluon_test_support import gluon_call
+from gluon_kernels import blocked_1d, memcpy_kernel, tile_axpy_kernel
+from gluon_testlib import gluon_call
 from triton.backends.compiler import Language
 
 import jt_core as jt

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-from gluon_sample_kernels import (
+from gluon_kernels import (
     add_one_inplace_kernel,
     blocked_1d,
     blocked_cols,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from rocm_test_support import bound_call
+from rocm_testlib import bound_call
 
 from jt_core import hooks
 from jt_core.contracts import CompiledKernel

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rocm_test_support import bound_call
+from rocm_testlib import bound_call
 
 from jt_core.gpu.handler import headers, include_dir
 from jt_core.native import build_shared_library

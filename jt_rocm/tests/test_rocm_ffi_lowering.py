@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 import triton
 import triton.language as tl
-from rocm_test_support import backend_config, bound_call
+from rocm_testlib import backend_config, bound_call
 
 import jt_core as jt
 from jt_core import registry

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from rocm_test_support import use_launcher
+from rocm_testlib import use_launcher
 
 import jt_core as jt
 from jt_core.testing import sample_add_kernel

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from rocm_test_support import bound_call, decode_opaque, use_launcher
+from rocm_testlib import bound_call, decode_opaque, use_launcher
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError

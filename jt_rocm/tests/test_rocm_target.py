@@ -6,7 +6,7 @@ import types
 
 import numpy as np
 import pytest
-from rocm_test_support import bound_call
+from rocm_testlib import bound_call
 
 from jt_core.call import CompileOptions
 from jt_core.errors import KernelCallTypeError, KernelCallValueError

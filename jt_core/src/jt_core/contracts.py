@@ -55,6 +55,22 @@ class CompileRequest:
     options: CompileOptions
     backend: Backend
 
+    @classmethod
+    def for_config(
+        cls, call: KernelCall, config: LaunchConfig, target: Target, backend: Backend, dialect: Dialect | None = None
+    ) -> CompileRequest:
+        """The request for one configuration of a bound call (with the call's own dialect unless one is given)."""
+        return cls(
+            call=call,
+            config=config,
+            kernel=call.fn,
+            dialect=dialect if dialect is not None else call.dialect,
+            specialization=call.specialization(config),
+            target=target,
+            options=config.options,
+            backend=backend,
+        )
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CompiledKernel:

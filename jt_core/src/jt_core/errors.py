@@ -7,6 +7,20 @@ problems raise :class:`PluginError` subclasses naming the plugin, its distributi
 
 from __future__ import annotations
 
+__all__ = [
+    "DuplicateBackendError",
+    "JtError",
+    "KernelCallTypeError",
+    "KernelCallValueError",
+    "KernelCompileError",
+    "KernelRuntimeError",
+    "NoBackendError",
+    "OutOfBoundsAccessError",
+    "PluginError",
+    "PluginLoadError",
+    "UnsupportedKernelError",
+]
+
 
 class JtError(Exception):
     """Base class of every exception jt raises on purpose."""

@@ -101,18 +101,7 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
     requests = []
     for config in call.configs:
         backend.validate_options(config.options, call, target)
-        requests.append(
-            CompileRequest(
-                call=call,
-                config=config,
-                kernel=call.fn,
-                dialect=dialect,
-                specialization=call.specialization(config),
-                target=target,
-                options=config.options,
-                backend=backend,
-            )
-        )
+        requests.append(CompileRequest.for_config(call, config, target, backend))
     return launcher.lower(ctx, call, compile_all(requests), operands, device)
 
 

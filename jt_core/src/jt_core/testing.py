@@ -219,17 +219,7 @@ def bind(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: C
 
 def compile_request(backend: Backend, call: KernelCall, target: Target, dialect: Dialect) -> CompileRequest:
     """The request for the first configuration of ``call``."""
-    config = call.configs[0]
-    return CompileRequest(
-        call=call,
-        config=config,
-        kernel=call.fn,
-        dialect=dialect,
-        specialization=call.specialization(config),
-        target=target,
-        options=config.options,
-        backend=backend,
-    )
+    return CompileRequest.for_config(call, call.configs[0], target, backend, dialect)
 
 
 def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:

@@ -24,7 +24,7 @@ __all__ = ["choose_config", "load_choice", "save_choice", "tuning_key", "tuning_
 #: Counters of this process: trial runs made and choices read back from the cache.
 tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
 
-_tuning_log = logging.getLogger("jt_core.autotune")
+_tuning_log = logging.getLogger("jt_core.tuning")
 
 
 def autotune_key_values(call: KernelCall) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""``JAX_TRITON_DUMP_DIR``: jt-core writes the dumps of every backend, from the compiled kernel's IRs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jt_core as jt
+from jt_core import hooks
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
+from jt_core.testing import compile_request, sample_add_kernel, sample_call
+from jt_core.triton_dialect import TritonDialect
+
+
+class IrBackend(Backend):
+    """A backend that 'compiles' to two IR stages and a binary."""
+
+    platform = "irplat"
+    binary_suffix = "fakebin"
+
+    def target(self, call: Any, device: Any) -> Target:
+        return Target("irplat", "v1", 32)
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        name = request.call.name
+        return CompiledKernel(
+            name=name,
+            target=request.target,
+            binary=b"BIN:" + name.encode(),
+            asm={"ttir": f"module @{name}", "ptx": f".entry {name}"},
+            metadata={"shared": 0},
+        )
+
+
+def test_every_ir_the_backend_kept_and_its_binary_are_dumped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
+    backend = IrBackend()
+    call = sample_call()
+    request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+    kernel = hooks.compile_kernel(request)
+    hooks.compile_kernel(request)  # the same kernel again: files are replaced, not an error
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.startswith("sample_add_kernel-")
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [
+        "compile_info.json",
+        "sample_add_kernel.fakebin",
+        "sample_add_kernel.ptx",
+        "sample_add_kernel.ttir",
+    ]
+    assert (folder / "sample_add_kernel.fakebin").read_bytes() == kernel.binary
+    assert (folder / "sample_add_kernel.ttir").read_text() == "module @sample_add_kernel"
+    info = json.loads((folder / "compile_info.json").read_text())
+    assert info["target"] == {"platform": "irplat", "arch": "v1", "warp_size": 32}
+    assert info["config"] == call.configs[0].label and info["binary_bytes"] == len(kernel.binary)
+
+
+def test_the_cpu_backend_dumps_its_compile_info(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
+    x = jnp.asarray(np.random.default_rng(3).standard_normal(64), jnp.float32)
+    out = jax.jit(
+        lambda x: jt.triton_call(x, x, kernel=sample_add_kernel, out_shape=x, grid=2, n=64, BLOCK=32, name="dumped")
+    )(x)
+    np.testing.assert_allclose(out, 2 * np.asarray(x), rtol=1e-6)
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("dumped-")]
+    info = json.loads((folder / "compile_info.json").read_text())
+    assert info["call"] == "dumped" and info["target"]["platform"] == "cpu"
+    assert info["grid"] == [2, 1, 1] and "BLOCK=32" in info["config"]
+
+
+def test_no_dump_without_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAX_TRITON_DUMP_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    backend = IrBackend()
+    call = sample_call(BLOCK=16)
+    hooks.compile_kernel(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,123 @@
+"""Per-machine files: the cache folder is private, checked before anything is executed from it, written atomically."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jt_core import files
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "getuid"), reason="ownership checks need POSIX user ids")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_new_folders_are_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt"))
+    for purpose in files.PURPOSES:
+        folder = files.cache_folder(purpose)
+        assert folder == tmp_path / "jt" / purpose
+        assert _mode(folder) & 0o077 == 0
+    assert _mode(tmp_path / "jt") & 0o077 == 0
+
+
+def test_an_unknown_purpose_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown cache folder 'kernals'"):
+        files.cache_folder("kernals")
+
+
+def test_a_folder_others_may_write_is_explained(tmp_path: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    problem = files.folder_problem(loose)
+    assert problem is not None and "others may write to it" in problem and "777" in problem
+    os.chmod(loose, 0o700)
+    assert files.folder_problem(loose) is None
+
+
+def test_a_loose_cache_root_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loose = tmp_path / "shared"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    monkeypatch.setenv("JT_CACHE_DIR", str(loose))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    with pytest.warns(RuntimeWarning, match=r"does not use the cache folder .*shared.*others may write to it"):
+        root = files.cache_root()
+    assert root == tmp_path / "home-cache" / "jt"
+    assert files.cache_folder("vmap").parent == root
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "entry"
+    files.atomic_write(target, b"first")
+    files.atomic_write(target, b"second")
+    assert target.read_bytes() == b"second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]
+
+
+_PLANTED = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, sys.argv[1])
+    import jax, jax.numpy as jnp, numpy as np
+    import jt_core as jt
+    from jt_core import batching
+    import core_kernels as k
+
+    def add(x, y):
+        return jt.triton_call(x, y, 32, kernel=k.add_kernel, out_shape=x, grid=2, BLOCK=16)
+
+    x = jnp.arange(64, dtype=jnp.float32).reshape(2, 32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(add)(x[0], x[0])), 2 * np.asarray(x[0]))
+    out = jax.vmap(add)(x, x)
+    assert np.array_equal(np.asarray(out), 2 * np.asarray(x)), out
+    print("wrapper folder:", batching.cache_dir())
+    """
+)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="the planted library is built with c++")
+def test_code_planted_in_a_loose_folder_is_never_run(tmp_path: Path) -> None:
+    """Someone who can write to a shared JT_CACHE_DIR plants the modules and libraries jt would load from it: the
+    vmap wrapper module and the CPU launcher's handler library (a library whose constructor leaves a marker)."""
+    shared = tmp_path / "shared"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "private")}
+    tests = str(Path(__file__).parent)
+
+    def run(cache_dir: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _PLANTED, tests], env={**env, "JT_CACHE_DIR": str(cache_dir)},
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+
+    # A first run in a private folder names the files jt generates and builds for this call.
+    clean = run(tmp_path / "clean")
+    assert clean.returncode == 0, clean.stderr
+    (module,) = (tmp_path / "clean" / "vmap").glob("*.py")
+    (library,) = (tmp_path / "clean" / "native").glob("libjt_cpu_interpreter_call-*.so")
+    marker = tmp_path / "planted-code-ran"
+    for purpose in ("vmap", "native"):
+        (shared / purpose).mkdir(parents=True)
+    (shared / "vmap" / module.name).write_text(f"open({str(marker)!r}, 'w').write('module')\n")
+    planted = tmp_path / "planted.cc"
+    planted.write_text(
+        f'#include <cstdio>\n__attribute__((constructor)) static void plant() {{ std::fopen("{marker}", "w"); }}\n'
+    )
+    subprocess.run(["c++", "-shared", "-fPIC", str(planted), "-o", str(shared / "native" / library.name)], check=True)
+    for folder in (shared, shared / "vmap", shared / "native"):
+        os.chmod(folder, 0o777)
+    result = run(shared)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "does not use the cache folder" in result.stderr and "others may write to it" in result.stderr
+    assert f"wrapper folder: {tmp_path / 'private' / 'jt' / 'vmap'}" in result.stdout
