@@ -114,6 +114,7 @@ def main() -> None:
         ("jt launcher 'jt' (own FFI handler)", jt_add("jt")),
         ("jt launcher 'jt', initialize stage kept", jt_add("jt", preload=False)),
         ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib")),
+        ("jt launcher 'xla' (XLA's Triton call)", jt_add("xla")),
         ("Pallas (native XLA lowering)", pallas_add()),
     ]
     results = []

@@ -7,7 +7,7 @@ import pytest
 from jt_core.contracts import Backend, Launcher
 from jt_core.testing import BackendConformance, LauncherConformance
 from jt_cuda.backend import CudaBackend
-from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher
+from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher, CudaXlaLauncher
 
 
 class TestCudaBackendConformance(BackendConformance):
@@ -36,8 +36,17 @@ class TestJaxlibLauncherConformance(LauncherConformance):
         return CudaJaxlibLauncher()
 
 
+class TestXlaLauncherConformance(LauncherConformance):
+    compute_capability = 90
+    expected_in_lowering = "__gpu$xla.gpu.triton"
+
+    @pytest.fixture
+    def launcher(self) -> Launcher:
+        return CudaXlaLauncher()
+
+
 def test_launchers_are_ordered_by_priority() -> None:
     from jt_core.registry import get_registry
 
     names = [launcher.name for _, launcher in get_registry().ensure_loaded().launchers["cuda"]]
-    assert names == ["jt", "jaxlib"]
+    assert names == ["jt", "jaxlib", "xla"]

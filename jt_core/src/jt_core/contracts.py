@@ -190,9 +190,22 @@ class Launcher(ABC):
     #: Whether the lowered call is a JAX host callback. JAX drops those inside ``custom_partitioning`` bodies, so
     #: partition rules refuse such a launcher across several devices (:mod:`jt_core.partitioning`).
     uses_host_callback: ClassVar[bool] = False
+    #: Whether it lowers one configuration only: an autotuned call is then tuned before it is lowered (with the
+    #: remembered winner, or by running the candidates through the platform's next launcher on scratch buffers).
+    single_config: ClassVar[bool] = False
+    #: What makes :meth:`fallback_reason` send a call to the next launcher, for ``python -m jt_core plugins``.
+    fallback_rules: ClassVar[tuple[str, ...]] = ()
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used in this process, or ``None`` when it can."""
+        return None
+
+    def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
+        """Why this launcher cannot express ``call`` (compiled as ``kernels``), or ``None`` when it can.
+
+        A call it cannot express is lowered by the platform's next launcher (by priority); the reason is reported
+        under ``JT_TRACE_PLUGINS`` and with ``debug=True``. The default expresses everything.
+        """
         return None
 
     @staticmethod

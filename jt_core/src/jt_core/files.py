@@ -32,6 +32,7 @@ PURPOSES: dict[str, str] = {
     "vmap": "generated batching wrapper kernels (Python modules that are imported)",
     "native": "built launch-handler libraries (loaded into the process)",
     "rocm-hsaco": "HSACO files for jaxlib's ROCm handler (loaded onto the GPU)",
+    "xla": "which Triton IR XLA compiled on this machine (records)",
 }
 
 _lock = threading.Lock()

@@ -8,7 +8,7 @@ from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, 
 from jt_core.errors import JtError, KernelCompileError
 from jt_core.registry import get_registry
 
-__all__ = ["backend_for", "compile_kernel", "dialect_for", "launcher_for", "launchers_for"]
+__all__ = ["backend_for", "compile_kernel", "dialect_for", "launcher_for", "launchers_for", "next_launcher"]
 
 
 def backend_for(platform: str) -> Backend:
@@ -24,6 +24,11 @@ def launcher_for(platform: str, name: str | None = None) -> Launcher:
 def launchers_for(platform: str) -> list[Launcher]:
     """Every launcher registered for ``platform``, highest priority first."""
     return get_registry().launchers_for(platform)
+
+
+def next_launcher(platform: str, launcher: Launcher) -> Launcher:
+    """The available launcher after ``launcher`` for ``platform``, by priority (raises ``NoBackendError``)."""
+    return get_registry().next_launcher(platform, launcher)
 
 
 def dialect_for(kernel: Any) -> Dialect:

@@ -2,27 +2,34 @@
 
 Lowering for platform P asks the registries for P's backend and launcher, compiles every configuration (with the
 dialect the call resolved when it was made) through :func:`jt_core.hooks.compile_kernel` and lets the launcher emit
-the op; the device lowered for is found once and passed to both. The batching rule lives in
-:mod:`jt_core.batching`, which registers it.
+the op; the device lowered for is found once and passed to both. A launcher that lowers one configuration only gets
+an autotuned call tuned first; a launcher that cannot express a call hands it to the platform's next launcher, with
+the reason reported. The batching rule lives in :mod:`jt_core.batching`, which registers it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import logging
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from jax._src import dispatch
 from jax._src import effects as effects_lib
 from jax._src.interpreters import mlir
 from jax.extend.core import Primitive
 from jax.interpreters import ad
 
-from jt_core import hooks, settings
+from jt_core import hooks, settings, tuning
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel, CompileRequest, Launcher
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
+
+log = logging.getLogger("jt_core.primitive")
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
@@ -95,14 +102,70 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
             f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
             "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
-    _check_tensor_descriptors(call, platform, launcher)
     device = lowering_device(ctx) if len(ctx.module_context.platforms) == 1 else None
     target = backend.target(call, device)
+    if launcher.single_config and len(call.configs) > 1:
+        call = tune_ahead(call, platform, device, launcher)
     requests = []
     for config in call.configs:
         backend.validate_options(config.options, call, target)
         requests.append(CompileRequest.for_config(call, config, target, backend))
-    return launcher.lower(ctx, call, compile_all(requests), operands, device)
+    kernels = compile_all(requests)
+    reason = launcher.fallback_reason(call, kernels, device)
+    while reason is not None:
+        fallback = hooks.next_launcher(platform, launcher)
+        report(call, f"launcher {launcher.name!r} on {platform} cannot express it ({reason}); using {fallback.name!r}")
+        launcher = fallback
+        reason = launcher.fallback_reason(call, kernels, device)
+    _check_tensor_descriptors(call, platform, launcher)
+    return launcher.lower(ctx, call, kernels, operands, device)
+
+
+def report(call: KernelCall, message: str) -> None:
+    """Says something about a call's lowering: on stderr under ``JT_TRACE_PLUGINS`` or for a ``debug=True`` call,
+    and to the ``jt_core.primitive`` logger."""
+    text = f"jt: triton_call {call.name!r}: {message}"
+    log.info(text)
+    if settings.flag("JT_TRACE_PLUGINS") or any(config.options.debug for config in call.configs):
+        sys.stderr.write(text + "\n")
+
+
+def tune_ahead(call: KernelCall, platform: str, device: Any | None, launcher: Launcher) -> KernelCall:
+    """The call with its one configuration for a launcher that lowers one: the remembered winner for this device
+    kind, else the winner of trials run now through the platform's next launcher on scratch buffers (which
+    remembers it). Returns ``call`` unchanged when no winner can be had (no device, tuning records disabled): the
+    launcher then says why it cannot express the call."""
+    kind = str(getattr(device, "device_kind", "") or "") if device is not None else ""
+    if not kind:
+        return call
+    key = tuning.tuning_key(call, f"{platform}:{kind}")
+    index = tuning.load_choice(key, len(call.configs))
+    if index is None:
+        tuner = hooks.next_launcher(platform, launcher)
+        report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
+        _run_on_scratch(dataclasses.replace(call, launcher=tuner.name), device)
+        index = tuning.load_choice(key, len(call.configs))
+        if index is None:
+            return call
+    return dataclasses.replace(call, configs=(call.configs[index],))
+
+
+def _run_on_scratch(call: KernelCall, device: Any) -> None:
+    import jax
+
+    rng = np.random.default_rng(0)
+    operands = []
+    for aval in call.operand_avals:
+        dtype = np.dtype(aval.dtype)
+        if dtype.kind == "f" or "float" in dtype.name:
+            values = rng.standard_normal(aval.shape).astype(dtype)
+        elif dtype.kind == "b":
+            values = rng.integers(0, 2, aval.shape).astype(dtype)
+        else:
+            values = rng.integers(0, 8, aval.shape).astype(dtype)
+        operands.append(jax.device_put(values, device))
+    results = jax.jit(lambda *ops: triton_kernel_call_p.bind(*ops, call=call))(*operands)
+    jax.block_until_ready(results)
 
 
 def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launcher) -> None:

@@ -187,6 +187,24 @@ class Registry:
             + f". Installed plugins:\n{self.describe()}"
         )
 
+    def next_launcher(self, platform: str, launcher: Launcher) -> Launcher:
+        """The launcher to use instead of ``launcher``: the first available one after it in ``platform``'s priority
+        order, else (for a launcher at the end of the order, one used only when asked for) the first available one
+        before it.
+
+        Raises:
+            NoBackendError: When no other launcher is available.
+        """
+        candidates = self.launchers_for(platform)
+        position = candidates.index(launcher) + 1 if launcher in candidates else 0
+        for candidate in candidates[position:] + candidates[:position]:
+            if candidate is not launcher and candidate.unavailable_reason() is None:
+                return candidate
+        raise NoBackendError(
+            f"launcher {launcher.name!r} for platform {platform!r} cannot express the call and no launcher after it "
+            f"is available. Installed plugins:\n{self.describe()}"
+        )
+
     def dialect_for(self, kernel: Any) -> Dialect:
         """The first registered dialect that claims ``kernel`` (plugins first, builtin Triton last).
 

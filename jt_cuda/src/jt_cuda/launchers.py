@@ -11,6 +11,8 @@ Both emit one ``stablehlo.custom_call`` per ``triton_call``; they differ in what
 * ``"jaxlib"`` (priority 10): the handler that ships with jaxlib's CUDA plugin (where the installed jaxlib has
   it). It takes PTX, assembles it itself, and autotunes with aliased inputs restored. It cannot pass host-side
   tensor descriptors, so calls with one are refused with a pointer to ``"jt"``.
+* ``"xla"``: XLA's own Triton custom call, given the kernel's Triton IR (:mod:`jt_core.gpu.xla`); XLA compiles it
+  with the Triton it bundles and runs it as one of its own kernels. What it cannot express goes to ``"jt"``.
 
 Selection follows the plugin contract: ``launcher=`` on the call, else ``JT_LAUNCHER_CUDA``, else priority.
 """
@@ -27,10 +29,11 @@ from jt_core.gpu import jaxlib_call
 from jt_core.gpu.attributes import DescriptorParams, scalar_bytes
 from jt_core.gpu.handler import LaunchHandlerLibrary
 from jt_core.gpu.launchers import HandlerLauncher, JaxlibLauncher
+from jt_core.gpu.xla import XlaTritonLauncher
 from jt_cuda import _compat
 from jt_cuda.tensormaps import descriptor_params
 
-__all__ = ["HANDLER", "CudaJaxlibLauncher", "CudaJtLauncher", "register_handlers"]
+__all__ = ["HANDLER", "CudaJaxlibLauncher", "CudaJtLauncher", "CudaXlaLauncher", "register_handlers"]
 
 #: jt's launch handler on the CUDA driver, and its XLA targets (``jt_cuda_launch``, ``jt_cuda_launch_preloaded``).
 HANDLER = LaunchHandlerLibrary(
@@ -102,3 +105,9 @@ class CudaJaxlibLauncher(JaxlibLauncher):
             bits = int.from_bytes(scalar_bytes(slot.type_str, value), "little")
             return jaxlib_call.ScalarParameter("u32", bits)
         return super().scalar(call, slot)
+
+
+class CudaXlaLauncher(XlaTritonLauncher):
+    """Hands the kernel's Triton IR to XLA's own Triton custom call on CUDA."""
+
+    platform = "cuda"

@@ -18,7 +18,8 @@ def jt_register_backends() -> Sequence[Backend]:
 
 @hookimpl
 def jt_register_launchers() -> Sequence[Launcher]:
-    """Registers jt's own launch handler (``"jt"``, preferred) and jaxlib's Triton handler (``"jaxlib"``)."""
-    from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher
+    """Registers jt's own launch handler (``"jt"``, preferred), jaxlib's Triton handler (``"jaxlib"``) and XLA's own
+    Triton call (``"xla"``)."""
+    from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher, CudaXlaLauncher
 
-    return [CudaJtLauncher(), CudaJaxlibLauncher()]
+    return [CudaJtLauncher(), CudaJaxlibLauncher(), CudaXlaLauncher()]
