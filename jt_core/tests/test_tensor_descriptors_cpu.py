@@ -302,3 +302,224 @@ def test_layout_on_a_triton_kernel_is_refused() -> None:
             BM=8,
             BN=8,
         )
+
+
+# -- jax-triton 0.4's forms: from_array, and the dataclass form with explicit shape and strides -----------------
+
+
+def read_desc(desc: jt.TensorDescriptor, row: int, col: int) -> Any:
+    """The (BM, BN) tile of ``desc`` at (row, col), as its loads see it (padding included)."""
+    bm, bn = desc.block_shape
+    return jt.triton_call(
+        desc,
+        row=row,
+        col=col,
+        kernel=read_tile_kernel,
+        out_shape=jax.ShapeDtypeStruct((bm, bn), desc.dtype),
+        grid=1,
+        BM=bm,
+        BN=bn,
+    )
+
+
+def _values(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
+    """Random values every dtype holds exactly (small integers for integer types)."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(0, 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+TMA_DTYPES = [
+    np.float32,
+    np.float16,
+    ml_dtypes.bfloat16,
+    ml_dtypes.float8_e4m3fn,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.uint16,
+]
+TMA_DTYPE_IDS = ["f32", "f16", "bf16", "fp8e4m3", "i8", "i16", "i32", "u16"]
+
+
+def _paddings(dtype: Any) -> list[str]:
+    kind, size = np.dtype(dtype).kind, np.dtype(dtype).itemsize
+    return ["zero", "nan"] if (kind == "f" or "float" in np.dtype(dtype).name) and size >= 2 else ["zero"]
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES, ids=TMA_DTYPE_IDS)
+@pytest.mark.parametrize("form", ["from_array", "view"])
+def test_every_tma_dtype_reads_a_ragged_tile_with_each_padding(dtype: Any, form: str) -> None:
+    """A tile crossing the tensor's edges: inside it the data, outside it the padding, never the base's data past
+    the view (the view is the left part of a wider base, and the tile crosses its right edge)."""
+    aligned = 16 // np.dtype(dtype).itemsize  # elements in 16 bytes: the step of block offsets and strides
+    bn = 2 * aligned
+    data = _values((12, 2 * bn), dtype, 20)
+    for padding in _paddings(dtype):
+        if form == "from_array":
+            desc = jt.TensorDescriptor.from_array(jnp.asarray(data), block_shape=[8, bn], padding=padding)
+            visible = data
+        else:
+            desc = jt.TensorDescriptor(jnp.asarray(data), (12, bn + aligned), (2 * bn, 1), (8, bn), padding=padding)
+            visible = data[:, : bn + aligned]
+        col = bn
+        expected = np.full((8, bn), np.nan if padding == "nan" else 0, np.float64)
+        inside = visible[8:12, col : col + bn].astype(np.float64)
+        expected[: inside.shape[0], : inside.shape[1]] = inside
+        out = np.asarray(read_desc(desc, 8, col)).astype(np.float64)
+        np.testing.assert_array_equal(out, expected, err_msg=f"padding={padding}")
+
+
+def test_view_with_a_row_stride_reads_every_other_row() -> None:
+    data = _random((16, 16), np.float32, 21)
+    # rows 0, 2, 4, ...: shape (8, 16), strides (32, 1) over the flat buffer
+    desc = jt.TensorDescriptor(jnp.asarray(data).reshape(-1), (8, 16), (32, 1), (8, 16))
+    np.testing.assert_array_equal(np.asarray(read_desc(desc, 0, 0)), data[::2])
+
+
+@triton.jit
+def copy_tiles_kernel(src_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    m = tl.program_id(0) * BM
+    n = tl.program_id(1) * BN
+    out_desc.store([m, n], src_desc.load([m, n]))
+
+
+def test_store_through_a_view_writes_only_inside_it() -> None:
+    base = _random((12, 32), np.float32, 22)
+    src = _random((12, 16), np.float32, 23)
+
+    @jax.jit
+    def f(base: Any, src: Any) -> Any:
+        return jt.triton_call(
+            jt.TensorDescriptor.from_array(src, [8, 16]),
+            jt.TensorDescriptor(base, shape=(12, 16), strides=(32, 1), block_shape=(8, 16)),
+            kernel=copy_tiles_kernel,
+            out_shape=base,
+            input_output_aliases={1: 0},
+            grid=(2, 1),
+            BM=8,
+            BN=16,
+        )
+
+    expected = base.copy()
+    expected[:, :16] = src
+    np.testing.assert_array_equal(np.asarray(f(jnp.asarray(base), jnp.asarray(src))), expected)
+
+
+def tf32_reference(values: np.ndarray) -> np.ndarray:
+    """float32 rounded to 10 mantissa bits, to nearest with ties to even (independent of the bit arithmetic)."""
+    mantissa, exponent = np.frexp(values.astype(np.float64))
+    return np.ldexp(np.round(mantissa * 2.0**11) / 2.0**11, exponent).astype(np.float32)
+
+
+@pytest.mark.parametrize("form", ["from_array", "view"])
+def test_round_f32_to_tf32_rounds_loaded_values(form: str) -> None:
+    data = _random((8, 16), np.float32, 24) * 100
+    data[0, :4] = [1 + 2.0**-11, 1 + 3 * 2.0**-11, np.inf, -np.inf]  # ties: to even (down, then up)
+    if form == "from_array":
+        desc = jt.TensorDescriptor.from_array(jnp.asarray(data), [8, 16], round_f32_to_tf32=True)
+    else:
+        desc = jt.TensorDescriptor(jnp.asarray(data), (8, 16), (16, 1), (8, 16), round_f32_to_tf32=True)
+    out = np.asarray(read_desc(desc, 0, 0))
+    np.testing.assert_array_equal(out, tf32_reference(data))
+    assert out[0, 0] == 1.0 and out[0, 1] == 1 + 2.0**-9
+    plain = np.asarray(read_desc(jt.TensorDescriptor.from_array(jnp.asarray(data), [8, 16]), 0, 0))
+    np.testing.assert_array_equal(plain, data)
+
+
+def test_from_array_and_both_positional_orders_describe_the_same_tensor() -> None:
+    x = jnp.asarray(_random((16, 32), np.float32, 25))
+    forms = [
+        jt.TensorDescriptor(x, [8, 8], "nan"),
+        jt.TensorDescriptor(x, block_shape=[8, 8], padding="nan"),
+        jt.TensorDescriptor.from_array(x, [8, 8], None, "nan"),
+        jt.TensorDescriptor(x, (16, 32), (32, 1), (8, 8), None, "nan"),
+        jt.TensorDescriptor(x, (16, 32), strides=(32, 1), block_shape=(8, 8), padding="nan"),
+    ]
+    specs = {desc.spec() for desc in forms}
+    assert len(specs) == 1
+    (spec,) = specs
+    assert (spec.shape, spec.strides, spec.block_shape, spec.padding) == ((16, 32), (32, 1), (8, 8), "nan")
+    assert [desc.is_view for desc in forms] == [False, False, False, True, True]
+
+
+def test_view_keeps_its_shape_through_jit_and_an_array_descriptor_follows_its_base() -> None:
+    base = jnp.zeros((16, 32), jnp.float32)
+    view = jt.TensorDescriptor(base, (16, 8), (32, 1), (8, 8))
+    whole = jt.TensorDescriptor.from_array(base, [8, 8])
+    tree = jax.tree_util.tree_structure((view, whole))
+    rebuilt_view, rebuilt_whole = jax.tree_util.tree_unflatten(tree, [jnp.zeros((32, 32)), jnp.zeros((32, 32))])
+    assert rebuilt_view.shape == (16, 8) and rebuilt_view.strides == (32, 1)
+    assert rebuilt_whole.shape == (32, 32) and rebuilt_whole.strides == (32, 1)
+    inside = jax.jit(lambda v, w: (v.shape, v.strides, w.shape, w.is_view))(view, whole)
+    assert inside == ((16, 8), (32, 1), (16, 32), False)
+
+
+BASE = jnp.zeros((16, 32), jnp.float32)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "pattern"),
+    [
+        (
+            lambda: jt.TensorDescriptor(BASE, (16, 40), (32, 1), (8, 8)),
+            KernelCallValueError,
+            r"the view reaches element 519 of the base, which holds 512 elements",
+        ),
+        (
+            lambda: jt.TensorDescriptor(BASE, (16, 8), (30, 1), (8, 8)),
+            KernelCallValueError,
+            r"strides\[0\]=30 is 120 bytes; TMA needs every stride but the last to be a multiple of 16 bytes",
+        ),
+        (lambda: jt.TensorDescriptor(BASE, (16, 8), (32, 2), (8, 8)), KernelCallValueError, r"stride 1"),
+        (lambda: jt.TensorDescriptor(BASE, (16, 8), (32,), (8, 8)), KernelCallValueError, r"strides needs one entry"),
+        (lambda: jt.TensorDescriptor(BASE, (16, 8), (-32, 1), (8, 8)), KernelCallValueError, r"must be positive"),
+        (lambda: jt.TensorDescriptor(BASE, shape=(16, 8), block_shape=(8, 8)), KernelCallTypeError, r"without strides"),
+        (lambda: jt.TensorDescriptor(BASE), KernelCallTypeError, r"needs block_shape"),
+        (
+            lambda: jt.TensorDescriptor(BASE, (16, 32), (32, 1), (8, 8), block_shape=(8, 8)),
+            KernelCallTypeError,
+            r"multiple values for argument 'block_shape'",
+        ),
+        (
+            lambda: jt.TensorDescriptor.from_array(BASE.astype(jnp.float16), [8, 8], round_f32_to_tf32=True),
+            KernelCallValueError,
+            r"round_f32_to_tf32=True .* needs a float32 base, the base is float16",
+        ),
+        (
+            lambda: jt.TensorDescriptor.from_array(BASE, [8, 8], round_f32_to_tf32="yes"),
+            KernelCallTypeError,
+            r"round_f32_to_tf32 must be True or False",
+        ),
+        (
+            lambda: jt.TensorDescriptor.from_array(BASE.astype(jnp.int8), [8, 16], padding="nan"),
+            KernelCallValueError,
+            r"padding='nan' needs a floating dtype of 16 bits or more.*the base is int8",
+        ),
+        (
+            lambda: jt.TensorDescriptor.from_array(BASE.astype(jnp.float8_e4m3fn), [8, 16], padding="nan"),
+            KernelCallValueError,
+            r"padding='nan' needs a floating dtype of 16 bits or more.*float8_e4m3fn",
+        ),
+        (lambda: jt.TensorDescriptor(BASE, (16, 8.0), (32, 1), (8, 8)), KernelCallTypeError, r"shape\[1\] must be"),
+    ],
+    ids=[
+        "view-past-the-base",
+        "view-stride-alignment",
+        "view-last-stride",
+        "view-strides-rank",
+        "view-negative-stride",
+        "shape-without-strides",
+        "no-block",
+        "block-twice",
+        "tf32-on-f16",
+        "tf32-not-bool",
+        "nan-on-int8",
+        "nan-on-fp8",
+        "float-shape",
+    ],
+)
+def test_bad_views_and_options_are_refused_with_what_to_change(make: Any, error: type[Exception], pattern: str) -> None:
+    with pytest.raises(error, match=pattern):
+        make()

@@ -86,3 +86,19 @@ def read_tile(x: Any, block: tuple[int, int], row: int, col: int, padding: str =
         BN=bn,
         **options,
     )
+
+
+def read_desc(desc: jt.TensorDescriptor, row: int, col: int, **options: Any) -> Any:
+    """The (BM, BN) tile of any descriptor at (row, col), as its loads see it (padding included)."""
+    bm, bn = desc.block_shape
+    return jt.triton_call(
+        desc,
+        row=row,
+        col=col,
+        kernel=read_tile_kernel,
+        out_shape=jax.ShapeDtypeStruct((bm, bn), desc.dtype),
+        grid=1,
+        BM=bm,
+        BN=bn,
+        **options,
+    )

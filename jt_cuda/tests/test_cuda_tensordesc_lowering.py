@@ -7,10 +7,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
-from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, read_tile
+from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, read_desc, read_tile
 from cuda_testlib import backend_config, lower_for_cuda
 
+import jt_core as jt
 from jt_core.errors import KernelCallValueError
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP
 from jt_core.testing import custom_calls
@@ -22,6 +24,9 @@ BLOCK = (16, 32)
 SPEC = jax.ShapeDtypeStruct(SHAPE, jnp.float32)
 # CUtensorMapDataType FLOAT32 / FLOAT16 / BFLOAT16, CUtensorMapSwizzle 128B, CUtensorMapFloatOOBfill NaN
 FLOAT32, FLOAT16, BFLOAT16 = 7, 6, 9
+# CUtensorMapDataType UINT8 / UINT16 / INT32 (Triton moves 8- and 16-bit integers and fp8 as unsigned bytes), and
+# TFLOAT32 (float32 in memory, rounded to TF32 as the TMA unit loads it)
+UINT8, UINT16, INT32, TFLOAT32 = 0, 1, 3, 11
 SWIZZLE_128B = 3
 FILL_NAN = 1
 
@@ -130,3 +135,87 @@ def test_autotuned_call_has_a_tensor_map_table_per_config_and_restores_the_alias
     for c in (0, 1):
         assert [r[:2] for r in records(config, c)] == [[PARAM_OPERAND, 0], [PARAM_OPERAND, 1], [PARAM_RESULT, 0]]
         assert all(r[6:8] == [160, 96] and r[15:17] == [32, 32] for r in records(config, c))
+
+
+def view_or_array(x: Any, form: str, block: tuple[int, int], **kwargs: Any) -> jt.TensorDescriptor:
+    """``x`` described whole (``from_array``), or its left half as a view with the full row stride."""
+    if form == "from_array":
+        return jt.TensorDescriptor.from_array(x, block_shape=block, **kwargs)
+    rows, cols = x.shape
+    return jt.TensorDescriptor(x, (rows, cols // 2), (cols, 1), block, **kwargs)
+
+
+def test_view_encodes_its_own_shape_and_the_base_row_stride() -> None:
+    spec = jax.ShapeDtypeStruct((40, 96), jnp.float32)
+    lowered = lower_for_cuda(lambda x: read_desc(view_or_array(x, "view", BLOCK), 0, 0, compute_capability=90), spec)
+    (operand,) = jt_op(lowered).operands
+    assert str(operand.type) == "tensor<40x96xf32>"  # the whole base travels; the view is in the record
+    config = backend_config(jt_op(lowered))
+    ((kind, index, data_type, rank, _swizzle, fill, *rest),) = records(config)
+    assert (kind, index, data_type, rank, fill) == (PARAM_OPERAND, 0, FLOAT32, 2, 0)
+    assert rest[:2] == [48, 40] and rest[5] == 96 * 4 and rest[9:11] == [32, 16]
+    values = scalars_of(config, config["param_kinds"], config["param_indices"])
+    assert [struct.unpack("<i", v[:4])[0] for v in values[:2]] == [40, 48]
+    assert [struct.unpack("<q", v)[0] for v in values[2:4]] == [96, 1]
+
+
+@pytest.mark.parametrize("form", ["from_array", "view"])
+def test_round_f32_to_tf32_encodes_the_tfloat32_data_type(form: str) -> None:
+    spec = jax.ShapeDtypeStruct((40, 96), jnp.float32)
+
+    def data_type(rounding: bool) -> int:
+        desc = lambda x: view_or_array(x, form, BLOCK, round_f32_to_tf32=rounding)  # noqa: E731
+        config = backend_config(jt_op(lower_for_cuda(lambda x: read_desc(desc(x), 0, 0, compute_capability=90), spec)))
+        ((_, _, code, *_),) = records(config)
+        return code
+
+    assert data_type(True) == TFLOAT32 and data_type(False) == FLOAT32
+
+
+def test_decomposed_descriptor_passes_the_tf32_flag_where_triton_takes_one() -> None:
+    spec = jax.ShapeDtypeStruct((40, 96), jnp.float32)
+
+    def lower() -> Any:
+        desc = lambda x: view_or_array(x, "view", BLOCK, padding="nan", round_f32_to_tf32=True)  # noqa: E731
+        return lower_for_cuda(lambda x: read_desc(desc(x), 0, 0, compute_capability=80), spec)
+
+    if _compat.decomposed_descriptor_flags() < 2:
+        with pytest.raises(KernelCallValueError, match=r"'desc' asks for round_f32_to_tf32.*sm90"):
+            lower()
+        return
+    config = backend_config(jt_op(lower()))
+    values = scalars_of(config, config["param_kinds"], config["param_indices"])
+    assert [struct.unpack("<q", v)[0] for v in values[:4]] == [40, 48, 96, 1]
+    assert [v[0] for v in values[4:6]] == [1, 1]  # padding="nan", round_f32_to_tf32
+
+
+TMA_DTYPES = [
+    (jnp.float32, FLOAT32),
+    (jnp.float16, FLOAT16),
+    (jnp.bfloat16, BFLOAT16),
+    (jnp.float8_e4m3fn, UINT8),
+    (jnp.float8_e5m2, UINT8),
+    (jnp.int8, UINT8),
+    (jnp.int16, UINT16),
+    (jnp.int32, INT32),
+    (jnp.uint16, UINT16),
+]
+
+
+@pytest.mark.parametrize(("dtype", "code"), TMA_DTYPES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("form", ["from_array", "view"])
+def test_every_tma_dtype_gets_the_driver_data_type_and_fill(dtype: Any, code: int, form: str) -> None:
+    itemsize = np.dtype(dtype).itemsize
+    block = (16, 64 // itemsize)
+    spec = jax.ShapeDtypeStruct((40, 256 // itemsize), dtype)
+    is_float = np.dtype(dtype).kind == "f" or "float" in np.dtype(dtype).name
+    for padding in ["zero", "nan"] if is_float and itemsize >= 2 else ["zero"]:
+
+        def call(x: Any, padding: str = padding) -> Any:
+            return read_desc(view_or_array(x, form, block, padding=padding), 0, 0, compute_capability=90)
+
+        config = backend_config(jt_op(lower_for_cuda(call, spec)))
+        ((_, _, data_type, rank, _swizzle, fill, *rest),) = records(config)
+        assert (data_type, rank, fill) == (code, 2, FILL_NAN if padding == "nan" else 0)
+        cols = spec.shape[1] if form == "from_array" else spec.shape[1] // 2
+        assert rest[:2] == [cols, 40] and rest[5] == 256 and rest[9:11] == [block[1], block[0]]

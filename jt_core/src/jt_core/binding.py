@@ -205,7 +205,7 @@ def bind_call(
                 spec = leaf.spec(leaf_name)
                 operand_index = len(bound.operands)
                 bound.operands.append(leaf.base)
-                bound.operand_avals.append(jax.core.ShapedArray(spec.shape, spec.dtype))
+                bound.operand_avals.append(jax.core.ShapedArray(tuple(leaf.base.shape), spec.dtype))
                 bound.leaf_to_operand[leaf_index] = operand_index
                 slots.append(ParamSlot(path, leaf_name, INPUT, operand_index, None, spec.type_str, False, spec))
             elif _compat.is_ref(leaf):

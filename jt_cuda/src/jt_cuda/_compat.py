@@ -81,3 +81,10 @@ def decomposed_descriptor_flags() -> int:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return 2 if "round_f32_to_tf32" in TensorDescriptor.__dataclass_fields__ else 1
+
+
+def triton_version() -> str:
+    """The installed Triton's version string."""
+    import triton
+
+    return str(triton.__version__)

@@ -93,7 +93,7 @@ class CudaBackend(Backend):
             if key not in known:
                 raise KernelCallValueError(
                     f"triton_call {call.name!r}: backend_options[{key!r}] is not an option of Triton's CUDA backend "
-                    f"(triton {_triton_version()}); known options: {sorted(known - _RESERVED_OPTIONS)}"
+                    f"(triton {_compat.triton_version()}); known options: {sorted(known - _RESERVED_OPTIONS)}"
                 )
 
     # -- compile ---------------------------------------------------------------------------------------------
@@ -161,9 +161,3 @@ class CudaBackend(Backend):
                 f"triton_call {name!r} (kernel {kernel.name}) config [{label}] runs {kernel.num_warps} warps "
                 f"({block} threads) per block, above the 1024 threads a CUDA block may have; lower num_warps"
             )
-
-
-def _triton_version() -> str:
-    import triton
-
-    return str(triton.__version__)

@@ -12,6 +12,10 @@ order):
   padding flag (``i1``; Triton 3.9 adds a second one, ``round_f32_to_tf32``), then the shape (``i32``) and strides
   (``i64``) again.
 
+The shape and strides are the descriptor's (a view of a larger buffer keeps the buffer's strides); the address is
+always the buffer's start. ``round_f32_to_tf32`` becomes the TMA data type ``TFLOAT32``, so the TMA unit rounds as
+it loads, or the decomposed form's second flag.
+
 Shapes and strides are static under JAX, so they travel as packed scalars; only the address is a run-time value.
 """
 
@@ -34,6 +38,9 @@ _DEVICE_TO_HOST_DATA_TYPE = {8: 10, 9: 8, 10: 9}
 #: ``CUtensorMapFloatOOBfill``: none (zeros), or NaN.
 _FILL_NONE = 0
 _FILL_NAN = 1
+#: ``CU_TENSOR_MAP_DATA_TYPE_TFLOAT32``: float32 in memory, rounded to TF32 by the TMA unit as it loads (what
+#: Triton's launcher encodes for ``round_f32_to_tf32=True``). ``_FTZ`` (12) would also flush denormals.
+_DATA_TYPE_TFLOAT32 = 11
 
 
 def _meta(kernel: CompiledKernel, ordinal: int, slot: ParamSlot) -> dict[str, Any] | None:
@@ -82,7 +89,9 @@ def tensor_map_record(slot: ParamSlot, meta: dict[str, Any]) -> tuple[int, ...]:
     byte_strides += [0] * (MAX_RANK - 1 - len(byte_strides))
     box = list(reversed(block)) + [1] * (MAX_RANK - rank)
     fill = _FILL_NAN if desc.padding == "nan" else _FILL_NONE
-    data_type = _DEVICE_TO_HOST_DATA_TYPE.get(device_type, device_type)
+    data_type = (
+        _DATA_TYPE_TFLOAT32 if desc.round_f32_to_tf32 else _DEVICE_TO_HOST_DATA_TYPE.get(device_type, device_type)
+    )
     return (data_type, rank, int(meta["swizzle"]), fill, *dims, *byte_strides, *box)
 
 
@@ -107,11 +116,19 @@ def descriptor_params(slot: ParamSlot, ordinal: int, kernels: Sequence[CompiledK
         )
     params: list[DescriptorParam] = []
     if metas[0] is None:
+        flags = [int(desc.padding == "nan"), int(desc.round_f32_to_tf32)]
+        count = _compat.decomposed_descriptor_flags()
+        if desc.round_f32_to_tf32 and count < len(flags):
+            raise KernelCallValueError(
+                f"tensor descriptor argument {slot.name!r} asks for round_f32_to_tf32, but the kernel takes it "
+                f"decomposed (no TMA before sm90) and this Triton ({_compat.triton_version()}) has no rounding flag "
+                "for that form (Triton 3.9 has); compile for sm90+ (compute_capability=90), upgrade Triton, or drop "
+                "round_f32_to_tf32"
+            )
         params.append(DescriptorParam("buffer"))
         params += [DescriptorParam("scalar", "i64", size) for size in desc.shape]
         params += [DescriptorParam("scalar", "i64", stride) for stride in desc.strides]
-        params.append(DescriptorParam("scalar", "i1", int(desc.padding == "nan")))
-        params += [DescriptorParam("scalar", "i1", 0)] * (_compat.decomposed_descriptor_flags() - 1)
+        params += [DescriptorParam("scalar", "i1", flag) for flag in flags[:count]]
     else:
         records = tuple(tensor_map_record(slot, meta) for meta in metas if meta is not None)
         params.append(DescriptorParam("tensor_map", records=records))

@@ -110,7 +110,13 @@ def execute_into(
             desc = slot.descriptor
             if desc is not None:
                 arg = runner.descriptor_argument(
-                    desc.element_type, array, desc.shape, desc.strides, desc.block_shape, desc.padding
+                    desc.element_type,
+                    array,
+                    desc.shape,
+                    desc.strides,
+                    desc.block_shape,
+                    desc.padding,
+                    desc.round_f32_to_tf32,
                 )
             else:
                 arg = runner.pointer_argument(slot.type_str, array)

@@ -294,8 +294,10 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
     original_call = JITFunction.__call__
     had_cast = "cast_impl" in vars(builder)
     had_fp = "create_fp_to_fp" in vars(builder)
+    had_descriptor_load = "create_descriptor_load" in vars(builder)
     class_cast = type(builder).cast_impl
     class_fp_to_fp = type(builder).create_fp_to_fp
+    class_descriptor_load = type(builder).create_descriptor_load
 
     bf16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -320,6 +322,12 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
             return interp.TensorHandle(np.asarray(src.data).astype(get_np_dtype(d)), d)
         return class_fp_to_fp(builder, src, dst_type, rounding_mode)
 
+    def descriptor_load(desc: Any, *args: Any, **kwargs: Any) -> Any:
+        result = class_descriptor_load(builder, desc, *args, **kwargs)
+        if getattr(desc, "jt_round_f32_to_tf32", False) and result.dtype.scalar == tl.float32:
+            return interp.TensorHandle(round_to_tf32(result.data), result.dtype)
+        return result
+
     def patch_tensor(tensor: Any, scope: Any) -> None:
         original_patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
@@ -339,6 +347,7 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
     interp._patch_lang_tensor = patch_tensor
     builder.cast_impl = cast_impl
     builder.create_fp_to_fp = fp_to_fp
+    builder.create_descriptor_load = descriptor_load
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
     try:
@@ -352,6 +361,8 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
             del builder.cast_impl
         if not had_fp:
             del builder.create_fp_to_fp
+        if not had_descriptor_load:
+            del builder.create_descriptor_load
         interp._patch_lang_tensor = original_patch_tensor
         interp._interpreter = original_lib
         interp._get_np_dtype = original_get_np_dtype
@@ -392,6 +403,7 @@ class DescriptorArgument:
     strides: tuple[int, ...]
     block_shape: tuple[int, ...]
     padding: str
+    round_f32_to_tf32: bool = False
 
     def build(self) -> Any:
         """The interpreter's ``tl.tensor_descriptor``."""
@@ -401,13 +413,27 @@ class DescriptorArgument:
         shape = [scalar_argument("i32", size) for size in self.shape]
         strides: list[Any] = [scalar_argument("i64", stride) for stride in self.strides[:-1]]
         strides.append(tl.constexpr(1))
-        return interp.interpreter_semantic.make_tensor_descriptor(
+        desc = interp.interpreter_semantic.make_tensor_descriptor(
             base=self.pointer,
             shape=shape,
             strides=strides,
             block_shape=[tl.constexpr(b) for b in self.block_shape],
             padding_option=self.padding,
         )
+        # Read by the run's descriptor load (Triton 3.6's interpreter has no rounding of its own).
+        desc.handle.jt_round_f32_to_tf32 = self.round_f32_to_tf32
+        return desc
+
+
+def round_to_tf32(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits), to nearest with ties to even, as a TMA load through a
+    TF32 tensor map rounds them; infinities and NaNs are kept."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    dropped = np.uint32(13)
+    keep_odd = (bits >> dropped) & np.uint32(1)
+    rounded = (bits + np.uint32((1 << 12) - 1) + keep_odd) & ~np.uint32((1 << 13) - 1)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    return np.where(finite, rounded, bits).view(np.float32)
 
 
 def descriptor_argument(
@@ -417,14 +443,20 @@ def descriptor_argument(
     strides: Sequence[int],
     block_shape: Sequence[int],
     padding: str,
+    round_f32_to_tf32: bool = False,
 ) -> DescriptorArgument:
-    """A tensor descriptor argument over ``array`` (its element type as a Triton type string, ``"fp16"``)."""
+    """A tensor descriptor argument over ``array`` (its element type as a Triton type string, ``"fp16"``).
+
+    ``shape`` and ``strides`` (in elements) describe the tensor, which may be a view of ``array`` starting at its
+    first element; every access is still checked against the whole buffer.
+    """
     return DescriptorArgument(
         pointer_argument("*" + element_type, array),
         tuple(shape),
         tuple(strides),
         tuple(block_shape),
         padding,
+        round_f32_to_tf32,
     )
 
 
