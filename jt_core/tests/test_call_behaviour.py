@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 from typing import Any
 
 import core_kernels as k
@@ -485,7 +486,12 @@ def test_jtjitfunction_describes_the_kernel() -> None:
     fn = JTJITFunction(k.autotuned_scale_kernel)
     assert fn.arg_names == ["x_ptr", "out_ptr", "n", "BLOCK"]
     assert fn.arg_name_to_index["n"] == 2
-    assert fn.signature == "autotuned_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr)"
+    assert isinstance(fn.signature, inspect.Signature)
+    assert list(fn.signature.parameters) == fn.arg_names
+    assert fn.signature_text == "autotuned_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr)"
+    assert fn.name == "autotuned_scale_kernel"
+    assert fn.constexpr_param_names == frozenset({"BLOCK"})
+    assert fn.non_constexpr_param_names == ["x_ptr", "out_ptr", "n"] and fn.param_defaults == {}
     before = fn.compiled_kernels_cache_size
     x = rand(16)
     jt.triton_call(x, kernel=k.autotuned_scale_kernel, out_shape=x, grid=1, n=16, BLOCK=16)

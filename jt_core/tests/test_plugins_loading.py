@@ -129,6 +129,26 @@ def test_broken_plugin_is_warned_about_once() -> None:
     assert len([w for w in caught if "broken" in str(w.message)]) == 1
 
 
+def test_launcher_of_a_plugin_that_failed_to_load_names_the_failure() -> None:
+    pm = _manager(
+        [fake_entry_point("fastcpu", ImportError("No module named 'fastcpu_ext'"), distribution="jt-fastcpu")]
+    )
+    with pytest.warns(RuntimeWarning):
+        pm.ensure_loaded()
+    with pytest.raises(NoBackendError) as info:
+        pm.launcher("cpu", "fast")
+    message = str(info.value)
+    assert "launcher= names launcher 'fast', but platform 'cpu' has launchers ['ffi', 'interpreter']" in message
+    assert "'fastcpu' (jt-fastcpu 0.0.0) failed" in message and "fastcpu_ext" in message
+    assert "python -m jt_core plugins" in message
+
+
+def test_unknown_launcher_with_every_plugin_loaded_lists_the_launchers_only() -> None:
+    with pytest.raises(NoBackendError) as info:
+        _manager([]).launcher("cpu", "fast")
+    assert str(info.value) == "launcher= names launcher 'fast', but platform 'cpu' has launchers ['ffi', 'interpreter']"
+
+
 def test_broken_plugin_is_named_in_no_backend_error() -> None:
     pm = _manager([fake_entry_point("cudaish", ImportError("libcuda.so.1: cannot open"), distribution="jt-cudaish")])
     with pytest.warns(RuntimeWarning):

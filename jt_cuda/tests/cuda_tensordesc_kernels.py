@@ -28,6 +28,14 @@ def read_tile_kernel(desc, out_ptr, row, col, BM: tl.constexpr, BN: tl.constexpr
     tl.store(out_ptr + offsets, tile)
 
 
+@triton.jit
+def copy_tiles_kernel(src_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    """``out = src`` one (BM, BN) tile per program, both through descriptors."""
+    m = tl.program_id(0) * BM
+    n = tl.program_id(1) * BN
+    out_desc.store([m, n], src_desc.load([m, n]))
+
+
 @triton.autotune(configs=[triton.Config({}, num_warps=4), triton.Config({}, num_warps=8, num_stages=2)], key=[])
 @triton.jit
 def autotuned_add_tiles_kernel(a_desc, b_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):

@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, read_tile
+from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_tiles_kernel, read_desc, read_tile
+
+import jt_core as jt
 
 pytestmark = pytest.mark.cuda
 
@@ -70,3 +72,101 @@ def test_autotuned_descriptor_call_restores_the_aliased_buffer() -> None:
 
     out = jax.jit(lambda x, y: autotuned_add_tiles(x, y, launcher="jt"))(jnp.asarray(a), jnp.asarray(b))
     np.testing.assert_array_equal(np.asarray(out), a + b)
+
+
+# -- jax-triton 0.4's forms (from_array, views with explicit shape and strides), every dtype TMA moves ------------
+
+TMA_DTYPES = [
+    np.float32,
+    np.float16,
+    ml_dtypes.bfloat16,
+    ml_dtypes.float8_e4m3fn,
+    ml_dtypes.float8_e5m2,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.uint16,
+]
+TMA_DTYPE_IDS = ["f32", "f16", "bf16", "fp8e4m3", "fp8e5m2", "i8", "i16", "i32", "u16"]
+
+
+def values(seed: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Random values every dtype holds exactly (small integers for integer types)."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(1, 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def paddings(dtype: Any) -> list[str]:
+    dt = np.dtype(dtype)
+    return ["zero", "nan"] if (dt.kind == "f" or "float" in dt.name) and dt.itemsize >= 2 else ["zero"]
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES, ids=TMA_DTYPE_IDS)
+@pytest.mark.parametrize("form", ["from_array", "view"])
+def test_every_tma_dtype_reads_the_edge_tile_with_each_padding(dtype: Any, form: str) -> None:
+    """A (16, BN) tile crossing the bottom edge (and, for the view, its right edge, where the base still has
+    data): inside it the data, outside it the padding."""
+    aligned = 16 // np.dtype(dtype).itemsize
+    bn = 64 // np.dtype(dtype).itemsize
+    data = values(10, (40, 2 * bn), dtype)
+    for padding in paddings(dtype):
+
+        def call(x: Any, padding: str = padding) -> Any:
+            if form == "from_array":
+                desc = jt.TensorDescriptor.from_array(x, block_shape=[16, bn], padding=padding)
+            else:
+                desc = jt.TensorDescriptor(x, (40, bn + aligned), (2 * bn, 1), (16, bn), padding=padding)
+            return read_desc(desc, 32, bn, launcher="jt")
+
+        visible = data if form == "from_array" else data[:, : bn + aligned]
+        expected = np.full((16, bn), np.nan if padding == "nan" else 0, np.float64)
+        inside = visible[32:48, bn : 2 * bn].astype(np.float64)
+        expected[: inside.shape[0], : inside.shape[1]] = inside
+        out = np.asarray(jax.jit(call)(jnp.asarray(data))).astype(np.float64)
+        np.testing.assert_array_equal(out, expected, err_msg=f"padding={padding}")
+
+
+def test_store_through_a_view_leaves_the_rest_of_the_base_alone() -> None:
+    base, src = values(11, (40, 64), np.float32), values(12, (40, 32), np.float32)
+
+    @jax.jit
+    def f(base: Any, src: Any) -> Any:
+        return jt.triton_call(
+            jt.TensorDescriptor.from_array(src, [16, 32]),
+            jt.TensorDescriptor(base, (40, 32), (64, 1), (16, 32)),
+            kernel=copy_tiles_kernel,
+            out_shape=base,
+            input_output_aliases={1: 0},
+            grid=(3, 1),
+            BM=16,
+            BN=32,
+            launcher="jt",
+        )
+
+    expected = base.copy()
+    expected[:, :32] = src
+    np.testing.assert_array_equal(np.asarray(f(jnp.asarray(base), jnp.asarray(src))), expected)
+
+
+@pytest.mark.parametrize("form", ["from_array", "view"])
+def test_round_f32_to_tf32_rounds_as_the_tma_unit_loads(form: str) -> None:
+    data = values(13, (64, 64), np.float32) * 100
+
+    def load(rounding: bool) -> np.ndarray:
+        def call(x: Any) -> Any:
+            if form == "from_array":
+                desc = jt.TensorDescriptor.from_array(x, [16, 32], round_f32_to_tf32=rounding)
+            else:
+                desc = jt.TensorDescriptor(x, (64, 32), (64, 1), (16, 32), round_f32_to_tf32=rounding)
+            return read_desc(desc, 16, 0, launcher="jt")
+
+        return np.asarray(jax.jit(call)(jnp.asarray(data)))
+
+    exact = data[16:32, :32]
+    np.testing.assert_array_equal(load(False), exact)
+    rounded = load(True)
+    assert not (rounded.view(np.uint32) & 0x1FFF).any(), "TF32 keeps 10 mantissa bits"
+    assert np.all(np.abs(rounded - exact) <= np.abs(exact) * 2.0**-10), "within one TF32 step of the value"
+    assert np.any(rounded != exact)

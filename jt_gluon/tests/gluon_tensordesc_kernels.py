@@ -6,6 +6,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -56,6 +58,37 @@ def tma_copy_kernel(in_desc, out_desc, BM: gl.constexpr, BN: gl.constexpr):
     tma.store_wait(0)
 
 
+@gluon.jit
+def tma_read_tile_kernel(in_desc, out_desc, row, col):
+    """Copies the block of ``in`` at (row, col), padding included, to the one block of ``out``."""
+    smem = gl.allocate_shared_memory(in_desc.dtype, in_desc.block_type.shape, in_desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, in_desc.block_type.nbytes)
+    tma_load(in_desc, [row, col], bar, smem)
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+    tma_store(out_desc, [0, 0], smem)
+    tma.store_wait(0)
+
+
+#: What an integer output holds before the kernel writes it (test data stays below it).
+INT_POISON = 111
+
+#: Gluon's element type for each dtype TMA moves.
+GLUON_DTYPES = {
+    np.dtype(np.float32): gl.float32,
+    np.dtype(np.float16): gl.float16,
+    np.dtype(ml_dtypes.bfloat16): gl.bfloat16,
+    np.dtype(ml_dtypes.float8_e4m3fn): gl.float8e4nv,
+    np.dtype(ml_dtypes.float8_e5m2): gl.float8e5,
+    np.dtype(np.int8): gl.int8,
+    np.dtype(np.int16): gl.int16,
+    np.dtype(np.int32): gl.int32,
+    np.dtype(np.uint16): gl.uint16,
+}
+
+
 def shared_layout(block: list[int], dtype: Any) -> Any:
     """The default NVMMA shared layout of a block (what Gluon's own examples use for TMA)."""
     return gl.NVMMASharedLayout.get_default_for(block, dtype)
@@ -98,4 +131,38 @@ def tma_copy(x: Any, block: tuple[int, int], **options: Any) -> Any:
         BM=bm,
         BN=bn,
         **options,
+    )
+
+
+def tma_read_tile(
+    x: Any, view: tuple[int, int] | None, block: tuple[int, int], row: int, col: int, **kwargs: Any
+) -> Any:
+    """The ``block`` of ``x`` at (row, col) as a Gluon TMA load sees it, written out by a TMA store.
+
+    Args:
+        x: The base array.
+        view: ``None`` for a descriptor over the whole array (``from_array``); else the shape of a view of the
+            base's top-left corner, with the base's row stride.
+        block: The block shape.
+        row, col: The block's position.
+        **kwargs: ``padding=`` and ``round_f32_to_tf32=`` for the input descriptor; the rest go to ``triton_call``.
+    """
+    desc_options = {key: kwargs.pop(key) for key in ("padding", "round_f32_to_tf32") if key in kwargs}
+    layout = shared_layout(list(block), GLUON_DTYPES[np.dtype(x.dtype)])
+    if view is None:
+        source = jt.TensorDescriptor.from_array(x, list(block), layout, **desc_options)
+    else:
+        source = jt.TensorDescriptor(x, view, (x.shape[1], 1), block, layout, **desc_options)
+    poison = INT_POISON if np.dtype(x.dtype).kind in "iu" else jnp.nan
+    poisoned = jnp.full(block, poison, x.dtype)
+    return jt.triton_call(
+        source,
+        jt.TensorDescriptor.from_array(poisoned, list(block), layout),
+        row,
+        col,
+        kernel=tma_read_tile_kernel,
+        out_type=jax.ShapeDtypeStruct(block, x.dtype),
+        input_output_aliases={1: 0},
+        grid=1,
+        **kwargs,
     )

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from gluon_tensordesc_kernels import tma_add, tma_add_kernel, tma_copy
+from gluon_tensordesc_kernels import tma_add, tma_add_kernel, tma_copy, tma_read_tile
 from triton.experimental.gluon import language as gl
 
 import jt_core as jt
@@ -64,3 +64,19 @@ def test_gluon_descriptor_call_on_the_cpu_is_refused() -> None:
     x = jnp.zeros((64, 64), jnp.float16)
     with pytest.raises((JtError, jax.errors.JaxRuntimeError), match=r"gluon kernels cannot run on the 'cpu'"):
         jax.jit(lambda a, b: tma_add(a, b, (32, 64)))(x, x)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn, jnp.int8, jnp.uint16], ids=str)
+@pytest.mark.parametrize("view", [None, (40, 64)], ids=["from_array", "view"])
+def test_read_tile_through_from_array_and_view_descriptors_lowers(dtype: Any, view: Any) -> None:
+    """What the GPU tests run, compiled for sm90 here: the view's shape and the base's stride are in the record."""
+    spec = jax.ShapeDtypeStruct((40, 128), dtype)
+    block = (16, 64)
+    rounding = {"round_f32_to_tf32": True} if dtype == jnp.float32 else {}
+    _, text = lowered_call(lambda x: tma_read_tile(x, view, block, 16, 0, compute_capability=90, **rounding), spec)
+    match = re.search(r"tensormaps_0 = array<i64: ([-0-9, ]+)>", text)
+    assert match is not None
+    values = [int(v) for v in match.group(1).split(",")]
+    itemsize = jnp.dtype(dtype).itemsize
+    assert values[6:8] == [64 if view else 128, 40] and values[11] == 128 * itemsize
+    assert values[2] == (11 if rounding else values[22])  # TFLOAT32 for the rounded input only

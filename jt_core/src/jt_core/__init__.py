@@ -6,33 +6,64 @@
 from __future__ import annotations
 
 from jt_core import utils
-from jt_core._version import __version__
+from jt_core._version import __version__, __version_info__
 from jt_core.api import triton_call
 from jt_core.call import CompileOptions
 from jt_core.configs import normalize_grid
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
 from jt_core.dtypes import get_type_id
+from jt_core.errors import (
+    DuplicateBackendError,
+    JtError,
+    KernelCallTypeError,
+    KernelCallValueError,
+    KernelCompileError,
+    KernelRuntimeError,
+    NoBackendError,
+    NoDeviceError,
+    OutOfBoundsAccessError,
+    PluginError,
+    PluginLoadError,
+    UnsupportedKernelError,
+)
 from jt_core.gradients import kernel_vjp
 from jt_core.hookspecs import hookimpl, hookspec
 from jt_core.partitioning import BatchDims, Elementwise, PartitionRule, partitioned
 from jt_core.registry import list_plugins
 from jt_core.tensordesc import TensorDescriptor
+from jt_core.triton_lib import CUSTOM_CALL_TARGET_NAME, get_compute_capability, get_serialized_metadata
 from jt_core.utils import cdiv, next_power_of_2, strides_from_shape
 
 __all__ = [
+    "CUSTOM_CALL_TARGET_NAME",
     "BatchDims",
     "Backend",
     "CompileOptions",
     "CompileRequest",
     "CompiledKernel",
     "Dialect",
+    "DuplicateBackendError",
     "Elementwise",
+    "JtError",
+    "KernelCallTypeError",
+    "KernelCallValueError",
+    "KernelCompileError",
+    "KernelRuntimeError",
     "Launcher",
+    "NoBackendError",
+    "NoDeviceError",
+    "OutOfBoundsAccessError",
     "PartitionRule",
+    "PluginError",
+    "PluginLoadError",
     "Target",
     "TensorDescriptor",
+    "UnsupportedKernelError",
     "__version__",
+    "__version_info__",
     "cdiv",
+    "get_compute_capability",
+    "get_serialized_metadata",
     "get_type_id",
     "hookimpl",
     "hookspec",

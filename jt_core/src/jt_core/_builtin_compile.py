@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Generator
 
-from jt_core import cache, dumps
+from jt_core import cache, dumps, files
 from jt_core.contracts import CompiledKernel, CompileRequest
 from jt_core.hookspecs import hookimpl
 
@@ -29,7 +29,12 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
         type(request.backend).__qualname__,
         request.call.name,
     )
-    return cache.memoized(request.kernel, key, lambda: cache.compile_cached(request))
+    return cache.memoized(request.kernel, key, lambda: _compile(request))
+
+
+def _compile(request: CompileRequest) -> CompiledKernel:
+    with files.triton_cache_folder():  # Triton's cache needs a folder even where the environment empties it
+        return cache.compile_cached(request)
 
 
 @hookimpl(wrapper=True, specname="jt_compile_kernel")

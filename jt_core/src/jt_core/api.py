@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -10,9 +12,10 @@ from jax import tree_util
 import jt_core.batching  # noqa: F401  (registers the primitive's vmap rule)
 from jt_core import hooks, settings
 from jt_core.binding import bind_call
-from jt_core.call import CallOptions
+from jt_core.call import CallOptions, kernel_name, kernel_params, kernel_signature_text
 from jt_core.configs import unwrap_kernel
-from jt_core.errors import KernelCallTypeError
+from jt_core.conventions import suggest
+from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.partitioning import partitioned_triton_call
 from jt_core.primitive import triton_kernel_call_p
 
@@ -20,13 +23,21 @@ __all__ = ["triton_call"]
 
 _MISSING: Any = object()
 
+#: What the required keywords hold, for the error when one is missing.
+_REQUIRED = {
+    "kernel": "the @triton.jit (or @gluon.jit) kernel to call",
+    "grid": "the number of programs (an int, a tuple of up to 3 ints, or a callable of the metaparameters)",
+}
+#: jax-triton 0.3's keyword that jt does not take, with its default (which asks for nothing jt does not do).
+_CUSTOM_TARGET = ("custom_call_target_name", "triton_kernel_call")
+
 
 def triton_call(
     *args: Any,
-    kernel: Any,
+    kernel: Any = _MISSING,
     out_shape: Any = _MISSING,
     out_type: Any = _MISSING,
-    grid: int | tuple[int, ...] | Callable[[dict[str, Any]], Any],
+    grid: int | tuple[int, ...] | Callable[[dict[str, Any]], Any] = _MISSING,
     input_output_aliases: Mapping[int, int] | None = None,
     zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]] = (),
     num_warps: int | None = None,
@@ -47,14 +58,17 @@ def triton_call(
 ) -> Any:
     """Calls a Triton (or Gluon) kernel on JAX arrays, inside or outside ``jax.jit``.
 
-    Two calling conventions are accepted and told apart by counting the kernel's non-constexpr parameters:
+    Two calling conventions are accepted and told apart by counting the kernel's non-constexpr parameters
+    that the arguments leave unfilled (see :mod:`jt_core.conventions`):
 
     * *classic*: the operands fill the kernel's non-constexpr parameters in order and one pointer per output is
       appended after them; an output aliased with ``input_output_aliases`` keeps its own pointer parameter.
     * *current*: as classic, but an aliased output has no parameter of its own (the kernel writes through the
       input's pointer). Operands may also be given by keyword (``x_ptr=x``) and as tuples for tuple parameters.
 
-    Constexpr parameters are given by keyword (``BLOCK=128``) or take their declared defaults.
+    Constexpr parameters are given by keyword (``BLOCK=128``), take their declared defaults, or, as in
+    jax-triton 0.4, are reached by positional values counted in declaration order (constexprs included) when only
+    that reading fits the call.
 
     Args:
         *args: Operands: JAX arrays, ``jax.new_ref`` references (updated in place), and bool/int/float/NumPy
@@ -101,6 +115,8 @@ def triton_call(
         KernelCallValueError: Unusable values (grid, aliases, options).
         NoBackendError: When lowering for a platform no installed plugin serves.
     """
+    if kernel is _MISSING or grid is _MISSING:
+        _refuse_missing(kernel, grid, metaparams)
     if out_shape is not _MISSING and out_type is not _MISSING:
         raise KernelCallTypeError("triton_call got both out_shape= and out_type=; give one (they mean the same)")
     if out_shape is _MISSING and out_type is _MISSING:
@@ -135,6 +151,7 @@ def triton_call(
         bounds_check=settings.flag("JT_CPU_BOUNDS_CHECK", default=True),
     )
     wrappers = unwrap_kernel(kernel)
+    _refuse_misspelled_options(wrappers.fn, metaparams)
     dialect = hooks.dialect_for(wrappers.fn)
 
     def run(args: Sequence[Any], metaparams: Mapping[str, Any], options: CallOptions) -> Any:
@@ -148,3 +165,46 @@ def triton_call(
     if partition is not None:
         return partitioned_triton_call(partition, run, args, metaparams, options)
     return run(args, metaparams, options)
+
+
+def _own_keywords() -> list[str]:
+    return [p.name for p in inspect.signature(triton_call).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+
+def _refuse_missing(kernel: Any, grid: Any, metaparams: dict[str, Any]) -> None:
+    """Names a required keyword that is missing, and the misspelling that probably stands for it."""
+    for name, value in (("kernel", kernel), ("grid", grid)):
+        if value is not _MISSING:
+            continue
+        close = [key for key in metaparams if suggest(key, [name])]
+        if close:
+            raise KernelCallTypeError(
+                f"triton_call got keyword {close[0]!r}, which is not one of its arguments: did you mean {name}=? "
+                f"({name}= is required: {_REQUIRED[name]})"
+            )
+        raise KernelCallTypeError(f"triton_call needs {name}=: {_REQUIRED[name]}")
+
+
+def _refuse_misspelled_options(fn: Any, metaparams: dict[str, Any]) -> None:
+    """Refuses keywords that are no kernel parameter but look like one of ``triton_call``'s own arguments."""
+    params = kernel_params(fn)
+    names = {p.name for p in params}
+    name, default = _CUSTOM_TARGET
+    if name in metaparams and name not in names:
+        if metaparams[name] != default:
+            raise KernelCallValueError(
+                f"triton_call {name}={metaparams[name]!r} (a jax-triton 0.3 argument) is not supported: jt's "
+                "launchers choose the custom call they emit; pick one with launcher= (launcher='jaxlib' emits "
+                "jaxlib's 'triton_kernel_call_ffi')"
+            )
+        del metaparams[name]
+    own = _own_keywords()
+    for key in metaparams:
+        if key in names:
+            continue
+        near_option = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
+        if near_option and not difflib.get_close_matches(key, list(names), n=1):
+            raise KernelCallTypeError(
+                f"triton_call got keyword {key!r}, which is neither one of its arguments nor a parameter of kernel "
+                f"{kernel_signature_text(params, kernel_name(fn))}. Did you mean {near_option[0]}=?"
+            )

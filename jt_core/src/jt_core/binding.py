@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,9 +15,8 @@ import jax
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat
+from jt_core import _compat, frontend
 from jt_core.call import (
-    CLASSIC,
     CURRENT,
     INPUT,
     OUTPUT,
@@ -27,14 +25,16 @@ from jt_core.call import (
     KernelCall,
     KernelParam,
     ParamSlot,
+    Specialization,
     kernel_name,
     kernel_params,
     kernel_signature_text,
 )
-from jt_core.configs import KernelWrappers, check_hashable, expand_configs
-from jt_core.contracts import Dialect
+from jt_core.configs import KernelWrappers, expand_configs
+from jt_core.contracts import Dialect, Target
+from jt_core.conventions import assign_arguments
 from jt_core.dtypes import int_type, triton_scalar_type
-from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 from jt_core.tensordesc import TensorDescriptor
 
 __all__ = ["BoundCall", "bind_call"]
@@ -92,62 +92,24 @@ def bind_call(
     fn = wrappers.fn
     params = kernel_params(fn)
     call_name = str(options.name or kernel_name(fn))
-    by_name = {p.name: p for p in params}
     signature = kernel_signature_text(params, kernel_name(fn))
-
-    # Keyword arguments: operands (non-constexpr parameters) or metaparameters (constexpr parameters).
-    kw_operands: dict[str, Any] = {}
-    user_meta: dict[str, Any] = {}
-    for key, value in kwargs.items():
-        param = by_name.get(key)
-        if param is None:
-            raise KernelCallTypeError(
-                f"triton_call got keyword {key!r}, which is not a parameter of the kernel "
-                f"{signature}.{_suggest(key, list(by_name))}"
-            )
-        if param.is_constexpr:
-            check_hashable(key, value)
-            user_meta[key] = value
-        else:
-            kw_operands[key] = value
-
-    # Positional arguments fill the non-constexpr parameters not named by keyword, in order.
-    free_params = [p for p in params if not p.is_constexpr and p.name not in kw_operands]
-    if len(args) > len(free_params):
-        raise KernelCallTypeError(
-            f"triton_call got {len(args)} positional operands but kernel {signature} has only "
-            f"{len(free_params)} non-constexpr parameters left for them "
-            f"({[p.name for p in free_params]}); pass constexpr parameters by keyword"
-        )
-    given: dict[str, Any] = dict(kw_operands)
-    for param, value in zip(free_params, args):
-        given[param.name] = value
 
     # Outputs.
     flat_outs, out_tree = tree_util.tree_flatten(options.out_spec, is_leaf=lambda x: hasattr(x, "shape"))
     out_structs = [_to_shape_dtype(o, f"out_shape[{i}]") for i, o in enumerate(flat_outs)]
-
     aliases_in = dict(options.input_output_aliases or {})
-
-    nonconstexpr = [p for p in params if not p.is_constexpr]
-    missing = [p for p in nonconstexpr if p.name not in given]
     n_out = len(out_structs)
-    n_alias = len(aliases_in)
+
+    # Arguments to parameters (keywords, the two readings of positional values, the convention).
+    assignment = assign_arguments(params, signature, args, kwargs, n_out, len(aliases_in))
+    given = assignment.operands
+    user_meta = assignment.metaparams
+    convention = assignment.convention
+    missing = list(assignment.outputs)
+    nonconstexpr = [p for p in params if not p.is_constexpr]
     has_refs = any(
         _compat.is_ref(leaf) for v in given.values() for leaf in tree_util.tree_leaves(v, is_leaf=_compat.is_ref)
     )
-    if len(missing) == n_out:
-        convention = CLASSIC
-    elif len(missing) == n_out - n_alias:
-        convention = CURRENT
-    else:
-        bound_text = ", ".join(f"{k}={_describe(v)}" for k, v in given.items()) or "nothing"
-        raise KernelCallTypeError(
-            f"triton_call arguments do not fit kernel {signature}: bound {bound_text}; "
-            f"{len(missing)} non-constexpr parameters are left ({[p.name for p in missing]}) for "
-            f"{n_out} outputs ({n_alias} of them aliased). Either every output gets a parameter (outputs appended "
-            "after the inputs), or only the non-aliased ones do"
-        )
     if not out_structs and not has_refs:
         raise KernelCallValueError(
             "out_shape/out_type describes no outputs and no operand is a Ref (jax.new_ref): the call could have "
@@ -233,7 +195,7 @@ def bind_call(
                 slots.append(_scalar_slot(path, leaf_name, leaf, param))
             else:
                 raise KernelCallTypeError(
-                    f"argument {leaf_name!r} of kernel {signature} is {type(leaf).__name__} ({leaf!r}); "
+                    f"argument {leaf_name!r} of kernel {signature} is {type(leaf).__name__} ({short_repr(leaf)}); "
                     "expected an array, a Ref, a jt.TensorDescriptor or a bool/int/float/NumPy scalar"
                 )
             leaf_index += 1
@@ -330,7 +292,76 @@ def bind_call(
         bounds_check=options.bounds_check,
         vmap=options.vmap,
     )
+    _refuse_traced_scalars(call, signature)
     return BoundCall(call, bound.operands, bound.refs, out_tree)
+
+
+#: The target the front end probes kernels for (its code generation is the CUDA backend's; see ``frontend``).
+_PROBE_TARGET = Target(platform="cuda", arch=90, warp_size=32)
+
+
+def _refuse_traced_scalars(call: KernelCall, signature: str) -> None:
+    """Refuses a 0-d array bound to a parameter the kernel uses as a number.
+
+    A Python number given to a ``jax.jit`` function arrives as a 0-d array, which binds to a pointer parameter
+    like any array. Whether the kernel treats the parameter as a pointer or a number is only in the kernel's
+    code, so the kernel's own front end decides: when it refuses the call as bound and accepts it with that
+    argument passed as a scalar of the array's dtype, the argument was meant as a scalar. Calls without 0-d
+    array operands never run the probe; verdicts are remembered per kernel and specialisation.
+    """
+    zero_d = [
+        slot
+        for slot in call.slots
+        if slot.kind == INPUT
+        and slot.descriptor is None
+        and len(slot.path) == 1
+        and tuple(call.operand_avals[slot.index].shape) == ()
+    ]
+    if not zero_d:
+        return
+    spec = call.specialization(call.configs[0])
+    for slot in zero_d:
+        dtype = np.dtype(call.operand_avals[slot.index].dtype)
+        refused = _probe(call.dialect, call.fn, spec, slot.name, slot.path, triton_scalar_type(dtype))
+        if refused is not None:
+            raise KernelCallTypeError(
+                f"argument {slot.name!r} of kernel {signature} is a 0-d {dtype} array, which a kernel receives as a "
+                f"pointer, but the kernel uses {slot.name} as a number: Triton refuses the kernel with a pointer there "
+                f"({refused}) and accepts it with a scalar. Scalars must be static Python numbers, and a number "
+                "passed into jax.jit becomes a traced 0-d array: mark that argument static (jax.jit(f, "
+                "static_argnums=...) or static_argnames=...) or pass int(...)/float(...) of a concrete value. To "
+                f"pass a value computed on the device instead, keep the 0-d array and read it in the kernel with "
+                f"tl.load({slot.name})"
+            )
+
+
+_probed: dict[tuple[Any, ...], str | None] = {}
+
+
+def _probe(
+    dialect: Dialect, fn: Any, spec: Specialization, name: str, path: tuple[int, ...], scalar_type: str
+) -> str | None:
+    """The front end's refusal of ``spec`` when the same kernel takes parameter ``name`` as ``scalar_type``
+    instead; ``None`` when the pointer is fine or the scalar is no better (remembered)."""
+    key = (dialect.name, fn, spec.key(), name, scalar_type)
+    if key not in _probed:
+        _probed[key] = _probe_now(dialect, fn, spec, name, path, scalar_type)
+    return _probed[key]
+
+
+def _probe_now(
+    dialect: Dialect, fn: Any, spec: Specialization, name: str, path: tuple[int, ...], scalar_type: str
+) -> str | None:
+    refused = frontend.refusal(dialect.make_source(fn, spec, _PROBE_TARGET))
+    if refused is None:
+        return None
+    signature = dict(spec.signature)
+    signature[name] = scalar_type
+    attrs = {key: value for key, value in spec.attrs.items() if key != path}
+    as_scalar = Specialization(signature=signature, constexprs=spec.constexprs, attrs=attrs)
+    if frontend.refusal(dialect.make_source(fn, as_scalar, _PROBE_TARGET)) is not None:
+        return None
+    return refused
 
 
 def _is_operand_leaf(value: Any) -> bool:
@@ -360,16 +391,6 @@ def _ptr(dtype: Any) -> str:
     return triton_scalar_type(dtype)
 
 
-def _describe(value: Any) -> str:
-    if isinstance(value, TensorDescriptor):
-        return repr(value)
-    if _is_array(value):
-        return f"{np.dtype(value.dtype)}{list(value.shape)}"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_describe(v) for v in value) + ")"
-    return repr(value)
-
-
 def _is_array(value: Any) -> bool:
     if isinstance(value, (bool, int, float, complex, np.generic, str, bytes)) or value is None:
         return False
@@ -384,7 +405,7 @@ def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelPara
     if isinstance(value, np.generic):
         if np.dtype(value.dtype).kind == "c":
             raise KernelCallTypeError(
-                f"argument {name!r} is a complex scalar ({value!r}); Triton kernels take no complex values"
+                f"argument {name!r} is a complex scalar ({short_repr(value)}); Triton kernels take no complex values"
             )
         type_str = triton_scalar_type(value.dtype, what=f"scalar argument {name!r}")
         plain = value.item()
@@ -400,7 +421,7 @@ def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelPara
     if isinstance(value, float):
         return ParamSlot(path, name, SCALAR, -1, value, "fp32", False)
     raise KernelCallTypeError(
-        f"argument {name!r} is {type(value).__name__} ({value!r}); a kernel operand must be an array, a Ref, "
+        f"argument {name!r} is {type(value).__name__} ({short_repr(value)}); a kernel operand must be an array, a Ref, "
         "or a bool/int/float/NumPy scalar"
     )
 
@@ -408,7 +429,8 @@ def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelPara
 def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         raise KernelCallTypeError(
-            f"{what} must be an object with .shape and .dtype (e.g. jax.ShapeDtypeStruct or an array), got {value!r}"
+            f"{what} must be an object with .shape and .dtype (e.g. jax.ShapeDtypeStruct or an array), "
+            f"got {short_repr(value)}"
         )
     try:
         shape = tuple(int(d) for d in value.shape)
@@ -418,8 +440,3 @@ def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
         raise KernelCallValueError(f"{what} has a negative dimension: shape {shape}")
     triton_scalar_type(value.dtype, what=what)
     return jax.ShapeDtypeStruct(shape, value.dtype)
-
-
-def _suggest(name: str, candidates: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from jt_core.call import OPTION_NAMES, OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
-from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 
 __all__ = ["AutotuneConfig", "KernelWrappers", "expand_configs", "normalize_grid", "unwrap_kernel"]
 _DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": True, "debug": False}
@@ -120,7 +120,10 @@ def _options(
         try:
             hash(value)
         except TypeError:
-            raise KernelCallTypeError(f"backend_options[{key!r}]={value!r} must be hashable") from None
+            raise KernelCallTypeError(
+                f"backend_options[{key!r}] must be hashable, got {short_repr(value)} ({type(value).__name__}); "
+                "use a tuple or a frozen mapping"
+            ) from None
     num_warps = merged["num_warps"]
     if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps < 1 or num_warps & (num_warps - 1):
         raise KernelCallValueError(f"num_warps must be a positive power of two, got {num_warps!r}")
@@ -286,6 +289,6 @@ def check_hashable(name: str, value: Any) -> None:
         hash(value)
     except TypeError:
         raise KernelCallTypeError(
-            f"metaparameter {name}={value!r} is unhashable ({type(value).__name__}); constexpr values must be "
-            "hashable (use a tuple instead of a list)"
+            f"metaparameter {name}={short_repr(value)} is unhashable ({type(value).__name__}); constexpr values "
+            "must be hashable (use a tuple instead of a list)"
         ) from None

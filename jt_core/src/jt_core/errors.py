@@ -7,6 +7,9 @@ problems raise :class:`PluginError` subclasses naming the plugin, its distributi
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 __all__ = [
     "DuplicateBackendError",
     "JtError",
@@ -15,10 +18,12 @@ __all__ = [
     "KernelCompileError",
     "KernelRuntimeError",
     "NoBackendError",
+    "NoDeviceError",
     "OutOfBoundsAccessError",
     "PluginError",
     "PluginLoadError",
     "UnsupportedKernelError",
+    "short_repr",
 ]
 
 
@@ -46,6 +51,10 @@ class OutOfBoundsAccessError(KernelRuntimeError):
     """A kernel loaded or stored outside every buffer passed to it (detected by the CPU backend)."""
 
 
+class NoDeviceError(JtError, RuntimeError):
+    """A question about a device (``get_compute_capability``) on a machine where JAX sees none of that kind."""
+
+
 class UnsupportedKernelError(JtError, NotImplementedError):
     """The selected platform cannot run this kind of kernel (e.g. Gluon or inline asm on the CPU)."""
 
@@ -64,3 +73,20 @@ class DuplicateBackendError(PluginError):
 
 class NoBackendError(PluginError):
     """No installed plugin provides a backend (or launcher) for the platform being lowered for."""
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxdeque = _SHORT.maxarray = 4
+_SHORT.maxdict = 4
+_SHORT.maxstring = 60
+_SHORT.maxother = 80
+_SHORT.maxlevel = 3
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut for an error message: at most four items of a container (``[0, 1, 2, 3, ...]``, with the
+    length when it is long), strings and other values to a line."""
+    text = _SHORT.repr(value)
+    if isinstance(value, (list, tuple, set, frozenset, dict)) and len(value) > 4:
+        text += f" ({len(value)} items)"
+    return text

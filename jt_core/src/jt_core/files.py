@@ -19,11 +19,22 @@ import stat
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from jt_core import settings
 
-__all__ = ["PURPOSES", "atomic_write", "cache_folder", "cache_root", "configured_root", "folder_problem"]
+__all__ = [
+    "PURPOSES",
+    "atomic_write",
+    "cache_folder",
+    "cache_root",
+    "configured_root",
+    "folder_problem",
+    "triton_cache_folder",
+]
 
 #: The subfolders of the cache root and what each holds.
 PURPOSES: dict[str, str] = {
@@ -33,6 +44,7 @@ PURPOSES: dict[str, str] = {
     "native": "built launch-handler libraries (loaded into the process)",
     "rocm-hsaco": "HSACO files for jaxlib's ROCm handler (loaded onto the GPU)",
     "xla": "which Triton IR XLA compiled on this machine (records)",
+    "triton": "Triton's own compile cache, when the environment empties TRITON_CACHE_DIR",
 }
 
 _lock = threading.Lock()
@@ -133,3 +145,42 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+_triton_lock = threading.Lock()
+_triton_users = 0
+_triton_saved: list[Any] = []
+_UNSET = object()
+
+
+@contextmanager
+def triton_cache_folder() -> Iterator[None]:
+    """Gives Triton's compiler a cache folder for the duration of a compile, when the environment leaves it none.
+
+    jax-triton 0.3 sets ``TRITON_CACHE_DIR`` to an empty string when it is imported, after which every
+    ``triton.compile`` fails ("Could not create or locate cache dir"). Inside this context, when Triton's cache
+    folder setting (``triton.knobs.cache.dir``) reads empty, it reads jt's private ``triton`` folder instead. The
+    setting is overridden on Triton's settings object only (assigning the knob would write the environment), and
+    restored when the last compile in the process leaves the context; the environment is never written.
+    """
+    global _triton_users
+    from triton import knobs
+
+    with _triton_lock:
+        if _triton_users == 0:
+            _triton_saved.clear()
+            if not knobs.cache.dir:
+                _triton_saved.append(knobs.cache.__dict__.get("dir", _UNSET))
+                knobs.cache.__dict__["dir"] = str(cache_folder("triton"))
+        _triton_users += 1
+    try:
+        yield
+    finally:
+        with _triton_lock:
+            _triton_users -= 1
+            if _triton_users == 0 and _triton_saved:
+                previous = _triton_saved.pop()
+                if previous is _UNSET:
+                    knobs.cache.__dict__.pop("dir", None)
+                else:
+                    knobs.cache.__dict__["dir"] = previous

@@ -19,7 +19,7 @@ from typing import Any
 from jt_core import settings
 from jt_core.contracts import Backend, Dialect, Launcher
 from jt_core.errors import DuplicateBackendError, KernelCallTypeError, NoBackendError
-from jt_core.plugins import BUILTIN, FAILED, PluginLoader, PluginRecord
+from jt_core.plugins import BLOCKED, BUILTIN, FAILED, PluginLoader, PluginRecord
 
 __all__ = ["Registry", "get_registry", "list_plugins", "set_registry"]
 
@@ -135,6 +135,20 @@ class Registry:
             lines.append(line)
         return "\n".join(lines)
 
+    def _unloaded_plugins(self) -> str:
+        """For a launcher nobody registered: the plugins that failed to load or were blocked (it may be theirs)."""
+        missing = [rec for rec in self.records.values() if rec.status in (FAILED, BLOCKED)]
+        if not missing:
+            return ""
+        described = "; ".join(
+            f"{rec.name!r} ({rec.distribution} {rec.version}) {rec.status}: {str(rec.error).rstrip('.')}"
+            for rec in missing
+        )
+        return (
+            f". These plugins registered nothing, so the launcher may be one of theirs: {described}. Fix the error "
+            "(python -m jt_core plugins shows every plugin) or choose another launcher"
+        )
+
     def backend(self, platform: str) -> Backend:
         """The backend for ``platform``.
 
@@ -174,7 +188,10 @@ class Registry:
                     return launcher
             known = [launcher.name for launcher in candidates]
             source = "launcher=" if name else f"JT_LAUNCHER_{platform.upper()}"
-            raise NoBackendError(f"{source} names launcher {wanted!r}, but platform {platform!r} has launchers {known}")
+            raise NoBackendError(
+                f"{source} names launcher {wanted!r}, but platform {platform!r} has launchers {known}"
+                + self._unloaded_plugins()
+            )
         reasons = []
         for launcher in candidates:
             reason = launcher.unavailable_reason()

@@ -20,6 +20,7 @@ The variables:
 ``JT_LAUNCHER_<P>``      the launcher of platform ``<P>`` (``JT_LAUNCHER_CUDA=jaxlib``)
 ``JT_CPU_BOUNDS_CHECK``  flag, on by default: the CPU backend checks every load and store address
 ``JT_CPU_AUTOTUNE``      flag: tune autotuned kernels on the CPU too
+``JT_CPU_COMPILE_CHECK`` flag, on by default: lowering for the CPU runs Triton's front end on the kernel
 ``JAX_TRITON_DUMP_DIR``  write every compiled kernel's IRs, binary and compile info under this folder
 ======================== ===============================================================================
 

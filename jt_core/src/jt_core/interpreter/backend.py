@@ -1,4 +1,5 @@
-"""The CPU backend and launcher: compile is a no-op, the launch is a host callback running the interpreter."""
+"""The CPU backend and launcher: compile checks the kernel with Triton's front end, the launch is a host callback
+running the interpreter."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat, settings, tuning
+from jt_core import _compat, frontend, settings, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.interpreter import runner
@@ -24,6 +25,11 @@ def cpu_autotune_enabled() -> bool:
     return settings.flag("JT_CPU_AUTOTUNE")
 
 
+def compile_check_enabled() -> bool:
+    """Whether lowering for the CPU checks kernels with Triton's front end (``JT_CPU_COMPILE_CHECK``, default on)."""
+    return settings.flag("JT_CPU_COMPILE_CHECK", default=True)
+
+
 class CpuBackend(Backend):
     """Runs kernels on the host with Triton's interpreter."""
 
@@ -34,8 +40,14 @@ class CpuBackend(Backend):
         return CPU_TARGET
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
+        """Rewrites the kernel for the interpreter and, unless ``JT_CPU_COMPILE_CHECK=0``, runs Triton's front end
+        on it (about 5 ms per configuration), so that what Triton refuses (a block size that is not a power of two,
+        a pointer used as a number, an unknown name) fails when the call is lowered, with Triton's message, rather
+        than in the middle of a run."""
         py_fn = request.kernel.fn
         runner.interpreted(py_fn)  # rewrite now: a kernel without source fails at lowering, not at run time
+        if compile_check_enabled():
+            frontend.check(request.dialect.make_source(request.kernel, request.specialization, request.target))
         return CompiledKernel(
             name=request.call.name,
             target=request.target,

@@ -80,6 +80,14 @@ def triton_type(type_str: str) -> Any:
     return getattr(tl, _ELEMENT_TYPES[type_str])
 
 
+#: How each kind of access is masked, for out-of-bounds messages.
+_MASKED_FORMS = {
+    "load": "tl.load(pointers, mask=..., other=...)",
+    "store": "tl.store(pointers, values, mask=...)",
+    "atomic": "tl.atomic_add(pointers, values, mask=...) and the other tl.atomic_* take mask= too",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Buffer:
     """A buffer a kernel may access: its name, address range and whether it may be written."""
@@ -149,7 +157,7 @@ class AccessChecker:
             where = "with no buffer passed at all"
         return (
             f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes at {where} ({count} offending "
-            "addresses). Mask the access (tl.load(..., mask=...)) or fix the offsets. (Checked by jt's CPU backend; "
+            f"addresses). Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets. (Checked by jt's CPU backend; "
             "JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
         )
 

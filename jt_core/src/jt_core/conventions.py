@@ -1,0 +1,248 @@
+"""Which kernel parameter each argument of a ``triton_call`` fills: keywords, the two readings of positional
+values, the classic and current conventions, and the error when a call fits none of them.
+
+A keyword that names a parameter fills it: a constexpr parameter's value is a metaparameter, any other is an
+operand. Positional values are then read in one of two orders, as Python binds a call:
+
+* **operand order** (jax-triton 0.3, and jt's classic convention): the i-th value fills the i-th non-constexpr
+  parameter; constexpr parameters are given by keyword or take their defaults;
+* **declaration order** (jax-triton 0.4): the i-th value fills the i-th parameter, constexprs included, and a value
+  that lands on a constexpr parameter becomes its metaparameter.
+
+The two orders agree unless a positional value reaches a constexpr parameter. The non-constexpr parameters left
+unfilled take the outputs: one per output (*classic*: an aliased output keeps a pointer of its own) or one per
+output not aliased to an input (*current*). Operand order may end in either convention; declaration order only in
+the current one, the only convention of the release that introduced it. The counts are such that at most one
+reading fits a call (the declaration reading fills more operands by positional values than the operand reading
+does, and the current convention leaves fewer parameters for outputs than the classic one): the one that fits
+is used, and when none does the error says how many operands the kernel takes and what each reading bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jt_core.call import CLASSIC, CURRENT, KernelParam
+from jt_core.configs import check_hashable
+from jt_core.errors import KernelCallTypeError, short_repr
+from jt_core.tensordesc import TensorDescriptor
+
+__all__ = ["Assignment", "assign_arguments", "describe_value", "suggest"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Assignment:
+    """Where a call's arguments go.
+
+    Attributes:
+        operands: Non-constexpr parameter name to the value given for it, in signature order.
+        metaparams: Constexpr parameter name to the value given for it (by keyword or, in declaration order, by
+            position).
+        outputs: The non-constexpr parameters left unfilled, which take the outputs, in signature order.
+        convention: :data:`~jt_core.call.CLASSIC` or :data:`~jt_core.call.CURRENT`.
+        declaration_order: Whether positional values were read in declaration order (one of them set a constexpr).
+    """
+
+    operands: dict[str, Any]
+    metaparams: dict[str, Any]
+    outputs: tuple[KernelParam, ...]
+    convention: str
+    declaration_order: bool
+
+
+@dataclasses.dataclass
+class _Reading:
+    """Positional values read in one order: what they filled, or why they cannot be read so."""
+
+    declaration_order: bool
+    operands: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metaparams: dict[str, Any] = dataclasses.field(default_factory=dict)
+    problem: str | None = None
+    left: tuple[KernelParam, ...] = ()
+
+
+def assign_arguments(
+    params: Sequence[KernelParam],
+    signature: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    num_outputs: int,
+    num_aliased: int,
+) -> Assignment:
+    """Assigns a call's positional and keyword arguments to the kernel's parameters.
+
+    Args:
+        params: The kernel's parameters.
+        signature: The kernel's signature as text, for errors.
+        args: The positional values.
+        kwargs: The keyword values that are not ``triton_call`` options: operands and metaparameters by name.
+        num_outputs: How many outputs the call describes.
+        num_aliased: How many of them are aliased to an input (``input_output_aliases``).
+
+    Raises:
+        KernelCallTypeError: A keyword that names no parameter, a parameter given twice (``got multiple values
+            for argument 'x_ptr'``), or arguments that fit no convention: the message starts with how many operands
+            and outputs the kernel takes and how many the call gives, then shows what each reading bound.
+    """
+    by_name = {p.name: p for p in params}
+    keyword_operands: dict[str, Any] = {}
+    keyword_meta: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        param = by_name.get(key)
+        if param is None:
+            raise KernelCallTypeError(
+                f"triton_call got keyword {key!r}, which is not a parameter of the kernel {signature}."
+                f"{suggest(key, list(by_name))}"
+            )
+        if param.is_constexpr:
+            check_hashable(key, value)
+            keyword_meta[key] = value
+        else:
+            keyword_operands[key] = value
+
+    nonconstexpr = [p for p in params if not p.is_constexpr]
+    readings = [_read(args, nonconstexpr, keyword_operands, keyword_meta, declaration_order=False)]
+    if any(p.is_constexpr for p in params[: len(args)]):
+        readings.append(_read(args, list(params), keyword_operands, keyword_meta, declaration_order=True))
+    for reading in readings:
+        if reading.problem is not None:
+            continue
+        count = len(reading.left)
+        if count == num_outputs - num_aliased:
+            convention = CURRENT if reading.declaration_order or num_aliased else CLASSIC
+        elif count == num_outputs and not reading.declaration_order:
+            convention = CLASSIC
+        else:
+            reading.problem = (
+                f"{count} non-constexpr parameters are left ({[p.name for p in reading.left]}) for "
+                f"{_count(num_outputs, 'output')} ({num_aliased} of them aliased)"
+            )
+            continue
+        return Assignment(
+            operands={p.name: reading.operands[p.name] for p in nonconstexpr if p.name in reading.operands},
+            metaparams=reading.metaparams,
+            outputs=reading.left,
+            convention=convention,
+            declaration_order=reading.declaration_order,
+        )
+    raise KernelCallTypeError(_misfit(params, signature, args, keyword_operands, readings, num_outputs, num_aliased))
+
+
+def _read(
+    args: Sequence[Any],
+    targets: Sequence[KernelParam],
+    keyword_operands: Mapping[str, Any],
+    keyword_meta: Mapping[str, Any],
+    declaration_order: bool,
+) -> _Reading:
+    reading = _Reading(declaration_order, dict(keyword_operands), dict(keyword_meta))
+    if len(args) > len(targets):
+        kind = "parameters" if declaration_order else "non-constexpr parameters"
+        reading.problem = (
+            f"{len(args)} positional operands but the kernel has only {len(targets)} {kind} "
+            f"({[p.name for p in targets]})"
+        )
+        return reading
+    for position, (param, value) in enumerate(zip(targets, args)):
+        if param.name in keyword_operands or param.name in keyword_meta:
+            reading.problem = (
+                f"got multiple values for argument {param.name!r}: positional operand {position} "
+                f"({describe_value(value)}) fills it, and the keyword {param.name}= too"
+            )
+            return reading
+        if param.is_constexpr:
+            if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float)):
+                reading.problem = (
+                    f"positional operand {position} ({describe_value(value)}) would set constexpr parameter "
+                    f"{param.name!r}, which takes a static Python value, not an array"
+                )
+                return reading
+            check_hashable(param.name, value)
+            reading.metaparams[param.name] = value
+        else:
+            reading.operands[param.name] = value
+    reading.left = tuple(p for p in targets if not p.is_constexpr and p.name not in reading.operands)
+    return reading
+
+
+def _misfit(
+    params: Sequence[KernelParam],
+    signature: str,
+    args: Sequence[Any],
+    keyword_operands: Mapping[str, Any],
+    readings: Sequence[_Reading],
+    num_outputs: int,
+    num_aliased: int,
+) -> str:
+    """The error for a call no reading fits: a summary line, then each reading's problem."""
+    nonconstexpr = [p.name for p in params if not p.is_constexpr]
+    taken = max(len(nonconstexpr) - num_outputs, 0)
+    # The operands: those named by keyword, then the first others; the outputs: the parameters after them.
+    free = [name for name in nonconstexpr if name not in keyword_operands]
+    operand_set = set(keyword_operands) | set(free[: max(taken - len(keyword_operands), 0)])
+    operand_names = ", ".join(name for name in nonconstexpr if name in operand_set)
+    output_names = ", ".join(name for name in nonconstexpr if name not in operand_set)
+    summary = (
+        f"kernel {signature.split('(', 1)[0]} takes {_count(taken, 'operand')} ({operand_names}) and "
+        f"{_count(num_outputs, 'output')} ({output_names})"
+    )
+    if num_aliased:
+        summary += (
+            f", or {_count(taken + num_aliased, 'operand')} when its {_count(num_aliased, 'aliased output')} have no "
+            "pointer parameter of their own (current convention)"
+        )
+    summary += f"; the call gives {_count(len(args) + len(keyword_operands), 'operand')}"
+    if keyword_operands:
+        summary += f" ({len(args)} positional, {len(keyword_operands)} by keyword)"
+    first = readings[0]
+    if first.problem is not None and first.problem.startswith("got multiple values"):
+        lines = [f"triton_call {first.problem}. The signature is {signature}: {summary}."]
+    else:
+        order = {name: i for i, name in enumerate(nonconstexpr)}
+        bound = sorted(first.operands.items(), key=lambda item: order[item[0]])
+        bound_text = ", ".join(f"{k}={describe_value(v)}" for k, v in bound) or "nothing"
+        lines = [
+            f"triton_call arguments do not fit kernel {signature}: {summary}.",
+            f"  Positional operands in operand order (constexprs by keyword): bound {bound_text}; {first.problem}.",
+        ]
+    if len(readings) > 1:
+        second = readings[1]
+        problem = second.problem
+        if problem is not None and second.metaparams and "parameters are left" in problem:
+            problem += ", with " + ", ".join(f"{k}={describe_value(v)}" for k, v in second.metaparams.items())
+        lines.append(
+            "  Positional values in declaration order (a value that lands on a constexpr parameter sets it, as in "
+            f"jax-triton 0.4): {problem}."
+        )
+    lines.append(
+        "  Either every output gets a parameter (outputs appended after the inputs), or only the non-aliased ones "
+        "do; constexpr parameters are given by keyword, or positionally in declaration order."
+    )
+    return "\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def describe_value(value: Any) -> str:
+    """A short description of an argument for messages: ``float32[20]`` for arrays, a cut repr otherwise."""
+    if isinstance(value, TensorDescriptor):
+        return repr(value)
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float, complex, bool)):
+        try:
+            return f"{value.dtype}{list(value.shape)}"
+        except TypeError:
+            pass
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return "(" + ", ".join(describe_value(v) for v in value[:4]) + (", ...)" if len(value) > 4 else ")")
+    return short_repr(value)
+
+
+def suggest(name: str, candidates: Sequence[str]) -> str:
+    """`` Did you mean 'BLOCK'?`` for a close match among ``candidates``, else an empty string."""
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
