@@ -3,10 +3,16 @@
 User mistakes in a ``triton_call`` raise the built-in ``TypeError`` / ``ValueError`` families (subclassed here so
 that callers can catch jt's own), with messages naming the argument, what was expected and what was given. Plugin
 problems raise :class:`PluginError` subclasses naming the plugin, its distribution and the fix.
+
+Errors raised while a kernel runs (:class:`KernelRuntimeError`, :class:`OutOfBoundsAccessError`, and
+:class:`UnsupportedKernelError` from the CPU interpreter) cross XLA's host callback and reach the caller as
+``jax.errors.JaxRuntimeError``, whose message carries the jt error's type and text; :func:`from_runtime_error`
+rebuilds the jt error from it.
 """
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -23,6 +29,7 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "UnsupportedKernelError",
+    "from_runtime_error",
     "short_repr",
 ]
 
@@ -90,3 +97,22 @@ def short_repr(value: Any) -> str:
     if isinstance(value, (list, tuple, set, frozenset, dict)) and len(value) > 4:
         text += f" ({len(value)} items)"
     return text
+
+
+def from_runtime_error(error: BaseException) -> JtError | None:
+    """The jt error that a ``jax.errors.JaxRuntimeError`` carries, rebuilt; ``None`` when it carries none.
+
+    XLA passes an error raised inside a kernel's run back as a ``JaxRuntimeError`` whose message holds the jt
+    error's type name and text. The rebuilt error has that type and text, so it can be tested with
+    ``isinstance`` or raised again (``raise jt.errors.from_runtime_error(err) from err``).
+    """
+    message = str(error)
+    first: tuple[int, type[JtError], int] | None = None
+    for cls in (KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError, KernelCompileError):
+        match = re.search(rf"\b{cls.__name__}: ", message)
+        if match is not None and (first is None or match.start() < first[0]):
+            first = (match.start(), cls, match.end())
+    if first is None:
+        return None
+    _, cls, end = first
+    return cls(message[end:].strip())
