@@ -95,7 +95,8 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         "alias input index out of range",
         lambda: scale(input_output_aliases={7: 0}),
         ValueError,
-        r"input_output_aliases key 7 is not an operand index; operands are 0\.\.2",
+        r"input_output_aliases key 7 is not an operand index; array operands \(the classic convention counts arrays "
+        r"only\) are 0\.\.0 \(\['x_ptr'\]\)",
     ),
     (
         "alias output index out of range",
@@ -106,12 +107,20 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"maps operand 0 to output 3, but there are 1 outputs",
     ),
     (
-        "alias of a scalar",
+        "classic alias index past the arrays",
         lambda: jt.triton_call(
             X, 20, 2.0, kernel=k.inplace_classic_kernel, out_shape=X, input_output_aliases={1: 0}, grid=2, BLOCK=16
         ),
         ValueError,
-        r"input_output_aliases key 1 names operand 'n', a scalar",
+        r"key 1 is not an operand index.*counting scalars too, as the current convention does, it would be 'n'",
+    ),
+    (
+        "alias of a scalar",
+        lambda: jt.triton_call(
+            X, 20, 2.0, kernel=k.inplace_scale_kernel, out_type=X, input_output_aliases={1: 0}, grid=2, BLOCK=16
+        ),
+        ValueError,
+        r"input_output_aliases key 1 names operand 'n', a scalar; only arrays can be aliased",
     ),
     (
         "alias shape mismatch",

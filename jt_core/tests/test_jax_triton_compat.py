@@ -48,6 +48,14 @@ def constexpr_before_scalar_kernel(x_ptr, BLOCK: tl.constexpr, n, out_ptr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
 
 
+@triton.jit
+def scalar_first_kernel(n, x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    """Writes ``x + y`` into the first half of ``out`` only: the second half shows which input it aliases."""
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n // 2
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
 def rand(n: int, seed: int = 0) -> jax.Array:
     return jnp.asarray(np.random.default_rng(seed).standard_normal(n).astype(np.float32))
 
@@ -101,6 +109,29 @@ def test_classic_and_current_examples_of_both_lines_bind_as_before() -> None:
     current = jt.triton_call(x, y, kernel=k.add_current_kernel, out_type=x, grid=3, n=40)
     np.testing.assert_allclose(classic, np.asarray(x) + np.asarray(y), rtol=1e-6)
     np.testing.assert_allclose(current, np.asarray(x) + np.asarray(y), rtol=1e-6)
+
+
+def test_classic_alias_keys_count_arrays_only_as_in_0_3() -> None:
+    """jax-triton 0.3 counted the array operands only: ``{1: 0}`` is ``y``, the second array, not ``x``."""
+    x, y = rand(32, 10), rand(32, 11)
+    out = jt.triton_call(
+        32, x, y, kernel=scalar_first_kernel, out_shape=x, input_output_aliases={1: 0}, grid=1, BLOCK=32
+    )
+    expected = np.asarray(y).copy()
+    expected[:16] = np.asarray(x)[:16] + np.asarray(y)[:16]
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_current_alias_keys_count_every_operand_as_in_0_4() -> None:
+    x = rand(40, 12)
+    out = jt.triton_call(
+        x, 40, 2.0, kernel=k.inplace_scale_kernel, out_type=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
+    )
+    np.testing.assert_allclose(out, np.asarray(x) * 2.0, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"key 2 names operand 'factor', a scalar"):
+        jt.triton_call(
+            x, 40, 2.0, kernel=k.inplace_scale_kernel, out_type=x, input_output_aliases={2: 0}, grid=3, BLOCK=16
+        )
 
 
 def test_a_call_no_reading_fits_shows_both_readings() -> None:

@@ -83,7 +83,8 @@ def triton_call(
             metaparameters (and named operands' shapes) and returning one of those.
         input_output_aliases: ``{operand index: output index}``: the output reuses the operand's buffer (with
             ``jax.jit(..., donate_argnums=...)`` no copy is made). Operand indices count the flattened
-            non-constexpr operands (arrays and scalars) in parameter order.
+            non-constexpr operands (arrays and scalars) in parameter order; in the classic convention they count
+            the array operands only (jax-triton 0.3's indices).
         zeroed_outputs: Output indices (or a callable of the metaparameters returning them) zeroed before the
             launch.
         num_warps: Warps per program (power of two; default 4 or the autotune config's).

@@ -17,6 +17,7 @@ from jax import tree_util
 
 from jt_core import _compat, frontend
 from jt_core.call import (
+    CLASSIC,
     CURRENT,
     INPUT,
     OUTPUT,
@@ -201,26 +202,35 @@ def bind_call(
             leaf_index += 1
     _check_descriptor_layouts(dialect, slots)
 
-    # Aliases (indices over the flattened non-constexpr operand leaves, in signature order).
+    # Aliases. Keys count the flattened non-constexpr operands (arrays and scalars) in signature order, as
+    # jax-triton 0.4 does; in the classic convention, which only calls written for jax-triton 0.3 use, they count
+    # the array operands alone, as 0.3 did.
     aliases: list[tuple[int, int]] = []
     seen_outs: set[int] = set()
     n_leaves = leaf_index
-    for in_idx, out_idx in aliases_in.items():
-        if not isinstance(in_idx, int) or not 0 <= in_idx < n_leaves:
+    classic = convention == CLASSIC
+    key_space = sorted(bound.leaf_to_operand) if classic else list(range(n_leaves))
+    for key, out_idx in aliases_in.items():
+        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < len(key_space):
+            counted = "array operands (the classic convention counts arrays only)" if classic else "operands"
+            hint = ""
+            if classic and isinstance(key, int) and 0 <= key < n_leaves:
+                hint = f"; counting scalars too, as the current convention does, it would be {bound.leaf_names[key]!r}"
             raise KernelCallValueError(
-                f"input_output_aliases key {in_idx!r} is not an operand index; operands are 0..{n_leaves - 1} "
-                f"({bound.leaf_names})"
+                f"input_output_aliases key {key!r} is not an operand index; {counted} are 0..{len(key_space) - 1} "
+                f"({[bound.leaf_names[i] for i in key_space]}){hint}"
             )
+        in_idx = key_space[key]
         if not isinstance(out_idx, int) or not 0 <= out_idx < n_out:
             raise KernelCallValueError(
-                f"input_output_aliases maps operand {in_idx} to output {out_idx!r}, but there are {n_out} outputs"
+                f"input_output_aliases maps operand {key} to output {out_idx!r}, but there are {n_out} outputs"
             )
         if out_idx in seen_outs:
             raise KernelCallValueError(f"input_output_aliases maps two operands to output {out_idx}")
         seen_outs.add(out_idx)
         if in_idx not in bound.leaf_to_operand:
             raise KernelCallValueError(
-                f"input_output_aliases key {in_idx} names operand {bound.leaf_names[in_idx]!r}, a scalar; only "
+                f"input_output_aliases key {key} names operand {bound.leaf_names[in_idx]!r}, a scalar; only "
                 "arrays can be aliased"
             )
         operand = bound.leaf_to_operand[in_idx]
@@ -228,7 +238,7 @@ def bind_call(
         out_struct = out_structs[out_idx]
         if tuple(in_aval.shape) != tuple(out_struct.shape) or np.dtype(in_aval.dtype) != np.dtype(out_struct.dtype):
             raise KernelCallValueError(
-                f"input_output_aliases {{{in_idx}: {out_idx}}}: operand {bound.leaf_names[in_idx]!r} is "
+                f"input_output_aliases {{{key}: {out_idx}}}: operand {bound.leaf_names[in_idx]!r} is "
                 f"{np.dtype(in_aval.dtype)}{list(in_aval.shape)} but output {out_idx} is "
                 f"{np.dtype(out_struct.dtype)}{list(out_struct.shape)}; "
                 "aliased buffers must have the same shape and dtype"

@@ -107,12 +107,18 @@ def from_runtime_error(error: BaseException) -> JtError | None:
     ``isinstance`` or raised again (``raise jt.errors.from_runtime_error(err) from err``).
     """
     message = str(error)
+    carried: tuple[type[JtError], ...] = (
+        KernelRuntimeError,
+        OutOfBoundsAccessError,
+        UnsupportedKernelError,
+        KernelCompileError,
+    )
     first: tuple[int, type[JtError], int] | None = None
-    for cls in (KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError, KernelCompileError):
-        match = re.search(rf"\b{cls.__name__}: ", message)
+    for kind in carried:
+        match = re.search(rf"\b{kind.__name__}: ", message)
         if match is not None and (first is None or match.start() < first[0]):
-            first = (match.start(), cls, match.end())
+            first = (match.start(), kind, match.end())
     if first is None:
         return None
-    _, cls, end = first
-    return cls(message[end:].strip())
+    _, found, end = first
+    return found(message[end:].strip())

@@ -2,8 +2,8 @@
 
 The CPU backend runs kernels with Triton's interpreter, which finds mistakes only when a program reaches them (a
 block size that is not a power of two, a pointer used as a number). Triton's front end finds them all up front,
-in a few milliseconds per kernel, so the CPU backend runs it when a call is lowered and binding uses it to tell
-how a kernel uses an argument (:func:`refusal`).
+in milliseconds per kernel (6 for a vector add, 15 to 35 for a matrix product), so the CPU backend runs it when a
+call is lowered and binding uses it to tell how a kernel uses an argument (:func:`refusal`).
 
 The front end needs a target's code generation hooks; it takes Triton's own CUDA backend (shipped in every Triton
 wheel, usable without a GPU) with one change: ``tl.dot`` may take any block size, as the interpreter does, where

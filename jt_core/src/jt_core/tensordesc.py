@@ -170,6 +170,7 @@ class TensorDescriptor:
     layout: Any = None
     padding: str = "zero"
     round_f32_to_tf32: bool = False
+    _follows_base: bool = dataclasses.field(default=True, init=False, repr=False)
 
     def __init__(self, base: Any, *args: Any, **kwargs: Any) -> None:
         view_order = (len(args) >= 2 and not isinstance(args[1], str)) or (len(args) == 1 and "block_shape" in kwargs)
