@@ -92,6 +92,12 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"argument 'factor'=1180591620717411303424 does not fit a 64-bit integer",
     ),
     (
+        "float scalar beyond float32",
+        lambda: scale(factor=1e300),
+        ValueError,
+        r"argument 'factor'=1e\+300 does not fit float32.*np\.float64\(1e\+300\)",
+    ),
+    (
         "alias input index out of range",
         lambda: scale(input_output_aliases={7: 0}),
         ValueError,

@@ -351,3 +351,16 @@ def test_single_config_calls_use_the_preloaded_target(monkeypatch: pytest.Monkey
     monkeypatch.setenv("JT_CUDA_PRELOAD", "0")
     lowered = jax.jit(lambda x: f(x) * 1).trace(spec).lower(lowering_platforms=("cuda",))
     assert len(custom_calls(lowered, "jt_cuda_launch")) == 1
+
+
+@pytest.mark.usefixtures("jaxlib_lowering")
+def test_get_serialized_metadata_reads_the_jaxlib_launchers_call_and_its_target_is_the_published_name() -> None:
+    import jt_core as jt
+
+    lowered = lower_for_cuda(
+        lambda x, y: add_call(x, y, compute_capability=90, launcher="jaxlib", serialized_metadata=b"meta\x01"),
+        f32((N,)),
+        f32((N,)),
+    )
+    (op,) = custom_calls(lowered, jt.CUSTOM_CALL_TARGET_NAME)
+    assert jt.get_serialized_metadata(backend_config(op)["opaque"]) == b"meta\x01"

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 from jt_core.tensordesc import TensorDescriptor
 
 __all__ = ["BoundCall", "bind_call"]
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,6 +432,11 @@ def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelPara
             return ParamSlot(path, name, SCALAR, -1, 1, "constexpr", False)
         return ParamSlot(path, name, SCALAR, -1, value, type_str, value % 16 == 0 and not param.do_not_specialize)
     if isinstance(value, float):
+        if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+            raise KernelCallValueError(
+                f"argument {name!r}={value!r} does not fit float32, the type Python floats are passed as (as "
+                f"Triton's launcher does); pass np.float64({value!r}) for a double"
+            )
         return ParamSlot(path, name, SCALAR, -1, value, "fp32", False)
     raise KernelCallTypeError(
         f"argument {name!r} is {type(value).__name__} ({short_repr(value)}); a kernel operand must be an array, a Ref, "

@@ -65,7 +65,8 @@ def get_type_id(obj: Any) -> str:
 
     Arrays and dtypes give their element type (``bfloat16`` -> ``"bf16"``, ``float8_e4m3fn`` -> ``"fp8e4nv"``);
     Python ``int`` gives ``i32``/``u32``/``i64``/``u64`` by range; ``bool`` gives ``i1``; ``float`` gives ``fp32``;
-    NumPy scalars give their dtype's type.
+    NumPy scalars give their dtype's type; a ``jt.TensorDescriptor`` gives its parameter type
+    (``tensordesc<fp16[64, 64]>``).
 
     Raises:
         KernelCallTypeError: For values Triton cannot take.
@@ -78,6 +79,9 @@ def get_type_id(obj: Any) -> str:
         return "fp32"
     if isinstance(obj, np.generic):
         return triton_scalar_type(obj.dtype, what=f"scalar {obj!r}")
+    spec = getattr(obj, "spec", None)
+    if callable(spec) and hasattr(obj, "block_shape"):  # a jt.TensorDescriptor: the parameter type it gets
+        return str(spec().type_str)
     if hasattr(obj, "dtype"):
         return triton_scalar_type(obj.dtype, what=f"argument {type(obj).__name__}")
     try:
