@@ -82,18 +82,7 @@ def add_tiles(a: Any, b: Any, block: tuple[int, int], **options: Any) -> Any:
 
 def read_tile(x: Any, block: tuple[int, int], row: int, col: int, padding: str = "zero", **options: Any) -> Any:
     """The (block) tile of ``x`` at (row, col) as the descriptor loads it (out-of-bounds elements padded)."""
-    bm, bn = block
-    return jt.triton_call(
-        jt.TensorDescriptor(x, block_shape=[bm, bn], padding=padding),
-        row=row,
-        col=col,
-        kernel=read_tile_kernel,
-        out_shape=jax.ShapeDtypeStruct((bm, bn), x.dtype),
-        grid=1,
-        BM=bm,
-        BN=bn,
-        **options,
-    )
+    return read_desc(jt.TensorDescriptor(x, block_shape=list(block), padding=padding), row, col, **options)
 
 
 def read_desc(desc: jt.TensorDescriptor, row: int, col: int, **options: Any) -> Any:

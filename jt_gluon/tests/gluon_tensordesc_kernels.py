@@ -43,32 +43,31 @@ def tma_add_kernel(a_desc, b_desc, out_desc, BM: gl.constexpr, BN: gl.constexpr)
 
 
 @gluon.jit
+def load_block(desc, row, col):
+    """The block of ``desc`` at (row, col), TMA-loaded into shared memory (waited for)."""
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    tma_load(desc, [row, col], bar, smem)
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+    return smem
+
+
+@gluon.jit
 def tma_copy_kernel(in_desc, out_desc, BM: gl.constexpr, BN: gl.constexpr):
     """Copies ``in`` to ``out`` one (BM, BN) tile per program through shared memory."""
     row = gl.program_id(0) * BM
     col = gl.program_id(1) * BN
-    smem = gl.allocate_shared_memory(in_desc.dtype, in_desc.block_type.shape, in_desc.layout)
-    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(bar, count=1)
-    mbarrier.expect(bar, in_desc.block_type.nbytes)
-    tma_load(in_desc, [row, col], bar, smem)
-    mbarrier.wait(bar, 0)
-    mbarrier.invalidate(bar)
-    tma_store(out_desc, [row, col], smem)
+    tma_store(out_desc, [row, col], load_block(in_desc, row, col))
     tma.store_wait(0)
 
 
 @gluon.jit
 def tma_read_tile_kernel(in_desc, out_desc, row, col):
     """Copies the block of ``in`` at (row, col), padding included, to the one block of ``out``."""
-    smem = gl.allocate_shared_memory(in_desc.dtype, in_desc.block_type.shape, in_desc.layout)
-    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(bar, count=1)
-    mbarrier.expect(bar, in_desc.block_type.nbytes)
-    tma_load(in_desc, [row, col], bar, smem)
-    mbarrier.wait(bar, 0)
-    mbarrier.invalidate(bar)
-    tma_store(out_desc, [0, 0], smem)
+    tma_store(out_desc, [0, 0], load_block(in_desc, row, col))
     tma.store_wait(0)
 
 
