@@ -66,7 +66,21 @@ def test_gluon_descriptor_call_on_the_cpu_is_refused() -> None:
         jax.jit(lambda a, b: tma_add(a, b, (32, 64)))(x, x)
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn, jnp.int8, jnp.uint16], ids=str)
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        jnp.float32,
+        jnp.float16,
+        jnp.bfloat16,
+        jnp.float8_e4m3fn,
+        jnp.float8_e5m2,
+        jnp.int8,
+        jnp.int16,
+        jnp.int32,
+        jnp.uint16,
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("view", [None, (40, 64)], ids=["from_array", "view"])
 def test_read_tile_through_from_array_and_view_descriptors_lowers(dtype: Any, view: Any) -> None:
     """What the GPU tests run, compiled for sm90 here: the view's shape and the base's stride are in the record."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -168,6 +169,7 @@ def triton_call(
     return run(args, metaparams, options)
 
 
+@functools.cache
 def _own_keywords() -> list[str]:
     return [p.name for p in inspect.signature(triton_call).parameters.values() if p.kind is p.KEYWORD_ONLY]
 

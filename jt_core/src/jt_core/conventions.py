@@ -25,6 +25,8 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from jt_core.call import CLASSIC, CURRENT, KernelParam
 from jt_core.configs import check_hashable
 from jt_core.errors import KernelCallTypeError, short_repr
@@ -154,7 +156,7 @@ def _read(
             )
             return reading
         if param.is_constexpr:
-            if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float)):
+            if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float, np.generic)):
                 reading.problem = (
                     f"positional operand {position} ({describe_value(value)}) would set constexpr parameter "
                     f"{param.name!r}, which takes a static Python value, not an array"
