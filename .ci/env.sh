@@ -41,7 +41,7 @@ make_venv() {
         pinned) "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes ;;
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac
-    "${pip[@]}" pytest ruff mypy import-linter mkdocs "mkdocstrings[python]"
+    "${pip[@]}" pytest ruff mypy import-linter flatbuffers mkdocs "mkdocstrings[python]"
     "${pip[@]}" --no-deps --force-reinstall "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
     if [ -d "$ROOT/docs/examples/jt_example_backend" ]; then
         "${pip[@]}" --no-deps --force-reinstall "$ROOT/docs/examples/jt_example_backend"

@@ -87,8 +87,15 @@ def _feature_calls() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
     calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
         "atomics (tl.atomic_add)": (
             lambda launcher, x: jt.triton_call(
-                x, kernel=_atomic_sum, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32), zeroed_outputs=(0,),
-                grid=16, n=4096, BLOCK=256, launcher=launcher, name="atomic_sum",
+                x,
+                kernel=_atomic_sum,
+                out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
+                zeroed_outputs=(0,),
+                grid=16,
+                n=4096,
+                BLOCK=256,
+                launcher=launcher,
+                name="atomic_sum",
             ),
             (x,),
         ),

@@ -185,7 +185,8 @@ def test_environment_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("JT_LAUNCHER_CUDA", "nonexistent")
     previous = registry.set_registry(make_registry())
     try:
-        with pytest.raises(NoBackendError, match=r"JT_LAUNCHER_CUDA names launcher 'nonexistent'.*\['jt', 'jaxlib', 'xla'\]"):
+        expected = r"JT_LAUNCHER_CUDA names launcher 'nonexistent'.*\['jt', 'jaxlib', 'xla'\]"
+        with pytest.raises(NoBackendError, match=expected):
             lower_for_cuda(lambda x, y: add_call(x, y, compute_capability=90), f32((N,)), f32((N,)))
     finally:
         registry.set_registry(previous)

@@ -30,6 +30,11 @@ def _plugins(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
     for r in records:
+        for label, details in r.launcher_details.items():
+            if details["falls_back_for"]:
+                rules = "; ".join(details["falls_back_for"])
+                print(f"\n{label} hands a call to the platform's next launcher for: {rules}")
+    for r in records:
         if r.error:
             print(f"\n{r.name}: {r.error}")
     return 0

@@ -178,10 +178,10 @@ def build_xla_kernel(call: KernelCall, kernel: CompiledKernel, config_index: int
                 if slot.kind == OUTPUT:
                     arguments.append(results[slot.index])
                 elif slot.kind == INPUT:
-                    out = alias_of.get(slot.index) if sources[slot.index][0] == "zeros" else None
+                    out = alias_of.get(slot.index)  # an aliased input is written through the result's buffer
                     arguments.append(results[out] if out is not None else block.arguments[slot.index])
                 else:
-                    arguments.append(arith.ConstantOp(kind, _scalar_attribute(ir, kind, slot.value)).result)
+                    arguments.append(arith.ConstantOp(kind, _scalar_attribute(ir, kind, slot.value)).result)  # type: ignore[call-arg]
             tt.CallOp([], ir.FlatSymbolRefAttr.get(kernel.name), arguments)
             tt.ReturnOp([])
         if not module.operation.verify():
