@@ -186,6 +186,9 @@ def build_xla_kernel(call: KernelCall, kernel: CompiledKernel, config_index: int
             tt.ReturnOp([])
         if not module.operation.verify():
             raise IrRejected("the entry module does not verify")
+        # Printed without locations and read back: the IR XLA gets names no file of this machine, so it is the
+        # same wherever the kernel's source lives (exported artifacts, the per-machine record of what compiled).
+        module = ir.Module.parse(str(module))
         buffer = io.BytesIO()
         module.operation.write_bytecode(buffer)
     return XlaKernel(
