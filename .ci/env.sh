@@ -33,6 +33,13 @@ find_python() {
     return 1
 }
 
+# setuptools builds a local folder in place and keeps build/ between builds: a module deleted or renamed in the
+# source would still be installed from there.
+remove_build_folders() {
+    rm -rf "$ROOT"/jt_core/build "$ROOT"/jt_cuda/build "$ROOT"/jt_rocm/build "$ROOT"/jt_gluon/build \
+        "$ROOT"/docs/examples/jt_example_backend/build
+}
+
 # make_venv NAME SET [TOOLS]: creates or updates $ROOT/.ci-venv-NAME with the "latest" or "pinned" version set and
 # jt installed from the checkout; TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out.
 # Sets VENV to the virtualenv's folder.
@@ -68,6 +75,7 @@ make_venv() {
         "${pip[@]}" pytest pytest-xdist hypothesis ruff mypy import-linter flatbuffers build -r "$ROOT/docs/requirements.txt"
     fi
     step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
+    remove_build_folders
     "${pip[@]}" --no-deps --force-reinstall "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
     if [ "$tools" = dev ] && [ -d "$ROOT/docs/examples/jt_example_backend" ]; then
         step "installing the example plugin docs/examples/jt_example_backend"
