@@ -1,50 +1,102 @@
-# Sourced by the other scripts: finds Python 3.12 and builds a virtualenv with one version set.
+# Sourced by the other scripts: finds the Python jt is tested on, builds a virtualenv with one version set, builds the
+# wheelhouse, and prints each step with the seconds elapsed since the script started.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The oldest Python jt claims (Requires-Python in every pyproject.toml) and the one CI runs everything on.
+JT_PYTHON_VERSION=3.12
+PIP_QUIET=(-q --disable-pip-version-check)
+
+step() {
+    printf '[%4ds] %s\n' "$SECONDS" "$*"
+}
 
 find_python() {
-    local candidate
-    for candidate in "${JT_PYTHON:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do
+    local candidate want="$JT_PYTHON_VERSION"
+    for candidate in "${JT_PYTHON:-}" "python$want" "$HOME"/.pyenv/versions/"$want".*/bin/python"$want" \
+        /usr/local/bin/python"$want" /usr/bin/python"$want"; do
         [ -n "$candidate" ] || continue
-        if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c "import sys; assert '%d.%d' % sys.version_info[:2] == '$want'" 2>/dev/null; then
             command -v "$candidate"
             return 0
         fi
     done
     if command -v pyenv >/dev/null 2>&1; then
         local version
-        version="$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12' | tail -n 1 || true)"
+        version="$(pyenv versions --bare 2>/dev/null | grep -E "^${want//./\\.}(\.|$)" | tail -n 1 || true)"
         if [ -n "$version" ]; then
-            PYENV_VERSION="$version" pyenv which python3.12
+            PYENV_VERSION="$version" pyenv which "python$want"
             return 0
         fi
     fi
-    echo "error: Python 3.12 not found (install it, or set JT_PYTHON=/path/to/python3.12)" >&2
+    echo "error: Python $want not found (install it, or set JT_PYTHON=/path/to/python$want)" >&2
     return 1
 }
 
-# make_venv NAME SET: creates $ROOT/.ci-venv-NAME with the "latest" or "pinned" version set and jt installed.
+# setuptools builds a local folder in place and keeps build/ between builds: a module deleted or renamed in the
+# source would still be installed from there.
+remove_build_folders() {
+    rm -rf "$ROOT"/jt_core/build "$ROOT"/jt_cuda/build "$ROOT"/jt_rocm/build "$ROOT"/jt_gluon/build \
+        "$ROOT"/docs/examples/jt_example_backend/build
+}
+
+# make_venv NAME SET [TOOLS]: creates or updates $ROOT/.ci-venv-NAME with the "latest" or "pinned" version set and
+# jt installed from the checkout; TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out.
+# Sets VENV to the virtualenv's folder.
 make_venv() {
-    local name="$1" set="$2" venv="$ROOT/.ci-venv-$1" python
+    local name="$1" set="$2" tools="${3:-dev}" python
+    VENV="$ROOT/.ci-venv-$name"
     python="$(find_python)"
-    if [ ! -x "$venv/bin/python" ]; then
-        "$python" -m venv "$venv"
+    if [ ! -x "$VENV/bin/python" ]; then
+        step "creating the virtualenv .ci-venv-$name with $("$python" -V) ($python)"
+        "$python" -m venv "$VENV"
+    else
+        step "updating the virtualenv .ci-venv-$name"
     fi
-    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    local pip=("$VENV/bin/python" -m pip install "${PIP_QUIET[@]}")
     "${pip[@]}" -U pip
     local extra=""
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
         extra="[cuda13]"
     fi
     case "$set" in
-        latest) "${pip[@]}" -U "jax$extra" triton pluggy numpy ml_dtypes ;;
-        pinned) "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes ;;
+        latest)
+            step "installing the newest jax$extra, jaxlib and triton, with pluggy, numpy, ml_dtypes"
+            "${pip[@]}" -U "jax$extra" triton pluggy numpy ml_dtypes
+            ;;
+        pinned)
+            step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes"
+            "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes
+            ;;
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac
-    "${pip[@]}" pytest hypothesis ruff mypy import-linter mkdocs "mkdocstrings[python]"
+    if [ "$tools" = dev ]; then
+        step "installing the development tools: pytest, pytest-xdist, hypothesis, ruff, mypy, import-linter, flatbuffers, build, docs/requirements.txt"
+        "${pip[@]}" pytest pytest-xdist hypothesis ruff mypy import-linter flatbuffers build -r "$ROOT/docs/requirements.txt"
+    fi
+    step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
+    remove_build_folders
     "${pip[@]}" --no-deps --force-reinstall "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
-    if [ -d "$ROOT/docs/examples/jt_example_backend" ]; then
+    if [ "$tools" = dev ] && [ -d "$ROOT/docs/examples/jt_example_backend" ]; then
+        step "installing the example plugin docs/examples/jt_example_backend"
         "${pip[@]}" --no-deps --force-reinstall "$ROOT/docs/examples/jt_example_backend"
     fi
-    echo "$venv"
+    step "ready: .ci-venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
+}
+
+# build_wheelhouse PYTHON: a wheel and an sdist of each distribution in $ROOT/dist (emptied first), built with
+# `PYTHON -m build` (the wheel is built from the sdist, so the sdist is checked too).
+build_wheelhouse() {
+    local python="$1" dist log
+    rm -rf "$ROOT/dist"
+    log="$(mktemp)"
+    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+        step "building the wheel and the sdist of $dist into dist/"
+        if ! "$python" -m build --outdir "$ROOT/dist" "$ROOT/$dist" >"$log" 2>&1; then
+            cat "$log"
+            rm -f "$log"
+            return 1
+        fi
+    done
+    rm -f "$log"
 }

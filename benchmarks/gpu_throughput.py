@@ -180,7 +180,7 @@ def main() -> None:
     ty = torch.from_numpy(np.asarray(y)).cuda()
     np.testing.assert_array_equal(torch_add(tx, ty).cpu().numpy(), expected)
     add: dict[str, float] = {}
-    for launcher in ("jt", "jaxlib"):
+    for launcher in ("jt", "jaxlib", "xla"):
         add[f"jt[{launcher}]"] = time_jax(jt_add(launcher), x, y, args.reps)
     add["triton+torch"] = time_torch(torch_add, tx, ty, args.reps)
     add["jnp"] = time_jax(jnp.add, x, y, args.reps)
@@ -198,7 +198,7 @@ def main() -> None:
     tgot = torch_matmul(ta, tb).float().cpu().numpy().astype(np.float64)
     assert np.linalg.norm(tgot - ref) / np.linalg.norm(ref) < 1e-2
     mm: dict[str, float] = {}
-    for launcher in ("jt", "jaxlib"):
+    for launcher in ("jt", "jaxlib", "xla"):
         mm[f"jt[{launcher}]"] = time_jax(jt_matmul(launcher), a, b, args.reps)
     mm["triton+torch"] = time_torch(torch_matmul, ta, tb, args.reps)
     mm["jnp"] = time_jax(lambda p, q: jnp.matmul(p, q, preferred_element_type=jnp.float32).astype(p.dtype), a, b,

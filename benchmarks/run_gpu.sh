@@ -103,6 +103,21 @@ note "CPU suites: $(tail -1 "$OUT/cpu-tests.log") (exit $CPU_RC)"
 [ $GPU_RC -eq 0 ] || STATUS=1
 [ $CPU_RC -eq 0 ] || STATUS=1
 
+# The GPU suite again with the 'xla' launcher as the CUDA default (calls it cannot express go to 'jt'), and the
+# compatibility matrix: every example and feature kernel through 'xla'.
+JT_LAUNCHER_CUDA=xla timeout 480 "$PY" -P -m pytest -p no:cacheprovider -q -ra -m "cuda or gpu" --jt-require-gpu \
+  -o log_file_level=INFO --log-file="$SCRATCH/xla-decisions.log" >"$OUT/gpu-tests-xla.log" 2>&1
+XLA_RC=$?
+note "GPU tests, JT_LAUNCHER_CUDA=xla: $(tail -1 "$OUT/gpu-tests-xla.log") (exit $XLA_RC); lowered to XLA: \
+$(grep -c "lowered to XLA" "$SCRATCH/xla-decisions.log"), handed on: $(grep -c "cannot express it" "$SCRATCH/xla-decisions.log")"
+[ $XLA_RC -eq 0 ] || STATUS=1
+if timeout 300 "$PY" -P benchmarks/xla_matrix.py --json "$OUT/xla_matrix.json" >"$SCRATCH/xla_matrix.log" 2>&1; then
+  note "xla compatibility matrix: ok"
+else
+  note "xla compatibility matrix: FAILED (see xla_matrix.log)"; STATUS=1
+fi
+cp "$SCRATCH/xla_matrix.log" "$OUT/"
+
 # Every GPU test must have run: a skip is allowed only for work needing more GPUs than the machine has.
 "$PY" -P - "$SCRATCH/gpu-tests.xml" <<'EOF'
 import sys
@@ -163,7 +178,8 @@ echo
 echo "================================ summary ================================"
 cat "$OUT/versions.txt"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
-grep -sE "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" | head -20
+grep -sE "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/gpu-tests-xla.log" "$OUT/cpu-tests.log" | head -20
+if [ -f "$OUT/xla_matrix.log" ]; then echo "-- xla matrix"; sed -n '/^kernel /,$p' "$OUT/xla_matrix.log"; fi
 for bench in launch launch_no_graphs throughput first_call autotune compile_cache transformations; do
   if [ -f "$SCRATCH/$bench.log" ]; then echo "-- $bench"; grep -vE "Warning|warn\(|^ +[a-z]+ = " "$SCRATCH/$bench.log" | tail -12; fi
 done

@@ -1,36 +1,43 @@
-"""Every ``python`` code block of the documentation runs on the CPU backend, and the site builds.
+"""Every ``python`` code block of the documentation runs on the CPU backend as a reader would paste it, and the site
+builds.
 
-The blocks of one page run in order in one namespace (a page reads like a session). A block preceded by the
-line ``<!-- gpu-only -->`` needs a GPU and is skipped here.
+The blocks of one page run in order as one script, in a fresh Python process started outside the repository (a
+page reads like a session; a name a block uses without importing or defining it fails). A block preceded by the
+line ``<!-- gpu-only -->`` needs a GPU and is skipped here. A block that only holds an ``<!-- include: PATH -->``
+marker shows a file of the repository; it is not part of the page's session (the file is tested where it lives).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import linecache
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 PAGES = DOCS / "pages"
 EXAMPLE_PLUGIN = DOCS / "examples" / "jt_example_backend"
 GPU_ONLY = "<!-- gpu-only -->"
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+DONE = "docs-session-finished"
 
 
 @dataclasses.dataclass(frozen=True)
 class CodeBlock:
     page: str
-    line: int
+    line: int  # the line of the page where the block's body starts
     source: str
     gpu_only: bool
+    included: str | None = None  # the repository file an include marker shows
 
 
 def _load_hooks():
@@ -44,57 +51,94 @@ HOOKS = _load_hooks()
 
 
 def python_blocks(page: Path) -> list[CodeBlock]:
-    """The ``python`` fenced blocks of a page, with their first line number and the gpu-only flag.
+    """The ``python`` fenced blocks of a page, with their first line number, the gpu-only flag and the included file.
 
-    ``<!-- include: PATH -->`` markers are expanded first, as the site build does.
+    An include marker is expanded as the site build expands it.
     """
-    text = HOOKS.on_page_markdown(page.read_text(encoding="utf-8"))
+    text = page.read_text(encoding="utf-8")
     blocks = []
     for match in FENCE.finditer(text):
         if match["lang"] != "python":
             continue
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         line = text.count("\n", 0, match.start("body")) + 1
-        blocks.append(CodeBlock(page.name, line, match["body"], before == GPU_ONLY))
+        include = HOOKS.INCLUDE.fullmatch(match["body"].strip())
+        source = HOOKS.on_page_markdown(match["body"].strip()) if include else match["body"]
+        blocks.append(CodeBlock(page.name, line, source, before == GPU_ONLY, include["path"] if include else None))
     return blocks
 
 
-def run_page(page: Path) -> int:
-    """Runs a page's CPU blocks in one namespace; returns how many ran."""
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
-    ran = 0
-    # The example plugin's package, for pages that show its tests (which import it); not installed, so jt does
-    # not see it as a plugin.
-    sys.path.insert(0, str(EXAMPLE_PLUGIN / "src"))
-    try:
-        for block in python_blocks(page):
-            if not block.gpu_only:
-                run_block(block, namespace)
-                ran += 1
-    finally:
-        sys.path.remove(str(EXAMPLE_PLUGIN / "src"))
-    return ran
+def session_blocks(page: Path) -> list[CodeBlock]:
+    """The blocks a reader runs on a machine without a GPU: neither gpu-only nor a shown file."""
+    return [b for b in python_blocks(page) if not b.gpu_only and b.included is None]
 
 
-def run_block(block: CodeBlock, namespace: dict[str, object]) -> None:
-    """Executes one block in ``namespace``, with its source findable by ``inspect`` (``@triton.jit`` needs it)."""
-    filename = f"<docs/pages/{block.page}:{block.line}>"
-    padded = "\n" * (block.line - 1) + block.source
-    linecache.cache[filename] = (len(padded), None, padded.splitlines(keepends=True), filename)
-    exec(compile(padded, filename, "exec"), namespace)
+def page_script(page: Path) -> str:
+    """The page's session blocks as one script in which every line keeps its line number on the page."""
+    lines = [""] * page.read_text(encoding="utf-8").count("\n")
+    for block in session_blocks(page):
+        body = block.source.splitlines()
+        lines[block.line - 1 : block.line - 1 + len(body)] = body
+    return "\n".join(lines) + f"\nprint({DONE!r})\n"
 
 
+def run_page(page: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """Runs a page's session in a fresh interpreter, in ``workdir`` (so the repository root is not on sys.path).
+
+    The example plugin's source folder is put on the path for the pages that import it (``pip install
+    ./docs/examples/jt_example_backend`` gives a reader the same), without installing it as a plugin.
+    """
+    script = workdir / f"docs_{page.stem.replace('-', '_').lower()}.py"
+    script.write_text(page_script(page), encoding="utf-8")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE_PLUGIN / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [sys.executable, script.name], cwd=workdir, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+DOCUMENTS = [*sorted(PAGES.glob("*.md")), ROOT / "README.md", *sorted(ROOT.glob("jt_*/README.md"))]
 PAGE_FILES = sorted(PAGES.glob("*.md"))
+WITH_SESSIONS = [p for p in DOCUMENTS if session_blocks(p)]
 
 
-def test_fence_parser_finds_blocks_and_gpu_markers(tmp_path: Path) -> None:
+def _id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_fence_parser_finds_blocks_gpu_markers_and_includes(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text(
-        "# t\n\n```python\na = 1\n```\n\n<!-- gpu-only -->\n```python\nb = 2\n```\n\n```bash\nls\n```\n",
+        "# t\n\n```python\na = 1\n```\n\n<!-- gpu-only -->\n```python\nb = 2\n```\n\n```bash\nls\n```\n\n"
+        "```python\n<!-- include: docs/examples/jt_example_backend/src/jt_example_backend/__init__.py -->\n```\n",
         encoding="utf-8",
     )
     blocks = python_blocks(page)
-    assert [(b.line, b.source, b.gpu_only) for b in blocks] == [(4, "a = 1\n", False), (9, "b = 2\n", True)]
+    assert [(b.line, b.source, b.gpu_only, b.included) for b in blocks[:2]] == [
+        (4, "a = 1\n", False, None),
+        (9, "b = 2\n", True, None),
+    ]
+    assert blocks[2].included == "docs/examples/jt_example_backend/src/jt_example_backend/__init__.py"
+    assert blocks[2].source == (EXAMPLE_PLUGIN / "src" / "jt_example_backend" / "__init__.py").read_text()
+    assert session_blocks(page) == blocks[:1]
+    script = page_script(page).splitlines()
+    assert script[3] == "a = 1" and "b = 2" not in script and script[-1] == f"print({DONE!r})"
+
+
+def test_a_page_session_fails_on_a_name_it_does_not_define(tmp_path: Path) -> None:
+    """The check that would have caught a block using a class that only a shown file defines."""
+    page = tmp_path / "p.md"
+    page.write_text(
+        "```python\n<!-- include: docs/examples/jt_example_backend/src/jt_example_backend/backend.py -->\n```\n\n"
+        "```python\nbackend = ToyBackend()\n```\n",
+        encoding="utf-8",
+    )
+    result = run_page(page, tmp_path)
+    assert result.returncode != 0
+    assert "NameError: name 'ToyBackend' is not defined" in result.stderr
+    assert 'docs_p.py", line 6' in result.stderr  # the line of the page
 
 
 def test_every_page_is_in_the_navigation() -> None:
@@ -103,25 +147,70 @@ def test_every_page_is_in_the_navigation() -> None:
     assert not missing, f"pages missing from nav in docs/mkdocs.yml: {missing}"
 
 
-PAGES_WITH_CODE = [p for p in PAGE_FILES if any(not b.gpu_only for b in python_blocks(p))]
-
-
 def test_guide_pages_have_executed_examples() -> None:
-    names = {p.name for p in PAGES_WITH_CODE}
+    names = {_id(p) for p in WITH_SESSIONS}
     for expected in ("getting-started.md", "calling-conventions.md", "plugins.md", "writing-a-backend.md"):
-        assert expected in names
+        assert f"docs/pages/{expected}" in names
+    assert "README.md" in names
 
 
-@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=[p.name for p in PAGES_WITH_CODE])
-def test_code_blocks_run_on_cpu(page: Path) -> None:
-    assert run_page(page) == sum(not b.gpu_only for b in python_blocks(page))
+@pytest.mark.parametrize("page", WITH_SESSIONS, ids=[_id(p) for p in WITH_SESSIONS])
+def test_code_blocks_run_as_pasted_in_a_fresh_process(page: Path, tmp_path: Path) -> None:
+    result = run_page(page, tmp_path)
+    assert result.returncode == 0, f"{_id(page)}: the page's blocks failed as one script\n{result.stderr[-6000:]}"
+    assert result.stdout.rstrip().endswith(DONE)
+
+
+# Options of `pip install` that take a value, and the ones whose value is a local path.
+PIP_OPTIONS_WITH_VALUE = {"-f", "--find-links", "-r", "--requirement", "-c", "--constraint", "-t", "--target"}
+PIP_PATH_OPTIONS = {"-e", "--editable", "-r", "--requirement", "-c", "--constraint"}
+OUR_DISTRIBUTIONS = {p.parent.name.replace("_", "-"): p for p in ROOT.glob("jt_*/pyproject.toml")}
+
+
+def pip_install_commands() -> list[tuple[str, str]]:
+    """Every ``pip install ...`` the documents show (code blocks and inline code), with the document's name."""
+    found = []
+    for doc in DOCUMENTS:
+        for match in re.finditer(r"pip install ([^`\n#]*)", doc.read_text(encoding="utf-8")):
+            found.append((_id(doc), match[1].strip()))
+    return found
+
+
+def test_documented_pip_installs_name_real_distributions_extras_and_paths() -> None:
+    from packaging.requirements import Requirement
+
+    problems = []
+    commands = pip_install_commands()
+    assert len(commands) >= 10
+    for doc, command in commands:
+        args = shlex.split(command)
+        for i, arg in enumerate(args):
+            previous = args[i - 1] if i else ""
+            if arg.startswith("-") or (previous in PIP_OPTIONS_WITH_VALUE and previous not in PIP_PATH_OPTIONS):
+                continue
+            if previous in PIP_PATH_OPTIONS or arg.startswith(("./", "/")):
+                if not (ROOT / re.sub(r"\[[\w,-]+\]$", "", arg)).exists():
+                    problems.append(f"{doc}: `pip install {command}`: no {arg} in the repository")
+                continue
+            requirement = Requirement(arg)
+            if not requirement.name.startswith("jt"):
+                continue
+            if requirement.name not in OUR_DISTRIBUTIONS:
+                problems.append(f"{doc}: `pip install {command}`: {requirement.name} is not one of jt's distributions")
+                continue
+            project = tomllib.loads(OUR_DISTRIBUTIONS[requirement.name].read_text(encoding="utf-8"))["project"]
+            unknown = requirement.extras - set(project.get("optional-dependencies", {}))
+            if unknown:
+                problems.append(f"{doc}: `pip install {command}`: {requirement.name} has no extra {sorted(unknown)}")
+    assert not problems, "\n".join(problems)
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
-    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings_handlers") is None:
-        pytest.skip("mkdocs and mkdocstrings[python] are not installed (pip install mkdocs 'mkdocstrings[python]')")
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        pytest.skip("the docs tools are not installed (pip install -r docs/requirements.txt)")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"), "-d", str(tmp_path)],
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -129,7 +218,12 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     performance = (tmp_path / "performance" / "index.html").read_text(encoding="utf-8")
     assert "CPU interpreter backend" in performance, "benchmarks/RESULTS.md was not included"
-    assert (tmp_path / "reference" / "index.html").read_text(encoding="utf-8").count("input_output_aliases") >= 1
+    reference = (tmp_path / "reference" / "index.html").read_text(encoding="utf-8")
+    assert reference.count("input_output_aliases") >= 1
+    assert (tmp_path / "search" / "search_index.json").is_file(), "no search index"
+    getting_started = (tmp_path / "getting-started" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'name="generator" content="mkdocs-[\d.]+, mkdocs-material-', getting_started), "not the theme"
+    assert '"content.code.copy"' in getting_started, "no copy buttons on code blocks"
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 

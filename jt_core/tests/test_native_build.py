@@ -135,3 +135,40 @@ def test_launch_handler_registration_does_not_deadlock(monkeypatch: pytest.Monke
     thread.start()
     assert done.wait(10), "register() deadlocked"
     assert calls == ["type", "jt_fake_launch", "jt_fake_launch_preloaded"]
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if k != "JT_STRICT_PLUGINS"} | env
+    return subprocess.run([sys.executable, "-m", "jt_core", *args], capture_output=True, text=True, env=full)
+
+
+def test_build_native_builds_every_library_and_plugins_says_so(tmp_path: Path) -> None:
+    import json
+
+    before = json.loads(_cli("plugins", "--json", JT_CACHE_DIR=str(tmp_path)).stdout)
+    native = {
+        label: details["native"]
+        for entry in before
+        for label, details in entry["provides"]["launcher_details"].items()
+        if "native" in details
+    }
+    assert {"cpu:ffi", "cuda:jt", "rocm:jt"} <= set(native)
+    assert not any(status["built"] for status in native.values())
+    built = _cli("build-native", JT_CACHE_DIR=str(tmp_path))
+    assert built.returncode == 0, built.stderr
+    for name in ("jt_cpu_interpreter_call", "jt_cuda_launch", "jt_rocm_launch"):
+        assert f"{name}" in built.stdout and "building " + name in built.stderr
+    after = _cli("plugins", JT_CACHE_DIR=str(tmp_path)).stdout
+    assert after.count(f"built: {tmp_path / 'native'}") == 3
+    again = _cli("build-native", JT_CACHE_DIR=str(tmp_path))
+    assert again.stdout.count("already built") == 3 and "building" not in again.stderr
+
+
+def test_without_a_compiler_plugins_says_what_happens(tmp_path: Path) -> None:
+    listing = _cli("plugins", JT_CACHE_DIR=str(tmp_path), CXX="/nonexistent/c++").stdout
+    assert "cpu:ffi" in listing and "cannot be built here: CXX='/nonexistent/c++' does not name" in listing
+    assert "without it, the CPU backend runs kernels through JAX host callbacks" in listing
+    failed = _cli("build-native", JT_CACHE_DIR=str(tmp_path), CXX="/nonexistent/c++")
+    assert failed.returncode == 1 and "FAILED" in failed.stdout

@@ -1,6 +1,6 @@
 """Sharding of ``triton_call`` on 4 CPU host devices: ``shard_map`` and declared partition rules.
 
-JAX fixes the number of host devices when it starts, so the cases (``core_sharding_cases.py``) run in a fresh
+JAX fixes the number of host devices when it starts, so the cases (``core_sharding_testlib.py``) run in a fresh
 interpreter with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``; this test reports their outcome.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CASES = Path(__file__).with_name("core_sharding_cases.py")
+CASES = Path(__file__).with_name("core_sharding_testlib.py")
 
 
 def test_sharding_cases_on_four_host_devices() -> None:

@@ -185,9 +185,8 @@ def test_environment_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("JT_LAUNCHER_CUDA", "nonexistent")
     previous = registry.set_registry(make_registry())
     try:
-        with pytest.raises(
-            NoBackendError, match=r"JT_LAUNCHER_CUDA names launcher 'nonexistent'.*\['jt', 'jaxlib', 'xla'\]"
-        ):
+        expected = r"JT_LAUNCHER_CUDA names launcher 'nonexistent'.*\['jt', 'jaxlib', 'xla'\]"
+        with pytest.raises(NoBackendError, match=expected):
             lower_for_cuda(lambda x, y: add_call(x, y, compute_capability=90), f32((N,)), f32((N,)))
     finally:
         registry.set_registry(previous)
@@ -224,18 +223,11 @@ def test_jaxlib_unavailable_on_cpu_jaxlib_is_explained() -> None:
 
 def _jaxlib_op(lowered: Any) -> tuple[Any, dict[int, list[Any]]]:
     (op,) = custom_calls(lowered, "triton_kernel_call_ffi")
-    opaque = zlib.decompress(backend_config(op)["opaque"])
-    fields: dict[int, list[Any]] = {}
-    for field, _, value in jaxlib_call.decode_fields(opaque):
-        fields.setdefault(field, []).append(value)
-    return op, fields
+    return op, _fields(zlib.decompress(backend_config(op)["opaque"]))
 
 
 def _fields(data: bytes) -> dict[int, list[Any]]:
-    out: dict[int, list[Any]] = {}
-    for field, _, value in jaxlib_call.decode_fields(data):
-        out.setdefault(field, []).append(value)
-    return out
+    return jaxlib_call.fields_by_number(data)
 
 
 @pytest.mark.usefixtures("jaxlib_lowering")

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from jt_core.call import CallOptions, KernelCall
+from jt_core.gpu import jaxlib_call
 from jt_core.testing import bind, sample_add_kernel
 
 
@@ -36,37 +37,9 @@ def bound_call(
     )
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
 def decode_fields(data: bytes) -> dict[int, list[Any]]:
     """A protobuf message as ``{field number: [raw values]}``: ints for varints, bytes for the rest."""
-    fields: dict[int, list[Any]] = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            value, pos = data[pos : pos + 8], pos + 8
-        elif wire == 5:
-            value, pos = data[pos : pos + 4], pos + 4
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            value, pos = data[pos : pos + length], pos + length
-        else:
-            raise AssertionError(f"unexpected wire type {wire}")
-        fields.setdefault(field, []).append(value)
-    return fields
+    return jaxlib_call.fields_by_number(data)
 
 
 def decode_kernel_call(launch: bytes) -> dict[str, Any]:

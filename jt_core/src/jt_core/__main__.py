@@ -5,15 +5,52 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
+
+
+def _native_launchers() -> list[tuple[str, Any, Any]]:
+    """``(platform:name, launcher, its library spec)`` for every registered launcher that builds a library."""
+    from jt_core.registry import get_registry
+
+    registry = get_registry().ensure_loaded()
+    found = []
+    for platform, launchers in registry.launchers.items():
+        for _, launcher in launchers:
+            spec = launcher.native_library()
+            if spec is not None:
+                found.append((f"{platform}:{launcher.name}", launcher, spec))
+    return found
+
+
+def _native_status() -> dict[str, dict[str, Any]]:
+    statuses = {}
+    for label, launcher, spec in _native_launchers():
+        status = spec.status()
+        statuses[label] = {
+            "library": spec.name,
+            "built": status.path is not None,
+            "path": str(status.path) if status.path else None,
+            "compiler": status.compiler,
+            "error": status.error,
+            "without_it": launcher.without_native,
+        }
+    return statuses
 
 
 def _plugins(args: argparse.Namespace) -> int:
     from jt_core.registry import list_plugins
 
     records = list_plugins()
+    native = _native_status()
     if args.json:
-        json.dump([r.as_dict() for r in records], sys.stdout, indent=2)
+        data = [r.as_dict() for r in records]
+        for entry in data:
+            for label, details in entry["provides"]["launcher_details"].items():
+                if label in native:
+                    details["native"] = native[label]
+        json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     rows = [("NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES")]
@@ -30,9 +67,41 @@ def _plugins(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
     for r in records:
+        for label, details in r.launcher_details.items():
+            if details["falls_back_for"]:
+                rules = "; ".join(details["falls_back_for"])
+                print(f"\n{label} hands a call to the platform's next launcher for: {rules}")
+    if native:
+        print("\nnative libraries (built once per machine, at first use or by `python -m jt_core build-native`):")
+        for label, status in native.items():
+            if status["built"]:
+                state = f"built: {status['path']} ({status['compiler']})"
+            elif status["error"]:
+                state = f"cannot be built here: {status['error']}; without it, {status['without_it']}"
+            else:
+                state = f"not built yet; {status['compiler']} will build it"
+            print(f"  {label:16} {status['library']:24} {state}")
+    for r in records:
         if r.error:
             print(f"\n{r.name}: {r.error}")
     return 0
+
+
+def _build_native(args: argparse.Namespace) -> int:
+    from jt_core.native import NativeBuildError
+
+    failed = 0
+    for label, launcher, spec in _native_launchers():
+        started = time.perf_counter()
+        try:
+            built = spec.build()
+        except NativeBuildError as exc:
+            failed += 1
+            print(f"{label:16} {spec.name:24} FAILED: {exc}\n  without it, {launcher.without_native}")
+            continue
+        how = "built" if built.built else "already built"
+        print(f"{label:16} {spec.name:24} {how} in {time.perf_counter() - started:.1f} s: {built.path}")
+    return 1 if failed else 0
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -63,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("plugins", help="list plugins: distribution, version, what they provide, status, errors")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_plugins)
+    b = sub.add_parser("build-native", help="build every C++ library the installed plugins use (once per machine)")
+    b.set_defaults(func=_build_native)
     c = sub.add_parser("cache", help="show or clear every folder jt keeps on this machine (JT_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     c.add_argument("--json", action="store_true", help="print JSON (info)")

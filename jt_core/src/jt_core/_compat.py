@@ -1,20 +1,15 @@
-"""Every difference between supported Python, JAX and Triton versions, named once."""
+"""Every difference between supported JAX and Triton versions, named once."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
+from importlib.metadata import entry_points
 from typing import Any
-
-if sys.version_info >= (3, 12):
-    from importlib.metadata import entry_points as _entry_points
-else:  # pragma: no cover - exercised on older Pythons only
-    from importlib_metadata import entry_points as _entry_points
 
 
 def entry_points_for_group(group: str) -> Iterable[Any]:
-    """The installed entry points of ``group`` (``importlib.metadata`` or its backport)."""
-    return _entry_points(group=group)
+    """The installed entry points of ``group``."""
+    return entry_points(group=group)
 
 
 def emit_python_callback(ctx: Any, callback: Any, operands: Any, has_side_effect: bool) -> Any:

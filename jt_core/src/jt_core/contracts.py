@@ -195,6 +195,8 @@ class Launcher(ABC):
     single_config: ClassVar[bool] = False
     #: What makes :meth:`fallback_reason` send a call to the next launcher, for ``python -m jt_core plugins``.
     fallback_rules: ClassVar[tuple[str, ...]] = ()
+    #: What happens when the library of :meth:`native_library` cannot be built (no C++ compiler).
+    without_native: ClassVar[str] = ""
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used in this process, or ``None`` when it can."""
@@ -206,6 +208,11 @@ class Launcher(ABC):
         A call it cannot express is lowered by the platform's next launcher (by priority); the reason is reported
         under ``JT_TRACE_PLUGINS`` and with ``debug=True``. The default expresses everything.
         """
+        return None
+
+    def native_library(self) -> Any | None:
+        """The C++ library the launcher builds at first use, as a :class:`jt_core.native.LibrarySpec` (``None``:
+        it needs none). ``python -m jt_core build-native`` builds it ahead of time."""
         return None
 
     @staticmethod

@@ -38,10 +38,12 @@ from jt_core import files, settings
 from jt_core.errors import JtError
 
 __all__ = [
+    "LibrarySpec",
+    "LibraryStatus",
     "NativeBuildError",
     "NativeLibrary",
-    "built_libraries",
     "build_shared_library",
+    "built_libraries",
     "cache_dir",
     "find_compiler",
 ]
@@ -66,6 +68,65 @@ class NativeLibrary:
     path: Path
     key: str
     built: bool
+    compiler: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryStatus:
+    """Where a library stands on this machine, found without building it.
+
+    Attributes:
+        name: The library's base name.
+        path: The built file, or ``None`` when it is not built yet.
+        compiler: The compiler that builds it (``"/usr/bin/c++ | c++ (Debian 12.2.0) 12.2.0"``), or ``None``.
+        error: Why it cannot be built here (no compiler), or ``None``.
+    """
+
+    name: str
+    path: Path | None
+    compiler: str | None
+    error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class LibrarySpec:
+    """How to build one library: what :func:`build_shared_library` takes, kept to build or inspect it later.
+
+    A launcher that needs a library returns its spec from ``native_library()``, so that
+    ``python -m jt_core build-native`` can build it ahead of time and ``python -m jt_core plugins`` can say whether
+    it is built.
+    """
+
+    name: str
+    sources: tuple[Path, ...]
+    include_dirs: tuple[str, ...] = ()
+    headers: tuple[Path, ...] = ()
+    flags: tuple[str, ...] = ("-O2", "-std=c++17")
+    libraries: tuple[str, ...] = ()
+
+    def build(self) -> NativeLibrary:
+        """Builds the library (or finds it in the cache); see :func:`build_shared_library`."""
+        return build_shared_library(
+            self.name,
+            self.sources,
+            include_dirs=self.include_dirs,
+            headers=self.headers,
+            flags=self.flags,
+            libraries=self.libraries,
+        )
+
+    def status(self) -> LibraryStatus:
+        """Whether the library is built on this machine, and with which compiler (runs ``c++ --version``)."""
+        try:
+            compiler = _compiler_identity(find_compiler())
+        except NativeBuildError as exc:
+            return LibraryStatus(self.name, None, None, str(exc))
+        target = cache_dir() / f"lib{self.name}-{self._key(compiler)}.so"
+        return LibraryStatus(self.name, target if target.is_file() else None, compiler, None)
+
+    def _key(self, compiler: str) -> str:
+        linked = list(self.flags) + [f"-l{lib}" for lib in self.libraries]
+        return _cache_key(self.name, self.sources, self.headers, linked, self.include_dirs, compiler)
 
 
 _lock = threading.Lock()
@@ -163,24 +224,27 @@ def build_shared_library(
         NativeBuildError: When no compiler is found or the compile fails; the message holds the command and the
             compiler's output.
     """
-    source_paths = [Path(s) for s in sources]
-    for source in source_paths:
+    spec = LibrarySpec(
+        name,
+        tuple(Path(source) for source in sources),
+        tuple(str(d) for d in include_dirs),
+        tuple(Path(h) for h in headers),
+        tuple(flags),
+        tuple(libraries),
+    )
+    for source in spec.sources:
         if not source.is_file():
             raise NativeBuildError(f"native source {str(source)!r} of {name!r} does not exist (broken install?)")
-    includes = [str(d) for d in include_dirs]
     compiler = find_compiler()
     identity = _compiler_identity(compiler)
-    header_paths = [Path(h) for h in headers]
-    key = _cache_key(
-        name, source_paths, header_paths, list(flags) + [f"-l{lib}" for lib in libraries], includes, identity
-    )
+    key = spec._key(identity)
     folder = Path(directory) if directory is not None else cache_dir()
     target = folder / f"lib{name}-{key}.so"
     if target.is_file():
-        return NativeLibrary(name, target, key, built=False)
+        return NativeLibrary(name, target, key, built=False, compiler=identity)
     with _lock:
         if target.is_file():
-            return NativeLibrary(name, target, key, built=False)
+            return NativeLibrary(name, target, key, built=False, compiler=identity)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -195,8 +259,8 @@ def build_shared_library(
             *flags,
             "-shared",
             "-fPIC",
-            *[f"-I{d}" for d in includes],
-            *[str(s) for s in source_paths],
+            *[f"-I{d}" for d in spec.include_dirs],
+            *[str(s) for s in spec.sources],
             "-o",
             temporary,
             *[f"-l{lib}" for lib in libraries],
@@ -217,7 +281,7 @@ def build_shared_library(
             if os.path.exists(temporary):
                 os.unlink(temporary)
         sys.stderr.write(f"jt: built {name} in {time.perf_counter() - started:.1f} s with {identity}\n")
-    return NativeLibrary(name, target, key, built=True)
+    return NativeLibrary(name, target, key, built=True, compiler=identity)
 
 
 def built_libraries() -> list[Path]:

@@ -77,6 +77,8 @@ class PluginRecord:
         platforms: Platforms it registered backends for.
         dialects: Dialects it registered.
         launchers: ``platform:name`` of the launchers it registered.
+        launcher_details: For each of those, its ``priority`` and ``falls_back_for``: what makes a call go to the
+            platform's next launcher (empty for launchers that take every call).
     """
 
     name: str
@@ -87,6 +89,7 @@ class PluginRecord:
     platforms: list[str] = dataclasses.field(default_factory=list)
     dialects: list[str] = dataclasses.field(default_factory=list)
     launchers: list[str] = dataclasses.field(default_factory=list)
+    launcher_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
@@ -95,7 +98,12 @@ class PluginRecord:
             "distribution": self.distribution,
             "version": self.version,
             "status": self.status,
-            "provides": {"platforms": self.platforms, "dialects": self.dialects, "launchers": self.launchers},
+            "provides": {
+                "platforms": self.platforms,
+                "dialects": self.dialects,
+                "launchers": self.launchers,
+                "launcher_details": self.launcher_details,
+            },
             "error": self.error,
         }
 

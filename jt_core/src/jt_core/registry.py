@@ -91,7 +91,12 @@ class Registry:
         for name, launcher in launchers:
             if name in failed:
                 continue
-            self.records[name].launchers.append(f"{launcher.platform}:{launcher.name}")
+            label = f"{launcher.platform}:{launcher.name}"
+            self.records[name].launchers.append(label)
+            self.records[name].launcher_details[label] = {
+                "priority": launcher.priority,
+                "falls_back_for": list(launcher.fallback_rules),
+            }
             self.launchers.setdefault(launcher.platform, []).append((name, launcher))
         for platform_launchers in self.launchers.values():
             platform_launchers.sort(key=lambda item: (-item[1].priority, item[1].name))

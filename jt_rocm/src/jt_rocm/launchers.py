@@ -10,6 +10,9 @@
   ``num_warps * 64`` threads per program, so the HSACO is written to a content-addressed file in the cache root's
   ``rocm-hsaco`` folder (``JT_ROCM_HSACO_DIR`` overrides it) and the warp count is given in its units. An
   executable exported elsewhere needs the same file there.
+* ``"xla"`` (opt-in): XLA's own Triton custom call with the kernel's Triton IR (:mod:`jt_core.gpu.xla`). Pallas
+  lowers its Triton kernels to the same call on ROCm, so XLA's ROCm build takes it; it has not been run on AMD
+  hardware.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from jt_core.errors import KernelCallValueError
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.handler import LaunchHandlerLibrary
 from jt_core.gpu.launchers import HandlerLauncher, JaxlibLauncher
+from jt_core.gpu.xla import XlaTritonLauncher
 
 __all__ = [
     "HANDLER",
@@ -32,6 +36,7 @@ __all__ = [
     "JAXLIB_THREADS_PER_WARP",
     "RocmJaxlibLauncher",
     "RocmJtLauncher",
+    "RocmXlaLauncher",
     "hsaco_dir",
     "store_hsaco",
 ]
@@ -110,3 +115,9 @@ class RocmJaxlibLauncher(JaxlibLauncher):
             shared_mem_bytes=kernel.shared_mem,
             module=str(store_hsaco(kernel.name, kernel.binary)),
         )
+
+
+class RocmXlaLauncher(XlaTritonLauncher):
+    """Hands the kernel's Triton IR to XLA's own Triton custom call on ROCm."""
+
+    platform = "rocm"

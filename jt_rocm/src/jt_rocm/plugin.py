@@ -18,7 +18,8 @@ def jt_register_backends() -> Sequence[Backend]:
 
 @hookimpl
 def jt_register_launchers() -> Sequence[Launcher]:
-    """Registers jt's own launch handler (``"jt"``, preferred) and jaxlib's ROCm Triton handler (``"jaxlib"``)."""
-    from jt_rocm.launchers import RocmJaxlibLauncher, RocmJtLauncher
+    """Registers jt's own launch handler (``"jt"``, preferred), jaxlib's ROCm Triton handler (``"jaxlib"``) and XLA's
+    own Triton call (``"xla"``)."""
+    from jt_rocm.launchers import RocmJaxlibLauncher, RocmJtLauncher, RocmXlaLauncher
 
-    return [RocmJtLauncher(), RocmJaxlibLauncher()]
+    return [RocmJtLauncher(), RocmJaxlibLauncher(), RocmXlaLauncher()]

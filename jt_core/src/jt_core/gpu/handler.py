@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jt_core import settings
-from jt_core.native import build_shared_library
+from jt_core.native import LibrarySpec
 
 __all__ = ["LaunchHandlerLibrary", "headers", "include_dir"]
 
@@ -66,6 +66,19 @@ class LaunchHandlerLibrary:
         """Whether single-config calls use the preloaded target (``<preload_variable>=0`` turns it off)."""
         return settings.flag(self.preload_variable, default=True)
 
+    def spec(self) -> LibrarySpec:
+        """How the library is built: the driver file over the shared headers, against the installed jaxlib's XLA
+        FFI headers."""
+        import jax
+
+        return LibrarySpec(
+            self.prefix,
+            (self.source,),
+            include_dirs=(str(jax.ffi.include_dir()), str(include_dir())),
+            headers=tuple(headers()),
+            libraries=("dl",),
+        )
+
     def library(self) -> ctypes.CDLL:
         """Builds (or finds in the cache) and loads the library.
 
@@ -74,16 +87,7 @@ class LaunchHandlerLibrary:
         """
         with self._lock:
             if self._library is None:
-                import jax
-
-                built = build_shared_library(
-                    self.prefix,
-                    [self.source],
-                    include_dirs=[jax.ffi.include_dir(), str(include_dir())],
-                    headers=headers(),
-                    flags=("-O2", "-std=c++17"),
-                    libraries=("dl",),
-                )
+                built = self.spec().build()
                 lib = ctypes.CDLL(str(built.path))
                 for suffix in ("state_type_id", "state_type_info"):
                     getattr(lib, f"{self.prefix}_{suffix}").restype = ctypes.c_void_p

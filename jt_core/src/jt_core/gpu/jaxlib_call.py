@@ -26,6 +26,7 @@ __all__ = [
     "ScalarParameter",
     "decode_fields",
     "encode_call",
+    "fields_by_number",
 ]
 
 _VARINT = 0
@@ -241,3 +242,11 @@ def decode_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
             raise ValueError(f"unsupported wire type {wire} at byte {i}")
         out.append((field, wire, value))
     return out
+
+
+def fields_by_number(data: bytes) -> dict[int, list[int | bytes]]:
+    """A message as ``{field number: [values]}``: ints for varints, bytes for the rest (for tests and debugging)."""
+    fields: dict[int, list[int | bytes]] = {}
+    for field, _, value in decode_fields(data):
+        fields.setdefault(field, []).append(value)
+    return fields

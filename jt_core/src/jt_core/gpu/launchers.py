@@ -22,6 +22,7 @@ from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.attributes import RUNTIME_NAMES, DescriptorParams, ffi_attributes, refuse_profile_scratch
 from jt_core.gpu.handler import LaunchHandlerLibrary
+from jt_core.native import LibrarySpec
 
 __all__ = ["BufferPlan", "HandlerLauncher", "JaxlibLauncher", "devices_present", "nbytes"]
 
@@ -53,6 +54,13 @@ class HandlerLauncher(Launcher):
     priority = 20
     #: The runtime's handler library.
     handler: ClassVar[LaunchHandlerLibrary]
+    without_native = (
+        "launcher 'jt' is unavailable where the device is, so calls go to 'jaxlib' (which cannot pass host-side "
+        "tensor descriptors) unless another launcher is named"
+    )
+
+    def native_library(self) -> LibrarySpec:
+        return self.handler.spec()
 
     def unavailable_reason(self) -> str | None:
         if not devices_present(self.platform):

@@ -178,14 +178,17 @@ def build_xla_kernel(call: KernelCall, kernel: CompiledKernel, config_index: int
                 if slot.kind == OUTPUT:
                     arguments.append(results[slot.index])
                 elif slot.kind == INPUT:
-                    out = alias_of.get(slot.index) if sources[slot.index][0] == "zeros" else None
+                    out = alias_of.get(slot.index)  # an aliased input is written through the result's buffer
                     arguments.append(results[out] if out is not None else block.arguments[slot.index])
                 else:
-                    arguments.append(arith.ConstantOp(kind, _scalar_attribute(ir, kind, slot.value)).result)
+                    arguments.append(arith.ConstantOp(kind, _scalar_attribute(ir, kind, slot.value)).result)  # type: ignore[call-arg]
             tt.CallOp([], ir.FlatSymbolRefAttr.get(kernel.name), arguments)
             tt.ReturnOp([])
         if not module.operation.verify():
             raise IrRejected("the entry module does not verify")
+        # Printed without locations and read back: the IR XLA gets names no file of this machine, so it is the
+        # same wherever the kernel's source lives (exported artifacts, the per-machine record of what compiled).
+        module = ir.Module.parse(str(module))
         buffer = io.BytesIO()
         module.operation.write_bytecode(buffer)
     return XlaKernel(

@@ -38,7 +38,7 @@ from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter.backend import CPU_DEVICE_NAME, cpu_autotune_enabled, execute, execute_into
-from jt_core.native import build_shared_library
+from jt_core.native import LibrarySpec
 
 __all__ = [
     "ABI_VERSION",
@@ -270,13 +270,13 @@ _library: ctypes.CDLL | None = None
 _failure: str | None = None
 
 
+def library_spec() -> LibrarySpec:
+    """How the handler library is built (against the installed jaxlib's XLA FFI headers)."""
+    return LibrarySpec("jt_cpu_interpreter_call", (_SOURCE,), include_dirs=(_compat.ffi_include_dir(),))
+
+
 def _load() -> ctypes.CDLL:
-    built = build_shared_library(
-        "jt_cpu_interpreter_call",
-        [_SOURCE],
-        include_dirs=[_compat.ffi_include_dir()],
-        flags=("-O2", "-std=c++17"),
-    )
+    built = library_spec().build()
     lib = ctypes.CDLL(str(built.path))
     lib.jt_cpu_interpreter_abi_version.restype = ctypes.c_int32
     lib.jt_cpu_interpreter_abi_version.argtypes = ()
@@ -325,6 +325,13 @@ class CpuFfiLauncher(Launcher):
     name = "ffi"
     priority = 10
     supports_tensor_descriptors = True
+    without_native = (
+        "the CPU backend runs kernels through JAX host callbacks (launcher 'interpreter'), which calls partitioned "
+        "across several CPU devices cannot use"
+    )
+
+    def native_library(self) -> LibrarySpec:
+        return library_spec()
 
     def unavailable_reason(self) -> str | None:
         try:

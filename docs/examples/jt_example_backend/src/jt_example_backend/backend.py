@@ -36,7 +36,7 @@ class ToyBackend(Backend):
         # Triton's front end needs a target for its options; any supported GPU architecture will do for ttir.
         triton_target = GPUTarget("cuda", 80, 32)
         backend = make_backend(triton_target)
-        options = backend.parse_options({"num_warps": request.options.num_warps})
+        options = backend.parse_options(request.options.as_dict())
         context = triton._C.libtriton.ir.context()
         triton._C.libtriton.ir.load_dialects(context)
         backend.load_dialects(context)
