@@ -141,7 +141,11 @@ class TensorDescriptor:
     ``desc.load`` / ``desc.store`` moves. A kernel writes through a descriptor only into an output: wrap an input
     array (``jnp.empty(...)`` for a fresh result) and map it to an output with ``input_output_aliases``.
 
-    Args:
+    The constructor takes the attributes below, positionally or by keyword. Positional arguments follow
+    jax-triton's order ``(base, shape, strides, block_shape, layout, padding, round_f32_to_tf32)`` when the third
+    one is not a string, and jt's original order ``(base, block_shape, padding, layout)`` otherwise.
+
+    Attributes:
         base: The array (a JAX array or tracer, or a NumPy array).
         shape: The tensor's shape; default: the array's.
         strides: The tensor's strides in elements; default: the array's (row-major). Give both or neither.
@@ -153,10 +157,6 @@ class TensorDescriptor:
             or more).
         round_f32_to_tf32: Round float32 values to TF32 as they are loaded (what a TF32 ``tl.dot`` would do
             anyway; the TMA unit does it for free). float32 only.
-
-    Positional arguments follow jax-triton's order ``(base, shape, strides, block_shape, layout, padding,
-    round_f32_to_tf32)`` when the third one is not a string, and jt's original order ``(base, block_shape,
-    padding, layout)`` otherwise; keywords work in both.
 
     Raises:
         KernelCallTypeError, KernelCallValueError: For a descriptor no kernel can take (rank, block shape, view,
