@@ -99,3 +99,18 @@ def read_desc(desc: jt.TensorDescriptor, row: int, col: int, **options: Any) -> 
         BN=bn,
         **options,
     )
+
+
+def copy_into_view(base: Any, src: Any, **options: Any) -> Any:
+    """``base`` with ``src`` (40 x 32 float32) written through a view of its left part, in (16, 32) tiles."""
+    return jt.triton_call(
+        jt.TensorDescriptor.from_array(src, [16, 32]),
+        jt.TensorDescriptor(base, src.shape, (base.shape[1], 1), (16, 32)),
+        kernel=copy_tiles_kernel,
+        out_shape=base,
+        input_output_aliases={1: 0},
+        grid=(triton.cdiv(src.shape[0], 16), 1),
+        BM=16,
+        BN=32,
+        **options,
+    )

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_tiles_kernel, read_desc, read_tile
+from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_into_view, read_desc, read_tile
 from cuda_testlib import backend_config, lower_for_cuda
 
 import jt_core as jt
@@ -225,20 +225,7 @@ def test_store_through_a_view_lowers_with_the_view_in_the_result_record() -> Non
     """What the GPU test of a store into a view runs, lowered: the aliased result's record is the view."""
     base, src = jax.ShapeDtypeStruct((40, 64), jnp.float32), jax.ShapeDtypeStruct((40, 32), jnp.float32)
 
-    def into_view(base: Any, src: Any) -> Any:
-        return jt.triton_call(
-            jt.TensorDescriptor.from_array(src, [16, 32]),
-            jt.TensorDescriptor(base, (40, 32), (64, 1), (16, 32)),
-            kernel=copy_tiles_kernel,
-            out_shape=base,
-            input_output_aliases={1: 0},
-            grid=(3, 1),
-            BM=16,
-            BN=32,
-            compute_capability=90,
-        )
-
-    config = backend_config(jt_op(lower_for_cuda(into_view, base, src)))
+    config = backend_config(jt_op(lower_for_cuda(lambda b, s: copy_into_view(b, s, compute_capability=90), base, src)))
     source, view = records(config)
     assert source[:2] == [PARAM_OPERAND, 0] and source[6:8] == [32, 40] and source[11] == 32 * 4
     assert view[:2] == [PARAM_RESULT, 0] and view[6:8] == [32, 40] and view[11] == 64 * 4
