@@ -320,3 +320,13 @@ def test_many_calls_in_one_jit_chain(launcher: str) -> None:
         return x
 
     np.testing.assert_allclose(np.asarray(chain(x)), np.asarray(x) * 2.0**50, rtol=1e-6)
+
+
+def test_get_compute_capability_agrees_with_jaxlib() -> None:
+    """jax-triton 0.3's ``get_compute_capability`` came from jaxlib; jt's reads JAX's device and must agree."""
+    from jax._src.lib import gpu_triton
+
+    if not hasattr(gpu_triton, "get_compute_capability"):
+        pytest.skip("this jaxlib has no get_compute_capability to compare with")
+    for index in range(len(jax.local_devices(backend="cuda"))):
+        assert jt.get_compute_capability(index) == gpu_triton.get_compute_capability(index)
