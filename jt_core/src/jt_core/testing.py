@@ -15,6 +15,7 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -222,13 +223,23 @@ def compile_request(backend: Backend, call: KernelCall, target: Target, dialect:
     return CompileRequest.for_config(call, call.configs[0], target, backend, dialect)
 
 
+#: The lowerings :func:`custom_calls` walked last. An MLIR operation is freed with the lowering that owns it, and
+#: reading a freed one crashes the process; tests read the operations right after the call, often with the lowering
+#: as a temporary (``custom_calls(jax.jit(f).lower(...))``), so the most recent ones are kept alive here.
+_recent_lowerings: collections.deque[Any] = collections.deque(maxlen=256)
+
+
 def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
     """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``).
+
+    The operations stay valid while ``lowered`` lives; the last 256 lowerings passed here are kept alive, so a
+    temporary lowering is safe to inspect in the test that made it.
 
     Args:
         lowered: What ``jax.jit(f).trace(...).lower(...)`` returns.
         target: A custom-call target name to keep, or ``None`` for all.
     """
+    _recent_lowerings.append(lowered)
     module = lowered.compiler_ir("stablehlo")
     found: list[Any] = []
 
