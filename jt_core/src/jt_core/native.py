@@ -43,7 +43,6 @@ __all__ = [
     "NativeBuildError",
     "NativeLibrary",
     "build_shared_library",
-    "built_libraries",
     "cache_dir",
     "find_compiler",
 ]
@@ -282,10 +281,3 @@ def build_shared_library(
                 os.unlink(temporary)
         sys.stderr.write(f"jt: built {name} in {time.perf_counter() - started:.1f} s with {identity}\n")
     return NativeLibrary(name, target, key, built=True, compiler=identity)
-
-
-def built_libraries() -> list[Path]:
-    """The libraries built on this machine (in :func:`cache_dir`), newest first."""
-    folder = cache_dir()
-    found = [p for p in folder.glob("lib*.so") if not p.name.startswith(".")]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)

@@ -24,7 +24,16 @@ from jt_core.gpu.attributes import RUNTIME_NAMES, DescriptorParams, ffi_attribut
 from jt_core.gpu.handler import LaunchHandlerLibrary
 from jt_core.native import LibrarySpec
 
-__all__ = ["BufferPlan", "HandlerLauncher", "JaxlibLauncher", "devices_present", "nbytes"]
+__all__ = [
+    "BufferPlan",
+    "HandlerLauncher",
+    "JaxlibLauncher",
+    "OperandSource",
+    "devices_present",
+    "nbytes",
+    "source_avals",
+    "source_values",
+]
 
 
 @functools.cache
@@ -41,6 +50,26 @@ def devices_present(platform: str) -> bool:
 def nbytes(aval: Any) -> int:
     """The size in bytes of an array value."""
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+
+
+#: Where a custom call's operand comes from: ``("operand", operand index)`` (one of the call's array operands) or
+#: ``("output", output index)`` (a zero-filled buffer of that output's shape, made for the call).
+OperandSource = tuple[str, int]
+
+
+def source_avals(call: KernelCall, sources: Sequence[OperandSource]) -> list[Any]:
+    """The avals of custom-call operands described by ``sources``."""
+    return [call.operand_avals[index] if kind == "operand" else call.out_avals[index] for kind, index in sources]
+
+
+def source_values(ctx: Any, call: KernelCall, sources: Sequence[OperandSource], operands: Sequence[Any]) -> list[Any]:
+    """The MLIR values of custom-call operands described by ``sources`` (zero-filled buffers made in ``ctx``)."""
+    from jax._src.interpreters import mlir
+
+    return [
+        operands[index] if kind == "operand" else mlir.full_like_aval(ctx, 0, call.out_avals[index])
+        for kind, index in sources
+    ]
 
 
 class HandlerLauncher(Launcher):
@@ -198,17 +227,7 @@ class BufferPlan:
 
     def operands(self, ctx: Any, call: KernelCall, operands: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """The custom call's operand values (zero-filled buffers made for outputs) and their avals."""
-        from jax._src.interpreters import mlir
-
-        values = [
-            operands[index] if kind == "operand" else mlir.full_like_aval(ctx, 0, call.out_avals[index])
-            for kind, index in self.operand_sources
-        ]
-        avals = [
-            call.operand_avals[index] if kind == "operand" else call.out_avals[index]
-            for kind, index in self.operand_sources
-        ]
-        return values, avals
+        return source_values(ctx, call, self.operand_sources, operands), source_avals(call, self.operand_sources)
 
     def results(self, results: Sequence[Any]) -> list[Any]:
         """The custom call's results put back in the call's output order."""

@@ -40,6 +40,7 @@ from jt_core import files, settings
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import KernelCallValueError
+from jt_core.gpu.launchers import OperandSource, source_avals, source_values
 
 __all__ = ["TARGET_NAME", "XlaKernel", "XlaTritonLauncher", "build_xla_kernel", "probe_records"]
 
@@ -62,7 +63,8 @@ class XlaKernel:
         num_stages: Pipelining stages.
         grid: The grid.
         debug: Whether XLA compiles it with Triton's debug checks.
-        operands: Per custom-call operand: ``("operand", index)`` or ``("zeros", output index)``.
+        operands: Per custom-call operand, where it comes from (:data:`jt_core.gpu.launchers.OperandSource`: one of
+            the call's operands, or a zero-filled buffer for an output).
         aliases: ``(custom-call operand, output)`` pairs sharing a buffer.
     """
 
@@ -72,7 +74,7 @@ class XlaKernel:
     num_stages: int
     grid: tuple[int, int, int]
     debug: bool
-    operands: tuple[tuple[str, int], ...]
+    operands: tuple[OperandSource, ...]
     aliases: tuple[tuple[int, int], ...]
 
     def digest(self, extra: str = "") -> str:
@@ -93,14 +95,14 @@ def _layout(call: KernelCall, zeroed: Sequence[int]) -> tuple[tuple[tuple[str, i
     aliases: list[tuple[int, int]] = []
     for index in range(len(call.operand_avals)):
         out = aliased.get(index)
-        sources.append(("zeros", out) if out is not None and out in zeroed else ("operand", index))
+        sources.append(("output", out) if out is not None and out in zeroed else ("operand", index))
         if out is not None:
             aliases.append((index, out))
     covered = set(aliased.values())
     for out in zeroed:
         if out not in covered:
             aliases.append((len(sources), out))
-            sources.append(("zeros", out))
+            sources.append(("output", out))
     return tuple(sources), tuple(aliases)
 
 
@@ -157,10 +159,9 @@ def build_xla_kernel(call: KernelCall, kernel: CompiledKernel, config_index: int
         def pointer(aval: Any) -> Any:
             return tt.PointerType.get(mlir.dtype_to_ir_type(np.dtype(aval.dtype)), 1)
 
-        operand_avals = [
-            call.operand_avals[index] if kind == "operand" else call.out_avals[index] for kind, index in sources
+        entry_inputs = [pointer(aval) for aval in source_avals(call, sources)] + [
+            pointer(aval) for aval in call.out_avals
         ]
-        entry_inputs = [pointer(aval) for aval in operand_avals] + [pointer(aval) for aval in call.out_avals]
         divisible = ir.DictAttr.get({"tt.divisibility": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 16)})
         name = f"{kernel.name}_xla"
         with ir.InsertionPoint(module.body):
@@ -213,11 +214,8 @@ def emit(ctx: Any, call: KernelCall, xla: XlaKernel, operands: Sequence[Any], ha
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
-    values = [
-        operands[index] if kind == "operand" else mlir.full_like_aval(ctx, 0, call.out_avals[index])
-        for kind, index in xla.operands
-    ]
-    avals = [call.operand_avals[index] if kind == "operand" else call.out_avals[index] for kind, index in xla.operands]
+    values = source_values(ctx, call, xla.operands, operands)
+    avals = source_avals(call, xla.operands)
     backend_config = {
         "name": ir.StringAttr.get(xla.name),
         "ir": ir.StringAttr.get(xla.ir),
