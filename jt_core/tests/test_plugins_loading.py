@@ -321,3 +321,15 @@ def test_lowering_for_a_platform_without_backend_lists_plugins(jt_fake_entry_poi
         jax.jit(_add).trace(x, x).lower(lowering_platforms=("rocm",))
     assert "no jt backend for platform 'rocm'" in str(info.value)
     assert "libhip missing" in str(info.value)
+
+
+def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jt_core.interpreter.backend import CpuLauncher
+    from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+
+    monkeypatch.setattr(CpuFfiLauncher, "fallback_reason", lambda self, call, kernels, device: "no ffi today")
+    monkeypatch.setattr(CpuLauncher, "fallback_reason", lambda self, call, kernels, device: "no callbacks today")
+    x = jnp.arange(64, dtype=jnp.float32)
+    with pytest.raises(jt.UnsupportedKernelError, match=r"no launcher for platform 'cpu' can express it") as info:
+        jax.jit(lambda x: _add(x, x) + 2)(x)
+    assert "'ffi': no ffi today" in str(info.value) and "'interpreter': no callbacks today" in str(info.value)

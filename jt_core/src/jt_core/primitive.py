@@ -112,8 +112,15 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
         requests.append(CompileRequest.for_config(call, config, target, backend))
     kernels = compile_all(requests)
     reason = launcher.fallback_reason(call, kernels, device)
+    refused: dict[str, str] = {}
     while reason is not None:
+        refused[launcher.name] = reason
         fallback = hooks.next_launcher(platform, launcher)
+        if fallback.name in refused:
+            reasons = "; ".join(f"{name!r}: {why}" for name, why in refused.items())
+            raise UnsupportedKernelError(
+                f"triton_call {call.name!r}: no launcher for platform {platform!r} can express it ({reasons})"
+            )
         report(call, f"launcher {launcher.name!r} on {platform} cannot express it ({reason}); using {fallback.name!r}")
         launcher = fallback
         reason = launcher.fallback_reason(call, kernels, device)
