@@ -121,3 +121,38 @@ def test_code_planted_in_a_loose_folder_is_never_run(tmp_path: Path) -> None:
     assert not marker.exists()
     assert "does not use the cache folder" in result.stderr and "others may write to it" in result.stderr
     assert f"wrapper folder: {tmp_path / 'private' / 'jt' / 'vmap'}" in result.stdout
+
+
+def test_file_lock_excludes_other_processes(tmp_path: Path) -> None:
+    """A second process waits for the lock until the first releases it."""
+    import time
+
+    lock = tmp_path / "work.lock"
+    child = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from jt_core import files
+        with files.file_lock(Path({str(lock)!r})) as held:
+            print("held" if held else "unlocked", time.monotonic(), flush=True)
+        """
+    )
+    with files.file_lock(lock) as held:
+        assert held
+        process = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        released = time.monotonic()
+    out, _ = process.communicate(timeout=60)
+    state, when = out.split()
+    assert state == "held" and float(when) >= released
+
+
+def test_file_lock_in_an_unwritable_folder_goes_on_unlocked(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with files.file_lock(folder / "x.lock") as held:
+            assert held is (os.geteuid() == 0)  # root writes anywhere
+    finally:
+        folder.chmod(0o700)

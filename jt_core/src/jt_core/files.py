@@ -9,11 +9,14 @@ that fails the check is never used: jt warns once, saying why, and works from a 
 location when that one passes, else a fresh temporary folder for the process).
 
 Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
-processes never see a torn file, and two writers of the same file simply replace each other.
+processes never see a torn file, and two writers of the same file simply replace each other. Work that should
+happen once per machine (building a native library, tuning a kernel) runs under :func:`file_lock`: one process
+does it while the others on the host wait, then find the result.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import tempfile
@@ -32,6 +35,7 @@ __all__ = [
     "cache_folder",
     "cache_root",
     "configured_root",
+    "file_lock",
     "folder_problem",
     "triton_cache_folder",
 ]
@@ -145,6 +149,33 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[bool]:
+    """Holds an exclusive lock on the file ``path`` (created if missing), across processes and threads.
+
+    The lock is the kernel's (``flock``): it is released when the holder exits or dies, so a killed process never
+    leaves it held. Each use opens the file anew, so two threads of one process exclude each other too.
+
+    Yields:
+        ``True`` when the lock is held; ``False`` when the lock file cannot be created or locked (a read-only
+        folder, say): the caller goes on unlocked, which costs at most duplicated work, never a failure.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the only descriptor of this open file releases the lock
 
 
 _triton_lock = threading.Lock()

@@ -8,20 +8,117 @@ call is lowered and binding uses it to tell how a kernel uses an argument (:func
 The front end needs a target's code generation hooks; it takes Triton's own CUDA backend (shipped in every Triton
 wheel, usable without a GPU) with one change: ``tl.dot`` may take any block size, as the interpreter does, where
 real GPUs want at least 16 rows.
+
+Triton's interpreter (the CPU backend) works by patching ``triton.language`` for the whole process while it runs a
+kernel, and Triton's front end reads those same functions when it turns a kernel into IR. So the two must never
+overlap, whichever threads they run on: every path of jt into Triton's front end (a compile for any backend, the
+checks here) holds :func:`compiling`, which any number of threads may hold together, and every interpreter run holds
+:func:`interpreting`, which excludes everything else.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["check", "refusal"]
+__all__ = ["check", "compiling", "interpreting", "refusal"]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
 _ARCH = 90
 
 _lock = threading.Lock()
+
+
+class _SharedExclusiveLock:
+    """A lock held by many threads together (shared) or by one alone (exclusive), re-entrant in each thread.
+
+    A thread holding the exclusive side may also take the shared side. Threads waiting for the exclusive side go
+    first: new shared holders wait behind them (those already holding it may re-enter), so a stream of compiles
+    cannot starve an interpreter run.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._shared = 0
+        self._owner: int | None = None
+        self._waiting_exclusive = 0
+        self._local = threading.local()
+
+    def _depths(self) -> tuple[int, int]:
+        return getattr(self._local, "shared", 0), getattr(self._local, "exclusive", 0)
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        shared, exclusive = self._depths()
+        if shared or exclusive:
+            self._local.shared = shared + 1
+            try:
+                yield
+            finally:
+                self._local.shared -= 1
+            return
+        with self._condition:
+            while self._owner is not None or self._waiting_exclusive:
+                self._condition.wait()
+            self._shared += 1
+        self._local.shared = 1
+        try:
+            yield
+        finally:
+            self._local.shared = 0
+            with self._condition:
+                self._shared -= 1
+                if not self._shared:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        shared, exclusive = self._depths()
+        if exclusive:
+            self._local.exclusive = exclusive + 1
+            try:
+                yield
+            finally:
+                self._local.exclusive -= 1
+            return
+        if shared:
+            raise RuntimeError(
+                "Triton's interpreter was started from inside a Triton compile on the same thread; the two cannot "
+                "overlap (the interpreter patches triton.language for the whole process)"
+            )
+        me = threading.get_ident()
+        with self._condition:
+            self._waiting_exclusive += 1
+            try:
+                while self._owner is not None or self._shared:
+                    self._condition.wait()
+            finally:
+                self._waiting_exclusive -= 1
+            self._owner = me
+        self._local.exclusive = 1
+        try:
+            yield
+        finally:
+            self._local.exclusive = 0
+            with self._condition:
+                self._owner = None
+                self._condition.notify_all()
+
+
+_triton = _SharedExclusiveLock()
+
+
+def compiling() -> Any:
+    """Held while Triton's front end runs (any compile): many threads at once, never during an interpreter run."""
+    return _triton.shared()
+
+
+def interpreting() -> Any:
+    """Held while Triton's interpreter runs a kernel: by one thread, while no compile runs anywhere."""
+    return _triton.exclusive()
 
 
 @functools.cache
@@ -46,7 +143,7 @@ def check(source: Any) -> None:
     from triton._C.libtriton import ir
 
     target, backend, options, codegen = _backend()
-    with _lock:  # the front end's builder state is not shared between threads
+    with compiling(), _lock:  # the front end's builder state is not shared between threads
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)

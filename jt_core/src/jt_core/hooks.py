@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jt_core import frontend
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 from jt_core.errors import JtError, KernelCompileError
 from jt_core.registry import get_registry
@@ -44,7 +45,8 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
     """
     hook = get_registry().ensure_loaded().loader.pm.hook
     try:
-        result = hook.jt_compile_kernel(request=request)
+        with frontend.compiling():  # never beside an interpreter run, which patches triton.language
+            result = hook.jt_compile_kernel(request=request)
     except JtError:
         raise
     except Exception as exc:

@@ -1,7 +1,8 @@
 """Running an unmodified ``@triton.jit`` kernel on NumPy buffers with Triton's interpreter.
 
-Triton's interpreter keeps global state (the builder, the patched ``triton.language``), so every run holds one
-process-wide lock, and everything patched for a run is restored when it ends: nothing leaks into later GPU
+Triton's interpreter keeps global state (the builder, the patched ``triton.language``), so every run holds the
+exclusive side of the process-wide Triton lock (:func:`jt_core.frontend.interpreting`: no compile runs meanwhile,
+in any thread), and everything patched for a run is restored when it ends: nothing leaks into later GPU
 compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of the stock interpreter a run:
 
 * redirects nested ``@triton.jit`` helpers to their interpreted versions;
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -28,9 +28,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from jt_core import frontend
 from jt_core.errors import KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
-
-_LOCK = threading.RLock()
 
 _ELEMENT_TYPES = {
     "i1": "int1",
@@ -498,7 +497,7 @@ def run(
         return
     fn = interpreted(py_fn)
     checker = AccessChecker(kernel_name, buffers) if buffers is not None else None
-    with _LOCK, _patched(checker, debug) as patched_langs:
+    with frontend.interpreting(), _patched(checker, debug) as patched_langs:
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:

@@ -1,0 +1,150 @@
+"""First calls from many threads at once: compiles, front-end checks and interpreter runs never disturb each other.
+
+Triton's interpreter patches ``triton.language`` for the whole process while it runs, and Triton's front end reads
+the same functions; without one lock over both, a compile beside a run fails with errors such as
+"'block_argument' object has no attribute 'dtype'". Each test repeats its race several times with fresh kernels,
+so that an unprotected path shows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jt_core as jt
+from jt_core import cache, frontend
+
+THREADS = 8
+ROUNDS = 3
+
+
+def distinct_kernels(folder: pathlib.Path, tag: str, count: int) -> list[Any]:
+    """``count`` kernels with distinct sources (so no cache serves one from another), in a module of their own."""
+    lines = ["import triton", "import triton.language as tl", ""]
+    for i in range(count):
+        lines += [
+            "@triton.jit",
+            f"def scale_{tag}_{i}(x_ptr, n, out_ptr, BLOCK: tl.constexpr):",
+            "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            "    mask = offsets < n",
+            f"    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * {i + 2} + 1, mask=mask)",
+            "",
+        ]
+    path = folder / f"thread_kernels_{tag}.py"
+    path.write_text("\n".join(lines))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return [getattr(module, f"scale_{tag}_{i}") for i in range(count)]
+
+
+def run_threads(work: Callable[[int], None], count: int) -> list[str]:
+    """Runs ``work(i)`` on ``count`` threads started together; returns the failures."""
+    barrier = threading.Barrier(count)
+    failures: list[str] = []
+
+    def target(i: int) -> None:
+        barrier.wait()
+        try:
+            work(i)
+        except Exception as exc:
+            failures.append(f"thread {i}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "cache"))
+    cache.clear_memory()
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_first_calls_of_distinct_kernels_from_many_threads(tmp_path: pathlib.Path, round_: int) -> None:
+    kernels = distinct_kernels(tmp_path, f"first{round_}", THREADS)
+    x = jnp.asarray(np.random.default_rng(round_).standard_normal(40), dtype=jnp.float32)
+
+    def work(i: int) -> None:
+        for block in (16, 32):
+            out = jt.triton_call(x, x.size, kernel=kernels[i], out_shape=x, grid=(jt.cdiv(x.size, block),), BLOCK=block)
+            np.testing.assert_allclose(np.asarray(out), np.asarray(x) * (i + 2) + 1, rtol=1e-6)
+
+    assert run_threads(work, THREADS) == []
+
+
+def test_interpreter_runs_beside_front_end_checks(tmp_path: pathlib.Path) -> None:
+    """One thread keeps running a kernel on the interpreter while the others make first calls (each a front-end
+    check at lowering, then a run)."""
+    runner_kernel, *kernels = distinct_kernels(tmp_path, "beside", THREADS)
+    x = jnp.asarray(np.random.default_rng(7).standard_normal(64), dtype=jnp.float32)
+    run_runner = jax.jit(lambda v: jt.triton_call(v, v.size, kernel=runner_kernel, out_shape=v, grid=(4,), BLOCK=16))
+    stop = threading.Event()
+
+    def work(i: int) -> None:
+        if i == 0:
+            while not stop.is_set():
+                np.testing.assert_allclose(np.asarray(run_runner(x)), np.asarray(x) * 2 + 1, rtol=1e-6)
+            return
+        try:
+            out = jt.triton_call(x, x.size, kernel=kernels[i - 1], out_shape=x, grid=(4,), BLOCK=16)
+            np.testing.assert_allclose(np.asarray(out), np.asarray(x) * (i + 2) + 1, rtol=1e-6)
+        finally:
+            if i == THREADS - 1:
+                stop.set()
+
+    assert run_threads(work, THREADS) == []
+
+
+def test_compiles_share_the_front_end_and_interpreter_runs_exclude_them() -> None:
+    """The lock itself: compiles overlap each other; an interpreter run waits for them and they wait for it."""
+    inside = []
+    events = []
+    both_in = threading.Barrier(2, timeout=10)
+
+    def compile_(i: int) -> None:
+        with frontend.compiling():
+            inside.append(i)
+            both_in.wait()  # both compiles hold the shared side at once
+            events.append("compile")
+
+    failures = run_threads(compile_, 2)
+    assert failures == [] and sorted(inside) == [0, 1]
+
+    order: list[str] = []
+    started = threading.Event()
+
+    def interpret() -> None:
+        with frontend.interpreting():
+            started.set()
+            order.append("run start")
+            threading.Event().wait(0.2)
+            order.append("run end")
+
+    thread = threading.Thread(target=interpret)
+    thread.start()
+    started.wait(5)
+    with frontend.compiling():
+        order.append("compile")
+    thread.join()
+    assert order == ["run start", "run end", "compile"]
+
+
+def test_interpreter_started_inside_a_compile_on_one_thread_is_refused() -> None:
+    with frontend.compiling(), pytest.raises(RuntimeError, match="cannot overlap"), frontend.interpreting():
+        pass
