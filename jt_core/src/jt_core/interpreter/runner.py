@@ -30,6 +30,7 @@ import numpy as np
 
 from jt_core import frontend
 from jt_core.errors import KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
+from jt_core.interpreter.numerics import FloatFixes
 
 _ELEMENT_TYPES = {
     "i1": "int1",
@@ -294,40 +295,12 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
     from triton.runtime.jit import JITFunction
 
     builder = interp.interpreter_builder
-    original_get_np_dtype = interp._get_np_dtype
+    floats = FloatFixes(tl, interp, builder)
     original_lib = interp._interpreter
     original_patch_tensor = interp._patch_lang_tensor
     original_options = builder.options
     original_call = JITFunction.__call__
-    had_cast = "cast_impl" in vars(builder)
-    had_fp = "create_fp_to_fp" in vars(builder)
-    had_descriptor_load = "create_descriptor_load" in vars(builder)
-    class_cast = type(builder).cast_impl
-    class_fp_to_fp = type(builder).create_fp_to_fp
     class_descriptor_load = type(builder).create_descriptor_load
-
-    bf16 = np.dtype(ml_dtypes.bfloat16)
-
-    def get_np_dtype(tt_dtype: Any) -> Any:
-        scalar = getattr(tt_dtype, "element_ty", tt_dtype) if isinstance(tt_dtype, tl.block_type) else tt_dtype
-        if scalar == tl.bfloat16:
-            return bf16
-        return original_get_np_dtype(tt_dtype)
-
-    def is_fp8(dtype: Any) -> bool:
-        return dtype.is_fp8() if hasattr(dtype, "is_fp8") else False
-
-    def cast_impl(src: Any, dst_type: Any) -> Any:
-        s, d = src.dtype.scalar, dst_type.scalar
-        if (s == tl.bfloat16 or d == tl.bfloat16) and not (is_fp8(s) or is_fp8(d)):
-            return interp.TensorHandle(np.asarray(src.data).astype(get_np_dtype(d)), d)
-        return class_cast(builder, src, dst_type)
-
-    def fp_to_fp(src: Any, dst_type: Any, rounding_mode: Any) -> Any:
-        s, d = src.dtype.scalar, dst_type.scalar
-        if (s == tl.bfloat16 or d == tl.bfloat16) and not (is_fp8(s) or is_fp8(d)):
-            return interp.TensorHandle(np.asarray(src.data).astype(get_np_dtype(d)), d)
-        return class_fp_to_fp(builder, src, dst_type, rounding_mode)
 
     def descriptor_load(desc: Any, *args: Any, **kwargs: Any) -> Any:
         result = class_descriptor_load(builder, desc, *args, **kwargs)
@@ -349,12 +322,13 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
         return fn(*args, **kwargs)
 
     patched_langs: dict[tuple[int, ...], Any] = {}
-    interp._get_np_dtype = get_np_dtype
+    interp._get_np_dtype = floats.get_np_dtype
     interp._interpreter = _CheckedLibrary(original_lib, checker)
     interp._patch_lang_tensor = patch_tensor
-    builder.cast_impl = cast_impl
-    builder.create_fp_to_fp = fp_to_fp
-    builder.create_descriptor_load = descriptor_load
+    builder_scope = _PatchScope(
+        [(builder, name, method) for name, method in floats.patches().items()]
+        + [(builder, "create_descriptor_load", descriptor_load)]
+    )
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
     try:
@@ -364,15 +338,10 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
             scope.restore()
         JITFunction.__call__ = original_call  # type: ignore[method-assign]
         builder.options = original_options
-        if not had_cast:
-            del builder.cast_impl
-        if not had_fp:
-            del builder.create_fp_to_fp
-        if not had_descriptor_load:
-            del builder.create_descriptor_load
+        builder_scope.restore()
         interp._patch_lang_tensor = original_patch_tensor
         interp._interpreter = original_lib
-        interp._get_np_dtype = original_get_np_dtype
+        interp._get_np_dtype = floats.original_get_np_dtype
 
 
 def scalar_argument(type_str: str, value: Any) -> Any:
@@ -476,6 +445,12 @@ def _build_descriptors(value: Any) -> Any:
     return value
 
 
+def _in_kernel(kernel_name: str, exc: Exception) -> str:
+    """The message of an error raised inside a kernel, naming the kernel once."""
+    text = str(exc)
+    return text if text.startswith(f"kernel {kernel_name!r}") else f"kernel {kernel_name!r}: {text}"
+
+
 def run(
     py_fn: Callable[..., Any],
     kernel_name: str,
@@ -509,8 +484,8 @@ def run(
                         program = (x, y, z)
                         interp.interpreter_builder.set_grid_idx(x, y, z)
                         fn(**arguments)
-        except OutOfBoundsAccessError as exc:
-            raise OutOfBoundsAccessError(f"{exc} [program_id {program}]") from None
+        except (OutOfBoundsAccessError, UnsupportedKernelError) as exc:
+            raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}]") from None
         except NotImplementedError as exc:
             raise UnsupportedKernelError(
                 f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}); run it on "
@@ -520,8 +495,8 @@ def run(
             cause: BaseException = exc
             while cause.__cause__ is not None and type(cause).__name__ == "InterpreterError":
                 cause = cause.__cause__
-            if isinstance(cause, OutOfBoundsAccessError):
-                raise OutOfBoundsAccessError(f"{cause} [program_id {program}]") from None
+            if isinstance(cause, (OutOfBoundsAccessError, UnsupportedKernelError)):
+                raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
             raise KernelRuntimeError(
                 f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
                 f"{type(cause).__name__}: {cause}"
