@@ -30,7 +30,18 @@ import numpy as np
 
 from jt_core import frontend
 from jt_core.errors import KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
+from jt_core.interpreter.access import AccessChecker, Buffer
 from jt_core.interpreter.numerics import FloatFixes
+
+__all__ = [
+    "AccessChecker",
+    "Buffer",
+    "descriptor_argument",
+    "interpreted",
+    "pointer_argument",
+    "run",
+    "scalar_argument",
+]
 
 _ELEMENT_TYPES = {
     "i1": "int1",
@@ -78,88 +89,6 @@ def triton_type(type_str: str) -> Any:
     if type_str.startswith("*"):
         return tl.pointer_type(triton_type(type_str[1:]))
     return getattr(tl, _ELEMENT_TYPES[type_str])
-
-
-#: How each kind of access is masked, for out-of-bounds messages.
-_MASKED_FORMS = {
-    "load": "tl.load(pointers, mask=..., other=...)",
-    "store": "tl.store(pointers, values, mask=...)",
-    "atomic": "tl.atomic_add(pointers, values, mask=...) and the other tl.atomic_* take mask= too",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Buffer:
-    """A buffer a kernel may access: its name, address range and whether it may be written."""
-
-    name: str
-    start: int
-    end: int
-    writable: bool
-
-
-class AccessChecker:
-    """Checks that every address a kernel touches lies inside one of its buffers."""
-
-    def __init__(self, kernel_name: str, buffers: Sequence[Buffer]) -> None:
-        self.kernel_name = kernel_name
-        ordered = sorted((b for b in buffers if b.end > b.start), key=lambda b: b.start)
-        self.buffers = ordered
-        self.starts = np.array([b.start for b in ordered], dtype=np.uint64)
-        self.ends = np.array([b.end for b in ordered], dtype=np.uint64)
-        self.writable = np.array([b.writable for b in ordered], dtype=bool)
-
-    def check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
-        addrs = np.asarray(ptrs, dtype=np.uint64)
-        if mask is not None:
-            addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
-        else:
-            addrs = addrs.reshape(-1)
-        if addrs.size == 0:
-            return
-        # Fast path: every address falls in the buffer holding the lowest one (the usual case: one argument).
-        low, high = int(addrs.min()), int(addrs.max())
-        first = int(np.searchsorted(self.starts, np.uint64(low), side="right")) - 1
-        if first >= 0 and high + itemsize <= int(self.ends[first]):
-            if op != "load" and not self.writable[first]:
-                self._refuse_store(first, op)
-            return
-        slot = np.searchsorted(self.starts, addrs, side="right").astype(np.int64) - 1
-        inside = (slot >= 0) & (addrs + np.uint64(itemsize) <= self.ends[np.maximum(slot, 0)])
-        if not inside.all():
-            bad = int(addrs[~inside][0])
-            raise OutOfBoundsAccessError(self._describe(bad, itemsize, op, int((~inside).sum())))
-        if op != "load":
-            readonly = ~self.writable[slot]
-            if readonly.any():
-                self._refuse_store(int(slot[readonly][0]), op)
-
-    def _refuse_store(self, index: int, op: str) -> None:
-        name = self.buffers[index].name
-        raise OutOfBoundsAccessError(
-            f"kernel {self.kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
-            "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
-        )
-
-    def _describe(self, addr: int, itemsize: int, op: str, count: int) -> str:
-        below = [b for b in self.buffers if b.start <= addr]
-        if below:
-            near = below[-1]
-            offset = addr - near.start
-            where = (
-                f"{offset} bytes from the start of argument {near.name!r}, whose buffer holds "
-                f"{near.end - near.start} bytes"
-            )
-        elif self.buffers:
-            near = self.buffers[0]
-            where = f"{near.start - addr} bytes before argument {near.name!r}"
-        else:
-            where = "with no buffer passed at all"
-        return (
-            f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes at {where} ({count} offending "
-            f"addresses). Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets. (Checked by jt's CPU backend; "
-            "JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
-        )
 
 
 class _CheckedLibrary:

@@ -1,0 +1,109 @@
+"""Checking every address a kernel touches on the CPU against the buffers it was given.
+
+Triton's interpreter reads and writes raw addresses, so a kernel that strays outside its arguments would read
+garbage or crash the process. Every load, store and atomic is checked first; an access outside every buffer, or a
+store into an input, becomes :class:`~jt_core.errors.OutOfBoundsAccessError` naming the argument the access was
+meant for: the one holding the access's other addresses, else the nearest one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from jt_core.errors import OutOfBoundsAccessError
+
+__all__ = ["AccessChecker", "Buffer"]
+
+
+#: How each kind of access is masked, for out-of-bounds messages.
+_MASKED_FORMS = {
+    "load": "tl.load(pointers, mask=..., other=...)",
+    "store": "tl.store(pointers, values, mask=...)",
+    "atomic": "tl.atomic_add(pointers, values, mask=...) and the other tl.atomic_* take mask= too",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A buffer a kernel may access: its name, address range and whether it may be written."""
+
+    name: str
+    start: int
+    end: int
+    writable: bool
+
+
+class AccessChecker:
+    """Checks that every address a kernel touches lies inside one of its buffers."""
+
+    def __init__(self, kernel_name: str, buffers: Sequence[Buffer]) -> None:
+        self.kernel_name = kernel_name
+        ordered = sorted((b for b in buffers if b.end > b.start), key=lambda b: b.start)
+        self.buffers = ordered
+        self.starts = np.array([b.start for b in ordered], dtype=np.uint64)
+        self.ends = np.array([b.end for b in ordered], dtype=np.uint64)
+        self.writable = np.array([b.writable for b in ordered], dtype=bool)
+
+    def check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
+        addrs = np.asarray(ptrs, dtype=np.uint64)
+        if mask is not None:
+            addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
+        else:
+            addrs = addrs.reshape(-1)
+        if addrs.size == 0:
+            return
+        # Fast path: every address falls in the buffer holding the lowest one (the usual case: one argument).
+        low, high = int(addrs.min()), int(addrs.max())
+        first = int(np.searchsorted(self.starts, np.uint64(low), side="right")) - 1
+        if first >= 0 and high + itemsize <= int(self.ends[first]):
+            if op != "load" and not self.writable[first]:
+                self._refuse_store(first, op)
+            return
+        slot = np.searchsorted(self.starts, addrs, side="right").astype(np.int64) - 1
+        inside = (slot >= 0) & (addrs + np.uint64(itemsize) <= self.ends[np.maximum(slot, 0)])
+        if not inside.all():
+            bad = int(addrs[~inside][0])
+            target = self._meant(bad, itemsize, slot[inside])
+            raise OutOfBoundsAccessError(self._describe(bad, itemsize, op, int((~inside).sum()), target))
+        if op != "load":
+            readonly = ~self.writable[slot]
+            if readonly.any():
+                self._refuse_store(int(slot[readonly][0]), op)
+
+    def _meant(self, addr: int, itemsize: int, inside_slots: np.ndarray) -> int | None:
+        """The buffer an access that strays to ``addr`` was meant for: the one holding most of its other
+        addresses, else the buffer nearest to ``addr`` (``None`` without buffers)."""
+        if inside_slots.size:
+            return int(np.bincount(inside_slots, minlength=len(self.buffers)).argmax())
+        if not self.buffers:
+            return None
+        distances = [b.start - addr if addr < b.start else max(0, addr + itemsize - b.end) for b in self.buffers]
+        return int(np.argmin(distances))
+
+    def _refuse_store(self, index: int, op: str) -> None:
+        name = self.buffers[index].name
+        raise OutOfBoundsAccessError(
+            f"kernel {self.kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
+            "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
+        )
+
+    def _describe(self, addr: int, itemsize: int, op: str, count: int, target: int | None) -> str:
+        if target is None:
+            where = "with no buffer passed at all"
+        else:
+            buffer = self.buffers[target]
+            size = buffer.end - buffer.start
+            offset = addr - buffer.start
+            position = f"{-offset} bytes before its start" if offset < 0 else "past its end"
+            where = (
+                f"argument {buffer.name!r} at element {offset // itemsize} ({position}; it holds "
+                f"{size // itemsize} elements, {size} bytes)"
+            )
+        return (
+            f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes from {where}; {count} offending "
+            f"addresses. Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets. (Checked by jt's CPU backend; "
+            "JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
+        )
