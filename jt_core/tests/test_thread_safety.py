@@ -8,12 +8,8 @@ so that an unprotected path shows.
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 import threading
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,51 +18,10 @@ import pytest
 
 import jt_core as jt
 from jt_core import cache, frontend
+from jt_core.testing import distinct_kernels, run_threads
 
 THREADS = 8
 ROUNDS = 3
-
-
-def distinct_kernels(folder: pathlib.Path, tag: str, count: int) -> list[Any]:
-    """``count`` kernels with distinct sources (so no cache serves one from another), in a module of their own."""
-    lines = ["import triton", "import triton.language as tl", ""]
-    for i in range(count):
-        lines += [
-            "@triton.jit",
-            f"def scale_{tag}_{i}(x_ptr, n, out_ptr, BLOCK: tl.constexpr):",
-            "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-            "    mask = offsets < n",
-            f"    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * {i + 2} + 1, mask=mask)",
-            "",
-        ]
-    path = folder / f"thread_kernels_{tag}.py"
-    path.write_text("\n".join(lines))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return [getattr(module, f"scale_{tag}_{i}") for i in range(count)]
-
-
-def run_threads(work: Callable[[int], None], count: int) -> list[str]:
-    """Runs ``work(i)`` on ``count`` threads started together; returns the failures."""
-    barrier = threading.Barrier(count)
-    failures: list[str] = []
-
-    def target(i: int) -> None:
-        barrier.wait()
-        try:
-            work(i)
-        except Exception as exc:
-            failures.append(f"thread {i}: {type(exc).__name__}: {exc}")
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return failures
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import collections
 import functools
+import importlib.util
+import pathlib
+import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -193,6 +197,51 @@ def sample_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def distinct_kernels(folder: pathlib.Path, tag: str, count: int) -> list[Any]:
+    """``count`` elementwise kernels ``(x_ptr, n, out_ptr, BLOCK)`` whose sources differ (kernel ``i`` computes
+    ``x * (i + 2) + 1``), so that no cache serves one from another; written to a module in ``folder`` (Triton reads
+    a kernel's source from its file) and imported. ``tag`` keeps the module and kernel names apart."""
+    lines = ["import triton", "import triton.language as tl", ""]
+    for i in range(count):
+        lines += [
+            "@triton.jit",
+            f"def scale_{tag}_{i}(x_ptr, n, out_ptr, BLOCK: tl.constexpr):",
+            "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            "    mask = offsets < n",
+            f"    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * {i + 2} + 1, mask=mask)",
+            "",
+        ]
+    path = folder / f"jt_distinct_kernels_{tag}.py"
+    path.write_text("\n".join(lines))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return [getattr(module, f"scale_{tag}_{i}") for i in range(count)]
+
+
+def run_threads(work: Callable[[int], None], count: int) -> list[str]:
+    """Runs ``work(i)`` for ``i`` in ``range(count)``, each on its own thread, all released at once; returns the
+    failures as ``"thread i: Type: message"``."""
+    barrier = threading.Barrier(count)
+    failures: list[str] = []
+
+    def target(i: int) -> None:
+        barrier.wait()
+        try:
+            work(i)
+        except Exception as exc:
+            failures.append(f"thread {i}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
 
 
 def sample_call(
