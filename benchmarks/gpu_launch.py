@@ -1,8 +1,9 @@
 """Per-kernel launch cost on a GPU: 100 chained 1024-element adds inside one ``jax.jit``.
 
-Run on the GPU machine: ``python benchmarks/gpu_launch.py [--json FILE] [--reps N]``. For each jt launcher, and for
-Pallas (``jax.experimental.pallas``, lowered natively by XLA) as the reference measured in the same run, it times
-one call of the jitted chain (dispatch and synchronisation included) and reports
+Run on the GPU machine: ``python benchmarks/gpu_launch.py [--json FILE] [--reps N]``. For each jt launcher (and the
+``jt`` launcher with its record stage off, so that XLA captures each call into a child graph), and for Pallas
+(``jax.experimental.pallas``, lowered natively by XLA) as the reference measured in the same run, it times one call
+of the jitted chain (dispatch and synchronisation included) and reports
 
 * per kernel: median(chain) / 100;
 * marginal: (median(chain) - median(one call)) / 99, the cost each further kernel adds.
@@ -37,19 +38,21 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
-def jt_add(launcher: str, preload: bool = True) -> Callable[[Any, Any], Any]:
-    """A jt add; ``preload=False`` lowers with ``JT_CUDA_PRELOAD=0`` (an initialize stage on every call)."""
+def jt_add(launcher: str, **environment: str) -> Callable[[Any, Any], Any]:
+    """A jt add, lowered with ``environment`` set (``JT_CUDA_PRELOAD=0``: an initialize stage on every call;
+    ``JT_CUDA_RECORD=0``: XLA captures each call into a child graph instead of adding it as a kernel node)."""
 
     def add(x: Any, y: Any) -> Any:
-        previous = os.environ.get("JT_CUDA_PRELOAD")
-        os.environ["JT_CUDA_PRELOAD"] = "1" if preload else "0"
+        previous = {name: os.environ.get(name) for name in environment}
+        os.environ.update(environment)
         try:
             return jt.triton_call(x, y, kernel=add_kernel, out_shape=x, grid=1, n=SIZE, BLOCK=SIZE, launcher=launcher)
         finally:
-            if previous is None:
-                del os.environ["JT_CUDA_PRELOAD"]
-            else:
-                os.environ["JT_CUDA_PRELOAD"] = previous
+            for name, value in previous.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
 
     return add
 
@@ -64,6 +67,18 @@ def pallas_add() -> Callable[[Any, Any], Any]:
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
 
     return add
+
+
+def launch_paths() -> list[tuple[str, Callable[[Any, Any], Any]]]:
+    """Every launch path of the add, by name; Pallas is the reference."""
+    return [
+        ("jt launcher 'jt' (own FFI handler)", jt_add("jt")),
+        ("jt launcher 'jt', stream capture", jt_add("jt", JT_CUDA_RECORD="0")),
+        ("jt launcher 'jt', initialize stage kept", jt_add("jt", JT_CUDA_PRELOAD="0")),
+        ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib")),
+        ("jt launcher 'xla' (XLA's Triton call)", jt_add("xla")),
+        ("Pallas (native XLA lowering)", pallas_add()),
+    ]
 
 
 def chain_of(add: Callable[[Any, Any], Any], length: int) -> Callable[[Any, Any], Any]:
@@ -110,13 +125,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2, help="measure every path this many times, interleaved")
     args = parser.parse_args()
-    paths: list[tuple[str, Callable[[Any, Any], Any]]] = [
-        ("jt launcher 'jt' (own FFI handler)", jt_add("jt")),
-        ("jt launcher 'jt', initialize stage kept", jt_add("jt", preload=False)),
-        ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib")),
-        ("jt launcher 'xla' (XLA's Triton call)", jt_add("xla")),
-        ("Pallas (native XLA lowering)", pallas_add()),
-    ]
+    paths = launch_paths()
     results = []
     for round_index in range(args.rounds):
         for name, add in paths:
@@ -129,9 +138,15 @@ def main() -> None:
             f"{r['path']:44} {r['round']:>5} {r['chain_us']:9.1f} {r['one_call_us']:9.1f} "
             f"{r['per_kernel_us']:10.2f} {r['marginal_us']:9.2f}"
         )
+    from jt_cuda.launchers import HANDLER
+
+    created, updated, captured = HANDLER.record_counts()
+    print(f"jt record stage: {created} kernel nodes created, {updated} updated, {captured} calls captured instead")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"device": str(jax.devices()[0].device_kind), "results": results}, handle, indent=2)
+            record = {"created": created, "updated": updated, "captured": captured}
+            json.dump({"device": str(jax.devices()[0].device_kind), "results": results, "record": record}, handle,
+                      indent=2)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ HANDLER = LaunchHandlerLibrary(
     source=Path(__file__).parent / "csrc" / "jt_cuda_launch.cc",
     platform="CUDA",
     preload_variable="JT_CUDA_PRELOAD",
+    record_variable="JT_CUDA_RECORD",
 )
 
 
