@@ -6,17 +6,19 @@ Run on the GPU machine: ``python benchmarks/gpu_launch.py [--json FILE] [--reps 
 of the jitted chain (dispatch and synchronisation included) and reports
 
 * per kernel: median(chain) / 100;
-* marginal: (median(chain) - median(one call)) / 99, the cost each further kernel adds.
+* marginal: (median(chain) - median(one call)) / 99, the cost each further kernel adds;
+* the first execution of the compiled chain (XLA builds its command buffer then, and loads the kernels it adds).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -38,21 +40,9 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
-def jt_add(launcher: str, **environment: str) -> Callable[[Any, Any], Any]:
-    """A jt add, lowered with ``environment`` set (``JT_CUDA_PRELOAD=0``: an initialize stage on every call;
-    ``JT_CUDA_RECORD=0``: XLA captures each call into a child graph instead of adding it as a kernel node)."""
-
+def jt_add(launcher: str) -> Callable[[Any, Any], Any]:
     def add(x: Any, y: Any) -> Any:
-        previous = {name: os.environ.get(name) for name in environment}
-        os.environ.update(environment)
-        try:
-            return jt.triton_call(x, y, kernel=add_kernel, out_shape=x, grid=1, n=SIZE, BLOCK=SIZE, launcher=launcher)
-        finally:
-            for name, value in previous.items():
-                if value is None:
-                    del os.environ[name]
-                else:
-                    os.environ[name] = value
+        return jt.triton_call(x, y, kernel=add_kernel, out_shape=x, grid=1, n=SIZE, BLOCK=SIZE, launcher=launcher)
 
     return add
 
@@ -69,26 +59,50 @@ def pallas_add() -> Callable[[Any, Any], Any]:
     return add
 
 
-def launch_paths() -> list[tuple[str, Callable[[Any, Any], Any]]]:
-    """Every launch path of the add, by name; Pallas is the reference."""
+#: A launch path: its name, the add, and the environment it is lowered in (jt reads its switches while lowering:
+#: ``JT_CUDA_RECORD=0`` makes XLA capture each call into a child graph instead of adding it as a kernel node,
+#: ``JT_CUDA_PRELOAD=0`` keeps an initialize stage on every call).
+LaunchPath = tuple[str, Callable[[Any, Any], Any], dict[str, str]]
+
+
+def launch_paths() -> list[LaunchPath]:
+    """Every launch path of the add; Pallas is the reference."""
     return [
-        ("jt launcher 'jt' (own FFI handler)", jt_add("jt")),
-        ("jt launcher 'jt', stream capture", jt_add("jt", JT_CUDA_RECORD="0")),
-        ("jt launcher 'jt', initialize stage kept", jt_add("jt", JT_CUDA_PRELOAD="0")),
-        ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib")),
-        ("jt launcher 'xla' (XLA's Triton call)", jt_add("xla")),
-        ("Pallas (native XLA lowering)", pallas_add()),
+        ("jt launcher 'jt' (own FFI handler)", jt_add("jt"), {}),
+        ("jt launcher 'jt', stream capture", jt_add("jt"), {"JT_CUDA_RECORD": "0"}),
+        ("jt launcher 'jt', initialize stage kept", jt_add("jt"), {"JT_CUDA_PRELOAD": "0"}),
+        ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib"), {}),
+        ("jt launcher 'xla' (XLA's Triton call)", jt_add("xla"), {}),
+        ("Pallas (native XLA lowering)", pallas_add(), {}),
     ]
 
 
-def chain_of(add: Callable[[Any, Any], Any], length: int) -> Callable[[Any, Any], Any]:
+@contextlib.contextmanager
+def environment_set(environment: dict[str, str]) -> Iterator[None]:
+    previous = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def chain_of(add: Callable[[Any, Any], Any], length: int, environment: dict[str, str] | None = None) -> Any:
+    """``length`` chained adds in one ``jax.jit``, lowered and compiled (with ``environment`` set)."""
+
     @jax.jit
     def run(x: Any, y: Any) -> Any:
         for _ in range(length):
             x = add(x, y)
         return x
 
-    return run
+    spec = jax.ShapeDtypeStruct((SIZE,), jnp.float32)
+    with environment_set(environment or {}):
+        return run.lower(spec, spec).compile()
 
 
 def median_seconds(fn: Callable[[Any, Any], Any], x: Any, y: Any, reps: int) -> float:
@@ -102,21 +116,31 @@ def median_seconds(fn: Callable[[Any, Any], Any], x: Any, y: Any, reps: int) -> 
     return statistics.median(times)
 
 
-def measure(name: str, add: Callable[[Any, Any], Any], reps: int) -> dict[str, Any]:
-    x = jax.random.normal(jax.random.key(0), (SIZE,), jnp.float32)
-    y = jax.random.normal(jax.random.key(1), (SIZE,), jnp.float32) * 1e-3
-    chain, one = chain_of(add, CHAIN), chain_of(add, 1)
-    expected = np.asarray(x, np.float64) + CHAIN * np.asarray(y, np.float64)
-    np.testing.assert_allclose(np.asarray(chain(x, y)), expected, rtol=1e-4, atol=1e-5)
-    chain_s = median_seconds(chain, x, y, reps)
-    one_s = median_seconds(one, x, y, reps)
-    return {
-        "path": name,
-        "chain_us": chain_s * 1e6,
-        "one_call_us": one_s * 1e6,
-        "per_kernel_us": chain_s * 1e6 / CHAIN,
-        "marginal_us": (chain_s - one_s) * 1e6 / (CHAIN - 1),
-    }
+class Measured:
+    """One launch path's compiled chain and single call, checked against NumPy on their first execution."""
+
+    def __init__(self, path: LaunchPath) -> None:
+        self.name, add, environment = path
+        self.x = jax.random.normal(jax.random.key(0), (SIZE,), jnp.float32)
+        self.y = jax.random.normal(jax.random.key(1), (SIZE,), jnp.float32) * 1e-3
+        self.chain, self.one = chain_of(add, CHAIN, environment), chain_of(add, 1, environment)
+        start = time.perf_counter()
+        first = np.asarray(self.chain(self.x, self.y))  # the first execution builds XLA's command buffer
+        self.first_run_s = time.perf_counter() - start
+        expected = np.asarray(self.x, np.float64) + CHAIN * np.asarray(self.y, np.float64)
+        np.testing.assert_allclose(first, expected, rtol=1e-4, atol=1e-5)
+
+    def measure(self, reps: int) -> dict[str, Any]:
+        chain_s = median_seconds(self.chain, self.x, self.y, reps)
+        one_s = median_seconds(self.one, self.x, self.y, reps)
+        return {
+            "path": self.name,
+            "first_run_ms": self.first_run_s * 1e3,
+            "chain_us": chain_s * 1e6,
+            "one_call_us": one_s * 1e6,
+            "per_kernel_us": chain_s * 1e6 / CHAIN,
+            "marginal_us": (chain_s - one_s) * 1e6 / (CHAIN - 1),
+        }
 
 
 def main() -> None:
@@ -125,17 +149,18 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2, help="measure every path this many times, interleaved")
     args = parser.parse_args()
-    paths = launch_paths()
+    paths = [Measured(path) for path in launch_paths()]
     results = []
     for round_index in range(args.rounds):
-        for name, add in paths:
-            result = measure(name, add, args.reps)
+        for path in paths:
+            result = path.measure(args.reps)
             result["round"] = round_index
             results.append(result)
-    print(f"{'path':44} {'round':>5} {'chain us':>9} {'1 call us':>9} {'per kernel':>10} {'marginal':>9}")
+    header = f"{'path':44} {'round':>5} {'1st run ms':>10} {'chain us':>9} {'1 call us':>9}"
+    print(f"{header} {'per kernel':>10} {'marginal':>9}")
     for r in results:
         print(
-            f"{r['path']:44} {r['round']:>5} {r['chain_us']:9.1f} {r['one_call_us']:9.1f} "
+            f"{r['path']:44} {r['round']:>5} {r['first_run_ms']:10.2f} {r['chain_us']:9.1f} {r['one_call_us']:9.1f} "
             f"{r['per_kernel_us']:10.2f} {r['marginal_us']:9.2f}"
         )
     from jt_cuda.launchers import HANDLER

@@ -37,11 +37,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from gpu_launch import CHAIN, SIZE, chain_of, jt_add, pallas_add  # noqa: E402
 
+#: Path name: (the add, the environment it is lowered in).
 PATHS = {
-    "jt (record stage)": lambda: jt_add("jt"),
-    "jt (stream capture)": lambda: jt_add("jt", JT_CUDA_RECORD="0"),
-    "xla": lambda: jt_add("xla"),
-    "pallas": pallas_add,
+    "jt (record stage)": (lambda: jt_add("jt"), {}),
+    "jt (stream capture)": (lambda: jt_add("jt"), {"JT_CUDA_RECORD": "0"}),
+    "xla": (lambda: jt_add("xla"), {}),
+    "pallas": (pallas_add, {}),
 }
 
 # XLA's sources that log command buffers (missing names are ignored).
@@ -105,7 +106,8 @@ def trace_path(name: str, out: Path, runs: int = 5) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    chain = chain_of(PATHS[name](), CHAIN)
+    make, environment = PATHS[name]
+    chain = chain_of(make(), CHAIN, environment)
     x, y = inputs()
     for _ in range(10):
         chain(x, y).block_until_ready()
@@ -121,16 +123,16 @@ def trace_path(name: str, out: Path, runs: int = 5) -> dict[str, Any]:
 def vlog_child() -> None:
     """Runs each path's chain (8 calls, so that XLA forms a command buffer) three times, with markers."""
     x, y = inputs()
-    for name, make in PATHS.items():
+    for name, (make, environment) in PATHS.items():
         print(f"=== path {name}", file=sys.stderr, flush=True)
-        chain = chain_of(make(), 8)
+        chain = chain_of(make(), 8, environment)
         for _ in range(3):
             chain(x, y).block_until_ready()
         print(f"=== done {name}", file=sys.stderr, flush=True)
 
 
 def vlog(out: Path) -> dict[str, dict[str, int]]:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE=VMODULE)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE=VMODULE, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     result = subprocess.run(
         [sys.executable, __file__, "--vlog-child"], env=env, capture_output=True, text=True, timeout=240
     )

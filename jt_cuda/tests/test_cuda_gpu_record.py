@@ -68,6 +68,15 @@ def test_a_chain_becomes_kernel_nodes_and_is_right() -> None:
     assert created >= CHAIN and captured == 0
 
 
+def test_a_kernel_called_at_many_call_sites_is_loaded_once() -> None:
+    before = HANDLER.modules_loaded()
+    x, y = rand(4, (5000,)), rand(5, (5000,))
+    out, (created, _, _) = counts_after(chain_of_adds(5000, block=512), x, y)  # a binary no other test builds
+    np.testing.assert_allclose(np.asarray(out), np.asarray(x) + CHAIN * np.asarray(y), rtol=1e-5, atol=1e-5)
+    assert created >= CHAIN
+    assert HANDLER.modules_loaded() - before <= 1  # once per process, not once per call site
+
+
 def test_new_buffer_addresses_update_the_kernel_nodes() -> None:
     """Each call gets inputs at new addresses (all kept alive): XLA updates the recorded nodes, results stay right."""
     fn = chain_of_adds(1 << 16)
@@ -112,13 +121,15 @@ def test_more_than_48k_of_shared_memory() -> None:
             BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, launcher="jt",
         )  # fmt: skip
 
+    scales = [2.0 ** (i % 4) for i in range(CHAIN)]  # exact in float16
+
     @jax.jit
     def f(a: Any, b: Any) -> Any:
-        return jnp.stack([matmul(a * (i + 1), b) for i in range(CHAIN)])
+        return jnp.stack([matmul(a * scale, b) for scale in scales])
 
     out, (created, _, captured) = counts_after(f, a, b)
     product = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
-    expected = np.stack([product * (i + 1) for i in range(CHAIN)])
+    expected = np.stack([product * scale for scale in scales])
     assert np.linalg.norm(np.asarray(out, np.float64) - expected) / np.linalg.norm(expected) < 1e-5
     assert created >= CHAIN and captured == 0
 

@@ -42,9 +42,10 @@ class LaunchHandlerLibrary:
 
     Each GPU plugin ships a driver file (``csrc/<prefix>.cc``) that includes the shared header and exports the
     symbols ``<prefix>_instantiate``, ``_instantiate_preloaded``, ``_initialize``, ``_execute``, ``_state_type_id``,
-    ``_state_type_info``, ``_driver_error`` and ``_abi``. This class builds it, and registers two targets with XLA:
-    ``<prefix>`` (all three stages, for autotuned calls) and ``<prefix>_preloaded`` (no initialize stage: the
-    module is loaded when XLA instantiates the call, so a single-config call costs one handler call per launch).
+    ``_state_type_info``, ``_driver_error``, ``_modules_loaded`` and ``_abi``. This class builds it, and registers
+    two targets with XLA: ``<prefix>`` (all three stages, for autotuned calls) and ``<prefix>_preloaded`` (no
+    initialize stage: the module is loaded when XLA instantiates the call, so a single-config call costs one
+    handler call per launch).
 
     A driver file that also exports ``<prefix>_record``, ``_register_record`` and ``_record_counts``
     (``jt_launch_record.h``) gets two more targets, ``<prefix>_record`` and ``<prefix>_record_preloaded``: the same
@@ -114,6 +115,7 @@ class LaunchHandlerLibrary:
                 for suffix in ("state_type_id", "state_type_info"):
                     getattr(lib, f"{self.prefix}_{suffix}").restype = ctypes.c_void_p
                 getattr(lib, f"{self.prefix}_driver_error").restype = ctypes.c_char_p
+                getattr(lib, f"{self.prefix}_modules_loaded").restype = ctypes.c_int64
                 for name in ("abi", "record_counts"):
                     entry = getattr(lib, f"{self.prefix}_{name}", None)
                     if entry is not None:
@@ -224,6 +226,11 @@ class LaunchHandlerLibrary:
         buffer = (ctypes.c_int64 * 3)()
         counts(buffer, 3)
         return (int(buffer[0]), int(buffer[1]), int(buffer[2]))
+
+    def modules_loaded(self) -> int:
+        """How many code objects the library has loaded into a GPU context in this process (each kernel binary
+        once per context, however many calls launch it)."""
+        return int(getattr(self.library(), f"{self.prefix}_modules_loaded")())
 
     def driver_error(self) -> str:
         """Why the library cannot use the GPU driver in this process (empty when it can)."""

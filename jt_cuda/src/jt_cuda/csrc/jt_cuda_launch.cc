@@ -284,7 +284,7 @@ ffi::Error CudaDriver::LoadFunctions(const State& state, CUcontext context,
                   "cuDeviceGetAttribute", "");
   for (const jt_launch::KernelConfig& config : s->configs) {
     CUmodule module;
-    JT_LAUNCH_CHECK(cuModuleLoadData(&module, config.binary.data()), "cuModuleLoadData (loading the cubin)",
+    JT_LAUNCH_CHECK(cuModuleLoadData(&module, config.binary->data()), "cuModuleLoadData (loading the cubin)",
                     config.label);
     CUfunction function;
     JT_LAUNCH_CHECK(cuModuleGetFunction(&function, module, config.symbol.c_str()), "cuModuleGetFunction",

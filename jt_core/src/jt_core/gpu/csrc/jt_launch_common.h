@@ -50,6 +50,37 @@ namespace ffi = xla::ffi;
 
 // ---- modules per context ---------------------------------------------------------------------------------------
 
+// How many code objects this library has loaded into a context (each once per context).
+inline std::atomic<int64_t>& ModulesLoaded() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+
+// The functions of `s`'s configurations in `context`: loaded once per process for each code object (binaries are
+// interned), so that the calls of one kernel at many call sites share one module.
+template <typename Driver>
+ffi::Error SharedFunctions(const Driver* d, const KernelState<Driver>& s, typename Driver::Context context,
+                           std::vector<typename Driver::Function>* functions) {
+  using Key = std::tuple<typename Driver::Context, const std::string*, std::string>;
+  static std::mutex mutex;
+  static std::map<Key, typename Driver::Function> loaded;
+  std::lock_guard<std::mutex> lock(mutex);
+  functions->clear();
+  for (const KernelConfig& config : s.configs) {
+    auto it = loaded.find(Key{context, config.binary.get(), config.symbol});
+    if (it == loaded.end()) break;
+    functions->push_back(it->second);
+  }
+  if (functions->size() == s.configs.size()) return ffi::Error::Success();
+  functions->clear();
+  if (ffi::Error error = d->LoadFunctions(s, context, functions); error.failure()) return error;
+  ModulesLoaded().fetch_add(static_cast<int64_t>(s.configs.size()), std::memory_order_relaxed);
+  for (size_t c = 0; c < s.configs.size(); ++c) {
+    loaded.emplace(Key{context, s.configs[c].binary.get(), s.configs[c].symbol}, (*functions)[c]);
+  }
+  return ffi::Error::Success();
+}
+
 template <typename Driver>
 ffi::Error LoadForContext(const Driver* d, KernelState<Driver>* s, typename Driver::Context context,
                           ContextFunctions<Driver>** out) {
@@ -62,7 +93,7 @@ ffi::Error LoadForContext(const Driver* d, KernelState<Driver>* s, typename Driv
   }
   auto entry = std::make_unique<ContextFunctions<Driver>>();
   entry->context = context;
-  if (ffi::Error error = d->LoadFunctions(*s, context, &entry->functions); error.failure()) return error;
+  if (ffi::Error error = SharedFunctions(d, *s, context, &entry->functions); error.failure()) return error;
   *out = entry.get();
   s->contexts.push_back(std::move(entry));
   return ffi::Error::Success();
@@ -406,7 +437,9 @@ inline void NoteApi(const XLA_FFI_CallFrame* frame) {
 //   <prefix>_state_type_id(), <prefix>_state_type_info()
 //       the state type's id and info, registered with XLA from Python (jax.ffi.register_ffi_type);
 //   <prefix>_driver_error()
-//       why the runtime cannot be used in this process, or an empty string when it can.
+//       why the runtime cannot be used in this process, or an empty string when it can;
+//   <prefix>_modules_loaded()
+//       how many code objects the library has loaded into a context so far.
 #define JT_LAUNCH_DEFINE_HANDLERS(prefix, Driver)                                                               \
   JT_LAUNCH_DEFINE_STAGE(prefix##_instantiate, ::jt_launch::Instantiate<Driver>,                              \
                          ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());                 \
@@ -433,6 +466,7 @@ inline void NoteApi(const XLA_FFI_CallFrame* frame) {
     static XLA_FFI_TypeInfo info = ::xla::ffi::MakeTypeInfo<::jt_launch::KernelState<Driver>>();               \
     return &info;                                                                                             \
   }                                                                                                           \
-  extern "C" const char* prefix##_driver_error() { return Driver::Get()->error.c_str(); }
+  extern "C" const char* prefix##_driver_error() { return Driver::Get()->error.c_str(); }                     \
+  extern "C" int64_t prefix##_modules_loaded() { return ::jt_launch::ModulesLoaded().load(); }
 
 #endif  // JT_LAUNCH_COMMON_H_

@@ -101,7 +101,7 @@ ffi::Error Record(RecordContext record, KernelState<Driver>* s, ffi::RemainingAr
         {static_cast<int32_t>(config.block_x), 1, 1},
         {0, 0, 0},
     };
-    auto command = record.CreateLaunch(config.symbol.c_str(), config.binary.data(), config.binary.size(),
+    auto command = record.CreateLaunch(config.symbol.c_str(), config.binary->data(), config.binary->size(),
                                        Driver::kRecordFormat, dims, config.shared_mem, /*uses_pdl=*/false,
                                        kernel_args);
     if (!command.has_value()) return command.error();
