@@ -153,6 +153,8 @@ def vlog(out: Path) -> dict[str, dict[str, int]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("launch-trace"))
+    parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated path names (default: all)")
+    parser.add_argument("--no-xla-log", action="store_true", help="skip the run with XLA's command-buffer log")
     parser.add_argument("--vlog-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.vlog_child:
@@ -160,15 +162,16 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"device": jax.devices()[0].device_kind, "traces": {}, "xla_log": {}}
-    for name in PATHS:
+    for name in args.paths.split(","):
         try:
             summary["traces"][name] = trace_path(name, args.out)
         except Exception:
             summary["traces"][name] = {"error": traceback.format_exc()}
-    try:
-        summary["xla_log"] = vlog(args.out)
-    except Exception:
-        summary["xla_log"] = {"error": traceback.format_exc()}
+    if not args.no_xla_log:
+        try:
+            summary["xla_log"] = vlog(args.out)
+        except Exception:
+            summary["xla_log"] = {"error": traceback.format_exc()}
     from jt_cuda.launchers import HANDLER
 
     summary["record_counts"] = HANDLER.record_counts()
