@@ -8,6 +8,9 @@ of the jitted chain (dispatch and synchronisation included) and reports
 * per kernel: median(chain) / 100;
 * marginal: (median(chain) - median(one call)) / 99, the cost each further kernel adds;
 * the first execution of the compiled chain (XLA builds its command buffer then, and loads the kernels it adds).
+
+With ``--fresh K`` every timed call takes the next of K inputs, so the input buffer's address changes on every call
+and XLA updates the commands that read it before replaying its command buffer.
 """
 
 from __future__ import annotations
@@ -105,11 +108,13 @@ def chain_of(add: Callable[[Any, Any], Any], length: int, environment: dict[str,
         return run.lower(spec, spec).compile()
 
 
-def median_seconds(fn: Callable[[Any, Any], Any], x: Any, y: Any, reps: int) -> float:
-    for _ in range(10):
-        fn(x, y).block_until_ready()
+def median_seconds(fn: Callable[[Any, Any], Any], inputs: list[tuple[Any, Any]], reps: int) -> float:
+    """Median time of one synchronised call; call i takes ``inputs[i % len(inputs)]``."""
+    for i in range(10):
+        fn(*inputs[i % len(inputs)]).block_until_ready()
     times = []
-    for _ in range(reps):
+    for i in range(reps):
+        x, y = inputs[i % len(inputs)]
         start = time.perf_counter()
         fn(x, y).block_until_ready()
         times.append(time.perf_counter() - start)
@@ -130,9 +135,14 @@ class Measured:
         expected = np.asarray(self.x, np.float64) + CHAIN * np.asarray(self.y, np.float64)
         np.testing.assert_allclose(first, expected, rtol=1e-4, atol=1e-5)
 
-    def measure(self, reps: int) -> dict[str, Any]:
-        chain_s = median_seconds(self.chain, self.x, self.y, reps)
-        one_s = median_seconds(self.one, self.x, self.y, reps)
+    def measure(self, reps: int, fresh: int = 0) -> dict[str, Any]:
+        """Times the chain and the single call; with ``fresh`` > 0, each call takes the next of ``fresh`` inputs
+        (all alive, so the input's address changes on every call and XLA updates the commands that read it)."""
+        inputs = [(self.x, self.y)]
+        if fresh:
+            inputs = [(self.x + i, self.y) for i in range(fresh)]
+        chain_s = median_seconds(self.chain, inputs, reps)
+        one_s = median_seconds(self.one, inputs, reps)
         return {
             "path": self.name,
             "first_run_ms": self.first_run_s * 1e3,
@@ -148,12 +158,13 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2, help="measure every path this many times, interleaved")
+    parser.add_argument("--fresh", type=int, default=0, help="rotate among this many inputs (new addresses)")
     args = parser.parse_args()
     paths = [Measured(path) for path in launch_paths()]
     results = []
     for round_index in range(args.rounds):
         for path in paths:
-            result = path.measure(args.reps)
+            result = path.measure(args.reps, args.fresh)
             result["round"] = round_index
             results.append(result)
     header = f"{'path':44} {'round':>5} {'1st run ms':>10} {'chain us':>9} {'1 call us':>9}"

@@ -120,6 +120,32 @@ def trace_path(name: str, out: Path, runs: int = 5) -> dict[str, Any]:
     return summarize(json.loads(path.read_text())["traceEvents"], runs)
 
 
+def host_profile(name: str, out: Path, runs: int = 20) -> dict[str, float]:
+    """XLA's own profiler (host events: what the runtime does on the CPU per execution): microseconds per execution
+    spent in each host event, the longest 15."""
+    from jax.profiler import ProfileData
+
+    make, environment = PATHS[name]
+    chain = chain_of(make(), CHAIN, environment)
+    x, y = inputs()
+    for _ in range(10):
+        chain(x, y).block_until_ready()
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    folder = out / f"xprof_{name.split()[0]}_{len(name)}"
+    with jax.profiler.trace(str(folder), profiler_options=options):
+        for _ in range(runs):
+            chain(x, y).block_until_ready()
+    totals: collections.Counter[str] = collections.Counter()
+    for path in folder.rglob("*.xplane.pb"):
+        for plane in ProfileData.from_file(str(path)).planes:
+            if plane.name.startswith("/host:CPU"):
+                for line in plane.lines:
+                    for event in line.events:
+                        totals[event.name] += event.duration_ns / 1e3 / runs
+    return dict(totals.most_common(15))
+
+
 def vlog_child() -> None:
     """Runs each path's chain (8 calls, so that XLA forms a command buffer) three times, with markers."""
     x, y = inputs()
@@ -155,6 +181,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("launch-trace"))
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated path names (default: all)")
     parser.add_argument("--no-xla-log", action="store_true", help="skip the run with XLA's command-buffer log")
+    parser.add_argument("--host-profile", action="store_true", help="also profile the host with XLA's profiler")
     parser.add_argument("--vlog-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.vlog_child:
@@ -167,6 +194,13 @@ def main() -> None:
             summary["traces"][name] = trace_path(name, args.out)
         except Exception:
             summary["traces"][name] = {"error": traceback.format_exc()}
+    if args.host_profile:
+        summary["host"] = {}
+        for name in args.paths.split(","):
+            try:
+                summary["host"][name] = host_profile(name, args.out)
+            except Exception:
+                summary["host"][name] = {"error": traceback.format_exc()}
     if not args.no_xla_log:
         try:
             summary["xla_log"] = vlog(args.out)
@@ -187,6 +221,8 @@ def main() -> None:
             f"{name:22} {m.get('kernels', 0):7.0f} {m.get('mean_kernel_us', 0):9.2f} {m.get('mean_gap_us', 0):7.2f} "
             f"{m.get('span_per_kernel_us', 0):11.2f}  {calls}"
         )
+    for name, events in summary.get("host", {}).items():
+        print(f"host, {name}: " + ", ".join(f"{k[:60]} {v:.1f}" for k, v in events.items() if isinstance(v, float)))
     print("XLA log counts:", json.dumps(summary["xla_log"]))
     print("record counts (created, updated, captured):", summary["record_counts"])
 
