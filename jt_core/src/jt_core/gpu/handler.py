@@ -49,10 +49,10 @@ class LaunchHandlerLibrary:
 
     A driver file that also exports ``<prefix>_record``, ``_register_record`` and ``_record_counts``
     (``jt_launch_record.h``) gets two more targets, ``<prefix>_record`` and ``<prefix>_record_preloaded``: the same
-    stages plus a record stage, with which XLA adds each call to its command buffers as one kernel node instead of
-    a captured child graph. XLA's plugin interface registers four stages only, so these two are registered through
-    the XLA FFI API that XLA passed to the library while registering the first two. Lowering uses them whenever
-    they are registered (:meth:`target`).
+    stages plus a record stage, with which XLA adds each call to its command buffers as one kernel node (and updates
+    it when buffers move) instead of capturing the execute stage into a child graph. XLA's plugin interface
+    registers four stages only, so these two are registered through the XLA FFI API that XLA passed to the library
+    while registering the first two. Lowering uses them whenever they are registered (:meth:`target`).
 
     Args:
         prefix: The library's symbol prefix and target name (``"jt_cuda_launch"``).

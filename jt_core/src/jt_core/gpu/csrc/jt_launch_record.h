@@ -2,9 +2,11 @@
 // kernel node that XLA adds itself, through the XLA FFI record extension (xla/ffi/api/record_api.h), instead of a
 // child graph that XLA records by capturing the execute stage on a stream.
 //
-// Why: XLA records a custom call whose handler has no record stage by stream capture, and puts the captured graph
-// into the command buffer as a child graph node. A child graph node costs more, per replay, than the kernel nodes
-// XLA adds for its own kernels (and for Pallas); the record stage gives jt's kernels those same plain kernel nodes.
+// Without a record stage XLA records a custom call by capturing its execute stage on a stream, again whenever the
+// call's buffers move, and puts the captured graph into the command buffer as a child graph node. With it, XLA adds
+// and updates a kernel node itself, as for its own kernels. Replaying either costs the same on an H200 (measured:
+// benchmarks/RESULTS.md); a kernel node is also what a programmatic dependent launch needs, since a kernel captured
+// alone into a child graph has no predecessor inside its graph to overlap with.
 //
 // A driver that includes this header adds to the interface of jt_launch_common.h:
 //   constants    kRecordFormat (the code objects' xla::ffi::SourceFormat, e.g. kCubin)
@@ -19,18 +21,22 @@
 // record stage are registered through the XLA FFI API itself: the API of the runtime that called this library
 // (jt_launch::SeenApi, noted by every stage; XLA calls a handler with a metadata frame when it registers it).
 //
-// Builds without the record extension (XLA FFI headers without record_api.h) define no record symbols; jt then
-// keeps to the targets without a record stage.
+// Builds without the record extension (XLA FFI headers without record_api.h, or with a version of it this file
+// was not written against) define no record symbols; jt then keeps to the targets without a record stage.
 
 #ifndef JT_LAUNCH_RECORD_H_
 #define JT_LAUNCH_RECORD_H_
 
 #include "jt_launch_common.h"
 
+// The record extension is still changing: only the versions this header was written against are used.
 #if defined(__has_include)
 #if __has_include("xla/ffi/api/record_api.h")
 #include "xla/ffi/api/record_api.h"
+#if XLA_FFI_Extension_Record_MajorVersion == 0 && \
+    (XLA_FFI_Extension_Record_MinorVersion == 1 || XLA_FFI_Extension_Record_MinorVersion == 2)
 #define JT_LAUNCH_HAS_RECORD 1
+#endif
 #endif
 #endif
 
