@@ -149,3 +149,33 @@ def test_xla_parses_the_launch_attributes() -> None:
 def test_a_missing_attribute_fails_instantiate_with_its_name() -> None:
     message = _run_probe(drop="scalars")
     assert "attribute 'scalars' is missing" in message
+
+
+def test_record_targets_register_through_the_api_xla_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA passes its FFI API to the library when it registers a target (a metadata call); the targets with a record
+    stage are then registered through that API, and lowering picks them (but not for export, nor when turned off)."""
+    from jt_core.gpu.handler import LaunchHandlerLibrary
+
+    lib = handler.library()
+    _cpu_probe_target(lib)  # XLA has now called the library
+    probe = LaunchHandlerLibrary("jt_cuda_launch", handler.source, "cpu", "JT_PROBE_PRELOAD", "JT_PROBE_RECORD")
+    probe.record_target_name = "jt_cuda_launch_cpu_probe_record"
+    probe.record_preloaded_target_name = "jt_cuda_launch_cpu_probe_record_preloaded"
+    assert probe.target(True) == probe.preloaded_target_name  # nothing registered yet
+    probe._register_record(lib)
+    assert probe.record_unavailable is None
+    assert probe.target(True) == probe.record_preloaded_target_name
+    assert probe.target(False) == probe.record_target_name
+    assert probe.target(True, for_export=True) == probe.preloaded_target_name
+    monkeypatch.setenv("JT_PROBE_RECORD", "0")
+    assert probe.target(True) == probe.preloaded_target_name
+    assert probe.record_counts() == handler.record_counts()  # one library, one set of counters
+
+
+def test_a_handler_without_record_stage_keeps_the_plain_targets() -> None:
+    from jt_core.gpu.handler import LaunchHandlerLibrary
+
+    probe = LaunchHandlerLibrary("jt_cuda_launch", handler.source, "cpu", "JT_PROBE_PRELOAD")
+    probe._register_record(handler.library())
+    assert probe.record_unavailable == "this runtime's handler has no record stage"
+    assert probe.target(False) == probe.target_name

@@ -30,8 +30,9 @@ __all__ = [
 
 #: The custom-call target of jaxlib's Triton handler, which jax-triton 0.4 emits. jt emits it too with
 #: ``launcher="jaxlib"``; jt's default CUDA launcher emits its own handler's targets (``jt_cuda_launch``,
-#: ``jt_cuda_launch_preloaded``), and the CPU backend a host callback. Code that looks for this name in lowered
-#: programs finds jt's calls only with ``launcher="jaxlib"`` (or ``JT_LAUNCHER_CUDA=jaxlib``).
+#: ``jt_cuda_launch_preloaded``, or their ``_record`` variants), and the CPU backend a host callback. Code that
+#: looks for this name in lowered programs finds jt's calls only with ``launcher="jaxlib"`` (or
+#: ``JT_LAUNCHER_CUDA=jaxlib``).
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 #: The ``TritonAnyKernelCall`` field holding ``serialized_metadata`` (jaxlib's ``triton.proto``).

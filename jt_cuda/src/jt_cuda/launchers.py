@@ -4,10 +4,12 @@ Both emit one ``stablehlo.custom_call`` per ``triton_call``; they differ in what
 
 * ``"jt"`` (priority 20): jt's launch handler on the CUDA driver (``csrc/jt_cuda_launch.cc`` over jt-core's shared
   handler), a typed-FFI handler registered as command-buffer compatible, so XLA captures chains of launches into
-  CUDA graphs. It takes the cubin, the launch shape and an index-based parameter layout as attributes, zeroes
-  ``zeroed_outputs`` on the stream, gets global scratch from XLA as an extra output, launches clusters with
-  ``cuLaunchKernelEx``, encodes the TMA descriptors of host-side tensor descriptors at launch
-  (:mod:`jt_cuda.tensormaps`) and autotunes on the real buffers in its initialize stage.
+  CUDA graphs (each call as one kernel node that XLA adds through the handler's record stage, where XLA's FFI has
+  one; ``JT_CUDA_RECORD=0`` falls back to XLA capturing the call). It takes the cubin, the launch shape and an
+  index-based parameter layout as attributes, zeroes ``zeroed_outputs`` on the stream, gets global scratch from
+  XLA as an extra output, launches clusters with ``cuLaunchKernelEx``, encodes the TMA descriptors of host-side
+  tensor descriptors at launch (:mod:`jt_cuda.tensormaps`) and autotunes on the real buffers in its initialize
+  stage.
 * ``"jaxlib"`` (priority 10): the handler that ships with jaxlib's CUDA plugin (where the installed jaxlib has
   it). It takes PTX, assembles it itself, and autotunes with aliased inputs restored. It cannot pass host-side
   tensor descriptors, so calls with one are refused with a pointer to ``"jt"``.
@@ -35,12 +37,14 @@ from jt_cuda.tensormaps import descriptor_params
 
 __all__ = ["HANDLER", "CudaJaxlibLauncher", "CudaJtLauncher", "CudaXlaLauncher", "register_handlers"]
 
-#: jt's launch handler on the CUDA driver, and its XLA targets (``jt_cuda_launch``, ``jt_cuda_launch_preloaded``).
+#: jt's launch handler on the CUDA driver, and its XLA targets (``jt_cuda_launch``, ``jt_cuda_launch_preloaded``, and
+#: with a record stage ``jt_cuda_launch_record``, ``jt_cuda_launch_record_preloaded``).
 HANDLER = LaunchHandlerLibrary(
     prefix="jt_cuda_launch",
     source=Path(__file__).parent / "csrc" / "jt_cuda_launch.cc",
     platform="CUDA",
     preload_variable="JT_CUDA_PRELOAD",
+    record_variable="JT_CUDA_RECORD",
 )
 
 

@@ -1,8 +1,9 @@
 """jt's GPU launch handler: the shared C++ handler, built per runtime, and its registration with XLA.
 
-jt_core ships the runtime-neutral handler as two headers (``csrc/jt_launch_state.h``: the call's state, the
+jt_core ships the runtime-neutral handler as headers (``csrc/jt_launch_state.h``: the call's state, the
 attribute schema, remembered tuning winners; ``csrc/jt_launch_common.h``: module loading, launching, autotuning
-and the XLA FFI stages). A GPU plugin ships one C++ file that supplies its runtime's driver (entry points loaded
+and the XLA FFI stages; ``csrc/jt_launch_record.h``: the record stage, which makes each call one kernel node of
+XLA's command buffers). A GPU plugin ships one C++ file that supplies its runtime's driver (entry points loaded
 with ``dlopen``, so no toolkit is needed to build it) and includes them; :class:`LaunchHandlerLibrary` builds that
 file with :func:`jt_core.native.build_shared_library` against ``jax.ffi.include_dir()`` and registers the handler
 with XLA, with the command-buffer trait so that chains of launches are captured into CUDA graphs.
@@ -11,6 +12,7 @@ with XLA, with the command-buffer trait so that chains of launches are captured 
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from jt_core import settings
 from jt_core.native import LibrarySpec
 
 __all__ = ["LaunchHandlerLibrary", "headers", "include_dir"]
+
+_log = logging.getLogger(__name__)
 
 _INCLUDE_DIR = Path(__file__).parent / "csrc"
 
@@ -38,29 +42,48 @@ class LaunchHandlerLibrary:
 
     Each GPU plugin ships a driver file (``csrc/<prefix>.cc``) that includes the shared header and exports the
     symbols ``<prefix>_instantiate``, ``_instantiate_preloaded``, ``_initialize``, ``_execute``, ``_state_type_id``,
-    ``_state_type_info``, ``_driver_error`` and ``_abi``. This class builds it, and registers two targets with XLA:
-    ``<prefix>`` (all three stages, for autotuned calls) and ``<prefix>_preloaded`` (no initialize stage: the
-    module is loaded when XLA instantiates the call, so a single-config call costs one handler call per launch).
+    ``_state_type_info``, ``_driver_error``, ``_modules_loaded`` and ``_abi``. This class builds it, and registers
+    two targets with XLA: ``<prefix>`` (all three stages, for autotuned calls) and ``<prefix>_preloaded`` (no
+    initialize stage: the module is loaded when XLA instantiates the call, so a single-config call costs one
+    handler call per launch).
+
+    A driver file that also exports ``<prefix>_record``, ``_register_record`` and ``_record_counts``
+    (``jt_launch_record.h``) gets two more targets, ``<prefix>_record`` and ``<prefix>_record_preloaded``: the same
+    stages plus a record stage, with which XLA adds each call to its command buffers as one kernel node (and updates
+    it when buffers move) instead of capturing the execute stage into a child graph. XLA's plugin interface
+    registers four stages only, so these two are registered through the XLA FFI API that XLA passed to the library
+    while registering the first two. Lowering uses them whenever they are registered (:meth:`target`).
 
     Args:
         prefix: The library's symbol prefix and target name (``"jt_cuda_launch"``).
         source: The driver's C++ file.
         platform: XLA's platform name (``"CUDA"``, ``"ROCM"``).
         preload_variable: The environment variable that turns the preloaded target off when set to ``0``.
+        record_variable: The environment variable that turns the record-stage targets off when set to ``0``;
+            ``None`` for a driver without a record stage.
     """
 
-    def __init__(self, prefix: str, source: Path, platform: str, preload_variable: str) -> None:
+    def __init__(
+        self, prefix: str, source: Path, platform: str, preload_variable: str, record_variable: str | None = None
+    ) -> None:
         self.prefix = prefix
         self.source = source
         self.platform = platform
         self.preload_variable = preload_variable
+        self.record_variable = record_variable
         self.target_name = prefix
         self.preloaded_target_name = f"{prefix}_preloaded"
+        self.record_target_name = f"{prefix}_record"
+        self.record_preloaded_target_name = f"{prefix}_record_preloaded"
         self.state_type_name = f"{prefix.split('_launch')[0]}.KernelState"
         # Re-entrant: register() holds it while building the capsules, which load the library.
         self._lock = threading.RLock()
         self._library: ctypes.CDLL | None = None
         self._registered = False
+        self._recording = False
+        self._record_pending = False  # registration waits for XLA's first call into the library
+        #: Why the record-stage targets are not registered (``None`` once they are, or before registration).
+        self.record_unavailable: str | None = None
 
     def preload_enabled(self) -> bool:
         """Whether single-config calls use the preloaded target (``<preload_variable>=0`` turns it off)."""
@@ -92,9 +115,16 @@ class LaunchHandlerLibrary:
                 for suffix in ("state_type_id", "state_type_info"):
                     getattr(lib, f"{self.prefix}_{suffix}").restype = ctypes.c_void_p
                 getattr(lib, f"{self.prefix}_driver_error").restype = ctypes.c_char_p
-                abi = getattr(lib, f"{self.prefix}_abi")
-                abi.restype = ctypes.c_int
-                abi.argtypes = (ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
+                getattr(lib, f"{self.prefix}_modules_loaded").restype = ctypes.c_int64
+                for name in ("abi", "record_counts"):
+                    entry = getattr(lib, f"{self.prefix}_{name}", None)
+                    if entry is not None:
+                        entry.restype = ctypes.c_int
+                        entry.argtypes = (ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
+                register_record = getattr(lib, f"{self.prefix}_register_record", None)
+                if register_record is not None:
+                    register_record.restype = ctypes.c_char_p
+                    register_record.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
                 self._library = lib
             return self._library
 
@@ -121,7 +151,7 @@ class LaunchHandlerLibrary:
         }
 
     def register(self) -> None:
-        """Registers the state type and both targets with XLA, with the command-buffer trait (once per process).
+        """Registers the state type and the targets with XLA, with the command-buffer trait (once per process).
 
         Raises:
             NativeBuildError: When the library cannot be built.
@@ -149,7 +179,58 @@ class LaunchHandlerLibrary:
                 jax.ffi.register_ffi_target(
                     name, self.handler_capsules(preloaded), platform=self.platform, api_version=1, **extra
                 )
+            self._register_record(lib)
             self._registered = True
+
+    def _register_record(self, lib: ctypes.CDLL) -> None:
+        """Registers the record-stage targets, or says in :attr:`record_unavailable` why not."""
+        register = getattr(lib, f"{self.prefix}_register_record", None)
+        if self.record_variable is None or register is None:
+            self.record_unavailable = "this runtime's handler has no record stage"
+        elif not self.record_enabled():
+            self.record_unavailable = f"{self.record_variable}=0"
+        else:
+            names = (self.record_target_name, self.record_preloaded_target_name)
+            why = register(names[0].encode(), names[1].encode(), self.platform.encode())
+            self._record_pending = why is None
+            self._recording = why == b""
+            self.record_unavailable = (
+                "XLA has not called the handler library yet" if why is None else why.decode() or None
+            )
+        if not self._recording:
+            _log.debug("%s: record-stage targets not registered: %s", self.prefix, self.record_unavailable)
+
+    def record_enabled(self) -> bool:
+        """Whether calls may lower to the record-stage targets (``<record_variable>=0`` turns them off)."""
+        return self.record_variable is not None and settings.flag(self.record_variable, default=True)
+
+    def target(self, single_config: bool, for_export: bool = False) -> str:
+        """The custom-call target a call lowers to: with a record stage when registered in this process (and
+        neither exporting, since the exported module may run where they are not, nor turned off), without an
+        initialize stage for a single-config call (unless ``<preload_variable>=0``)."""
+        preloaded = single_config and self.preload_enabled()
+        if self._record_pending:
+            with self._lock:
+                if self._record_pending:
+                    self._register_record(self.library())
+        if self._recording and not for_export and self.record_enabled():
+            return self.record_preloaded_target_name if preloaded else self.record_target_name
+        return self.preloaded_target_name if preloaded else self.target_name
+
+    def record_counts(self) -> tuple[int, int, int]:
+        """What the record stage did in this process: kernel nodes created, kernel nodes updated, and fallbacks to
+        XLA's stream capture; zeros for a library without a record stage."""
+        counts = getattr(self.library(), f"{self.prefix}_record_counts", None)
+        if counts is None:
+            return (0, 0, 0)
+        buffer = (ctypes.c_int64 * 3)()
+        counts(buffer, 3)
+        return (int(buffer[0]), int(buffer[1]), int(buffer[2]))
+
+    def modules_loaded(self) -> int:
+        """How many code objects the library has loaded into a GPU context in this process (each kernel binary
+        once per context, however many calls launch it)."""
+        return int(getattr(self.library(), f"{self.prefix}_modules_loaded")())
 
     def driver_error(self) -> str:
         """Why the library cannot use the GPU driver in this process (empty when it can)."""

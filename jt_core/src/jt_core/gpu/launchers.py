@@ -138,9 +138,9 @@ class HandlerLauncher(Launcher):
             scratch = core.ShapedArray((scratch_bytes,), np.dtype(np.uint8))
             result_types.append(mlir.aval_to_ir_type(ctx.module_context, scratch))
             result_layouts.append([0])
-        single = len(kernels) == 1 and self.handler.preload_enabled()
+        parameters = getattr(ctx.module_context, "lowering_parameters", None)
         op = mlir.custom_call(
-            self.handler.preloaded_target_name if single else self.handler.target_name,
+            self.handler.target(len(kernels) == 1, for_export=bool(getattr(parameters, "for_export", False))),
             result_types=result_types,
             operands=list(operands),
             backend_config=backend_config,

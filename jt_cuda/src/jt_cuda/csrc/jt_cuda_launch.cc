@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "jt_launch_common.h"
+#include "jt_launch_record.h"
 
 namespace ffi = xla::ffi;
 
@@ -107,6 +108,9 @@ struct CudaDriver {
   static constexpr const char* kEventCreate = "cuEventCreate";
   static constexpr const char* kEventRecord = "cuEventRecord";
   static constexpr const char* kEventElapsedTime = "cuEventElapsedTime";
+#ifdef JT_LAUNCH_HAS_RECORD
+  static constexpr ffi::SourceFormat kRecordFormat = ffi::SourceFormat::kCubin;
+#endif
 
   CUresult (*cuInit)(unsigned int);
   CUresult (*cuDeviceGetCount)(int*);
@@ -280,7 +284,7 @@ ffi::Error CudaDriver::LoadFunctions(const State& state, CUcontext context,
                   "cuDeviceGetAttribute", "");
   for (const jt_launch::KernelConfig& config : s->configs) {
     CUmodule module;
-    JT_LAUNCH_CHECK(cuModuleLoadData(&module, config.binary.data()), "cuModuleLoadData (loading the cubin)",
+    JT_LAUNCH_CHECK(cuModuleLoadData(&module, config.binary->data()), "cuModuleLoadData (loading the cubin)",
                     config.label);
     CUfunction function;
     JT_LAUNCH_CHECK(cuModuleGetFunction(&function, module, config.symbol.c_str()), "cuModuleGetFunction",
@@ -395,6 +399,8 @@ ffi::Error CudaDriver::LaunchKernel(const State& state, const jt_launch::KernelC
 
 // jt_cuda_launch_{instantiate,instantiate_preloaded,initialize,execute,state_type_id,state_type_info,driver_error}
 JT_LAUNCH_DEFINE_HANDLERS(jt_cuda_launch, CudaDriver)
+// jt_cuda_launch_{record,register_record,record_counts}: kernel nodes in XLA's command buffers (jt_launch_record.h)
+JT_LAUNCH_DEFINE_RECORD_HANDLERS(jt_cuda_launch, CudaDriver)
 
 extern "C" {
 

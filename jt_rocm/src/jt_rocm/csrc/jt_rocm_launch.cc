@@ -224,7 +224,7 @@ ffi::Error HipDriver::LoadFunctions(const State& state, int device, std::vector<
                             std::to_string(device) + " allows " + std::to_string(max_shared));
     }
     hipModule_t module;
-    JT_LAUNCH_CHECK(hipModuleLoadData(&module, config.binary.data()), "hipModuleLoadData (loading the HSACO)",
+    JT_LAUNCH_CHECK(hipModuleLoadData(&module, config.binary->data()), "hipModuleLoadData (loading the HSACO)",
                     config.label);
     hipFunction_t function;
     JT_LAUNCH_CHECK(hipModuleGetFunction(&function, module, config.symbol.c_str()), "hipModuleGetFunction",

@@ -50,6 +50,37 @@ namespace ffi = xla::ffi;
 
 // ---- modules per context ---------------------------------------------------------------------------------------
 
+// How many code objects this library has loaded into a context (each once per context).
+inline std::atomic<int64_t>& ModulesLoaded() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+
+// The functions of `s`'s configurations in `context`: loaded once per process for each code object (binaries are
+// interned), so that the calls of one kernel at many call sites share one module.
+template <typename Driver>
+ffi::Error SharedFunctions(const Driver* d, const KernelState<Driver>& s, typename Driver::Context context,
+                           std::vector<typename Driver::Function>* functions) {
+  using Key = std::tuple<typename Driver::Context, const std::string*, std::string>;
+  static std::mutex mutex;
+  static std::map<Key, typename Driver::Function> loaded;
+  std::lock_guard<std::mutex> lock(mutex);
+  functions->clear();
+  for (const KernelConfig& config : s.configs) {
+    auto it = loaded.find(Key{context, config.binary.get(), config.symbol});
+    if (it == loaded.end()) break;
+    functions->push_back(it->second);
+  }
+  if (functions->size() == s.configs.size()) return ffi::Error::Success();
+  functions->clear();
+  if (ffi::Error error = d->LoadFunctions(s, context, functions); error.failure()) return error;
+  ModulesLoaded().fetch_add(static_cast<int64_t>(s.configs.size()), std::memory_order_relaxed);
+  for (size_t c = 0; c < s.configs.size(); ++c) {
+    loaded.emplace(Key{context, s.configs[c].binary.get(), s.configs[c].symbol}, (*functions)[c]);
+  }
+  return ffi::Error::Success();
+}
+
 template <typename Driver>
 ffi::Error LoadForContext(const Driver* d, KernelState<Driver>* s, typename Driver::Context context,
                           ContextFunctions<Driver>** out) {
@@ -62,7 +93,7 @@ ffi::Error LoadForContext(const Driver* d, KernelState<Driver>* s, typename Driv
   }
   auto entry = std::make_unique<ContextFunctions<Driver>>();
   entry->context = context;
-  if (ffi::Error error = d->LoadFunctions(*s, context, &entry->functions); error.failure()) return error;
+  if (ffi::Error error = SharedFunctions(d, *s, context, &entry->functions); error.failure()) return error;
   *out = entry.get();
   s->contexts.push_back(std::move(entry));
   return ffi::Error::Success();
@@ -112,28 +143,43 @@ void PreloadContexts(const Driver* d, KernelState<Driver>* s) {
 
 constexpr size_t kMaxInlineParams = 64;
 
-// Builds the kernel's parameter array (operands, results, scalars, then the global and profile scratch pointers
-// Triton appends), zeroes the requested outputs and launches configuration c.
-template <typename Driver>
-ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Function function,
-                  typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
-  const KernelConfig& config = s->configs[c];
-  const size_t n = s->param_kinds.size();
-  void* inline_values[kMaxInlineParams];
+// A configuration's kernel parameters for one call: params[i] points at the i-th parameter's value (operands,
+// results, scalars, then the global and profile scratch pointers Triton appends); values[i] is the device address
+// behind a buffer parameter. Built in place (params point into it), so it is neither copied nor moved.
+struct KernelParams {
+  size_t count = 0;  // parameters, the two scratch pointers included
+  void* inline_values[kMaxInlineParams + 2];
   void* inline_params[kMaxInlineParams + 2];
   std::vector<void*> heap_values, heap_params;
+  std::vector<TensorMapStorage> maps;
   void** values = inline_values;
   void** params = inline_params;
+  void* scratch = nullptr;
+  void* profile_scratch = nullptr;
+
+  KernelParams() = default;
+  KernelParams(const KernelParams&) = delete;
+  KernelParams& operator=(const KernelParams&) = delete;
+};
+
+template <typename Driver>
+ffi::Error BuildParams(const Driver* d, KernelState<Driver>* s, const KernelConfig& config, ffi::RemainingArgs& args,
+                       ffi::RemainingRets& rets, KernelParams* out) {
+  const size_t n = s->param_kinds.size();
+  out->count = n + 2;
   if (n + 2 > kMaxInlineParams) {
-    heap_values.resize(n + 2);
-    heap_params.resize(n + 2);
-    values = heap_values.data();
-    params = heap_params.data();
+    out->heap_values.resize(n + 2);
+    out->heap_params.resize(n + 2);
+    out->values = out->heap_values.data();
+    out->params = out->heap_params.data();
   }
-  std::vector<TensorMapStorage> maps(s->num_tensor_maps);
+  void** values = out->values;
+  void** params = out->params;
+  out->maps.resize(s->num_tensor_maps);
   size_t next_map = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t index = s->param_indices[i];
+    values[i] = nullptr;
     switch (s->param_kinds[i]) {
       case kTensorMap: {
         const int64_t* record = config.tensor_maps.data() + index * kTensorMapRecord;
@@ -148,7 +194,7 @@ ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Drive
           address = buffer->untyped_data();
         }
         if constexpr (EncodesTensorMaps<Driver>::value) {
-          void* map = maps[next_map++].bytes;
+          void* map = out->maps[next_map++].bytes;
           if (ffi::Error error = d->EncodeTensorMap(*s, config, record + 2, address, map); error.failure()) {
             return error;
           }
@@ -179,19 +225,31 @@ ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Drive
         break;
     }
   }
-  const uint64_t programs = uint64_t{config.grid[0]} * config.grid[1] * config.grid[2];
-  void* scratch = nullptr;
   if (config.scratch_per_program > 0 && s->scratch_result >= 0) {
     auto buffer = rets.get<ffi::AnyBuffer>(s->scratch_result);
     if (!buffer.has_value()) return buffer.error();
     uintptr_t base = reinterpret_cast<uintptr_t>((*buffer)->untyped_data());
     const uintptr_t align = config.scratch_align;
-    scratch = reinterpret_cast<void*>((base + align - 1) / align * align);
+    out->scratch = reinterpret_cast<void*>((base + align - 1) / align * align);
   }
-  void* profile_scratch = nullptr;
-  params[n] = &scratch;
-  params[n + 1] = &profile_scratch;
+  values[n] = out->scratch;
+  values[n + 1] = out->profile_scratch;
+  params[n] = &out->scratch;
+  params[n + 1] = &out->profile_scratch;
+  return ffi::Error::Success();
+}
 
+inline uint64_t Programs(const KernelConfig& config) {
+  return uint64_t{config.grid[0]} * config.grid[1] * config.grid[2];
+}
+
+// Builds configuration c's parameters, zeroes the requested outputs and launches it.
+template <typename Driver>
+ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Function function,
+                  typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
+  const KernelConfig& config = s->configs[c];
+  KernelParams kernel_params;
+  if (ffi::Error error = BuildParams(d, s, config, args, rets, &kernel_params); error.failure()) return error;
   for (int64_t index : config.zeroed) {
     auto buffer = rets.get<ffi::AnyBuffer>(index);
     if (!buffer.has_value()) return buffer.error();
@@ -201,8 +259,8 @@ ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Drive
                       std::string(Driver::kMemsetD8Async) + " (zeroed_outputs)", config.label);
     }
   }
-  if (programs == 0) return ffi::Error::Success();
-  return d->LaunchKernel(*s, config, function, stream, params);
+  if (Programs(config) == 0) return ffi::Error::Success();
+  return d->LaunchKernel(*s, config, function, stream, kernel_params.params);
 }
 
 // ---- autotuning ------------------------------------------------------------------------------------------------
@@ -348,8 +406,30 @@ ffi::Error Execute(typename Driver::Stream stream, KernelState<Driver>* s, ffi::
   return Launch(d, s, chosen, functions->functions[chosen], stream, args, rets);
 }
 
+// The XLA FFI API of the XLA runtime that calls this library, seen in the call frames XLA passes: when it
+// registers a handler, XLA calls it once with a metadata frame. jt_launch_record.h registers further targets
+// through it.
+inline std::atomic<const XLA_FFI_Api*>& SeenApi() {
+  static std::atomic<const XLA_FFI_Api*> api{nullptr};
+  return api;
+}
+
+inline void NoteApi(const XLA_FFI_CallFrame* frame) {
+  if (frame != nullptr && frame->api != nullptr && SeenApi().load(std::memory_order_relaxed) == nullptr) {
+    SeenApi().store(frame->api, std::memory_order_release);
+  }
+}
+
 }  // namespace
 }  // namespace jt_launch
+
+// Defines the exported C symbol of one handler stage: notes the XLA FFI API of its caller, then runs the stage.
+#define JT_LAUNCH_DEFINE_STAGE(symbol, impl, ...)                              \
+  XLA_FFI_DEFINE_HANDLER(symbol##_stage, impl, __VA_ARGS__);                   \
+  extern "C" XLA_FFI_Error* symbol(XLA_FFI_CallFrame* call_frame) {            \
+    ::jt_launch::NoteApi(call_frame);                                          \
+    return symbol##_stage(call_frame);                                         \
+  }
 
 // Defines a handler library's exported symbols for `Driver`, named after `prefix` (e.g. jt_cuda_launch):
 //   <prefix>_instantiate, <prefix>_instantiate_preloaded, <prefix>_initialize, <prefix>_execute
@@ -357,33 +437,36 @@ ffi::Error Execute(typename Driver::Stream stream, KernelState<Driver>* s, ffi::
 //   <prefix>_state_type_id(), <prefix>_state_type_info()
 //       the state type's id and info, registered with XLA from Python (jax.ffi.register_ffi_type);
 //   <prefix>_driver_error()
-//       why the runtime cannot be used in this process, or an empty string when it can.
+//       why the runtime cannot be used in this process, or an empty string when it can;
+//   <prefix>_modules_loaded()
+//       how many code objects the library has loaded into a context so far.
 #define JT_LAUNCH_DEFINE_HANDLERS(prefix, Driver)                                                               \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_instantiate, ::jt_launch::Instantiate<Driver>,                       \
-                                ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_instantiate_preloaded, ::jt_launch::InstantiatePreloaded<Driver>,    \
-                                ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_initialize, ::jt_launch::Initialize<Driver>,                         \
-                                ::xla::ffi::Ffi::BindInitialize()                                             \
-                                    .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                        \
-                                    .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()               \
-                                    .RemainingArgs()                                                          \
-                                    .RemainingRets()                                                          \
-                                    .Attrs<::xla::ffi::Dictionary>(),                                         \
-                                {::xla::ffi::Traits::kCmdBufferCompatible});                                  \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##_execute, ::jt_launch::Execute<Driver>,                               \
-                                ::xla::ffi::Ffi::Bind()                                                       \
-                                    .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                        \
-                                    .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()               \
-                                    .RemainingArgs()                                                          \
-                                    .RemainingRets()                                                          \
-                                    .Attrs<::xla::ffi::Dictionary>(),                                         \
-                                {::xla::ffi::Traits::kCmdBufferCompatible});                                  \
+  JT_LAUNCH_DEFINE_STAGE(prefix##_instantiate, ::jt_launch::Instantiate<Driver>,                              \
+                         ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());                 \
+  JT_LAUNCH_DEFINE_STAGE(prefix##_instantiate_preloaded, ::jt_launch::InstantiatePreloaded<Driver>,           \
+                         ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());                 \
+  JT_LAUNCH_DEFINE_STAGE(prefix##_initialize, ::jt_launch::Initialize<Driver>,                                \
+                         ::xla::ffi::Ffi::BindInitialize()                                                    \
+                             .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                               \
+                             .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()                      \
+                             .RemainingArgs()                                                                 \
+                             .RemainingRets()                                                                 \
+                             .Attrs<::xla::ffi::Dictionary>(),                                                \
+                         {::xla::ffi::Traits::kCmdBufferCompatible});                                         \
+  JT_LAUNCH_DEFINE_STAGE(prefix##_execute, ::jt_launch::Execute<Driver>,                                      \
+                         ::xla::ffi::Ffi::Bind()                                                              \
+                             .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                               \
+                             .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()                      \
+                             .RemainingArgs()                                                                 \
+                             .RemainingRets()                                                                 \
+                             .Attrs<::xla::ffi::Dictionary>(),                                                \
+                         {::xla::ffi::Traits::kCmdBufferCompatible});                                         \
   extern "C" void* prefix##_state_type_id() { return &::jt_launch::KernelState<Driver>::id; }                  \
   extern "C" void* prefix##_state_type_info() {                                                               \
     static XLA_FFI_TypeInfo info = ::xla::ffi::MakeTypeInfo<::jt_launch::KernelState<Driver>>();               \
     return &info;                                                                                             \
   }                                                                                                           \
-  extern "C" const char* prefix##_driver_error() { return Driver::Get()->error.c_str(); }
+  extern "C" const char* prefix##_driver_error() { return Driver::Get()->error.c_str(); }                     \
+  extern "C" int64_t prefix##_modules_loaded() { return ::jt_launch::ModulesLoaded().load(); }
 
 #endif  // JT_LAUNCH_COMMON_H_

@@ -40,11 +40,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -96,9 +99,25 @@ struct EncodesTensorMaps : std::false_type {};
 template <typename D>
 struct EncodesTensorMaps<D, std::void_t<decltype(&D::EncodeTensorMap)>> : std::true_type {};
 
+// One copy per process of each code object, shared by every call (and configuration) that launches it: the
+// runtime's modules and XLA's command buffers then load a kernel once, not once per call site.
+inline std::shared_ptr<const std::string> InternBinary(std::string_view bytes) {
+  static std::mutex mutex;
+  static std::unordered_multimap<size_t, std::shared_ptr<const std::string>> binaries;
+  const size_t hash = std::hash<std::string_view>{}(bytes);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [first, last] = binaries.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    if (*it->second == bytes) return it->second;
+  }
+  auto binary = std::make_shared<const std::string>(bytes);
+  binaries.emplace(hash, binary);
+  return binary;
+}
+
 struct KernelConfig {
   std::string symbol;  // the kernel's name in the binary
-  std::string binary;  // the code object
+  std::shared_ptr<const std::string> binary;  // the code object (interned: InternBinary)
   std::string label;   // for messages
   uint32_t grid[3];
   uint32_t block_x;
@@ -269,7 +288,7 @@ ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> Instantiate(ffi::Dictionary a
       return ffi::Unexpected(ffi::Error::InvalidArgument(prefix + "launch" + suffix + " must have 11 entries"));
     }
     config.symbol = std::string(symbol);
-    config.binary = std::string(binary);
+    config.binary = InternBinary(binary);
     config.label = std::string(label);
     for (int i = 0; i < 3; ++i) config.grid[i] = static_cast<uint32_t>(launch[i]);
     config.block_x = static_cast<uint32_t>(launch[3]);
