@@ -27,6 +27,8 @@ step "import contracts (lint-imports)"
 step "mkdocs build --strict"
 NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$ROOT/.ci-venv-latest/site" || status=1
 run_pytest "$latest" latest
+# The CPU race check finds no race and no unwritten output in any kernel the suites, the examples and the docs run.
+JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error run_pytest "$latest" "latest, with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error"
 if [ -d docs/examples/jt_example_backend/tests ]; then
     step "pytest of the example plugin docs/examples/jt_example_backend"
     (cd docs/examples/jt_example_backend && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1

@@ -10,7 +10,7 @@ Measures, on JAX's CPU platform:
   slope of the least-squares line ``time = a + b * programs`` is the cost of one program instance;
 * a 256 x 256 x 256 float32 matmul with ``tl.dot`` for a few block sizes (time per call and per program);
 
-each with the bounds check on and off (``JT_CPU_BOUNDS_CHECK=0``, read when a call is traced).
+each with the bounds check on (the default), off, and with the race check on top of it (``jt.cpu_checks``).
 
 ``python benchmarks/cpu_interpreter.py`` prints a table; ``--profile`` also prints where the time of one
 overhead call goes (cProfile); ``--quick`` uses fewer repetitions.
@@ -65,18 +65,15 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: 
     tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc)
 
 
+#: The checks a case runs with: the bounds check on (the default), off, or the race check on top of it.
+MODES = ("on", "off", "races")
+
+
 @contextlib.contextmanager
-def bounds_check(enabled: bool) -> Iterator[None]:
-    """Sets ``JT_CPU_BOUNDS_CHECK`` for the calls traced inside the block."""
-    previous = os.environ.get("JT_CPU_BOUNDS_CHECK")
-    os.environ["JT_CPU_BOUNDS_CHECK"] = "1" if enabled else "0"
-    try:
+def checks(mode: str) -> Iterator[None]:
+    """Chooses the CPU backend's checks (one of :data:`MODES`) for the calls traced inside the block."""
+    with jt.cpu_checks(bounds=mode != "off", races=mode == "races", unwritten="error"):
         yield
-    finally:
-        if previous is None:
-            del os.environ["JT_CPU_BOUNDS_CHECK"]
-        else:
-            os.environ["JT_CPU_BOUNDS_CHECK"] = previous
 
 
 @dataclasses.dataclass
@@ -85,7 +82,13 @@ class Case:
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    #: The checks (one of MODES) it runs with: part of jax.jit's cache key, so each call is made inside them.
+    mode: str = "on"
     times: list[float] = dataclasses.field(default_factory=list)
+
+    def __call__(self) -> Any:
+        with checks(self.mode):
+            return jax.block_until_ready(self.fn(*self.args))
 
     @property
     def median(self) -> float:
@@ -101,12 +104,12 @@ def time_interleaved(cases: Sequence[Case], rounds: int, calls_per_round: int = 
     the machine affects all of them alike. Each sample is the mean of ``calls_per_round`` calls (dispatch and
     ``block_until_ready`` included). The cases are already compiled (each was called once to check it)."""
     for case in cases:
-        jax.block_until_ready(case.fn(*case.args))
+        case()
     for _ in range(rounds):
         for case in cases:
             start = time.perf_counter()
             for _ in range(calls_per_round):
-                jax.block_until_ready(case.fn(*case.args))
+                case()
             case.times.append((time.perf_counter() - start) / calls_per_round)
 
 
@@ -147,48 +150,44 @@ def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def add_cases(grids: Sequence[int], check: bool) -> dict[int, Case]:
+def add_cases(grids: Sequence[int], mode: str) -> dict[int, Case]:
     """A 1M-element add split over each grid size, checked once."""
     size = 1 << 20
     x = jax.random.normal(jax.random.key(0), (size,), jnp.float32)
     y = jax.random.normal(jax.random.key(1), (size,), jnp.float32)
     cases = {}
-    with bounds_check(check):
-        for grid in grids:
-            fn = jax.jit(lambda x, y, grid=grid: add(x, y, grid))
-            np.testing.assert_array_equal(np.asarray(fn(x, y)), np.asarray(x + y))
-            cases[grid] = Case(fn, (x, y))
+    for grid in grids:
+        cases[grid] = Case(jax.jit(lambda x, y, grid=grid: add(x, y, grid)), (x, y), mode)
+        np.testing.assert_array_equal(np.asarray(cases[grid]()), np.asarray(x + y))
     return cases
 
 
-def matmul_cases(blocks: Sequence[tuple[int, int, int]], check: bool) -> dict[tuple[int, int, int], Case]:
+def matmul_cases(blocks: Sequence[tuple[int, int, int]], mode: str) -> dict[tuple[int, int, int], Case]:
     """A 256^3 float32 matmul per block size, checked once against NumPy in float64."""
     m = n = k = 256
     a = jax.random.normal(jax.random.key(2), (m, k), jnp.float32)
     b = jax.random.normal(jax.random.key(3), (k, n), jnp.float32)
     want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     cases = {}
-    with bounds_check(check):
-        for bm, bn, bk in blocks:
+    for bm, bn, bk in blocks:
 
-            def fn(a: jax.Array, b: jax.Array, bm: int = bm, bn: int = bn, bk: int = bk) -> jax.Array:
-                return jt.triton_call(
-                    a,
-                    b,
-                    kernel=matmul_kernel,
-                    out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
-                    grid=(m // bm, n // bn),
-                    M=m,
-                    N=n,
-                    K=k,
-                    BLOCK_M=bm,
-                    BLOCK_N=bn,
-                    BLOCK_K=bk,
-                )
+        def fn(a: jax.Array, b: jax.Array, bm: int = bm, bn: int = bn, bk: int = bk) -> jax.Array:
+            return jt.triton_call(
+                a,
+                b,
+                kernel=matmul_kernel,
+                out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+                grid=(m // bm, n // bn),
+                M=m,
+                N=n,
+                K=k,
+                BLOCK_M=bm,
+                BLOCK_N=bn,
+                BLOCK_K=bk,
+            )
 
-            jitted = jax.jit(fn)
-            np.testing.assert_allclose(np.asarray(jitted(a, b)), want, rtol=1e-4, atol=1e-3)
-            cases[(bm, bn, bk)] = Case(jitted, (a, b))
+        cases[(bm, bn, bk)] = Case(jax.jit(fn), (a, b), mode)
+        np.testing.assert_allclose(np.asarray(cases[(bm, bn, bk)]()), want, rtol=1e-4, atol=1e-3)
     return cases
 
 
@@ -287,44 +286,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {label:44}{median:8.3f}  {best:7.3f} ms")
     print(f"  target: <= {TARGET_CALL_MS} ms per call")
 
-    adds = {check: add_cases(grids, check) for check in (True, False)}
+    adds = {mode: add_cases(grids, mode) for mode in MODES}
     time_interleaved([case for cases in adds.values() for case in cases.values()], rounds=rounds)
     print(f"\n1M-element float32 add: ms per call by number of programs (same total work); median/best of {rounds}")
-    print(f"  {'programs':>8}  {'check on':>17}  {'check off':>17}")
+    print(f"  {'programs':>8}  {'bounds check':>17}  {'no check':>17}  {'race check':>17}  {'races/bounds':>12}")
     for grid in grids:
-        on, off = adds[True][grid], adds[False][grid]
-        print(f"  {grid:>8}  {on.median:8.2f}/{on.best:8.2f}  {off.median:8.2f}/{off.best:8.2f}")
-    for check in (True, False):
-        cases = adds[check]
+        on, off, races = (adds[mode][grid] for mode in MODES)
+        print(
+            f"  {grid:>8}  {on.median:8.2f}/{on.best:8.2f}  {off.median:8.2f}/{off.best:8.2f}  "
+            f"{races.median:8.2f}/{races.best:8.2f}  {races.median / on.median:11.2f}x"
+        )
+    for mode, label in zip(MODES, ("bounds check", "no check    ", "race check  ")):
+        cases = adds[mode]
         _, slope_median = fit_slope(grids, [cases[g].median for g in grids])
         intercept, slope_best = fit_slope(grids, [cases[g].best for g in grids])
         print(
-            f"  bounds check {'on ' if check else 'off'}: per program instance (slope of the fit) "
+            f"  {label}: per program instance (slope of the fit) "
             f"{slope_median:.3f} ms (medians), {slope_best:.3f} ms (best); fixed part {intercept:.1f} ms"
         )
-    print(f"  target: <= {TARGET_PROGRAM_MS} ms per program instance")
+    print(f"  target: <= {TARGET_PROGRAM_MS} ms per program instance (bounds check); race check <= 2x bounds check")
 
-    mms = {check: matmul_cases(blocks, check) for check in (True, False)}
+    mms = {mode: matmul_cases(blocks, mode) for mode in MODES}
     time_interleaved([case for cases in mms.values() for case in cases.values()], rounds=rounds)
     print(f"\n256x256x256 float32 matmul (tl.dot): median ms per call and per program (of {rounds})")
     print(
-        f"  {'BM,BN,BK':>12}  {'programs':>8}  {'K steps':>7}  {'on':>8}  {'on/prog':>8}  {'off':>8}  {'off/prog':>8}"
+        f"  {'BM,BN,BK':>12}  {'programs':>8}  {'K steps':>7}  {'bounds':>8}  {'/prog':>7}  {'none':>8}  {'/prog':>7}"
+        f"  {'races':>8}  {'/prog':>7}  {'races/bounds':>12}"
     )
     for block in blocks:
-        on, off = mms[True][block].median, mms[False][block].median
+        on, off, races = (mms[mode][block].median for mode in MODES)
         programs = matmul_programs(block)
         print(
             f"  {','.join(map(str, block)):>12}  {programs:>8}  {256 // block[2]:>7}  {on:8.2f}  "
-            f"{on / programs:8.3f}  {off:8.2f}  {off / programs:8.3f}"
+            f"{on / programs:7.3f}  {off:8.2f}  {off / programs:7.3f}  {races:8.2f}  {races / programs:7.3f}  "
+            f"{races / on:11.2f}x"
         )
 
     if args.profile:
         print("\ncProfile of 50 one-program calls, sorted by own time:")
         print(profile(overhead["raw"].fn, overhead["raw"].args, 50, 20))
         print(f"cProfile of one 1M-element add on {grids[0]} programs (bounds check on), sorted by own time:")
-        print(profile(adds[True][grids[0]].fn, adds[True][grids[0]].args, 1, 12))
+        print(profile(adds["on"][grids[0]].fn, adds["on"][grids[0]].args, 1, 12))
         print(f"cProfile of one matmul with blocks {blocks[-1]} (bounds check on), sorted by own time:")
-        print(profile(mms[True][blocks[-1]].fn, mms[True][blocks[-1]].args, 1, 15))
+        print(profile(mms["on"][blocks[-1]].fn, mms["on"][blocks[-1]].args, 1, 15))
     return 0
 
 

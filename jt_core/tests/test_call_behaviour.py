@@ -142,9 +142,10 @@ def test_multiple_outputs_and_pytree_outputs() -> None:
 
 
 def test_unwritten_outputs_are_poisoned_not_zero() -> None:
-    out = jt.triton_call(
-        kernel=k.half_writer_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, n=8, BLOCK=8
-    )
+    with jt.cpu_checks(unwritten="ignore"):  # the race check would report what this test leaves unwritten
+        out = jt.triton_call(
+            kernel=k.half_writer_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, n=8, BLOCK=8
+        )
     np.testing.assert_array_equal(np.asarray(out)[:4], 7.0)
     assert np.isnan(np.asarray(out)[4:]).all()
 

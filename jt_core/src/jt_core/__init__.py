@@ -9,10 +9,12 @@ from jt_core import utils
 from jt_core._version import __version__, __version_info__
 from jt_core.api import triton_call
 from jt_core.call import CompileOptions
+from jt_core.checks import CpuChecks, cpu_checks
 from jt_core.configs import normalize_grid
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
 from jt_core.dtypes import get_type_id
 from jt_core.errors import (
+    DataRaceError,
     DuplicateBackendError,
     JtError,
     KernelCallTypeError,
@@ -25,6 +27,8 @@ from jt_core.errors import (
     PluginError,
     PluginLoadError,
     UnsupportedKernelError,
+    UnwrittenOutputError,
+    UnwrittenOutputWarning,
 )
 from jt_core.gradients import kernel_vjp
 from jt_core.hookspecs import hookimpl, hookspec
@@ -41,6 +45,8 @@ __all__ = [
     "CompileOptions",
     "CompileRequest",
     "CompiledKernel",
+    "CpuChecks",
+    "DataRaceError",
     "Dialect",
     "DuplicateBackendError",
     "Elementwise",
@@ -59,9 +65,12 @@ __all__ = [
     "Target",
     "TensorDescriptor",
     "UnsupportedKernelError",
+    "UnwrittenOutputError",
+    "UnwrittenOutputWarning",
     "__version__",
     "__version_info__",
     "cdiv",
+    "cpu_checks",
     "get_compute_capability",
     "get_serialized_metadata",
     "get_type_id",

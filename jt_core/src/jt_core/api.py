@@ -11,7 +11,7 @@ from typing import Any
 from jax import tree_util
 
 import jt_core.batching  # noqa: F401  (registers the primitive's vmap rule)
-from jt_core import hooks, settings
+from jt_core import checks, hooks
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, kernel_name, kernel_params, kernel_signature_text
 from jt_core.configs import unwrap_kernel
@@ -150,7 +150,7 @@ def triton_call(
         has_side_effect=has_side_effect,
         launcher=launcher,
         vmap=vmap,
-        bounds_check=settings.flag("JT_CPU_BOUNDS_CHECK", default=True),
+        checks=checks.current(),
     )
     wrappers = unwrap_kernel(kernel)
     _refuse_misspelled_options(wrappers.fn, metaparams)

@@ -302,7 +302,7 @@ def bind_call(
         launcher=options.launcher,
         serialized_metadata=bytes(options.serialized_metadata),
         cost_estimate=tuple(sorted(options.cost_estimate.items())) if options.cost_estimate else None,
-        bounds_check=options.bounds_check,
+        checks=options.checks,
         vmap=options.vmap,
     )
     _refuse_traced_scalars(call, signature)

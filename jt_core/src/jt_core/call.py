@@ -17,6 +17,7 @@ from typing import Any
 
 from jax import tree_util
 
+from jt_core.checks import CpuChecks
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.tensordesc import TensorDescriptorSpec
 
@@ -140,7 +141,7 @@ class CallOptions:
     has_side_effect: bool = False
     launcher: str | None = None
     vmap: str = "auto"
-    bounds_check: bool = True
+    checks: CpuChecks = CpuChecks()
 
     def __post_init__(self) -> None:
         if self.backend_options is not None and not isinstance(self.backend_options, Mapping):
@@ -257,7 +258,7 @@ class KernelCall:
         launcher: The ``launcher=`` argument.
         serialized_metadata: Opaque bytes carried into the lowered call.
         cost_estimate: ``(("flops", n), ("bytes_accessed", n), ...)`` or ``None``.
-        bounds_check: Whether the CPU backend checks memory accesses.
+        checks: What the CPU backend checks while the kernel runs (:class:`jt_core.checks.CpuChecks`).
         vmap: The batching strategy under ``jax.vmap``: ``"auto"``, ``"grid"`` or ``"sequential"``.
         batch: For a call produced by the grid batching strategy, its :class:`jt_core.batching.BatchInfo`
             (the unbatched call and the batch dimensions); ``None`` otherwise.
@@ -283,7 +284,7 @@ class KernelCall:
     launcher: str | None
     serialized_metadata: bytes
     cost_estimate: tuple[tuple[str, Any], ...] | None
-    bounds_check: bool
+    checks: CpuChecks
     vmap: str = "auto"
     batch: Any = None
 

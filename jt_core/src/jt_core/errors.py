@@ -4,7 +4,8 @@ User mistakes in a ``triton_call`` raise the built-in ``TypeError`` / ``ValueErr
 that callers can catch jt's own), with messages naming the argument, what was expected and what was given. Plugin
 problems raise :class:`PluginError` subclasses naming the plugin, its distribution and the fix.
 
-Errors raised while a kernel runs (:class:`KernelRuntimeError`, :class:`OutOfBoundsAccessError`, and
+Errors raised while a kernel runs (:class:`KernelRuntimeError`, :class:`OutOfBoundsAccessError`,
+:class:`DataRaceError`, :class:`UnwrittenOutputError`, and
 :class:`UnsupportedKernelError` from the CPU interpreter) cross XLA's host callback and reach the caller as
 ``jax.errors.JaxRuntimeError``, whose message carries the jt error's type and text; :func:`from_runtime_error`
 rebuilds the jt error from it.
@@ -17,6 +18,7 @@ import reprlib
 from typing import Any
 
 __all__ = [
+    "DataRaceError",
     "DuplicateBackendError",
     "JtError",
     "KernelCallTypeError",
@@ -29,6 +31,8 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "UnsupportedKernelError",
+    "UnwrittenOutputError",
+    "UnwrittenOutputWarning",
     "from_runtime_error",
     "short_repr",
 ]
@@ -56,6 +60,20 @@ class KernelRuntimeError(JtError, RuntimeError):
 
 class OutOfBoundsAccessError(KernelRuntimeError):
     """A kernel loaded or stored outside every buffer passed to it (detected by the CPU backend)."""
+
+
+class DataRaceError(KernelRuntimeError):
+    """Two program instances of one launch touched the same element, at least one writing, not both atomically
+    (detected by the CPU backend's race check)."""
+
+
+class UnwrittenOutputError(KernelRuntimeError):
+    """An output that is neither aliased nor zeroed has elements no program wrote (CPU race check, asked to
+    raise)."""
+
+
+class UnwrittenOutputWarning(JtError, RuntimeWarning):
+    """An output that is neither aliased nor zeroed has elements no program wrote (CPU race check)."""
 
 
 class NoDeviceError(JtError, RuntimeError):
@@ -110,6 +128,8 @@ def from_runtime_error(error: BaseException) -> JtError | None:
     carried: tuple[type[JtError], ...] = (
         KernelRuntimeError,
         OutOfBoundsAccessError,
+        DataRaceError,
+        UnwrittenOutputError,
         UnsupportedKernelError,
         KernelCompileError,
     )

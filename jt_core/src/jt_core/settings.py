@@ -19,6 +19,8 @@ The variables:
 ``JT_STRICT_PLUGINS``    flag: a plugin problem raises instead of being recorded
 ``JT_LAUNCHER_<P>``      the launcher of platform ``<P>`` (``JT_LAUNCHER_CUDA=jaxlib``)
 ``JT_CPU_BOUNDS_CHECK``  flag, on by default: the CPU backend checks every load and store address
+``JT_CPU_RACE_CHECK``    flag: the CPU backend reports data races between the program instances of a launch
+``JT_CPU_UNWRITTEN``     ``warn`` (default), ``error`` or ``ignore``: outputs left partly unwritten (race check)
 ``JT_CPU_AUTOTUNE``      flag: tune autotuned kernels on the CPU too
 ``JT_CPU_COMPILE_CHECK`` flag, on by default: lowering for the CPU runs Triton's front end on the kernel
 ``JAX_TRITON_DUMP_DIR``  write every compiled kernel's IRs, binary and compile info under this folder

@@ -15,7 +15,7 @@ import numpy as np
 
 from jt_core.errors import OutOfBoundsAccessError
 
-__all__ = ["AccessChecker", "Buffer"]
+__all__ = ["AccessChecker", "Buffer", "Located"]
 
 
 #: How each kind of access is masked, for out-of-bounds messages.
@@ -28,12 +28,23 @@ _MASKED_FORMS = {
 
 @dataclasses.dataclass(frozen=True)
 class Buffer:
-    """A buffer a kernel may access: its name, address range and whether it may be written."""
+    """A buffer a kernel may access: its name, address range, whether it may be written, and the size of its
+    elements (what element indices in messages count)."""
 
     name: str
     start: int
     end: int
     writable: bool
+    itemsize: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """Where the lanes of one access land: their addresses, and the index of the buffer holding each (one index
+    when they all lie in one buffer)."""
+
+    addrs: np.ndarray
+    slots: int | np.ndarray
 
 
 class AccessChecker:
@@ -47,21 +58,30 @@ class AccessChecker:
         self.ends = np.array([b.end for b in ordered], dtype=np.uint64)
         self.writable = np.array([b.writable for b in ordered], dtype=bool)
 
-    def check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
+    def check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> Located | None:
+        """Checks one access (the lanes ``mask`` leaves on) and says where it lands.
+
+        Returns:
+            The accessed addresses and the buffer each lies in (an index into :attr:`buffers`, one for all when
+            they share a buffer), or ``None`` when every lane is masked off.
+
+        Raises:
+            OutOfBoundsAccessError: An address outside every buffer, or a store or atomic into a read-only one.
+        """
         addrs = np.asarray(ptrs, dtype=np.uint64)
         if mask is not None:
             addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
         else:
             addrs = addrs.reshape(-1)
         if addrs.size == 0:
-            return
+            return None
         # Fast path: every address falls in the buffer holding the lowest one (the usual case: one argument).
         low, high = int(addrs.min()), int(addrs.max())
         first = int(np.searchsorted(self.starts, np.uint64(low), side="right")) - 1
         if first >= 0 and high + itemsize <= int(self.ends[first]):
             if op != "load" and not self.writable[first]:
                 self._refuse_store(first, op)
-            return
+            return Located(addrs, first)
         slot = np.searchsorted(self.starts, addrs, side="right").astype(np.int64) - 1
         inside = (slot >= 0) & (addrs + np.uint64(itemsize) <= self.ends[np.maximum(slot, 0)])
         if not inside.all():
@@ -72,6 +92,7 @@ class AccessChecker:
             readonly = ~self.writable[slot]
             if readonly.any():
                 self._refuse_store(int(slot[readonly][0]), op)
+        return Located(addrs, slot)
 
     def _meant(self, addr: int, itemsize: int, inside_slots: np.ndarray) -> int | None:
         """The buffer an access that strays to ``addr`` was meant for: the one holding most of its other

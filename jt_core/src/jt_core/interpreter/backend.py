@@ -4,6 +4,7 @@ running the interpreter."""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,9 @@ from jax import tree_util
 from jt_core import _compat, frontend, settings, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
 from jt_core.interpreter import runner
+from jt_core.interpreter.races import RaceTracker, describe_elements
 
 CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 #: The device name autotuning results on the CPU are remembered under.
@@ -114,6 +117,7 @@ def execute_into(
             poison(out)
 
     buffers: list[runner.Buffer] = []
+    must_write: list[tuple[runner.Buffer, int]] = []
     leaves: dict[int, list[Any]] = {}
     for slot in call.slots:
         if slot.kind == INPUT:
@@ -132,13 +136,13 @@ def execute_into(
                 )
             else:
                 arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(
-                runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, out_index is not None)
-            )
+            buffers.append(_buffer(slot.name, array, writable=out_index is not None))
         elif slot.kind == OUTPUT:
             array = outputs[slot.index]
             arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, True))
+            buffers.append(_buffer(slot.name, array, writable=True))
+            if slot.index not in zeroed and slot.index not in aliased.values():
+                must_write.append((buffers[-1], slot.index))
         else:
             arg = runner.scalar_argument(slot.type_str, slot.value)
         leaves.setdefault(slot.path[0], []).append(arg)
@@ -154,14 +158,46 @@ def execute_into(
             values = leaves[param.index]
             arguments[param.name] = values[0] if tree is None else tree_util.tree_unflatten(tree, values)
 
-    runner.run(
+    checks = call.checks
+    races = runner.run(
         kernel.payload,
         call.name,
         arguments,
         config.grid,
-        buffers if call.bounds_check else None,
+        buffers if checks.bounds or checks.races else None,
         debug=config.options.debug,
+        race_check=checks.races,
     )
+    if races is not None and checks.unwritten != "ignore":
+        _report_unwritten(call, races, must_write, checks.unwritten)
+
+
+def _buffer(name: str, array: np.ndarray, writable: bool) -> runner.Buffer:
+    start = array.ctypes.data
+    return runner.Buffer(name, start, start + array.nbytes, writable, array.dtype.itemsize)
+
+
+def _report_unwritten(
+    call: KernelCall, races: RaceTracker, must_write: Sequence[tuple[runner.Buffer, int]], action: str
+) -> None:
+    """Warns about (or refuses) outputs with elements no program wrote: a GPU would hand back whatever the
+    memory held."""
+    for buffer, index in must_write:
+        missing = races.unwritten(buffer)
+        if not missing.size:
+            continue
+        aval = call.out_avals[index]
+        message = (
+            f"kernel {call.name!r}: output {buffer.name!r} ({aval.str_short()}) has "
+            f"{describe_elements(missing, total=int(np.prod(aval.shape, dtype=np.int64)))} that no program wrote: "
+            "on a GPU they hold whatever the memory held (jt's CPU backend fills them with NaN or 0xA5 bytes). "
+            "Store every element, or name the output in zeroed_outputs, or alias it to an input with "
+            "input_output_aliases. (Found by jt's CPU race check; JT_CPU_UNWRITTEN=ignore or "
+            "jt.cpu_checks(unwritten='ignore') silences it.)"
+        )
+        if action == "error":
+            raise UnwrittenOutputError(message)
+        warnings.warn(message, UnwrittenOutputWarning, stacklevel=2)
 
 
 class CpuLauncher(Launcher):

@@ -29,9 +29,10 @@ import ml_dtypes
 import numpy as np
 
 from jt_core import frontend
-from jt_core.errors import KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
+from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter.access import AccessChecker, Buffer
 from jt_core.interpreter.numerics import FloatFixes
+from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
     "AccessChecker",
@@ -92,19 +93,27 @@ def triton_type(type_str: str) -> Any:
 
 
 class _CheckedLibrary:
-    """Stands in for Triton's C++ interpreter library during a run: bf16 views and address checks."""
+    """Stands in for Triton's C++ interpreter library during a run: bf16 views, address checks and the race
+    check's records."""
 
-    def __init__(self, lib: Any, checker: AccessChecker | None) -> None:
+    def __init__(self, lib: Any, checker: AccessChecker | None, races: RaceTracker | None) -> None:
         self._lib = lib
         self._checker = checker
+        self._races = races
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lib, name)
 
+    def _check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
+        if self._checker is None:
+            return
+        located = self._checker.check(ptrs, mask, itemsize, op)
+        if self._races is not None and located is not None:
+            self._races.record(located, itemsize, op)
+
     def load(self, ptrs: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
-        if self._checker is not None:
-            self._checker.check(ptrs, mask, dtype.itemsize, "load")
+        self._check(ptrs, mask, dtype.itemsize, LOAD)
         if dtype == np.dtype(ml_dtypes.bfloat16):
             other16 = np.asarray(other).astype(ml_dtypes.bfloat16).view(np.uint16)
             return self._lib.load(ptrs, mask, other16, np.dtype(np.uint16)).view(ml_dtypes.bfloat16)
@@ -112,24 +121,24 @@ class _CheckedLibrary:
 
     def store(self, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray) -> Any:
         value = np.asarray(value)
-        if self._checker is not None:
-            self._checker.check(ptrs, mask, value.dtype.itemsize, "store")
+        self._check(ptrs, mask, value.dtype.itemsize, STORE)
         if value.dtype == np.dtype(ml_dtypes.bfloat16):
             value = value.view(np.uint16)
         return self._lib.store(ptrs, value, mask)
 
     def atomic_rmw(self, op: Any, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray, sem: Any) -> Any:
-        if self._checker is not None:
-            self._checker.check(ptrs, mask, np.asarray(value).dtype.itemsize, "atomic")
+        self._check(ptrs, mask, np.asarray(value).dtype.itemsize, ATOMIC)
         return self._lib.atomic_rmw(op, ptrs, value, mask, sem)
 
     def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, *rest: Any) -> Any:
-        if self._checker is not None:
-            self._checker.check(ptrs, None, np.asarray(val).dtype.itemsize, "atomic")
+        self._check(ptrs, None, np.asarray(val).dtype.itemsize, ATOMIC)
         return self._lib.atomic_cas(ptrs, cmp, val, *rest)
 
 
 _rewritten: dict[Any, Callable[..., Any]] = {}
+#: The code objects of the rewritten kernels and helpers written by users (not ``triton.language``'s own): where
+#: the race check places an access.
+_kernel_codes: set[Any] = set()
 _lang_patches: dict[tuple[int, ...], list[tuple[Any, str, Any]]] = {}
 
 
@@ -188,6 +197,8 @@ def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = _rewritten.get(py_fn)
     if fn is None:
         fn = _rewrite(py_fn)
+        if not getattr(py_fn, "__module__", "").startswith("triton."):
+            _kernel_codes.add(fn.__code__)
         _rewritten[py_fn] = fn
     return fn
 
@@ -217,7 +228,9 @@ def _rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextmanager
-def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[int, ...], Any]]:
+def _patched(
+    checker: AccessChecker | None, races: RaceTracker | None, debug: bool
+) -> Iterator[dict[tuple[int, ...], Any]]:
     """Applies the run-time fixes to Triton's interpreter; restores everything afterwards."""
     import triton.language as tl
     from triton.runtime import interpreter as interp
@@ -252,7 +265,7 @@ def _patched(checker: AccessChecker | None, debug: bool) -> Iterator[dict[tuple[
 
     patched_langs: dict[tuple[int, ...], Any] = {}
     interp._get_np_dtype = floats.get_np_dtype
-    interp._interpreter = _CheckedLibrary(original_lib, checker)
+    interp._interpreter = _CheckedLibrary(original_lib, checker, races)
     interp._patch_lang_tensor = patch_tensor
     builder_scope = _PatchScope(
         [(builder, name, method) for name, method in floats.patches().items()]
@@ -387,32 +400,47 @@ def run(
     grid: tuple[int, int, int],
     buffers: Sequence[Buffer] | None,
     debug: bool,
-) -> None:
+    race_check: bool = False,
+) -> RaceTracker | None:
     """Runs every program of ``grid``. ``buffers=None`` skips the address checks.
+
+    Args:
+        race_check: Watch for data races between the programs (needs ``buffers``).
+
+    Returns:
+        With ``race_check``, the race tracker of the run (which outputs' elements were written); else ``None``.
 
     Raises:
         OutOfBoundsAccessError: An access outside the buffers (or a store into an input).
+        DataRaceError: With ``race_check``, two programs touching one element, one writing, not both atomically.
         KernelRuntimeError: Any other error inside the kernel, naming the kernel and the program.
         UnsupportedKernelError: Inline assembly and other constructs the interpreter cannot run.
     """
     from triton.runtime import interpreter as interp
 
-    if 0 in grid:
-        return
-    fn = interpreted(py_fn)
     checker = AccessChecker(kernel_name, buffers) if buffers is not None else None
-    with frontend.interpreting(), _patched(checker, debug) as patched_langs:
+    races = RaceTracker(kernel_name, grid, checker.buffers, _kernel_codes) if race_check and checker else None
+    if 0 in grid:
+        return races
+    fn = interpreted(py_fn)
+    with frontend.interpreting(), _patched(checker, races, debug) as patched_langs:
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:
             arguments = {name: _build_descriptors(value) for name, value in arguments.items()}
             interp.interpreter_builder.set_grid_dim(*grid)
+            linear = 0  # the race check's number of the program: z varies fastest, as the loops run
             for x in range(grid[0]):
                 for y in range(grid[1]):
                     for z in range(grid[2]):
                         program = (x, y, z)
+                        if races is not None:
+                            races.program = linear
+                            linear += 1
                         interp.interpreter_builder.set_grid_idx(x, y, z)
                         fn(**arguments)
+        except DataRaceError:
+            raise  # names both programs already
         except (OutOfBoundsAccessError, UnsupportedKernelError) as exc:
             raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}]") from None
         except NotImplementedError as exc:
@@ -424,9 +452,12 @@ def run(
             cause: BaseException = exc
             while cause.__cause__ is not None and type(cause).__name__ == "InterpreterError":
                 cause = cause.__cause__
+            if isinstance(cause, DataRaceError):
+                raise DataRaceError(str(cause)) from None
             if isinstance(cause, (OutOfBoundsAccessError, UnsupportedKernelError)):
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
             raise KernelRuntimeError(
                 f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
                 f"{type(cause).__name__}: {cause}"
             ) from exc
+    return races
