@@ -28,6 +28,7 @@ __all__ = [
     "OutOfBoundsAccessError",
     "PluginError",
     "PluginLoadError",
+    "ProcessAgreementError",
     "UnsupportedKernelError",
     "from_runtime_error",
     "short_repr",
@@ -64,6 +65,11 @@ class NoDeviceError(JtError, RuntimeError):
 
 class UnsupportedKernelError(JtError, NotImplementedError):
     """The selected platform cannot run this kind of kernel (e.g. Gluon or inline asm on the CPU)."""
+
+
+class ProcessAgreementError(JtError, RuntimeError):
+    """The processes of a ``jax.distributed`` job would compile a call differently (launcher, configuration), or one
+    of them failed to lower it or did not answer in time; the message names the processes and their hosts."""
 
 
 class PluginError(JtError):
