@@ -1,11 +1,13 @@
-"""One process of a 2-process ``jax.distributed`` job, started by ``test_multiprocess.py`` (not collected: its name
-does not start with ``test_``).
+"""One process of a 2-process ``jax.distributed`` job, started by ``test_multiprocess.py`` through
+``jt_core.testing.run_job`` (not collected: its name does not start with ``test_``).
 
-    python core_multiprocess_worker.py SCENARIO PROCESS_ID PORT RESULT_FILE PLATFORM [LAUNCHER]
+    python core_multiprocess_worker.py SCENARIO PLATFORM [LAUNCHER]
 
-On the CPU each process has 2 devices (``XLA_FLAGS=--xla_force_host_platform_device_count=2``, set by the test) and
-the processes run collectives through gloo; on CUDA each process drives one GPU. The scenario's findings are
-written to RESULT_FILE as JSON (``{"error": ...}`` when it raised); the test compares the two processes' files.
+The job's coordinator, size and this process's index come in ``COORDINATOR``, ``NUM_PROCESSES`` and ``PROCESS_ID``,
+the file for the findings in ``RESULT_FILE``.
+On the CPU each process has 2 devices and the processes run collectives through gloo; on a GPU platform each
+process drives one GPU. The scenario's findings are written to that file as JSON (``{"error": ...}`` when it
+raised); the test compares the two processes' files.
 """
 
 from __future__ import annotations
@@ -18,16 +20,18 @@ import time
 import traceback
 from typing import Any
 
-SCENARIO, PROCESS, PORT, RESULT, PLATFORM = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-LAUNCHER = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] else None
+SCENARIO, PLATFORM = sys.argv[1], sys.argv[2]
+LAUNCHER = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
+PROCESS = int(os.environ["PROCESS_ID"])
+RESULT = os.environ["RESULT_FILE"]
 
 import jax  # noqa: E402
 
 if PLATFORM == "cpu":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(
-    f"127.0.0.1:{PORT}",
-    num_processes=2,
+    os.environ["COORDINATOR"],
+    num_processes=int(os.environ["NUM_PROCESSES"]),
     process_id=PROCESS,
     initialization_timeout=60,
     local_device_ids=[PROCESS] if PLATFORM != "cpu" else None,

@@ -9,28 +9,20 @@ fails the test, so a hang never blocks the run.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import jax
 import pytest
 
+from jt_core.testing import run_job
+
 WORKER = Path(__file__).with_name("core_multiprocess_worker.py")
 #: Seconds a whole job may take (two cold processes: JAX start, distributed start-up, compiles, trials).
 JOB_SECONDS = 150
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def private_folder(path: Path) -> Path:
@@ -49,7 +41,7 @@ def with_cpu_handler(cache: Path) -> Path:
     return cache
 
 
-def run_job(
+def run_scenario(
     tmp_path: Path,
     scenario: str,
     platform: str = "cpu",
@@ -57,59 +49,30 @@ def run_job(
     env: dict[str, str] | None = None,
     per_process: tuple[dict[str, str], dict[str, str]] = ({}, {}),
 ) -> list[dict[str, Any]]:
-    """Runs ``scenario`` in a 2-process job; returns each process's findings (killing the job when it overruns)."""
-    port = free_port()
-    jobs = []
+    """Runs ``scenario`` in a 2-process job, each process with its own cache folder; returns each one's findings."""
+    caches = []
     for index in (0, 1):
-        cache = tmp_path / f"cache{index}"
+        cache = private_folder(tmp_path / f"cache{index}")
         if platform == "cpu" and "CXX" not in per_process[index]:
             with_cpu_handler(cache)
-        process_env = {
-            **os.environ,
-            "JT_CACHE_DIR": str(private_folder(cache)),
-            "JT_DISTRIBUTED_TIMEOUT": "60",
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-            **per_process[index],
-        }
-        if platform == "cpu":
-            process_env["JAX_PLATFORMS"] = "cpu"
-            process_env["XLA_FLAGS"] = (
-                process_env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-            ).strip()
-        else:
-            process_env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        log = (tmp_path / f"process{index}.log").open("w")
-        result = tmp_path / f"result{index}.json"
-        command = [sys.executable, str(WORKER), scenario, str(index), str(port), str(result), platform, launcher or ""]
-        process = subprocess.Popen(
-            command, cwd=WORKER.parent, env=process_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        jobs.append((process, log, result))
-    deadline = time.monotonic() + JOB_SECONDS
-    overran = False
-    for process, log, _ in jobs:
-        try:
-            process.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            overran = True
-    for process, log, _ in jobs:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
-    logs = "\n".join(
-        f"--- process {i} (exit {p.returncode}):\n{(tmp_path / f'process{i}.log').read_text()[-6000:]}"
-        for i, (p, _, _) in enumerate(jobs)
+        caches.append({"JT_CACHE_DIR": str(cache), **per_process[index]})
+    results = [tmp_path / f"result{index}.json" for index in (0, 1)]
+    finished = run_job(
+        [str(WORKER), scenario, platform, launcher or ""],
+        platform=platform,
+        env={"JT_DISTRIBUTED_TIMEOUT": "60", **(env or {})},
+        per_process=[{**cache, "RESULT_FILE": str(result)} for cache, result in zip(caches, results)],
+        timeout=JOB_SECONDS,
+        cwd=WORKER.parent,
     )
-    assert not overran, f"the job did not finish in {JOB_SECONDS} s (a hang):\n{logs}"
-    results = []
-    for _, _, result in jobs:
-        assert result.is_file(), f"a process wrote no result:\n{logs}"
-        results.append(json.loads(result.read_text()))
-    for found in results:
-        assert "error" not in found, f"process {found['process']}: {found['error']}\n{found.get('traceback')}\n{logs}"
-    return results
+    outputs = "\n".join(f"--- process {p.index} (exit {p.returncode}):\n{p.output[-6000:]}" for p in finished)
+    found = []
+    for result in results:
+        assert result.is_file(), f"a process wrote no result:\n{outputs}"
+        found.append(json.loads(result.read_text()))
+    for item in found:
+        assert "error" not in item, f"process {item['process']}: {item['error']}\n{item.get('traceback')}\n{outputs}"
+    return found
 
 
 def check_sharding(results: list[dict[str, Any]]) -> None:
@@ -136,15 +99,15 @@ def check_autotune(results: list[dict[str, Any]]) -> None:
 
 
 def test_shard_map_and_partition_rules_run_across_two_processes(tmp_path: Path) -> None:
-    check_sharding(run_job(tmp_path, "sharding"))
+    check_sharding(run_scenario(tmp_path, "sharding"))
 
 
 def test_tied_autotuned_kernel_runs_process_zeros_choice_on_every_process(tmp_path: Path) -> None:
-    check_autotune(run_job(tmp_path, "autotune", env={"JT_CPU_AUTOTUNE": "1"}))
+    check_autotune(run_scenario(tmp_path, "autotune", env={"JT_CPU_AUTOTUNE": "1"}))
 
 
 def test_processes_that_lowered_other_kernels_first_compile_the_same_program(tmp_path: Path) -> None:
-    results = run_job(tmp_path, "order")
+    results = run_scenario(tmp_path, "order")
     assert results[0]["lowered"] == results[1]["lowered"]
     assert results[0]["compiled"] == results[1]["compiled"]
 
@@ -152,7 +115,7 @@ def test_processes_that_lowered_other_kernels_first_compile_the_same_program(tmp
 def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-compiler")
     started = time.monotonic()
-    results = run_job(tmp_path, "no_compiler", per_process=({}, {"CXX": missing}))
+    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": missing}))
     assert time.monotonic() - started < JOB_SECONDS
     for found in results:
         outcome = found["outcome"]
@@ -160,6 +123,20 @@ def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path
         assert "process 1 (host" in outcome and "launcher 'interpreter'" in outcome, outcome
         assert f"CXX={missing!r}" in outcome and "python -m jt_core build-native" in outcome, outcome
         assert found["seconds"] < 20, found  # without agreement: 30 s in gloo, then an error about gloo
+
+
+def test_lowering_device_is_one_this_process_drives() -> None:
+    # A computation's device assignment starts with another process's device on every process but the first.
+    from jt_core import primitive
+
+    theirs = types.SimpleNamespace(process_index=jax.process_index() + 1, platform="cpu")
+    mine = types.SimpleNamespace(process_index=jax.process_index(), platform="cpu")
+    ctx = types.SimpleNamespace(
+        module_context=types.SimpleNamespace(
+            axis_context=types.SimpleNamespace(device_assignment=(theirs, mine)), platforms=["cpu"]
+        )
+    )
+    assert primitive.lowering_device(ctx) is mine
 
 
 def gpus() -> int:
@@ -175,7 +152,7 @@ def gpus() -> int:
 def test_two_processes_on_two_gpus(tmp_path: Path, scenario: str, launcher: str) -> None:
     if gpus() < 2:
         pytest.skip("needs 2 GPUs")
-    results = run_job(tmp_path, scenario, platform="cuda", launcher=launcher)
+    results = run_scenario(tmp_path, scenario, platform="cuda", launcher=launcher)
     if scenario == "sharding":
         check_sharding(results)
     elif scenario == "autotune":

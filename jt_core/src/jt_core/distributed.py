@@ -8,19 +8,20 @@ own remembered winner) and the launcher (a host without a C++ compiler cannot bu
 each call of such a computation, the processes exchange small records through the job's own key-value store (the
 one ``jax.distributed`` runs; jt has no transport of its own):
 
-* :meth:`Exchange.decide`: process 0 decides (tunes, say) and publishes the decision; the others wait for it and use
-  it;
-* :meth:`Exchange.compare`: each process publishes how it lowers the call (launcher, configuration); process 0
-  compares every other process's record with its own and each other process compares its own with process 0's, so a
-  difference is an :class:`~jt_core.errors.ProcessAgreementError` on both sides, naming both, instead of a hang;
+* :meth:`Exchange.decide`: the leader (process 0, or the first of the processes sharing the computation) decides
+  (tunes, say) and publishes the decision; the others wait for it and use it;
+* :meth:`Exchange.compare`: each process publishes how it lowers the call (launcher, configuration); the leader
+  compares every other process's record with its own and each other process compares its own with the leader's, so
+  a difference is an :class:`~jt_core.errors.ProcessAgreementError` on both sides, naming both, instead of a hang;
 * :meth:`Exchange.reporting`: a process that fails while lowering the call publishes its error, so the processes
   waiting for its records fail at once with it instead of waiting.
 
 Records are keyed by :func:`call_digest`, the call's content (the same on every process whatever the order in which
-the processes lowered their computations), and exchanged once per process and call. Waiting happens only while
-lowering, never while a computation runs (a wait inside a running computation could block its collectives), and
-is bounded by ``JT_DISTRIBUTED_TIMEOUT`` seconds (default 600). Computations whose devices all belong to one process
-(a ``jax.jit`` on a local device) involve no other process and exchange nothing.
+the processes lowered their computations), and exchanged once per process and call. A process waits only while
+lowering, for the others to lower the same call, never while a computation runs (a wait inside a running
+computation could keep it from a collective the others wait in), and for at most ``JT_DISTRIBUTED_TIMEOUT`` seconds
+(default 600). Computations whose devices all belong to one process (a ``jax.jit`` on a local device) involve no
+other process and exchange nothing.
 """
 
 from __future__ import annotations
@@ -55,44 +56,51 @@ def timeout_seconds() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """This process's place in a multi-process job.
+    """This process's place among the processes of a multi-process job that share a computation.
 
     Attributes:
         process_index: This process's index (``jax.process_index()``).
-        process_count: How many processes the job has.
+        processes: The indices of the processes sharing the computation (all of the job's, unless its devices
+            belong to some of them only), in order; the first decides for the others.
         client: The job's distributed runtime client (its key-value store).
     """
 
     process_index: int
-    process_count: int
+    processes: tuple[int, ...]
     client: Any = dataclasses.field(repr=False, compare=False)
 
     @property
+    def leader(self) -> int:
+        """The process that decides for the others (the first one sharing the computation)."""
+        return self.processes[0]
+
+    @property
     def leads(self) -> bool:
-        """Whether this process decides for the others (process 0)."""
-        return self.process_index == 0
+        """Whether this process decides for the others."""
+        return self.process_index == self.leader
 
 
 def current_job() -> Job | None:
-    """The multi-process job this process belongs to, or ``None`` (a single process, or ``jax.distributed`` not
-    initialised)."""
+    """The multi-process job this process belongs to, with every process of it, or ``None`` (a single process, or
+    ``jax.distributed`` not initialised)."""
     process_index, process_count, client = _compat.distributed_state()
     if client is None or process_count < 2:
         return None
-    return Job(process_index, process_count, client)
+    return Job(process_index, tuple(range(process_count)), client)
 
 
 def job_of(devices: Sequence[Any] | None) -> Job | None:
-    """The job whose processes must agree on a computation running on ``devices``: ``None`` when the devices are
-    unknown (lowering without devices) or all belong to this process."""
+    """The processes that must agree on a computation running on ``devices``: ``None`` when the devices are unknown
+    (lowering without devices) or all belong to this process."""
     if not devices:
         return None
     job = current_job()
     if job is None:
         return None
-    if all(getattr(device, "process_index", job.process_index) == job.process_index for device in devices):
+    processes = sorted({int(getattr(device, "process_index", job.process_index)) for device in devices})
+    if processes == [job.process_index]:
         return None
-    return job
+    return dataclasses.replace(job, processes=tuple(processes))
 
 
 def host_name() -> str:
@@ -140,11 +148,13 @@ def _canonical(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 # Exchanging records.
 
-#: What this process exchanged, by (digest, topic): the records it published, in order (a call lowered again the
-#: same way exchanges nothing; lowered another way, it is exchanged again under the next round), or process 0's
-#: decision.
+#: What this process exchanged, by (exchange key, topic): the records it published, in order (a call lowered again
+#: the same way exchanges nothing; lowered another way, it is exchanged again under the next round), or the
+#: leader's decision.
 _exchanged: dict[tuple[str, str], list[dict[str, Any]]] = {}
-_exchanged_lock = threading.Lock()
+#: One lock per (exchange key, topic): threads lowering the same call at once exchange it once.
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_lock = threading.Lock()
 #: How often a waiting process looks for an error published by the one it waits for, in seconds.
 _POLL_SECONDS = 1.0
 
@@ -160,11 +170,17 @@ class Exchange:
 
     def __init__(self, job: Job, digest: str, what: str) -> None:
         self.job = job
-        self.digest = digest
         self.what = what
+        # The same call shared by other sets of processes is another exchange.
+        sharing = hashlib.sha256(",".join(map(str, job.processes)).encode()).hexdigest()[:16]
+        self.key = f"{digest}/{sharing}"
 
     def _key(self, topic: str, process: int) -> str:
-        return f"{_KEY_PREFIX}/{self.digest}/{topic}/{process}"
+        return f"{_KEY_PREFIX}/{self.key}/{topic}/{process}"
+
+    def _lock(self, topic: str) -> threading.Lock:
+        with _locks_lock:
+            return _locks.setdefault((self.key, topic), threading.Lock())
 
     def _publish(self, topic: str, record: Mapping[str, Any], overwrite: bool = False) -> None:
         value = json.dumps({**record, "host": host_name()}, sort_keys=True)
@@ -207,20 +223,20 @@ class Exchange:
         )
 
     def decide(self, topic: str, decide: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:
-        """Process 0's decision about the call: process 0 runs ``decide()`` and publishes what it returns (JSON
-        values); every other process waits for it. Decided once per process and call: later lowerings reuse it."""
-        with _exchanged_lock:
-            done = _exchanged.get((self.digest, topic))
-        if done:
-            return dict(done[0])
-        if self.job.leads:
-            decision = dict(decide())
-            self._publish(topic, decision)
-        else:
-            decision = self._receive(topic, 0)
-        with _exchanged_lock:
-            _exchanged.setdefault((self.digest, topic), [decision])
-        return decision
+        """The leader's decision about the call: the leader (process 0, or the first process sharing the computation)
+        runs ``decide()`` and publishes what it returns (JSON values); every other process waits for it. Decided
+        once per process and call: later lowerings reuse it."""
+        with self._lock(topic):
+            done = _exchanged.get((self.key, topic))
+            if done:
+                return dict(done[0])
+            if self.job.leads:
+                decision = dict(decide())
+                self._publish(topic, decision)
+            else:
+                decision = self._receive(topic, self.job.leader)
+            _exchanged[(self.key, topic)] = [decision]
+            return dict(decision)
 
     def compare(
         self,
@@ -232,8 +248,8 @@ class Exchange:
     ) -> None:
         """Publishes how this process lowers the call and compares it with the others.
 
-        Process 0 compares the record of every other process with its own; each other process compares its own with
-        process 0's. Records differing in one of ``fields`` raise on both sides.
+        The leader compares the record of every other process with its own; each other process compares its own
+        with the leader's. Records differing in one of ``fields`` raise on both sides.
 
         Args:
             topic: What is compared (``"lowering"``).
@@ -246,14 +262,14 @@ class Exchange:
             ProcessAgreementError: Naming both processes, their hosts and their records.
         """
         record = dict(mine)
-        with _exchanged_lock:
-            rounds = _exchanged.setdefault((self.digest, topic), [])
+        with self._lock(topic):
+            rounds = _exchanged.setdefault((self.key, topic), [])
             if record in rounds:
                 return
             name = f"{topic}.{len(rounds)}"
             rounds.append(record)
         self._publish(name, record)
-        for process in range(1, self.job.process_count) if self.job.leads else (0,):
+        for process in self.job.processes[1:] if self.job.leads else (self.job.leader,):
             theirs = self._receive(name, process)
             differing = [field for field in fields if theirs.get(field) != record.get(field)]
             if not differing:
@@ -262,10 +278,11 @@ class Exchange:
                 [(self.job.process_index, {**record, "host": host_name()}), (process, theirs)], key=lambda s: s[0]
             )
             described = "; ".join(f"process {p} (host {r.get('host', '?')!r}): {describe(r)}" for p, r in sides)
+            verb = "differ" if len(differing) > 1 else "differs"
             raise ProcessAgreementError(
                 f"{self.what} would be compiled differently by the processes of this jax.distributed job "
-                f"({' and '.join(differing)} differ): {described}. Every process must compile the same program, "
-                f"or the job hangs in its next collective" + (f". {hint}" if hint else "")
+                f"({' and '.join(differing)} {verb}): {described}. Every process must compile the same program, "
+                "or the job hangs in its next collective" + (f". {hint}" if hint else "")
             )
 
     @contextmanager

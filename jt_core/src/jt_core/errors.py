@@ -118,6 +118,7 @@ def from_runtime_error(error: BaseException) -> JtError | None:
         OutOfBoundsAccessError,
         UnsupportedKernelError,
         KernelCompileError,
+        ProcessAgreementError,
     )
     first: tuple[int, type[JtError], int] | None = None
     for kind in carried:

@@ -9,9 +9,11 @@ pieces, with no gather, through ``jax.experimental.custom_partitioning`` (with a
 * :class:`BatchDims`: the listed dimensions of every operand and output are independent batch dimensions (same
   size everywhere): they may be sharded; the other dimensions are replicated (gathered if they arrive sharded).
 
-Declare it on one call (``triton_call(..., partition=jt.Elementwise(), grid=lambda meta: ...)``) or on a function
-making any number of calls (``@jt.partitioned(jt.BatchDims(0))``). Either way the per-shard computation is traced
-again with the local shapes, so grids and sizes derived from shapes are recomputed for each shard.
+Declare it on a function making any number of calls (``@jt.partitioned(jt.BatchDims(0))``), which is traced again
+for each shard with the local arrays, so grids and sizes derived from shapes are the shard's; or on one call
+(``triton_call(..., partition=jt.Elementwise(), grid=lambda meta: ...)``), whose grid callable is evaluated again
+with the local shapes while its scalars reach every shard unchanged: an integer scalar that is a global size the
+shards do not have is refused, since the kernel would run past its piece.
 """
 
 from __future__ import annotations
