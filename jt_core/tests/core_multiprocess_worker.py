@@ -37,6 +37,7 @@ jax.distributed.initialize(
     local_device_ids=[PROCESS] if PLATFORM != "cpu" else None,
 )
 
+import core_kernels as k  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import triton  # noqa: E402
@@ -47,20 +48,6 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jt_core as jt  # noqa: E402
 from jt_core import files, tuning  # noqa: E402
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3.0, mask=mask)
 
 
 # Two configurations doing the same work: a real tie, which the process's own timing would break either way. The
@@ -76,9 +63,8 @@ def tied_kernel(x_ptr, out_ptr, used_ptr, n, BLOCK: tl.constexpr):
 
 
 def add(x: Any, y: Any) -> Any:
-    return jt.triton_call(
-        x, y, n=x.size, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, 32),), BLOCK=32, launcher=LAUNCHER
-    )
+    kernel, grid = k.add_current_kernel, (triton.cdiv(x.size, 32),)
+    return jt.triton_call(x, y, n=x.size, kernel=kernel, out_shape=x, grid=grid, BLOCK=32, launcher=LAUNCHER)
 
 
 def tied(x: Any) -> tuple[Any, Any]:
@@ -137,7 +123,7 @@ def sharding() -> dict[str, Any]:
             lambda a, b: jt.triton_call(
                 a,
                 b,
-                kernel=add_kernel,
+                kernel=k.add_current_kernel,
                 out_shape=a,
                 grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, 32),),
                 n=a.size // jax.device_count(),  # the shard's size
@@ -158,7 +144,8 @@ def sharding() -> dict[str, Any]:
     refused = jax.jit(
         lambda a: jt.triton_call(
             a,
-            kernel=scale_kernel,
+            kernel=k.scale_kernel,
+            factor=3.0,
             out_shape=a,
             grid=lambda meta: (triton.cdiv(meta["n"], 32),),
             n=a.size,
@@ -237,7 +224,7 @@ def order() -> dict[str, Any]:
         z = jax.device_put(np.ones(48, np.float32), jax.local_devices()[0])
         extra = jax.jit(
             lambda a: jt.triton_call(
-                a, n=a.size, kernel=scale_kernel, out_shape=a, grid=(2,), BLOCK=32, launcher=LAUNCHER
+                a, n=a.size, factor=3.0, kernel=k.scale_kernel, out_shape=a, grid=(2,), BLOCK=32, launcher=LAUNCHER
             )
         )
         np.testing.assert_allclose(extra(z), 3 * np.ones(48), rtol=1e-6)
