@@ -24,6 +24,7 @@ from jt_core.errors import (
     OutOfBoundsAccessError,
     PluginError,
     PluginLoadError,
+    ProcessAgreementError,
     UnsupportedKernelError,
 )
 from jt_core.gradients import kernel_vjp
@@ -56,6 +57,7 @@ __all__ = [
     "PartitionRule",
     "PluginError",
     "PluginLoadError",
+    "ProcessAgreementError",
     "Target",
     "TensorDescriptor",
     "UnsupportedKernelError",

@@ -70,19 +70,30 @@ def _impl(*args: Any, call: KernelCall) -> Any:
 triton_kernel_call_p.def_impl(_impl)
 
 
+def _runs_on(device: Any, platform: str) -> bool:
+    """Whether ``device`` is one of the lowering platform's (JAX's CUDA and ROCm devices say ``"gpu"``)."""
+    kind = getattr(device, "platform", None)
+    return kind == platform or (kind == "gpu" and platform in ("cuda", "rocm"))
+
+
 def computation_devices(ctx: Any) -> tuple[Any, ...] | None:
-    """The devices of the computation being lowered, when JAX passes them (``None`` for export and cross-platform
-    lowering). In a multi-process job they include devices of other processes."""
-    axis_context = ctx.module_context.axis_context
-    devices = getattr(axis_context, "device_assignment", None)
-    if devices:
-        return tuple(devices)
-    try:
-        mesh_devices = axis_context.mesh.devices  # a concrete mesh (shard_map, partition rules)
-    except Exception:
+    """The devices of the computation being lowered, when JAX passes them and they are the lowering platform's
+    (``None`` for export and cross-platform lowering). In a multi-process job they include devices of other
+    processes."""
+    module_context = ctx.module_context
+    if len(module_context.platforms) != 1:
         return None
-    flat = tuple(getattr(mesh_devices, "flat", ()))
-    return flat or None
+    axis_context = module_context.axis_context
+    devices = getattr(axis_context, "device_assignment", None)
+    if not devices:
+        try:
+            devices = tuple(axis_context.mesh.devices.flat)  # a concrete mesh (shard_map, partition rules)
+        except Exception:
+            return None
+    devices = tuple(devices)
+    if not devices or not all(_runs_on(device, module_context.platforms[0]) for device in devices):
+        return None
+    return devices
 
 
 def lowering_device(ctx: Any, devices: Sequence[Any] | None = None) -> Any | None:
@@ -105,7 +116,7 @@ def lowering_device(ctx: Any, devices: Sequence[Any] | None = None) -> Any | Non
     except Exception:
         return None
     platform = module_context.platforms[0] if module_context.platforms else None
-    if local and platform and getattr(local[0], "platform", None) in (platform, "gpu"):
+    if local and platform and _runs_on(local[0], platform):
         return local[0]
     return None
 
@@ -113,10 +124,11 @@ def lowering_device(ctx: Any, devices: Sequence[Any] | None = None) -> Any | Non
 def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str) -> Sequence[Any]:
     """Lowers a call for one platform through its backend and launcher.
 
-    In a ``jax.distributed`` job, a call of a computation spanning several processes runs process 0's choice of
-    configuration on every process, and the processes compare how they lower it (:func:`agree_on_lowering`).
+    In a ``jax.distributed`` job, a call of a computation spanning several processes runs the configuration the
+    first of them chose (:func:`tune_ahead`), and the processes compare how they lower it
+    (:func:`agree_on_lowering`).
     """
-    devices = computation_devices(ctx) if len(ctx.module_context.platforms) == 1 else None
+    devices = computation_devices(ctx)
     job = distributed.job_of(devices)
     if job is None:
         return _lower(ctx, operands, call, platform, devices, None)
@@ -190,7 +202,8 @@ def tune_ahead(
 
     The choice is the remembered winner for this device kind, else the winner of trials run now on scratch buffers
     through the launcher (or, for one that lowers a single configuration, the platform's next launcher). In a job,
-    process 0 chooses and every process runs its choice (:func:`jt_core.tuning.agreed_config`). Returns ``call``
+    the first process sharing the computation chooses and every process runs its choice
+    (:func:`jt_core.tuning.agreed_config`). Returns ``call``
     unchanged when no winner can be had outside a job (no device, tuning records disabled): the launcher then says
     why it cannot express the call.
     """
@@ -214,8 +227,9 @@ def _local_winner(call: KernelCall, platform: str, device: Any | None, launcher:
     if index is None:
         tuner = hooks.next_launcher(platform, launcher) if launcher.single_config else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
+        tuning.take_recent_choice(call)  # an earlier choice, on another device say, is not this run's
         _run_on_scratch(dataclasses.replace(call, launcher=tuner.name), device)
-        index = tuning.recent_choice(call)
+        index = tuning.take_recent_choice(call)
         if index is None:
             index = tuning.load_choice(key, len(call.configs))
     return index

@@ -6,8 +6,8 @@ root's ``autotune`` folder, so later processes on the machine skip the trials. T
 :func:`choose_config`; GPU launch handlers read and write the same records themselves (:func:`tuning_path`).
 
 In a ``jax.distributed`` job, the processes sharing a computation must run one configuration: each timing its own
-trials (or reading its own record) would let them differ. :func:`agreed_config` makes process 0's choice everyone's
-(:mod:`jt_core.distributed`).
+trials (or reading its own record) would let them differ. :func:`agreed_config` makes the choice of the first of them
+(process 0 for a global mesh) everyone's (:mod:`jt_core.distributed`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = [
     "agreed_config",
     "choose_config",
     "load_choice",
-    "recent_choice",
+    "take_recent_choice",
     "save_choice",
     "tuning_key",
     "tuning_path",
@@ -156,22 +156,23 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
     return best
 
 
-def recent_choice(call: KernelCall) -> int | None:
+def take_recent_choice(call: KernelCall) -> int | None:
     """The configuration :func:`choose_config` chose last in this process for the tuning problem of ``call`` (on
-    any device), or ``None``."""
-    index = _recent.get(tuning_key(call, ""))
+    any device), or ``None``; taken, so that a later question gets only a later choice."""
+    index = _recent.pop(tuning_key(call, ""), None)
     return index if index is not None and 0 <= index < len(call.configs) else None
 
 
 def agreed_config(exchange: distributed.Exchange, call: KernelCall, choose: Callable[[], int | None]) -> int:
-    """The configuration every process of a job runs for an autotuned call: process 0's choice.
+    """The configuration every process sharing a computation runs for an autotuned call: the leader's choice (the
+    first process sharing it: process 0 for a global mesh).
 
-    Process 0 calls ``choose()`` (its remembered winner or the winner of its trials; ``None`` when it has none,
+    The leader calls ``choose()`` (its remembered winner or the winner of its trials; ``None`` when it has none,
     which picks the first configuration) and publishes it; the other processes receive it and never use their own
     timings or records, so that neither makes them differ.
 
     Raises:
-        ProcessAgreementError: When process 0's choice is not one of this process's configurations.
+        ProcessAgreementError: When the leader's choice is not one of this process's configurations.
     """
 
     def decide() -> dict[str, Any]:
@@ -179,7 +180,7 @@ def agreed_config(exchange: distributed.Exchange, call: KernelCall, choose: Call
         if index is None:
             index = 0
             _tuning_log.info(
-                "triton_call %r: no tuned winner on process 0; every process runs the first config [%s]",
+                "triton_call %r: no tuned winner on the leading process; every process runs the first config [%s]",
                 call.name,
                 call.configs[0].label,
             )
@@ -189,9 +190,9 @@ def agreed_config(exchange: distributed.Exchange, call: KernelCall, choose: Call
     index = int(decision["index"])
     if not 0 <= index < len(call.configs) or decision["config"] != call.configs[index].label:
         raise ProcessAgreementError(
-            f"triton_call {call.name!r}: process 0 chose config {index} [{decision['config']}], which is not one of "
+            f"triton_call {call.name!r}: the leading process chose config {index} [{decision['config']}], not one of "
             f"this process's {len(call.configs)} configs ({[config.label for config in call.configs]})"
         )
     label = decision["config"]
-    _tuning_log.info("triton_call %r: every process runs config [%s], process 0's choice", call.name, label)
+    _tuning_log.info("triton_call %r: every process runs config [%s], the leading process's choice", call.name, label)
     return index
