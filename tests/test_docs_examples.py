@@ -161,6 +161,19 @@ def test_code_blocks_run_as_pasted_in_a_fresh_process(page: Path, tmp_path: Path
     assert result.stdout.rstrip().endswith(DONE)
 
 
+def test_the_many_processes_page_runs_as_a_two_process_job(tmp_path: Path) -> None:
+    """The script of "Many processes and hosts" runs as it says: two processes of two CPU devices each."""
+    from jt_core.testing import run_job
+
+    page = PAGES / "multi-process.md"
+    script = tmp_path / "job.py"
+    script.write_text(page_script(page), encoding="utf-8")
+    finished = run_job([str(script)], processes=2, devices=2, timeout=150, cwd=tmp_path)
+    for process in finished:
+        assert process.returncode == 0, f"process {process.index}:\n{process.output[-6000:]}"
+        assert f"process {process.index} of 2: ok" in process.output, process.output[-2000:]
+
+
 # Options of `pip install` that take a value, and the ones whose value is a local path.
 PIP_OPTIONS_WITH_VALUE = {"-f", "--find-links", "-r", "--requirement", "-c", "--constraint", "-t", "--target"}
 PIP_PATH_OPTIONS = {"-e", "--editable", "-r", "--requirement", "-c", "--constraint"}

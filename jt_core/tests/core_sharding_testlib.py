@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+import time
 import zlib
 from typing import Any
 
@@ -18,6 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jt_core as jt
+from jt_core import tuning
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
 
 assert "xla_force_host_platform_device_count=4" in os.environ.get("XLA_FLAGS", ""), "run with 4 host devices"
@@ -141,7 +144,7 @@ def test_partitioned_triton_call_runs_per_shard_with_the_ffi_launcher(mesh: Any,
         lambda a, b: jt.triton_call(
             a,
             b,
-            n=a.size,  # passed unchanged to each shard: the local grid covers exactly the shard's elements
+            n=a.size // mesh.size,  # the shard's size: scalars reach every shard unchanged
             kernel=add_kernel,
             out_shape=a,
             grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, 32),),
@@ -165,6 +168,84 @@ def test_partitioned_triton_call_through_host_callbacks_is_refused_clearly(mesh:
     with pytest.raises(Exception, match=r"cannot run on the CPU backend across several devices.*jax\.shard_map"):
         f(x, x)
     assert issubclass(UnsupportedKernelError, NotImplementedError)
+
+
+def test_partitioned_triton_call_given_a_global_size_is_refused_naming_local_sizes(
+    mesh: Any, rng: np.random.Generator
+) -> None:
+    # What the documentation once showed: the global x.size reaches every shard, whose kernel would read past its
+    # piece (an out-of-bounds load on the CPU, silently wrong memory on a GPU).
+    x = jax.device_put(rng.standard_normal(256, dtype=np.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(
+        lambda a, b: jt.triton_call(
+            a,
+            b,
+            kernel=add_kernel,
+            out_shape=a,
+            grid=lambda meta: (triton.cdiv(meta["n"], 64),),
+            n=a.size,
+            BLOCK=64,
+            partition=jt.Elementwise(),
+            launcher="ffi",
+        )
+    )
+    with pytest.raises(Exception, match="KernelCallValueError") as caught:
+        f(x, x)
+    message = str(caught.value)
+    assert "scalar argument 'n' is 256, the global element count of operand 0" in message, message
+    assert "where that size is 64" in message and "@jt.partitioned" in message, message
+    # Written inside @jt.partitioned, x.size is the shard's and the call runs.
+    g = jax.jit(jt.partitioned(jt.Elementwise())(functools.partial(add, launcher="ffi")))
+    np.testing.assert_allclose(g(x, x), 2 * np.asarray(x), rtol=1e-6)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 16})], key=["n"])
+@triton.jit
+def tied_kernel(x_ptr, out_ptr, used_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+    if tl.program_id(0) == 0:
+        tl.store(used_ptr, BLOCK)
+
+
+@pytest.mark.parametrize("launcher", ["interpreter", "ffi"])
+def test_devices_of_one_call_run_one_tuned_configuration(
+    mesh: Any, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, launcher: str
+) -> None:
+    # Each choice made for the call picks another configuration, and waits a little for a second device to make one:
+    # the devices of one call must wait for the first choice instead.
+    choices: list[int] = []
+    lock = threading.Lock()
+
+    def choose(call: Any, device_name: str, trial: Any) -> int:
+        with lock:
+            choices.append(len(choices))
+            mine = choices[-1]
+        deadline = time.monotonic() + 1.0
+        while len(choices) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return mine % len(call.configs)
+
+    monkeypatch.setenv("JT_CPU_AUTOTUNE", "1")
+    monkeypatch.setattr(tuning, "choose_config", choose)
+
+    def tuned(a: Any) -> Any:
+        return jt.triton_call(
+            a,
+            n=a.size,
+            kernel=tied_kernel,
+            out_shape=(a, jax.ShapeDtypeStruct((1,), jnp.int32)),
+            grid=lambda meta: (triton.cdiv(a.size, meta["BLOCK"]),),
+            launcher=launcher,
+        )
+
+    x = jax.device_put(rng.standard_normal(4 * 32, dtype=np.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(jax.shard_map(tuned, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P("x"))))
+    out, used = f(x)
+    np.testing.assert_allclose(out, np.asarray(x) + 1, rtol=1e-6)
+    assert len(choices) == 1
+    assert np.asarray(used).tolist() == [8, 8, 8, 8]
 
 
 def test_partition_rule_shape_errors() -> None:

@@ -209,6 +209,62 @@ def test_dispatcher_reports_errors_instead_of_raising() -> None:
     assert tiny.value == b"LookupE"  # truncated, NUL-terminated
 
 
+def test_call_id_comes_from_content_not_from_what_was_lowered_before() -> None:
+    # Two fresh processes lower the same call, one after lowering another call first: the ids must not differ
+    # (processes of one jax.distributed job compile the same program whatever each lowered before).
+    script = (
+        "import re, sys, jax, jax.numpy as jnp\n"
+        "import jt_core as jt\n"
+        "import core_kernels as k\n"
+        "def scale(x, factor):\n"
+        "    return jt.triton_call(x, kernel=k.scale_kernel, out_shape=x, grid=2, n=x.size, factor=factor, BLOCK=16,"
+        " launcher='ffi')\n"
+        "x = jax.ShapeDtypeStruct((20,), jnp.float32)\n"
+        "if sys.argv[1] == 'after-another':\n"
+        "    jax.jit(lambda x: scale(x, 5.0)).lower(x)\n"
+        "print(re.findall(r'call_id = (\\d+) : i64', jax.jit(lambda x: scale(x, 2.0)).lower(x).as_text()))\n"
+    )
+    ids = []
+    for order in ("first", "after-another"):
+        result = subprocess.run(
+            [sys.executable, "-c", script, order],
+            cwd=BEHAVIOUR.parent,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        ids.append(result.stdout.strip().splitlines()[-1])
+    assert ids[0] == ids[1] and len(ids[0]) > 4, ids
+
+
+def test_named_ffi_launcher_without_a_compiler_says_what_to_do(tmp_path: Path) -> None:
+    script = (
+        "import jax.numpy as jnp, jt_core as jt, core_kernels as k\n"
+        "x = jnp.ones(16)\n"
+        "try:\n"
+        "    jt.triton_call(x, kernel=k.copy_kernel, out_shape=x, grid=1, n=16, BLOCK=16)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    env = {
+        **os.environ,
+        "CXX": str(tmp_path / "no-such-compiler"),
+        "JT_CACHE_DIR": str(tmp_path / "cache"),
+        "JT_LAUNCHER_CPU": "ffi",
+        "JAX_PLATFORMS": "cpu",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=BEHAVIOUR.parent, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    message = result.stdout
+    assert message.startswith("NoBackendError launcher 'ffi' for platform 'cpu' is unavailable"), message
+    assert "CXX=" in message and "python -m jt_core build-native" in message, message
+    assert "host-callback launcher is used" not in message, message
+
+
 def test_without_a_compiler_the_callback_launcher_is_used(tmp_path: Path) -> None:
     script = (
         "from jt_core import hooks\n"

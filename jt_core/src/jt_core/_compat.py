@@ -67,3 +67,14 @@ def ffi_include_dir() -> str:
     import jax
 
     return str(jax.ffi.include_dir())
+
+
+def distributed_state() -> tuple[int, int, Any]:
+    """This process's index, the number of processes and the distributed runtime client (``None`` unless
+    ``jax.distributed.initialize`` ran). JAX keeps them in ``jax._src.distributed.global_state`` (the same in jax 0.11
+    and 0.12); the client's key-value methods (``key_value_set``, ``blocking_key_value_get``, ``key_value_try_get``)
+    are the ones JAX itself uses to share compiled programs between processes."""
+    from jax._src import distributed
+
+    state = distributed.global_state
+    return int(state.process_id), int(state.num_processes), state.client

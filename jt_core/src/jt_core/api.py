@@ -106,7 +106,9 @@ def triton_call(
         partition: How the call partitions when its operands are sharded under ``jax.jit``
             (:class:`jt_core.Elementwise`, :class:`jt_core.BatchDims`); each shard then runs the call on its
             local operands with no gather. The grid must then be a callable (it is re-evaluated with the
-            per-shard shapes). ``None``: XLA gathers the operands. See :mod:`jt_core.partitioning`.
+            per-shard shapes); scalars reach every shard unchanged, and one that is a global size the shards do
+            not have (``n=x.size``) is refused: make such calls inside ``@jt.partitioned(...)``. ``None``: XLA
+            gathers the operands. See :mod:`jt_core.partitioning`.
         **metaparams: Constexpr values and keyword operands.
 
     Returns:

@@ -30,6 +30,7 @@ __all__ = [
     "OutOfBoundsAccessError",
     "PluginError",
     "PluginLoadError",
+    "ProcessAgreementError",
     "UnsupportedKernelError",
     "UnwrittenOutputError",
     "UnwrittenOutputWarning",
@@ -84,6 +85,11 @@ class UnsupportedKernelError(JtError, NotImplementedError):
     """The selected platform cannot run this kind of kernel (e.g. Gluon or inline asm on the CPU)."""
 
 
+class ProcessAgreementError(JtError, RuntimeError):
+    """The processes of a ``jax.distributed`` job would compile a call differently (launcher, configuration), or one
+    of them failed to lower it or did not answer in time; the message names the processes and their hosts."""
+
+
 class PluginError(JtError):
     """Base class of plugin problems."""
 
@@ -132,6 +138,7 @@ def from_runtime_error(error: BaseException) -> JtError | None:
         UnwrittenOutputError,
         UnsupportedKernelError,
         KernelCompileError,
+        ProcessAgreementError,
     )
     first: tuple[int, type[JtError], int] | None = None
     for kind in carried:

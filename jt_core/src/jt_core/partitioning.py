@@ -9,9 +9,11 @@ pieces, with no gather, through ``jax.experimental.custom_partitioning`` (with a
 * :class:`BatchDims`: the listed dimensions of every operand and output are independent batch dimensions (same
   size everywhere): they may be sharded; the other dimensions are replicated (gathered if they arrive sharded).
 
-Declare it on one call (``triton_call(..., partition=jt.Elementwise(), grid=lambda meta: ...)``) or on a function
-making any number of calls (``@jt.partitioned(jt.BatchDims(0))``). Either way the per-shard computation is traced
-again with the local shapes, so grids and sizes derived from shapes are recomputed for each shard.
+Declare it on a function making any number of calls (``@jt.partitioned(jt.BatchDims(0))``), which is traced again
+for each shard with the local arrays, so grids and sizes derived from shapes are the shard's; or on one call
+(``triton_call(..., partition=jt.Elementwise(), grid=lambda meta: ...)``), whose grid callable is evaluated again
+with the local shapes while its scalars reach every shard unchanged: an integer scalar that is a global size the
+shards do not have is refused, since the kernel would run past its piece.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from jax import tree_util
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jt_core import hooks
-from jt_core.call import CallOptions
+from jt_core import distributed, hooks, primitive
+from jt_core.call import SCALAR, CallOptions, KernelCall
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -209,15 +211,39 @@ def choose_shardings(
     return [sharding(n) for n in factors.operands], [sharding(n) for n in factors.outputs]
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardShapes:
+    """The global and per-shard shapes of a partitioned computation's operands and outputs.
+
+    Attributes:
+        operands: Each operand's global shape.
+        local_operands: Each operand's shape on one shard.
+        outputs: Each output's global shape.
+        local_outputs: Each output's shape on one shard.
+    """
+
+    operands: tuple[Shape, ...]
+    local_operands: tuple[Shape, ...]
+    outputs: tuple[Shape, ...]
+    local_outputs: tuple[Shape, ...]
+
+
+#: Looks at the calls of a shard's computation before it is compiled: ``check(calls, shapes)`` raises for what
+#: cannot be partitioned.
+ShardCheck = Callable[[Sequence[KernelCall], ShardShapes], None]
+
+
 def _apply(
     rule: PartitionRule,
     body_for: Callable[[Sequence[Any] | None], Callable[..., tuple[Any, ...]]],
     arrays: Sequence[Any],
     out_shapes: Sequence[Any],
+    check: ShardCheck | None = None,
 ) -> tuple[Any, ...]:
     """Runs ``body_for(None)(*arrays)`` under ``custom_partitioning`` with ``rule``.
 
-    ``body_for(local_out_shapes)`` returns the computation for one shard, given the shard's output shapes.
+    ``body_for(local_out_shapes)`` returns the computation for one shard, given the shard's output shapes;
+    ``check`` looks at its calls first.
     """
     factors = rule.factors([tuple(a.shape) for a in arrays], [tuple(s.shape) for s in out_shapes])
 
@@ -231,11 +257,22 @@ def _apply(
             jax.ShapeDtypeStruct(s.shard_shape(tuple(r.shape)), r.dtype) for s, r in zip(out_shardings, result_shape)
         ]
         body = body_for(local)
-        if any(d.platform == "cpu" for d in mesh.devices.flat):
+        on_cpu = any(d.platform == "cpu" for d in mesh.devices.flat)
+        if on_cpu or check is not None:
             local_args = [
                 jax.ShapeDtypeStruct(s.shard_shape(tuple(a.shape)), a.dtype) for s, a in zip(in_shardings, arg_shapes)
             ]
-            _refuse_host_callbacks(body, local_args)
+            equations = list(_equations(jax.make_jaxpr(body)(*local_args).jaxpr))
+            if check is not None:
+                shapes = ShardShapes(
+                    tuple(tuple(a.shape) for a in arg_shapes),
+                    tuple(tuple(a.shape) for a in local_args),
+                    tuple(tuple(r.shape) for r in result_shape),
+                    tuple(tuple(r.shape) for r in local),
+                )
+                check([eqn.params["call"] for eqn in equations if eqn.primitive.name == "triton_kernel_call"], shapes)
+            if on_cpu:
+                _refuse_host_callbacks(equations, mesh)
         return mesh, body, tuple(out_shardings), tuple(in_shardings)
 
     function = custom_partitioning(body_for(None))
@@ -248,19 +285,25 @@ def _apply(
     return tuple(function(*arrays))
 
 
-def _refuse_host_callbacks(body: Callable[..., Any], local_args: Sequence[Any]) -> None:
+def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
     """Raises instead of crashing when a per-shard body would run something through a host callback (CPU).
 
     JAX drops the host callbacks of a ``custom_partitioning`` body (they live in a temporary module), so the
     executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that does not use
-    host callbacks (``uses_host_callback = False``, such as the ``ffi`` launcher) run fine.
+    host callbacks (``uses_host_callback = False``, such as the ``ffi`` launcher) run fine. In a multi-process job the
+    processes compare their launchers first, so that one whose launcher differs (a host without a C++ compiler)
+    fails on every process, naming itself, instead of on its own.
     """
-    for eqn in _equations(jax.make_jaxpr(body)(*local_args).jaxpr):
+    for eqn in equations:
         name = eqn.primitive.name
         if name == "triton_kernel_call":
             call = eqn.params["call"]
             launcher = hooks.launcher_for("cpu", call.launcher)
             if launcher.uses_host_callback:
+                job = distributed.job_of(tuple(mesh.devices.flat))
+                if job is not None:
+                    exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
+                    primitive.agree_on_lowering(exchange, call, "cpu", launcher)
                 raise UnsupportedKernelError(
                     f"a partitioned triton_call ({call.name!r}, partition= / @jt.partitioned) cannot run on the "
                     f"CPU backend across several devices with launcher {launcher.name!r}: it runs kernels through a "
@@ -274,6 +317,45 @@ def _refuse_host_callbacks(body: Callable[..., Any], local_args: Sequence[Any]) 
                 "cannot run on the CPU backend across several devices: JAX does not keep host callbacks made "
                 "inside custom_partitioning alive. Use jax.shard_map on the CPU instead"
             )
+
+
+def _refuse_global_sizes(rule: PartitionRule) -> ShardCheck:
+    """The check of a ``triton_call(..., partition=rule)``: an integer scalar equal to a global size (an array's
+    element count or the length of a sharded dimension) that differs on a shard is almost surely meant to be the
+    shard's size, which it is not: scalars reach every shard unchanged, so the kernel would read past its piece.
+    A value that is also a size on the shard (the length of an unsharded dimension, say) is left alone."""
+
+    def check(calls: Sequence[KernelCall], shapes: ShardShapes) -> None:
+        sizes: dict[int, tuple[str, int]] = {}
+        arrays = [("operand", i, g, loc) for i, (g, loc) in enumerate(zip(shapes.operands, shapes.local_operands))]
+        arrays += [("output", i, g, loc) for i, (g, loc) in enumerate(zip(shapes.outputs, shapes.local_outputs))]
+        local_sizes = {math.prod(local) for *_, local in arrays} | {d for *_, local in arrays for d in local}
+        for kind, index, shape, local in arrays:
+            what = f"{kind} {index} (global shape {shape}, shape {local} on each shard)"
+            if math.prod(shape) != math.prod(local):
+                sizes.setdefault(math.prod(shape), (f"the global element count of {what}", math.prod(local)))
+            for axis, (whole, piece) in enumerate(zip(shape, local)):
+                if whole != piece:
+                    sizes.setdefault(whole, (f"the global length of dimension {axis} of {what}", piece))
+        for call in calls:
+            for slot in call.slots:
+                value = slot.value
+                if slot.kind != SCALAR or isinstance(value, (bool, np.bool_)):
+                    continue
+                if not isinstance(value, (int, np.integer)) or int(value) not in sizes or int(value) in local_sizes:
+                    continue
+                meaning, local_size = sizes[int(value)]
+                raise KernelCallValueError(
+                    f"triton_call {call.name!r} with partition={rule!r}: scalar argument {slot.name!r} is "
+                    f"{int(value)}, {meaning}, but each shard's kernel only sees its local piece (where that size "
+                    f"is {local_size}): scalars reach every shard unchanged, so the kernel would run past its "
+                    "piece. Give sizes that follow the shards: make the call inside a function decorated with "
+                    "@jt.partitioned(...) (its x.size and x.shape are then the shard's), or derive them in the grid "
+                    "callable from operands given by keyword. A value that is meant to be global can be passed as "
+                    "a 0-d array operand, which every shard receives whole"
+                )
+
+    return check
 
 
 def _equations(jaxpr: Any) -> Any:
@@ -393,5 +475,5 @@ def partitioned_triton_call(
 
         return body
 
-    flat = _apply(rule, body_for, arrays, out_shapes)
+    flat = _apply(rule, body_for, arrays, out_shapes, _refuse_global_sizes(rule))
     return tree_util.tree_unflatten(out_tree, list(flat))

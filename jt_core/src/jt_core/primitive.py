@@ -24,7 +24,7 @@ from jax._src.interpreters import mlir
 from jax.extend.core import Primitive
 from jax.interpreters import ad
 
-from jt_core import hooks, settings, tuning
+from jt_core import distributed, hooks, settings, tuning
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel, CompileRequest, Launcher
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
@@ -70,30 +70,81 @@ def _impl(*args: Any, call: KernelCall) -> Any:
 triton_kernel_call_p.def_impl(_impl)
 
 
-def lowering_device(ctx: Any) -> Any | None:
-    """The device a lowering runs on, when known (``None`` for export and cross-platform lowering)."""
+def _runs_on(device: Any, platform: str) -> bool:
+    """Whether ``device`` is one of the lowering platform's (JAX's CUDA and ROCm devices say ``"gpu"``)."""
+    kind = getattr(device, "platform", None)
+    return kind == platform or (kind == "gpu" and platform in ("cuda", "rocm"))
+
+
+def computation_devices(ctx: Any) -> tuple[Any, ...] | None:
+    """The devices of the computation being lowered, when JAX passes them and they are the lowering platform's
+    (``None`` for export and cross-platform lowering). In a multi-process job they include devices of other
+    processes."""
     module_context = ctx.module_context
-    axis_context = getattr(module_context, "axis_context", None)
-    for holder in (axis_context, getattr(axis_context, "mesh", None)):
-        devices = getattr(holder, "device_assignment", None)
-        if devices:
-            return devices[0]
+    if len(module_context.platforms) != 1:
+        return None
+    axis_context = module_context.axis_context
+    devices = getattr(axis_context, "device_assignment", None)
+    if not devices:
+        try:
+            devices = tuple(axis_context.mesh.devices.flat)  # a concrete mesh (shard_map, partition rules)
+        except Exception:
+            return None
+    devices = tuple(devices)
+    if not devices or not all(_runs_on(device, module_context.platforms[0]) for device in devices):
+        return None
+    return devices
+
+
+def lowering_device(ctx: Any, devices: Sequence[Any] | None = None) -> Any | None:
+    """The device a lowering runs on, when known (``None`` for export and cross-platform lowering): the first device
+    of the computation that this process drives (in a multi-process job the first one may belong to another)."""
+    module_context = ctx.module_context
+    if devices is None:
+        devices = computation_devices(ctx)
+    if devices:
+        import jax
+
+        here = jax.process_index()
+        return next((d for d in devices if getattr(d, "process_index", here) == here), devices[0])
     try:
         backend = module_context.get_backend() if hasattr(module_context, "get_backend") else module_context.backend
     except Exception:
         return None
     try:
-        devices = backend.local_devices() if backend is not None else []
+        local = backend.local_devices() if backend is not None else []
     except Exception:
         return None
     platform = module_context.platforms[0] if module_context.platforms else None
-    if devices and platform and getattr(devices[0], "platform", None) in (platform, "gpu"):
-        return devices[0]
+    if local and platform and _runs_on(local[0], platform):
+        return local[0]
     return None
 
 
 def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str) -> Sequence[Any]:
-    """Lowers a call for one platform through its backend and launcher."""
+    """Lowers a call for one platform through its backend and launcher.
+
+    In a ``jax.distributed`` job, a call of a computation spanning several processes runs the configuration the
+    first of them chose (:func:`tune_ahead`), and the processes compare how they lower it
+    (:func:`agree_on_lowering`).
+    """
+    devices = computation_devices(ctx)
+    job = distributed.job_of(devices)
+    if job is None:
+        return _lower(ctx, operands, call, platform, devices, None)
+    exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
+    with exchange.reporting():
+        return _lower(ctx, operands, call, platform, devices, exchange)
+
+
+def _lower(
+    ctx: Any,
+    operands: Sequence[Any],
+    call: KernelCall,
+    platform: str,
+    devices: Sequence[Any] | None,
+    exchange: distributed.Exchange | None,
+) -> Sequence[Any]:
     backend = hooks.backend_for(platform)
     launcher = hooks.launcher_for(platform, call.launcher)
     dialect = call.dialect
@@ -102,10 +153,10 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
             f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
             "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
-    device = lowering_device(ctx) if len(ctx.module_context.platforms) == 1 else None
+    device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
     target = backend.target(call, device)
-    if launcher.single_config and len(call.configs) > 1:
-        call = tune_ahead(call, platform, device, launcher)
+    if len(call.configs) > 1 and (launcher.single_config or exchange is not None):
+        call = tune_ahead(call, platform, device, launcher, exchange)
     requests = []
     for config in call.configs:
         backend.validate_options(config.options, call, target)
@@ -124,6 +175,8 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
         report(call, f"launcher {launcher.name!r} on {platform} cannot express it ({reason}); using {fallback.name!r}")
         launcher = fallback
         reason = launcher.fallback_reason(call, kernels, device)
+    if exchange is not None:
+        agree_on_lowering(exchange, call, platform, launcher, refused)
     _check_tensor_descriptors(call, platform, launcher)
     return launcher.lower(ctx, call, kernels, operands, device)
 
@@ -137,24 +190,99 @@ def report(call: KernelCall, message: str) -> None:
         sys.stderr.write(text + "\n")
 
 
-def tune_ahead(call: KernelCall, platform: str, device: Any | None, launcher: Launcher) -> KernelCall:
-    """The call with its one configuration for a launcher that lowers one: the remembered winner for this device
-    kind, else the winner of trials run now through the platform's next launcher on scratch buffers (which
-    remembers it). Returns ``call`` unchanged when no winner can be had (no device, tuning records disabled): the
-    launcher then says why it cannot express the call."""
+def tune_ahead(
+    call: KernelCall,
+    platform: str,
+    device: Any | None,
+    launcher: Launcher,
+    exchange: distributed.Exchange | None = None,
+) -> KernelCall:
+    """The call with its one configuration, chosen before lowering, for a launcher that lowers one or for a call of
+    a computation that several processes share (``exchange``).
+
+    The choice is the remembered winner for this device kind, else the winner of trials run now on scratch buffers
+    through the launcher (or, for one that lowers a single configuration, the platform's next launcher). In a job,
+    the first process sharing the computation chooses and every process runs its choice
+    (:func:`jt_core.tuning.agreed_config`). Returns ``call``
+    unchanged when no winner can be had outside a job (no device, tuning records disabled): the launcher then says
+    why it cannot express the call.
+    """
+    if exchange is not None:
+        index: int | None = tuning.agreed_config(
+            exchange, call, lambda: _local_winner(call, platform, device, launcher)
+        )
+    else:
+        index = _local_winner(call, platform, device, launcher)
+    if index is None:
+        return call
+    return dataclasses.replace(call, configs=(call.configs[index],))
+
+
+def _local_winner(call: KernelCall, platform: str, device: Any | None, launcher: Launcher) -> int | None:
     kind = str(getattr(device, "device_kind", "") or "") if device is not None else ""
     if not kind:
-        return call
+        return None
     key = tuning.tuning_key(call, f"{platform}:{kind}")
     index = tuning.load_choice(key, len(call.configs))
     if index is None:
-        tuner = hooks.next_launcher(platform, launcher)
+        tuner = hooks.next_launcher(platform, launcher) if launcher.single_config else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
+        tuning.take_recent_choice(call)  # an earlier choice, on another device say, is not this run's
         _run_on_scratch(dataclasses.replace(call, launcher=tuner.name), device)
-        index = tuning.load_choice(key, len(call.configs))
+        index = tuning.take_recent_choice(call)
         if index is None:
-            return call
-    return dataclasses.replace(call, configs=(call.configs[index],))
+            index = tuning.load_choice(key, len(call.configs))
+    return index
+
+
+def agree_on_lowering(
+    exchange: distributed.Exchange,
+    call: KernelCall,
+    platform: str,
+    launcher: Launcher,
+    refused: dict[str, str] | None = None,
+) -> None:
+    """Compares how the processes of a job lower a call: the launcher and the configurations.
+
+    The record says, too, why this process passed over the launchers ahead of its own (unavailable here, such as
+    one whose native library cannot be built without a C++ compiler, or unable to express the call), so that a
+    difference names its cause.
+
+    Raises:
+        ProcessAgreementError: When another process lowers it with another launcher or configuration.
+    """
+    passed_over: dict[str, str] = {}
+    if call.launcher is None and platform not in settings.launcher_overrides():  # chosen by priority
+        for other in hooks.launchers_for(platform):
+            if other is launcher or other.name in (refused or {}):
+                break
+            reason = other.unavailable_reason()
+            if reason is not None:
+                passed_over[other.name] = f"unavailable here: {reason}"
+    passed_over.update({name: f"cannot express the call: {why}" for name, why in (refused or {}).items()})
+    record = {
+        "launcher": launcher.name,
+        "configs": [config.label for config in call.configs],
+        "passed_over": passed_over,
+    }
+
+    def describe(theirs: Any) -> str:
+        text = f"launcher {theirs.get('launcher')!r}"
+        for name, why in dict(theirs.get("passed_over") or {}).items():
+            text += f" (not {name!r}: {why})"
+        return text + f", configs {theirs.get('configs')}"
+
+    exchange.compare(
+        "lowering",
+        record,
+        ("launcher", "configs"),
+        describe,
+        hint=(
+            "A launcher that builds a native library needs it on every host: run `python -m jt_core build-native` "
+            "on each host before the job starts (with JT_CACHE_DIR on a shared disk, once), with a C++ compiler "
+            f"there; or name one launcher for every process (launcher= or JT_LAUNCHER_{platform.upper()}=...)"
+        ),
+    )
 
 
 def _run_on_scratch(call: KernelCall, device: Any) -> None:
@@ -228,6 +356,9 @@ def _lowering(ctx: Any, *operands: Any, call: KernelCall) -> Sequence[Any]:
 
 
 mlir.register_lowering(triton_kernel_call_p, _lowering)
+# Lowering needs the computation's devices: the compile target and the tuning records depend on the device kind,
+# and in a multi-process job they tell which calls the processes share.
+dispatch.prim_requires_devices_during_lowering.add(triton_kernel_call_p)
 
 
 def _jvp(primals: Any, tangents: Any, *, call: KernelCall) -> Any:

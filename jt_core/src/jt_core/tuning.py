@@ -4,6 +4,10 @@ A tuning problem is identified by the kernel's source, the values of the autotun
 kind and the candidate configurations (:func:`tuning_key`); its winner is kept as a small JSON record in the cache
 root's ``autotune`` folder, so later processes on the machine skip the trials. The CPU backend tunes through
 :func:`choose_config`; GPU launch handlers read and write the same records themselves (:func:`tuning_path`).
+
+In a ``jax.distributed`` job, the processes sharing a computation must run one configuration: each timing its own
+trials (or reading its own record) would let them differ. :func:`agreed_config` makes the choice of the first of them
+(process 0 for a global mesh) everyone's (:mod:`jt_core.distributed`).
 """
 
 from __future__ import annotations
@@ -16,15 +20,29 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jt_core import cache, files
+from jt_core import cache, distributed, files
 from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.errors import ProcessAgreementError
 
-__all__ = ["choose_config", "load_choice", "save_choice", "tuning_key", "tuning_path", "tuning_stats"]
+__all__ = [
+    "agreed_config",
+    "choose_config",
+    "load_choice",
+    "take_recent_choice",
+    "save_choice",
+    "tuning_key",
+    "tuning_path",
+    "tuning_stats",
+]
 
 #: Counters of this process: trial runs made and choices read back from the cache.
 tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
 
 _tuning_log = logging.getLogger("jt_core.tuning")
+
+#: The configuration :func:`choose_config` chose last for each tuning problem (by :func:`tuning_key` without a
+#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk.
+_recent: dict[str, int] = {}
 
 
 def autotune_key_values(call: KernelCall) -> dict[str, Any]:
@@ -107,6 +125,7 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
     if remembered is not None:
         tuning_stats["cached_choices"] += 1
         _tuning_log.info("triton_call %r: using remembered config [%s]", call.name, call.configs[remembered].label)
+        _recent[tuning_key(call, "")] = remembered
         return remembered
     start = time.perf_counter()
     timings = []
@@ -133,4 +152,47 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
         time.perf_counter() - start,
     )
     save_choice(key, best, call.configs[best].label, timings)
+    _recent[tuning_key(call, "")] = best
     return best
+
+
+def take_recent_choice(call: KernelCall) -> int | None:
+    """The configuration :func:`choose_config` chose last in this process for the tuning problem of ``call`` (on
+    any device), or ``None``; taken, so that a later question gets only a later choice."""
+    index = _recent.pop(tuning_key(call, ""), None)
+    return index if index is not None and 0 <= index < len(call.configs) else None
+
+
+def agreed_config(exchange: distributed.Exchange, call: KernelCall, choose: Callable[[], int | None]) -> int:
+    """The configuration every process sharing a computation runs for an autotuned call: the leader's choice (the
+    first process sharing it: process 0 for a global mesh).
+
+    The leader calls ``choose()`` (its remembered winner or the winner of its trials; ``None`` when it has none,
+    which picks the first configuration) and publishes it; the other processes receive it and never use their own
+    timings or records, so that neither makes them differ.
+
+    Raises:
+        ProcessAgreementError: When the leader's choice is not one of this process's configurations.
+    """
+
+    def decide() -> dict[str, Any]:
+        index = choose()
+        if index is None:
+            index = 0
+            _tuning_log.info(
+                "triton_call %r: no tuned winner on the leading process; every process runs the first config [%s]",
+                call.name,
+                call.configs[0].label,
+            )
+        return {"index": index, "config": call.configs[index].label}
+
+    decision = exchange.decide("choice", decide)
+    index = int(decision["index"])
+    if not 0 <= index < len(call.configs) or decision["config"] != call.configs[index].label:
+        raise ProcessAgreementError(
+            f"triton_call {call.name!r}: the leading process chose config {index} [{decision['config']}], not one of "
+            f"this process's {len(call.configs)} configs ({[config.label for config in call.configs]})"
+        )
+    label = decision["config"]
+    _tuning_log.info("triton_call %r: every process runs config [%s], the leading process's choice", call.name, label)
+    return index

@@ -3,6 +3,8 @@ running the interpreter."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -200,6 +202,55 @@ def _report_unwritten(
         warnings.warn(message, UnwrittenOutputWarning, stacklevel=2)
 
 
+@dataclasses.dataclass
+class LoweredCall:
+    """A lowered call as the CPU launchers run it: the call, its compiled configurations and the one chosen.
+
+    The configuration is chosen on the first run (by trials when ``JT_CPU_AUTOTUNE=1``, else the first) and then
+    kept: the devices running their shards of the call at the same time wait for that one choice, so every device
+    runs the same configuration.
+
+    Attributes:
+        call: The bound call.
+        kernels: One compiled kernel per ``call.configs`` entry.
+        chosen: The configuration that runs (``None`` before the first run).
+    """
+
+    call: KernelCall
+    kernels: tuple[CompiledKernel, ...]
+    chosen: int | None = None
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def run(self, operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """Runs the chosen configuration on host arrays, writing into ``outputs`` (choosing it on the first run)."""
+        call, kernels = self.call, self.kernels
+        index = self.chosen
+        if index is None:
+            with self.lock:
+                index = self.chosen
+                if index is None:
+                    if len(kernels) == 1 or not cpu_autotune_enabled():
+                        index = 0
+                    else:
+                        # Trials run on copies (execute() allocates its outputs), so the buffers XLA handed over,
+                        # an aliased operand's included, are untouched until the chosen configuration's results land.
+                        results: dict[int, list[np.ndarray]] = {}
+
+                        def trial(i: int) -> float:
+                            start = time.perf_counter()
+                            results[i] = execute(call, kernels[i], operands, i)
+                            return time.perf_counter() - start
+
+                        index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
+                        self.chosen = index
+                        if index in results:
+                            for out, value in zip(outputs, results[index]):
+                                np.copyto(out, value)
+                            return
+                    self.chosen = index
+        execute_into(call, kernels[index], operands, outputs, index)
+
+
 class CpuLauncher(Launcher):
     """Lowers a call to a host callback that runs the interpreter."""
 
@@ -217,25 +268,11 @@ class CpuLauncher(Launcher):
         operands: Sequence[Any],
         device: Any | None,
     ) -> Sequence[Any]:
-        chosen: list[int] = []
+        lowered = LoweredCall(call, tuple(kernels))
 
         def callback(*arrays: Any) -> tuple[np.ndarray, ...]:
-            operands = [np.asarray(a) for a in arrays]
-            if chosen:
-                return tuple(execute(call, kernels[chosen[0]], operands, chosen[0]))
-            if len(kernels) == 1 or not cpu_autotune_enabled():
-                chosen.append(0)
-                return tuple(execute(call, kernels[0], operands, 0))
-            results: dict[int, list[np.ndarray]] = {}
-
-            def trial(index: int) -> float:
-                start = time.perf_counter()
-                results[index] = execute(call, kernels[index], operands, index)
-                return time.perf_counter() - start
-
-            index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
-            chosen.append(index)
-            outputs = results.get(index)
-            return tuple(outputs if outputs is not None else execute(call, kernels[index], operands, index))
+            outputs = [np.empty(aval.shape, dtype=aval.dtype) for aval in call.out_avals]
+            lowered.run([np.asarray(a) for a in arrays], outputs)
+            return tuple(outputs)
 
         return _compat.emit_python_callback(ctx, callback, operands, has_side_effect=call.has_side_effect)

@@ -6,8 +6,10 @@ temporary, so the callback is gone when the executable runs. This launcher does 
 the CPU once per process, and each lowered call carries only an integer ``call_id``:
 
 * at lowering, the call and its compiled configurations are entered in a process-wide :class:`CallRegistry`,
-  which gives equal calls the same id (lowering always precedes execution, also when JAX's persistent cache
-  supplies the executable, so the id is known when the handler runs);
+  under an id computed from the call's content (lowering always precedes execution, also when JAX's persistent
+  cache supplies the executable, so the id is known when the handler runs). Equal calls get the same id whatever
+  was lowered before, so every process of a ``jax.distributed`` job compiles the same program, and JAX's
+  persistent cache finds it again in a later process;
 * at run time, the handler passes the id and the addresses and byte sizes of XLA's buffers to a dispatcher
   installed when the library was loaded (a ``ctypes`` callback, which takes the GIL). The dispatcher wraps the
   buffers as NumPy arrays with the avals of the call and runs the interpreter straight into XLA's result buffers
@@ -15,8 +17,9 @@ the CPU once per process, and each lowered call carries only an integer ``call_i
   turns into an XLA error, so no Python exception ever crosses C++ frames.
 
 The launcher takes precedence over the host-callback launcher (``interpreter``) when the library builds and
-loads; without a C++ compiler :meth:`CpuFfiLauncher.unavailable_reason` says so and the callback launcher is used.
-``JT_LAUNCHER_CPU=interpreter`` or ``launcher="interpreter"`` selects the callback launcher explicitly.
+loads; without a C++ compiler :meth:`CpuFfiLauncher.unavailable_reason` says so and the callback launcher is used,
+unless the FFI launcher was asked for by name, which is then an error. ``JT_LAUNCHER_CPU=interpreter`` or
+``launcher="interpreter"`` selects the callback launcher explicitly.
 """
 
 from __future__ import annotations
@@ -24,20 +27,20 @@ from __future__ import annotations
 import atexit
 import ctypes
 import dataclasses
+import hashlib
 import math
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jt_core import _compat, tuning
+from jt_core import _compat, distributed
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter.backend import CPU_DEVICE_NAME, cpu_autotune_enabled, execute, execute_into
+from jt_core.interpreter.backend import LoweredCall
 from jt_core.native import LibrarySpec
 
 __all__ = [
@@ -83,21 +86,14 @@ def source_path() -> Path:
 
 
 @dataclasses.dataclass
-class RegisteredCall:
-    """A lowered call the handler can run: the call, its compiled configurations and the configuration chosen.
+class RegisteredCall(LoweredCall):
+    """A lowered call the handler can run, under the id its custom call carries.
 
     Attributes:
         call_id: The id the lowered custom call carries.
-        call: The bound call.
-        kernels: One compiled kernel per ``call.configs`` entry.
-        chosen: The configuration that runs (decided on the first execution; ``None`` before).
     """
 
-    call_id: int
-    call: KernelCall
-    kernels: tuple[CompiledKernel, ...]
-    chosen: int | None = None
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+    call_id: int = 0
 
 
 def _content_key(call: KernelCall) -> tuple[Any, ...]:
@@ -109,8 +105,10 @@ def _content_key(call: KernelCall) -> tuple[Any, ...]:
 class CallRegistry:
     """Process-wide map from call ids to lowered calls. Thread-safe.
 
-    Ids are small positive integers handed out in order of first registration; a call whose content equals an
-    already registered one gets that call's id, so lowering the same computation twice gives the same module.
+    A call's id is a positive 60-bit number computed from its content (:func:`jt_core.distributed.call_digest`),
+    so it does not depend on what was lowered before: lowering the same computation twice, or in another process,
+    gives the same module. Calls that differ only in what the digest cannot see (two kernel objects with the same
+    source) get the following ids of the same digest, in order of registration.
     """
 
     def __init__(self) -> None:
@@ -124,9 +122,14 @@ class CallRegistry:
         with self._lock:
             call_id = self._ids.get(key)
             if call_id is None:
-                call_id = len(self._calls) + 1
+                digest = distributed.call_digest(call)
+                call_id = _call_id(digest, 0)
+                taken = 0
+                while call_id in self._calls:
+                    taken += 1
+                    call_id = _call_id(digest, taken)
                 self._ids[key] = call_id
-                self._calls[call_id] = RegisteredCall(call_id, call, tuple(kernels))
+                self._calls[call_id] = RegisteredCall(call, tuple(kernels), call_id=call_id)
             return call_id
 
     def get(self, call_id: int) -> RegisteredCall | None:
@@ -135,6 +138,12 @@ class CallRegistry:
 
     def __len__(self) -> int:
         return len(self._calls)
+
+
+def _call_id(digest: str, taken: int) -> int:
+    """The id of the call with this digest after ``taken`` others with the same digest (positive, below 2**60)."""
+    text = digest if taken == 0 else f"{digest}/{taken}"
+    return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
 
 
 _registry = CallRegistry()
@@ -163,36 +172,6 @@ def _wrap(address: int | None, nbytes: int, aval: Any, what: str, writable: bool
     return array
 
 
-def run_registered(entry: RegisteredCall, operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-    """Runs a registered call on host arrays, writing into ``outputs`` (autotuning on the first run if enabled)."""
-    call, kernels = entry.call, entry.kernels
-    index = entry.chosen
-    if index is None:
-        with entry.lock:
-            index = entry.chosen
-            if index is None:
-                if len(kernels) == 1 or not cpu_autotune_enabled():
-                    index = 0
-                else:
-                    # Trials run on copies (execute() allocates its outputs), so the buffers XLA handed over, an
-                    # aliased operand's included, are untouched until the chosen configuration's results land.
-                    results: dict[int, list[np.ndarray]] = {}
-
-                    def trial(i: int) -> float:
-                        start = time.perf_counter()
-                        results[i] = execute(call, kernels[i], operands, i)
-                        return time.perf_counter() - start
-
-                    index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
-                    entry.chosen = index
-                    if index in results:
-                        for out, value in zip(outputs, results[index]):
-                            np.copyto(out, value)
-                        return
-                entry.chosen = index
-    execute_into(call, kernels[index], operands, outputs, index)
-
-
 def _dispatch_call(
     call_id: int, num_inputs: int, inputs: Any, input_bytes: Any, num_outputs: int, outputs: Any, output_bytes: Any
 ) -> None:
@@ -216,7 +195,7 @@ def _dispatch_call(
         _wrap(outputs[i], output_bytes[i], aval, f"result {i} of {call.name!r}", writable=True)
         for i, aval in enumerate(call.out_avals)
     ]
-    run_registered(entry, operand_arrays, output_arrays)
+    entry.run(operand_arrays, output_arrays)
 
 
 def _status_code(exc: BaseException) -> int:
@@ -337,7 +316,10 @@ class CpuFfiLauncher(Launcher):
         try:
             ensure_registered()
         except RuntimeError as exc:
-            return f"jt's CPU FFI handler could not be built or registered ({exc}); the host-callback launcher is used"
+            return (
+                f"jt's CPU FFI handler could not be built or registered ({exc}); it is built with the machine's C++ "
+                "compiler at first use, or ahead of time by `python -m jt_core build-native`"
+            )
         return None
 
     def lower(

@@ -1,0 +1,165 @@
+"""``triton_call`` in a job of JAX's multi-process runtime: two processes started with ``jax.distributed``.
+
+Each test starts a 2-process job (``core_multiprocess_worker.py``): on the CPU, 2 devices per process and gloo
+collectives; on CUDA (``cuda`` marker, 2 GPUs), one GPU per process, with the ``jt`` and the ``xla`` launchers. Every
+process gets its own cache folder, as on hosts with local disks. A job that does not finish in time is killed and
+fails the test, so a hang never blocks the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import jax
+import pytest
+
+from jt_core.testing import run_job
+
+WORKER = Path(__file__).with_name("core_multiprocess_worker.py")
+#: Seconds a whole job may take (two cold processes: JAX start, distributed start-up, compiles, trials).
+JOB_SECONDS = 150
+
+
+def private_folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def with_cpu_handler(cache: Path) -> Path:
+    """A cache folder holding the CPU FFI handler this machine built (so each process need not build it again)."""
+    from jt_core.interpreter import ffi_launcher
+
+    built = ffi_launcher.library_spec().build()
+    native = private_folder(private_folder(cache) / "native")
+    shutil.copy2(built.path, native / built.path.name)
+    return cache
+
+
+def run_scenario(
+    tmp_path: Path,
+    scenario: str,
+    platform: str = "cpu",
+    launcher: str | None = None,
+    env: dict[str, str] | None = None,
+    per_process: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+) -> list[dict[str, Any]]:
+    """Runs ``scenario`` in a 2-process job, each process with its own cache folder; returns each one's findings."""
+    caches = []
+    for index in (0, 1):
+        cache = private_folder(tmp_path / f"cache{index}")
+        if platform == "cpu" and "CXX" not in per_process[index]:
+            with_cpu_handler(cache)
+        caches.append({"JT_CACHE_DIR": str(cache), **per_process[index]})
+    results = [tmp_path / f"result{index}.json" for index in (0, 1)]
+    finished = run_job(
+        [str(WORKER), scenario, platform, launcher or ""],
+        platform=platform,
+        env={"JT_DISTRIBUTED_TIMEOUT": "60", **(env or {})},
+        per_process=[{**cache, "RESULT_FILE": str(result)} for cache, result in zip(caches, results)],
+        timeout=JOB_SECONDS,
+        cwd=WORKER.parent,
+    )
+    outputs = "\n".join(f"--- process {p.index} (exit {p.returncode}):\n{p.output[-6000:]}" for p in finished)
+    found = []
+    for result in results:
+        assert result.is_file(), f"a process wrote no result:\n{outputs}"
+        found.append(json.loads(result.read_text()))
+    for item in found:
+        assert "error" not in item, f"process {item['process']}: {item['error']}\n{item.get('traceback')}\n{outputs}"
+    return found
+
+
+def check_sharding(results: list[dict[str, Any]]) -> None:
+    for name in ("shard_map", "partitioned", "partition_argument"):
+        assert [found[name]["all_gather"] for found in results] == [False, False], name
+        assert results[0][name]["program"] == results[1][name]["program"], name
+    assert [found["lowered_for"] for found in results] == [[0], [1]]
+    for found in results:
+        message = found["global_size"]
+        assert "scalar argument 'n'" in message and "global element count of operand 0" in message, message
+        assert "@jt.partitioned" in message, message
+
+
+def check_autotune(results: list[dict[str, Any]]) -> None:
+    # The tie is real and broken differently by each process alone...
+    assert [found["local_choice"] for found in results] == [32, 16], results
+    assert all(found["records_rewritten"] >= 1 for found in results), results
+    # ...yet every shard of every shared computation runs process 0's choice: its remembered winner (config 1,
+    # BLOCK 32) and the winner of its own trials (config 1 again).
+    for found in results:
+        assert found["remembered"] == [32] * len(found["remembered"]), results
+        assert found["tuned"] == [32] * len(found["tuned"]), results
+        assert found["partitioned"] == "ok"
+
+
+def test_shard_map_and_partition_rules_run_across_two_processes(tmp_path: Path) -> None:
+    check_sharding(run_scenario(tmp_path, "sharding"))
+
+
+def test_tied_autotuned_kernel_runs_process_zeros_choice_on_every_process(tmp_path: Path) -> None:
+    check_autotune(run_scenario(tmp_path, "autotune", env={"JT_CPU_AUTOTUNE": "1"}))
+
+
+def test_processes_that_lowered_other_kernels_first_compile_the_same_program(tmp_path: Path) -> None:
+    results = run_scenario(tmp_path, "order")
+    assert results[0]["lowered"] == results[1]["lowered"]
+    assert results[0]["compiled"] == results[1]["compiled"]
+
+
+def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-compiler")
+    started = time.monotonic()
+    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": missing}))
+    assert time.monotonic() - started < JOB_SECONDS
+    for found in results:
+        outcome = found["outcome"]
+        assert "ProcessAgreementError" in outcome, outcome
+        assert "process 1 (host" in outcome and "launcher 'interpreter'" in outcome, outcome
+        assert f"CXX={missing!r}" in outcome and "python -m jt_core build-native" in outcome, outcome
+        assert found["seconds"] < 20, found  # without agreement: 30 s in gloo, then an error about gloo
+
+
+def test_lowering_device_is_one_this_process_drives() -> None:
+    # A computation's device assignment starts with another process's device on every process but the first.
+    from jt_core import primitive
+
+    theirs = types.SimpleNamespace(process_index=jax.process_index() + 1, platform="cpu")
+    mine = types.SimpleNamespace(process_index=jax.process_index(), platform="cpu")
+    ctx = types.SimpleNamespace(
+        module_context=types.SimpleNamespace(
+            axis_context=types.SimpleNamespace(device_assignment=(theirs, mine)), platforms=["cpu"]
+        )
+    )
+    assert primitive.lowering_device(ctx) is mine
+
+
+def gpus() -> int:
+    try:
+        return len(jax.devices("cuda"))
+    except RuntimeError:
+        return 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("launcher", ["jt", "xla"])
+@pytest.mark.parametrize("scenario", ["sharding", "autotune", "order"])
+def test_two_processes_on_two_gpus(tmp_path: Path, scenario: str, launcher: str) -> None:
+    if gpus() < 2:
+        pytest.skip("needs 2 GPUs")
+    results = run_scenario(tmp_path, scenario, platform="cuda", launcher=launcher)
+    if scenario == "sharding":
+        check_sharding(results)
+    elif scenario == "autotune":
+        for found in results:
+            assert found["remembered"] == [32] * len(found["remembered"]), results
+            assert found["tuned"][0] == found["tuned"][-1] and found["tuned"][0] in (16, 32), results
+        assert results[0]["tuned"] == results[1]["tuned"], results
+    else:
+        assert results[0]["lowered"] == results[1]["lowered"]
+        assert results[0]["compiled"] == results[1]["compiled"]
