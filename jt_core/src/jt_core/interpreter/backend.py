@@ -132,13 +132,14 @@ def execute_into(
                 )
             else:
                 arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(
-                runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, out_index is not None)
-            )
+            end = array.ctypes.data + array.nbytes
+            held = None if out_index is None else array.shape
+            buffers.append(runner.Buffer(slot.name, array.ctypes.data, end, out_index is not None, out_index, held))
         elif slot.kind == OUTPUT:
             array = outputs[slot.index]
             arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(runner.Buffer(slot.name, array.ctypes.data, array.ctypes.data + array.nbytes, True))
+            end = array.ctypes.data + array.nbytes
+            buffers.append(runner.Buffer(slot.name, array.ctypes.data, end, True, slot.index, array.shape))
         else:
             arg = runner.scalar_argument(slot.type_str, slot.value)
         leaves.setdefault(slot.path[0], []).append(arg)
