@@ -106,6 +106,7 @@ class AccessChecker:
 
     def _describe(self, addr: int, furthest: int, itemsize: int, op: str, count: int, target: int | None) -> str:
         advice = f"Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
+        reached = ""
         if target is None:
             where = "with no buffer passed at all"
         else:
@@ -119,14 +120,15 @@ class AccessChecker:
                 f"{size // itemsize} elements, {size} bytes)"
             )
             if buffer.output is not None and offset >= 0 and buffer.shape is not None:
-                reached = (furthest - buffer.start) // itemsize
-                where += (
-                    f", up to element {reached}. out_shape gives output {buffer.output} the shape {buffer.shape}, "
-                    f"{size // itemsize} elements: if the kernel is right to reach element {reached}, out_shape is too "
-                    f"small (make it hold at least {reached + 1} elements)"
+                # Past the end of an output: out_shape may be what is wrong.
+                last = (furthest - buffer.start) // itemsize
+                reached = f", up to element {last}"
+                advice = (
+                    f"out_shape gives output {buffer.output} the shape {buffer.shape}, {size // itemsize} elements: if "
+                    f"the kernel is right to reach element {last}, out_shape is too small (make it hold at least "
+                    f"{last + 1} elements). Otherwise mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
                 )
-                advice = f"Otherwise mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
         return (
             f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes from {where}; {count} offending "
-            f"addresses. {advice} (Checked by jt's CPU backend; JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
+            f"addresses{reached}. {advice} (Checked by jt's CPU backend; JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
         )
