@@ -406,8 +406,7 @@ def _float_probe(
 ) -> tuple[tuple[str, ...], str] | None:
     """Which of the float constexprs ``floats`` the front end needs as ints, and its refusal of ``spec``; ``None``
     when it accepts ``spec`` or refuses it with ints too (remembered)."""
-    typed = tuple((path, type(value).__name__, value) for path, value in sorted(spec.constexprs.items()))
-    key = (dialect.name, fn, typed, tuple(spec.signature.items()), floats)
+    key = (dialect.name, fn, spec.key(), floats)
     if key not in _float_probed:
         _float_probed[key] = _float_probe_now(dialect, fn, params, spec, floats)
     return _float_probed[key]

@@ -265,7 +265,7 @@ def _alias_hint(
     # Operand indices as input_output_aliases counts them (the current convention): every flattened operand.
     leaves = [leaf for name in nonconstexpr if name in reading.operands for leaf in _flat(reading.operands[name], name)]
     suggested: dict[int, int] = {}
-    unmatched = []
+    unmatched: list[int] = []
     for out_index, out in enumerate(outputs):
         if out_index in aliased or len(suggested) + len(unmatched) == reading.unplaced:
             continue
