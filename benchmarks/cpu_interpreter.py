@@ -85,6 +85,7 @@ class Case:
     #: The checks (one of MODES) it runs with: part of jax.jit's cache key, so each call is made inside them.
     mode: str = "on"
     times: list[float] = dataclasses.field(default_factory=list)
+    cpu_times: list[float] = dataclasses.field(default_factory=list)
 
     def __call__(self) -> Any:
         with checks(self.mode):
@@ -93,6 +94,11 @@ class Case:
     @property
     def median(self) -> float:
         return statistics.median(self.times) * 1e3
+
+    @property
+    def cpu_median(self) -> float:
+        """Median CPU time of the process (all its threads) per call: what other processes' load inflates least."""
+        return statistics.median(self.cpu_times) * 1e3
 
     @property
     def best(self) -> float:
@@ -107,10 +113,11 @@ def time_interleaved(cases: Sequence[Case], rounds: int, calls_per_round: int = 
         case()
     for _ in range(rounds):
         for case in cases:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             for _ in range(calls_per_round):
                 case()
             case.times.append((time.perf_counter() - start) / calls_per_round)
+            case.cpu_times.append((time.process_time() - cpu_start) / calls_per_round)
 
 
 def add(x: jax.Array, y: jax.Array, grid: int) -> jax.Array:
@@ -244,7 +251,8 @@ def environment() -> str:
     return (
         f"python {platform.python_version()}, jax {jax.__version__}, jaxlib {jax.lib.__version__}, "
         f"triton {triton.__version__}, numpy {np.__version__}, jt-core {jt.__version__}; "
-        f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}"
+        f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}; load average "
+        f"{os.getloadavg()[0]:.1f} (other processes' load inflates the wall-clock figures)"
     )
 
 
@@ -300,9 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases = adds[mode]
         _, slope_median = fit_slope(grids, [cases[g].median for g in grids])
         intercept, slope_best = fit_slope(grids, [cases[g].best for g in grids])
+        _, slope_cpu = fit_slope(grids, [cases[g].cpu_median for g in grids])
         print(
             f"  {label}: per program instance (slope of the fit) "
-            f"{slope_median:.3f} ms (medians), {slope_best:.3f} ms (best); fixed part {intercept:.1f} ms"
+            f"{slope_median:.3f} ms (medians), {slope_best:.3f} ms (best), {slope_cpu:.3f} ms of process CPU time "
+            f"(medians); fixed part {intercept:.1f} ms"
         )
     print(f"  target: <= {TARGET_PROGRAM_MS} ms per program instance (bounds check); race check <= 2x bounds check")
 
@@ -322,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{races / on:11.2f}x"
         )
 
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     if args.profile:
         print("\ncProfile of 50 one-program calls, sorted by own time:")
         print(profile(overhead["raw"].fn, overhead["raw"].args, 50, 20))

@@ -57,3 +57,35 @@ def test_load_of_element_minus_one_blames_its_argument_in_a_real_call() -> None:
     error = jt.errors.from_runtime_error(raised.value)
     assert isinstance(error, OutOfBoundsAccessError)
     assert "from argument 'x_ptr' at element -1 (4 bytes before its start;" in str(error)
+
+
+def test_access_past_the_end_of_an_output_points_at_out_shape() -> None:
+    buffers = [Buffer("x_ptr", 1000, 1160, False), Buffer("out_ptr", 2000, 2080, True, output=0, shape=(4, 5))]
+    with pytest.raises(OutOfBoundsAccessError) as raised:
+        AccessChecker("k", buffers).check(np.array([2000 + 4 * i for i in range(16, 32)], np.uint64), None, 4, "store")
+    message = str(raised.value)
+    assert "from argument 'out_ptr' (output 0) at element 20 (past its end;" in message
+    assert "up to element 31" in message and "out_shape gives output 0 the shape (4, 5), 20 elements" in message
+    assert "out_shape is too small" in message and "at least 32 elements" in message
+
+
+@triton.jit
+def masked_copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+def test_store_past_a_too_small_out_shape_blames_out_shape_in_a_real_call() -> None:
+    x = jnp.asarray(np.random.default_rng(1).standard_normal(40), dtype=jnp.float32)
+    small = jax.ShapeDtypeStruct((20,), jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        jax.block_until_ready(jt.triton_call(x, kernel=masked_copy_kernel, out_shape=small, grid=3, n=40, BLOCK=16))
+    error = jt.errors.from_runtime_error(raised.value)
+    assert isinstance(error, OutOfBoundsAccessError)
+    message = str(error)
+    assert "store of 4 bytes from argument 'out_ptr' (output 0) at element 20" in message
+    assert "up to element 31" in message and "out_shape gives output 0 the shape (20,)" in message
+    assert "out_shape is too small" in message
+    out = jt.triton_call(x, kernel=masked_copy_kernel, out_shape=x, grid=3, n=40, BLOCK=16)
+    np.testing.assert_array_equal(out, x)

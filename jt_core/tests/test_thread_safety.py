@@ -18,7 +18,9 @@ import pytest
 
 import jt_core as jt
 from jt_core import cache, frontend
-from jt_core.testing import distinct_kernels, run_threads
+from jt_core.contracts import CompiledKernel, CompileRequest
+from jt_core.interpreter.backend import CpuBackend
+from jt_core.testing import BackendConformance, distinct_kernels, run_threads
 
 THREADS = 8
 ROUNDS = 3
@@ -49,6 +51,7 @@ def test_interpreter_runs_beside_front_end_checks(tmp_path: pathlib.Path) -> Non
     runner_kernel, *kernels = distinct_kernels(tmp_path, "beside", THREADS)
     x = jnp.asarray(np.random.default_rng(7).standard_normal(64), dtype=jnp.float32)
     run_runner = jax.jit(lambda v: jt.triton_call(v, v.size, kernel=runner_kernel, out_shape=v, grid=(4,), BLOCK=16))
+    run_runner(x).block_until_ready()  # compiled beforehand, so that its runs overlap the first calls from the start
     stop = threading.Event()
 
     def work(i: int) -> None:
@@ -103,3 +106,25 @@ def test_compiles_share_the_front_end_and_interpreter_runs_exclude_them() -> Non
 def test_interpreter_started_inside_a_compile_on_one_thread_is_refused() -> None:
     with frontend.compiling(), pytest.raises(RuntimeError, match="cannot overlap"), frontend.interpreting():
         pass
+
+
+class _LockRecordingBackend(CpuBackend):
+    """Records, at each compile, whether the compiling thread holds the front end's side of the lock (an
+    interpreter run started on the same thread is then refused)."""
+
+    held: list[bool]
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        try:
+            with frontend.interpreting():
+                self.held.append(False)
+        except RuntimeError:
+            self.held.append(True)
+        return super().compile(request)
+
+
+def test_conformance_suite_compiles_under_the_front_end_lock() -> None:
+    backend = _LockRecordingBackend()
+    backend.held = []
+    BackendConformance().test_compiles_sample_kernel(backend)
+    assert backend.held == [True]

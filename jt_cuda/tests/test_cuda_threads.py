@@ -25,6 +25,7 @@ LOWERING_THREADS = 3
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # the kernels are new each run: keep them out
     cache.clear_memory()
 
 
@@ -33,6 +34,7 @@ def test_cuda_lowerings_beside_cpu_runs(tmp_path: pathlib.Path, round_: int) -> 
     runner_kernel, *kernels = distinct_kernels(tmp_path, f"cuda{round_}", LOWERING_THREADS + 1)
     x = jnp.asarray(np.random.default_rng(round_).standard_normal(512), dtype=jnp.float32)
     run_on_cpu = jax.jit(lambda v: jt.triton_call(v, v.size, kernel=runner_kernel, out_shape=v, grid=(32,), BLOCK=16))
+    run_on_cpu(x).block_until_ready()  # compiled beforehand, so that its runs overlap the lowerings from the start
     lowered_for_cuda = threading.Event()
     remaining = [LOWERING_THREADS]
     lock = threading.Lock()

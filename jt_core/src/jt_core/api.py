@@ -121,6 +121,8 @@ def triton_call(
     """
     if kernel is _MISSING or grid is _MISSING:
         _refuse_missing(kernel, grid, metaparams)
+    wrappers = unwrap_kernel(kernel)
+    _refuse_misspelled_options(wrappers.fn, metaparams)
     if out_shape is not _MISSING and out_type is not _MISSING:
         raise KernelCallTypeError("triton_call got both out_shape= and out_type=; give one (they mean the same)")
     if out_shape is _MISSING and out_type is _MISSING:
@@ -154,8 +156,6 @@ def triton_call(
         vmap=vmap,
         checks=checks.current(),
     )
-    wrappers = unwrap_kernel(kernel)
-    _refuse_misspelled_options(wrappers.fn, metaparams)
     dialect = hooks.dialect_for(wrappers.fn)
 
     def run(args: Sequence[Any], metaparams: Mapping[str, Any], options: CallOptions) -> Any:
@@ -208,8 +208,13 @@ def _refuse_misspelled_options(fn: Any, metaparams: dict[str, Any]) -> None:
         if key in names:
             continue
         near_option = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
-        if near_option and not difflib.get_close_matches(key, list(names), n=1):
+        near_param = difflib.get_close_matches(key, list(names), n=1)
+        if near_option and (not near_param or _likeness(key, near_option[0]) > _likeness(key, near_param[0])):
             raise KernelCallTypeError(
                 f"triton_call got keyword {key!r}, which is neither one of its arguments nor a parameter of kernel "
                 f"{kernel_signature_text(params, kernel_name(fn))}. Did you mean {near_option[0]}=?"
             )
+
+
+def _likeness(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()

@@ -105,7 +105,7 @@ def bind_call(
     n_out = len(out_structs)
 
     # Arguments to parameters (keywords, the two readings of positional values, the convention).
-    assignment = assign_arguments(params, signature, args, kwargs, n_out, len(aliases_in))
+    assignment = assign_arguments(params, signature, args, kwargs, out_structs, list(aliases_in.values()))
     given = assignment.operands
     user_meta = assignment.metaparams
     convention = assignment.convention
@@ -168,6 +168,7 @@ def bind_call(
         for leaf, path, leaf_name in zip(leaves, paths, names):
             bound.leaf_names.append(leaf_name)
             if isinstance(leaf, TensorDescriptor):
+                _refuse_narrowed(leaf.base, f"{leaf_name}.base", signature)
                 spec = leaf.spec(leaf_name)
                 operand_index = len(bound.operands)
                 bound.operands.append(leaf.base)
@@ -190,6 +191,7 @@ def bind_call(
                         f"argument {leaf_name!r} has dtype {leaf.dtype}; Triton kernels take no complex arrays"
                     )
                 type_str = "*" + triton_scalar_type(leaf.dtype, what=f"argument {leaf_name!r}")
+                _refuse_narrowed(leaf, leaf_name, signature)
                 operand_index = len(bound.operands)
                 bound.operands.append(leaf)
                 bound.operand_avals.append(jax.core.ShapedArray(tuple(leaf.shape), leaf.dtype))
@@ -306,6 +308,7 @@ def bind_call(
         vmap=options.vmap,
     )
     _refuse_traced_scalars(call, signature)
+    _refuse_float_sizes(call, signature, wrappers, user_meta)
     return BoundCall(call, bound.operands, bound.refs, out_tree)
 
 
@@ -348,6 +351,88 @@ def _refuse_traced_scalars(call: KernelCall, signature: str) -> None:
             )
 
 
+def _whole_float(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer()
+
+
+def _refuse_float_sizes(
+    call: KernelCall, signature: str, wrappers: KernelWrappers, user_meta: Mapping[str, Any]
+) -> None:
+    """Refuses a whole-number float (``BLOCK=64.0``) for a constexpr parameter the kernel needs as an int.
+
+    A float constexpr can be right (a factor the kernel multiplies by); whether the kernel needs an int there (a
+    ``tl.arange`` bound, a block shape, a ``range`` step) is only in its code, so Triton's front end decides: when
+    it refuses a configuration and accepts it with those floats given as ints, they were meant as ints. Calls
+    without whole-number float constexprs never run the probe; verdicts are remembered.
+    """
+    for config in call.configs:
+        floats = {name: value for name, value in config.constexprs if _whole_float(value)}
+        if not floats:
+            continue
+        spec = call.specialization(config)
+        verdict = _float_probe(call.dialect, call.fn, call.params, spec, tuple(floats))
+        if verdict is None:
+            continue
+        names, refused = verdict
+        fixes = "; ".join(_int_fix(name, floats[name], wrappers, user_meta) for name in names)
+        shown = ", ".join(f"{name}={floats[name]!r}" for name in names)
+        as_ints = ", ".join(f"{name}={int(floats[name])}" for name in names)
+        raise KernelCallTypeError(
+            f"constexpr {shown} of kernel {signature} is a float, but the kernel uses it where Triton needs an int: "
+            f"Triton refuses the kernel with {shown} ({refused}) and accepts it with {as_ints}. {fixes}"
+        )
+
+
+def _int_fix(name: str, value: Any, wrappers: KernelWrappers, user_meta: Mapping[str, Any]) -> str:
+    """How to give ``name`` as an int, said for where its float came from."""
+    whole = int(value)
+    if name in user_meta:
+        return f"pass {name}={whole}"
+    if any(heuristic == name for heuristic, _ in wrappers.heuristics):
+        return (
+            f"the @triton.heuristics function for {name} returned {value!r}: return an int (int(...), or // "
+            "for division)"
+        )
+    if any(name in dict(config.kwargs) for config in wrappers.configs):
+        return f"a triton.Config sets {name}={value!r}: write {name}={whole}"
+    return f"its default in the kernel's signature is {value!r}: write {name}: tl.constexpr = {whole}"
+
+
+_float_probed: dict[tuple[Any, ...], tuple[tuple[str, ...], str] | None] = {}
+
+
+def _float_probe(
+    dialect: Dialect, fn: Any, params: Sequence[KernelParam], spec: Specialization, floats: tuple[str, ...]
+) -> tuple[tuple[str, ...], str] | None:
+    """Which of the float constexprs ``floats`` the front end needs as ints, and its refusal of ``spec``; ``None``
+    when it accepts ``spec`` or refuses it with ints too (remembered)."""
+    key = (dialect.name, fn, spec.key(), floats)
+    if key not in _float_probed:
+        _float_probed[key] = _float_probe_now(dialect, fn, params, spec, floats)
+    return _float_probed[key]
+
+
+def _float_probe_now(
+    dialect: Dialect, fn: Any, params: Sequence[KernelParam], spec: Specialization, floats: tuple[str, ...]
+) -> tuple[tuple[str, ...], str] | None:
+    refused = frontend.refusal(dialect.make_source(fn, spec, _PROBE_TARGET))
+    if refused is None:
+        return None
+    paths = {p.name: (p.index,) for p in params if p.name in floats}
+
+    def accepted(names: Sequence[str]) -> bool:
+        constexprs = dict(spec.constexprs)
+        for name in names:
+            constexprs[paths[name]] = int(constexprs[paths[name]])
+        changed = Specialization(signature=spec.signature, constexprs=constexprs, attrs=spec.attrs)
+        return frontend.refusal(dialect.make_source(fn, changed, _PROBE_TARGET)) is None
+
+    if not accepted(floats):
+        return None
+    alone = tuple(name for name in floats if len(floats) > 1 and accepted([name]))
+    return (alone or floats), refused
+
+
 _probed: dict[tuple[Any, ...], str | None] = {}
 
 
@@ -375,6 +460,21 @@ def _probe_now(
     if frontend.refusal(dialect.make_source(fn, as_scalar, _PROBE_TARGET)) is not None:
         return None
     return refused
+
+
+def _refuse_narrowed(array: Any, name: str, signature: str) -> None:
+    """Refuses an array that JAX would narrow before the kernel sees it (a 64-bit NumPy array with x64 off)."""
+    if isinstance(array, (jax.Array, jax.core.Tracer)):
+        return  # JAX's own: already of the type the kernel gets
+    dtype = np.dtype(array.dtype)
+    passed = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if passed != dtype:
+        raise KernelCallTypeError(
+            f"argument {name!r} of kernel {signature} is a {dtype} NumPy array, but JAX's 64-bit mode is off "
+            f"(jax_enable_x64), so JAX would pass it as {passed}: the kernel would read {passed} values through a "
+            f"pointer the call declares as {dtype}. Enable 64-bit types (jax.config.update('jax_enable_x64', True) "
+            f"at startup, or JAX_ENABLE_X64=1), or convert the array first (x.astype(np.{passed}))"
+        )
 
 
 def _is_operand_leaf(value: Any) -> bool:

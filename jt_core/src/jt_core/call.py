@@ -108,12 +108,20 @@ class Specialization:
     attrs: Mapping[tuple[int, ...], Sequence[Sequence[Any]]]
 
     def key(self) -> tuple[Any, ...]:
-        """A hashable identity of the specialisation (for caches)."""
+        """A hashable identity of the specialisation (for caches). Constant values count with their types: ``2``,
+        ``2.0`` and ``True`` are equal in Python but compile to different kernels."""
         return (
             tuple(self.signature.items()),
-            tuple(sorted(self.constexprs.items(), key=lambda kv: kv[0])),
+            tuple(sorted(((path, _typed(value)) for path, value in self.constexprs.items()), key=lambda kv: kv[0])),
             tuple(sorted((k, tuple(tuple(a) for a in v)) for k, v in self.attrs.items())),
         )
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with the type of each of its parts, so that values equal across types key apart."""
+    if isinstance(value, (tuple, list)):
+        return (type(value).__qualname__, tuple(_typed(item) for item in value))
+    return (type(value).__module__, type(value).__qualname__, value)
 
 
 @dataclasses.dataclass(frozen=True)

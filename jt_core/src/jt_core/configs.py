@@ -16,7 +16,14 @@ import numpy as np
 from jt_core.call import OPTION_NAMES, OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 
-__all__ = ["AutotuneConfig", "KernelWrappers", "expand_configs", "normalize_grid", "unwrap_kernel"]
+__all__ = [
+    "AutotuneConfig",
+    "KernelWrappers",
+    "check_constexpr_value",
+    "expand_configs",
+    "normalize_grid",
+    "unwrap_kernel",
+]
 _DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": True, "debug": False}
 
 
@@ -209,7 +216,7 @@ def expand_configs(
             if heur_name in ("num_warps", "num_stages", "num_ctas"):
                 options_from_config[heur_name] = value
             elif heur_name in constexpr_names:
-                check_hashable(heur_name, value)
+                check_constexpr_value(heur_name, value, signature, " returned by @triton.heuristics")
                 meta[heur_name] = value
             else:
                 raise KernelCallValueError(
@@ -284,7 +291,34 @@ def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, 
     return (axes[0], axes[1], axes[2])
 
 
-def check_hashable(name: str, value: Any) -> None:
+def check_constexpr_value(name: str, value: Any, signature: str, source: str = "") -> None:
+    """Refuses a value that cannot be compiled into a kernel as constexpr parameter ``name``.
+
+    Args:
+        name: The parameter.
+        value: The value given for it.
+        signature: The kernel's signature, for the message.
+        source: Where the value comes from when not from the caller (`` returned by @triton.heuristics``).
+
+    Raises:
+        KernelCallTypeError: For a traced value (a ``jax.jit`` argument that is not static), an array, or a value
+            that is not hashable.
+    """
+    import jax
+
+    given = f"the value{source} given for constexpr parameter {name} of kernel {signature}"
+    if isinstance(value, jax.core.Tracer):
+        raise KernelCallTypeError(
+            f"{given} is a traced value ({short_repr(value)}): a constexpr is compiled into the kernel, so its value "
+            "must be static, known when the function is traced. A value passed into a jax.jit function is traced "
+            "unless it is marked static: jax.jit(f, static_argnums=...) or jax.jit(f, static_argnames=...), or fix "
+            "it before jax.jit with functools.partial(f, ...)"
+        )
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+        raise KernelCallTypeError(
+            f"{given} is a {value.dtype}{list(value.shape)} array; a constexpr is a static Python value compiled "
+            f"into the kernel: pass {name}=int(...) (or float(...), bool(...)) of a concrete value, or a tuple"
+        )
     try:
         hash(value)
     except TypeError:

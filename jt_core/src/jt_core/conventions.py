@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from jt_core import _compat
 from jt_core.call import CLASSIC, CURRENT, KernelParam
-from jt_core.configs import check_hashable
+from jt_core.configs import check_constexpr_value
 from jt_core.errors import KernelCallTypeError, short_repr
 from jt_core.tensordesc import TensorDescriptor
 
@@ -64,6 +65,7 @@ class _Reading:
     metaparams: dict[str, Any] = dataclasses.field(default_factory=dict)
     problem: str | None = None
     left: tuple[KernelParam, ...] = ()
+    unplaced: int = 0  # outputs left without a parameter and without an alias
 
 
 def assign_arguments(
@@ -71,8 +73,8 @@ def assign_arguments(
     signature: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    num_outputs: int,
-    num_aliased: int,
+    outputs: Sequence[Any],
+    aliased: Collection[int],
 ) -> Assignment:
     """Assigns a call's positional and keyword arguments to the kernel's parameters.
 
@@ -81,14 +83,16 @@ def assign_arguments(
         signature: The kernel's signature as text, for errors.
         args: The positional values.
         kwargs: The keyword values that are not ``triton_call`` options: operands and metaparameters by name.
-        num_outputs: How many outputs the call describes.
-        num_aliased: How many of them are aliased to an input (``input_output_aliases``).
+        outputs: The outputs the call describes (objects with ``shape`` and ``dtype``).
+        aliased: The indices of those aliased to an input (``input_output_aliases``' values).
 
     Raises:
         KernelCallTypeError: A keyword that names no parameter, a parameter given twice (``got multiple values
             for argument 'x_ptr'``), or arguments that fit no convention: the message starts with how many operands
-            and outputs the kernel takes and how many the call gives, then shows what each reading bound.
+            and outputs the kernel takes and how many the call gives, then shows what each reading bound; when the
+            operands leave too few parameters for the outputs, it says how to alias them instead.
     """
+    num_outputs, num_aliased = len(outputs), len(aliased)
     by_name = {p.name: p for p in params}
     keyword_operands: dict[str, Any] = {}
     keyword_meta: dict[str, Any] = {}
@@ -100,15 +104,15 @@ def assign_arguments(
                 f"{suggest(key, list(by_name))}"
             )
         if param.is_constexpr:
-            check_hashable(key, value)
+            check_constexpr_value(key, value, signature)
             keyword_meta[key] = value
         else:
             keyword_operands[key] = value
 
     nonconstexpr = [p for p in params if not p.is_constexpr]
-    readings = [_read(args, nonconstexpr, keyword_operands, keyword_meta, declaration_order=False)]
+    readings = [_read(args, nonconstexpr, keyword_operands, keyword_meta, signature, declaration_order=False)]
     if any(p.is_constexpr for p in params[: len(args)]):
-        readings.append(_read(args, list(params), keyword_operands, keyword_meta, declaration_order=True))
+        readings.append(_read(args, list(params), keyword_operands, keyword_meta, signature, declaration_order=True))
     for reading in readings:
         if reading.problem is not None:
             continue
@@ -122,6 +126,7 @@ def assign_arguments(
                 f"{count} non-constexpr parameters are left ({[p.name for p in reading.left]}) for "
                 f"{_count(num_outputs, 'output')} ({num_aliased} of them aliased)"
             )
+            reading.unplaced = max(num_outputs - num_aliased - count, 0)
             continue
         return Assignment(
             operands={p.name: reading.operands[p.name] for p in nonconstexpr if p.name in reading.operands},
@@ -130,7 +135,7 @@ def assign_arguments(
             convention=convention,
             declaration_order=reading.declaration_order,
         )
-    raise KernelCallTypeError(_misfit(params, signature, args, keyword_operands, readings, num_outputs, num_aliased))
+    raise KernelCallTypeError(_misfit(params, signature, args, keyword_operands, readings, outputs, aliased))
 
 
 def _read(
@@ -138,6 +143,7 @@ def _read(
     targets: Sequence[KernelParam],
     keyword_operands: Mapping[str, Any],
     keyword_meta: Mapping[str, Any],
+    signature: str,
     declaration_order: bool,
 ) -> _Reading:
     reading = _Reading(declaration_order, dict(keyword_operands), dict(keyword_meta))
@@ -162,7 +168,7 @@ def _read(
                     f"{param.name!r}, which takes a static Python value, not an array"
                 )
                 return reading
-            check_hashable(param.name, value)
+            check_constexpr_value(param.name, value, signature)
             reading.metaparams[param.name] = value
         else:
             reading.operands[param.name] = value
@@ -176,10 +182,12 @@ def _misfit(
     args: Sequence[Any],
     keyword_operands: Mapping[str, Any],
     readings: Sequence[_Reading],
-    num_outputs: int,
-    num_aliased: int,
+    outputs: Sequence[Any],
+    aliased: Collection[int],
 ) -> str:
-    """The error for a call no reading fits: a summary line, then each reading's problem."""
+    """The error for a call no reading fits: a summary line, how to alias outputs when the operands fill the
+    parameters the outputs need, then each reading's problem."""
+    num_outputs, num_aliased = len(outputs), len(aliased)
     nonconstexpr = [p.name for p in params if not p.is_constexpr]
     taken = max(len(nonconstexpr) - num_outputs, 0)
     # The operands: those named by keyword, then the first others; the outputs: the parameters after them.
@@ -199,6 +207,14 @@ def _misfit(
     summary += f"; the call gives {_count(len(args) + len(keyword_operands), 'operand')}"
     if keyword_operands:
         summary += f" ({len(args)} positional, {len(keyword_operands)} by keyword)"
+    in_place = next((r for r in readings if r.unplaced), None)
+    if in_place is not None and (
+        len(keyword_operands) > taken
+        or any(not _is_array(in_place.operands[name]) for name in nonconstexpr if name not in operand_set)
+    ):
+        # The parameters the summary would call outputs hold scalars or were named as operands: they are no
+        # outputs, so say what the operands fill instead.
+        summary = _filled_summary(nonconstexpr, in_place, num_outputs)
     first = readings[0]
     if first.problem is not None and first.problem.startswith("got multiple values"):
         lines = [f"triton_call {first.problem}. The signature is {signature}: {summary}."]
@@ -210,6 +226,8 @@ def _misfit(
             f"triton_call arguments do not fit kernel {signature}: {summary}.",
             f"  Positional operands in operand order (constexprs by keyword): bound {bound_text}; {first.problem}.",
         ]
+    if in_place is not None:
+        lines.insert(1, _alias_hint(nonconstexpr, in_place, outputs, aliased))
     if len(readings) > 1:
         second = readings[1]
         problem = second.problem
@@ -224,6 +242,79 @@ def _misfit(
         "do; constexpr parameters are given by keyword, or positionally in declaration order."
     )
     return "\n".join(lines)
+
+
+def _filled_summary(nonconstexpr: Sequence[str], reading: _Reading, num_outputs: int) -> str:
+    """``its 3 non-constexpr parameters take the operands and outputs, and the call's 3 operands (...) fill them
+    all, leaving none for the 1 output``."""
+    filled = [name for name in nonconstexpr if name in reading.operands]
+    left = [p.name for p in reading.left]
+    leaving = f"leaving {len(left)} ({', '.join(left)})" if left else "leaving none"
+    of_them = f"{len(filled)} of them" if left else "them all"
+    return (
+        f"its {_count(len(nonconstexpr), 'non-constexpr parameter')} take the operands and outputs, and the call's "
+        f"{_count(len(filled), 'operand')} ({', '.join(filled)}) fill {of_them}, {leaving} for the "
+        f"{_count(num_outputs, 'output')}"
+    )
+
+
+def _alias_hint(
+    nonconstexpr: Sequence[str], reading: _Reading, outputs: Sequence[Any], aliased: Collection[int]
+) -> str:
+    """How to alias the outputs the reading leaves without a parameter to operands of their shape and dtype."""
+    # Operand indices as input_output_aliases counts them (the current convention): every flattened operand.
+    leaves = [leaf for name in nonconstexpr if name in reading.operands for leaf in _flat(reading.operands[name], name)]
+    suggested: dict[int, int] = {}
+    unmatched: list[int] = []
+    for out_index, out in enumerate(outputs):
+        if out_index in aliased or len(suggested) + len(unmatched) == reading.unplaced:
+            continue
+        match = next((i for i, (_, v) in enumerate(leaves) if i not in suggested and _same_type(v, out)), None)
+        if match is None:
+            unmatched.append(out_index)
+        else:
+            suggested[match] = out_index
+    writes = "writes its output" if len(outputs) == 1 else "writes outputs"
+    if not unmatched:
+        pairs = "; ".join(
+            f"{leaves[i][0]}, {describe_value(leaves[i][1])}, has the shape and dtype of output {o}"
+            for i, o in suggested.items()
+        )
+        mapping = ", ".join(f"{i}: {o}" for i, o in suggested.items())
+        return (
+            f"  If the kernel {writes} in place, through an operand's pointer, say which: "
+            f"input_output_aliases={{{mapping}}} ({pairs}); an aliased output needs no parameter of its own."
+        )
+    missing = unmatched[0]
+    return (
+        f"  If the kernel {writes} in place, through an operand's pointer, give input_output_aliases="
+        f"{{operand index: output index}}; but no operand has the shape and dtype of output {missing} "
+        f"({describe_value(outputs[missing])}), so none can be aliased to it: check out_shape, or the kernel "
+        "needs a parameter for that output."
+    )
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float, np.generic))
+
+
+def _flat(value: Any, name: str) -> list[tuple[str, Any]]:
+    """The leaves of an operand (tuple parameters hold several) with readable names."""
+    if isinstance(value, tuple) and not hasattr(value, "shape"):
+        return [leaf for i, item in enumerate(value) for leaf in _flat(item, f"{name}[{i}]")]
+    return [(name, value)]
+
+
+def _same_type(value: Any, out: Any) -> bool:
+    """Whether an operand could be aliased to ``out``: an array of its shape and dtype."""
+    if not _is_array(value) or isinstance(value, TensorDescriptor):
+        return False
+    if _compat.is_ref(value):
+        return False  # a Ref is updated in place already
+    try:
+        return tuple(value.shape) == tuple(out.shape) and np.dtype(value.dtype) == np.dtype(out.dtype)
+    except TypeError:
+        return False
 
 
 def _count(number: int, noun: str) -> str:

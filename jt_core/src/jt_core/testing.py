@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import types
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ import pytest
 import triton
 import triton.language as tl
 
+from jt_core import frontend
 from jt_core import registry as registries
 from jt_core.api import triton_call
 from jt_core.binding import bind_call
@@ -209,14 +211,18 @@ def sample_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def distinct_kernels(folder: pathlib.Path, tag: str, count: int) -> list[Any]:
-    """``count`` elementwise kernels ``(x_ptr, n, out_ptr, BLOCK)`` whose sources differ (kernel ``i`` computes
-    ``x * (i + 2) + 1``), so that no cache serves one from another; written to a module in ``folder`` (Triton reads
-    a kernel's source from its file) and imported. ``tag`` keeps the module and kernel names apart."""
+    """``count`` elementwise kernels ``(x_ptr, n, out_ptr, BLOCK)`` whose sources differ from each other's and from
+    those of every earlier call, in this process or any other (kernel ``i`` computes ``x * (i + 2) + 1``; a random
+    token in each body keeps Triton's own on-disk cache from serving a compile), so that every compile is a first
+    one; written to a module in ``folder`` (Triton reads a kernel's source from its file) and imported. ``tag``
+    keeps the module and kernel names apart."""
+    token = uuid.uuid4().hex
     lines = ["import triton", "import triton.language as tl", ""]
     for i in range(count):
         lines += [
             "@triton.jit",
             f"def scale_{tag}_{i}(x_ptr, n, out_ptr, BLOCK: tl.constexpr):",
+            f"    # variant {token}",
             "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
             "    mask = offsets < n",
             f"    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * {i + 2} + 1, mask=mask)",
@@ -443,7 +449,8 @@ class BackendConformance:
     def test_compiles_sample_kernel(self, backend: Backend) -> None:
         call = sample_call(compute_capability=self.compute_capability)
         target = backend.target(call, None)
-        compiled = backend.compile(compile_request(backend, call, target, _triton_dialect()))
+        with frontend.compiling():  # as every compile: never beside an interpreter run on another thread
+            compiled = backend.compile(compile_request(backend, call, target, _triton_dialect()))
         assert isinstance(compiled, CompiledKernel)
         assert compiled.target == target
         assert compiled.name

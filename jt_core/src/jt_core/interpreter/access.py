@@ -3,7 +3,9 @@
 Triton's interpreter reads and writes raw addresses, so a kernel that strays outside its arguments would read
 garbage or crash the process. Every load, store and atomic is checked first; an access outside every buffer, or a
 store into an input, becomes :class:`~jt_core.errors.OutOfBoundsAccessError` naming the argument the access was
-meant for: the one holding the access's other addresses, else the nearest one.
+meant for: the one holding the access's other addresses, else the nearest one. An access past the end of an output
+also names the output's shape as ``out_shape`` gives it and the furthest element reached: the mistake may be
+``out_shape``'s rather than the kernel's.
 """
 
 from __future__ import annotations
@@ -28,14 +30,25 @@ _MASKED_FORMS = {
 
 @dataclasses.dataclass(frozen=True)
 class Buffer:
-    """A buffer a kernel may access: its name, address range, whether it may be written, and the size of its
-    elements (what element indices in messages count)."""
+    """A buffer a kernel may access.
+
+    Attributes:
+        name: The kernel parameter it is passed as.
+        start: Its first byte's address.
+        end: The address after its last byte.
+        writable: Whether the kernel may write it (an output, or an input aliased to one).
+        itemsize: The size of its elements (what element indices in the race check's messages count).
+        output: The output it holds (its index in ``out_shape``), or ``None`` for an input.
+        shape: The output's shape (outputs only).
+    """
 
     name: str
     start: int
     end: int
     writable: bool
     itemsize: int = 1
+    output: int | None = None
+    shape: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +98,10 @@ class AccessChecker:
         slot = np.searchsorted(self.starts, addrs, side="right").astype(np.int64) - 1
         inside = (slot >= 0) & (addrs + np.uint64(itemsize) <= self.ends[np.maximum(slot, 0)])
         if not inside.all():
-            bad = int(addrs[~inside][0])
+            outside = addrs[~inside]
+            bad = int(outside[0])
             target = self._meant(bad, itemsize, slot[inside])
-            raise OutOfBoundsAccessError(self._describe(bad, itemsize, op, int((~inside).sum()), target))
+            raise OutOfBoundsAccessError(self._describe(bad, int(outside.max()), itemsize, op, outside.size, target))
         if op != "load":
             readonly = ~self.writable[slot]
             if readonly.any():
@@ -111,7 +125,9 @@ class AccessChecker:
             "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
         )
 
-    def _describe(self, addr: int, itemsize: int, op: str, count: int, target: int | None) -> str:
+    def _describe(self, addr: int, furthest: int, itemsize: int, op: str, count: int, target: int | None) -> str:
+        advice = f"Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
+        reached = ""
         if target is None:
             where = "with no buffer passed at all"
         else:
@@ -119,12 +135,21 @@ class AccessChecker:
             size = buffer.end - buffer.start
             offset = addr - buffer.start
             position = f"{-offset} bytes before its start" if offset < 0 else "past its end"
+            held = "" if buffer.output is None else f" (output {buffer.output})"
             where = (
-                f"argument {buffer.name!r} at element {offset // itemsize} ({position}; it holds "
+                f"argument {buffer.name!r}{held} at element {offset // itemsize} ({position}; it holds "
                 f"{size // itemsize} elements, {size} bytes)"
             )
+            if buffer.output is not None and offset >= 0 and buffer.shape is not None:
+                # Past the end of an output: out_shape may be what is wrong.
+                last = (furthest - buffer.start) // itemsize
+                reached = f", up to element {last}"
+                advice = (
+                    f"out_shape gives output {buffer.output} the shape {buffer.shape}, {size // itemsize} elements: if "
+                    f"the kernel is right to reach element {last}, out_shape is too small (make it hold at least "
+                    f"{last + 1} elements). Otherwise mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
+                )
         return (
             f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes from {where}; {count} offending "
-            f"addresses. Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets. (Checked by jt's CPU backend; "
-            "JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
+            f"addresses{reached}. {advice} (Checked by jt's CPU backend; JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
         )

@@ -138,11 +138,12 @@ def execute_into(
                 )
             else:
                 arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(_buffer(slot.name, array, writable=out_index is not None))
+            held = None if out_index is None else array.shape
+            buffers.append(_buffer(slot.name, array, out_index is not None, out_index, held))
         elif slot.kind == OUTPUT:
             array = outputs[slot.index]
             arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(_buffer(slot.name, array, writable=True))
+            buffers.append(_buffer(slot.name, array, True, slot.index, array.shape))
             if slot.index not in zeroed and slot.index not in aliased.values():
                 must_write.append((buffers[-1], slot.index))
         else:
@@ -174,9 +175,11 @@ def execute_into(
         _report_unwritten(call, races, must_write, checks.unwritten)
 
 
-def _buffer(name: str, array: np.ndarray, writable: bool) -> runner.Buffer:
+def _buffer(
+    name: str, array: np.ndarray, writable: bool, output: int | None, shape: tuple[int, ...] | None
+) -> runner.Buffer:
     start = array.ctypes.data
-    return runner.Buffer(name, start, start + array.nbytes, writable, array.dtype.itemsize)
+    return runner.Buffer(name, start, start + array.nbytes, writable, array.dtype.itemsize, output, shape)
 
 
 def _report_unwritten(

@@ -1,0 +1,51 @@
+"""Constexpr values equal in Python but of different types (``2`` and ``2.0``) compile to different kernels: a
+kernel computes with the constexpr's type (integer arithmetic that wraps, or float arithmetic), so one process must
+not reuse the kernel compiled for one value for the other."""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+import triton
+import triton.language as tl
+from cuda_testlib import backend_config, lower_for_cuda
+
+import jt_core as jt
+from jt_core import cache
+from jt_core.testing import custom_calls
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, (tl.load(x_ptr + offsets, mask=mask) * FACTOR).to(tl.float32), mask=mask)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "cache"))
+    cache.clear_memory()
+
+
+def _binary(factor: object) -> bytes:
+    out = jax.ShapeDtypeStruct((64,), jnp.float32)
+    lowered = lower_for_cuda(
+        lambda x: jt.triton_call(
+            x, kernel=scale_kernel, out_shape=out, grid=1, n=64, FACTOR=factor, BLOCK=64, compute_capability=90
+        ),
+        jax.ShapeDtypeStruct((64,), jnp.int32),
+    )
+    (op,) = custom_calls(lowered, "jt_cuda_launch") + custom_calls(lowered, "jt_cuda_launch_preloaded")
+    return bytes(backend_config(op)["binary_0"])
+
+
+def test_int_and_float_constexprs_of_equal_value_compile_apart() -> None:
+    as_int = _binary(2)
+    as_float = _binary(2.0)
+    assert as_int != as_float
+    cache.clear_memory()
+    assert _binary(2.0) == as_float  # what a process that only ever saw 2.0 compiles
