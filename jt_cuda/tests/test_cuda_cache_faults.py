@@ -100,3 +100,43 @@ def test_with_a_home_that_cannot_be_written_triton_compiles_in_jts_folder(tmp_pa
     assert json.loads(info.stdout)["folders"]["triton"]["files"] == len(triton_files)
     subprocess.run([sys.executable, "-m", "jt_core", "cache", "clear"], env=env, check=True, capture_output=True)
     assert not [p for p in (tmp_path / "jt-cache" / "triton").rglob("*") if p.is_file()]
+
+
+@pytest.fixture
+def triton_folder(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TRITON_CACHE_DIR", "")  # as jax-triton leaves it: Triton keeps its cache in jt's folder
+    return files.cache_folder("triton")
+
+
+def _triton_compile() -> CompiledKernel:
+    """A compile as jt's compile hook runs it (Triton's cache folder provided), without jt's own cache."""
+    request = _request()
+    with files.triton_cache_folder():
+        return request.backend.compile(request)
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "truncate", "folder"])
+def test_a_damaged_file_of_tritons_cache_in_jts_folder_is_compiled_again(
+    triton_folder: Path, reference: CompiledKernel, fault: str
+) -> None:
+    assert _triton_compile().binary == reference.binary
+    (cubin,) = triton_folder.rglob("*.cubin")
+    damage(cubin, fault)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = _triton_compile()
+    assert again.binary == reference.binary and again.asm["ptx"] == reference.asm["ptx"]
+    assert [w for w in caught if "is unusable" in str(w.message)], [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS], ids=["full-disk", "read-only"])
+def test_tritons_cache_in_a_folder_that_takes_no_file_fails_no_compile(
+    triton_folder: Path, reference: CompiledKernel, error: int
+) -> None:
+    with warnings.catch_warnings(record=True) as caught, failing_writes(triton_folder, error):
+        warnings.simplefilter("always")
+        kernels = [_triton_compile() for _ in range(2)]
+    assert all(k.binary == reference.binary for k in kernels)
+    reported = [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
+    assert len(reported) == 1 and str(triton_folder) in reported[0], [str(w.message) for w in caught]
+    assert not [p for p in triton_folder.rglob("*.cubin")]

@@ -50,6 +50,7 @@ __all__ = [
     "atomic_write",
     "cache_folder",
     "cache_root",
+    "checked_triton_cache",
     "configured_root",
     "discard",
     "entry_path",
@@ -479,8 +480,9 @@ def file_lock(path: Path) -> Iterator[bool]:
 
 _triton_lock = threading.Lock()
 _triton_users = 0
-_triton_saved: list[Any] = []
+_triton_saved: dict[str, Any] = {}
 _triton_usable: dict[str, bool] = {}
+_triton_manager: list[type] = []
 _UNSET = object()
 
 
@@ -502,6 +504,64 @@ def _usable_folder(path: str) -> bool:
     return known
 
 
+def checked_triton_cache() -> type:
+    """Triton's file cache manager as jt runs it in its own ``triton`` folder: each file Triton writes gets an
+    integrity record beside it and is checked before Triton reads it (a file that fails is a miss: Triton compiles
+    again), and a folder that cannot take a file (reported once) sends it to the process's scratch folder, since
+    Triton reads back what it has just written."""
+    if _triton_manager:
+        return _triton_manager[0]
+    from triton.runtime.cache import FileCacheManager
+
+    class CheckedFileCacheManager(FileCacheManager):  # type: ignore[misc]
+        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+            try:
+                super().__init__(key, override, dump)
+            except OSError as exc:
+                report_fault(Path(self.cache_dir).parent, exc)  # the folder of the key's folder, once for all keys
+                self.cache_dir = str(scratch_folder("triton") / key)
+                self.lock_path = os.path.join(self.cache_dir, "lock")
+                os.makedirs(self.cache_dir, exist_ok=True)
+
+        def has_file(self, filename: str) -> bool:
+            if not super().has_file(filename):
+                return False
+            path = Path(self._make_path(filename))
+            problem = integrity_problem(path)
+            if problem is not None:
+                unusable(path, problem)
+            return problem is None
+
+        def get_group(self, filename: str) -> dict[str, str] | None:
+            group: dict[str, str] | None = super().get_group(filename)
+            for child in (group or {}).values():
+                problem = integrity_problem(Path(child))
+                if problem is not None:
+                    unusable(Path(child), problem)
+                    return None
+            return group
+
+        def put(self, data: Any, filename: str, binary: bool = True) -> str:
+            try:
+                path: str = super().put(data, filename, binary)
+                record_integrity(Path(path))  # without its record (reported), the next process compiles again
+                return path
+            except OSError as exc:
+                report_fault(Path(self.cache_dir).parent, exc)
+            target = scratch_folder("triton") / Path(self.cache_dir).name / filename
+            target.parent.mkdir(exist_ok=True)
+            atomic_write(target, data if isinstance(data, bytes) else str(data).encode())
+            return str(target)
+
+    _triton_manager.append(CheckedFileCacheManager)
+    return CheckedFileCacheManager
+
+
+def _override(knobs: Any, name: str, value: Any) -> None:
+    _triton_saved[name] = knobs.__dict__.get(name, _UNSET)
+    knobs.__dict__[name] = value
+
+
 @contextmanager
 def triton_cache_folder() -> Iterator[None]:
     """Gives Triton's compiler a cache folder for the duration of a compile, when it has no usable one.
@@ -510,9 +570,10 @@ def triton_cache_folder() -> Iterator[None]:
     variable to an empty string when it is imported, and a home folder may be missing or read-only; either way
     every ``triton.compile`` would fail ("Could not create or locate cache dir", ``PermissionError``). Inside this
     context, when Triton's cache folder setting (``triton.knobs.cache.dir``) is empty or names a folder that
-    cannot be created or written, it reads jt's private ``triton`` folder instead. The setting is overridden on
-    Triton's settings object only (assigning the knob would write the environment), and restored when the last
-    compile in the process leaves the context; the environment is never written.
+    cannot be created or written, it reads jt's private ``triton`` folder instead, kept by
+    :func:`checked_triton_cache` (unless ``TRITON_CACHE_MANAGER`` names a manager of the user's own). The settings
+    are overridden on Triton's settings object only (assigning a knob would write the environment), and restored
+    when the last compile in the process leaves the context; the environment is never written.
     """
     global _triton_users
     from triton import knobs
@@ -523,21 +584,23 @@ def triton_cache_folder() -> Iterator[None]:
             configured = knobs.cache.dir
             if not configured or not _usable_folder(str(configured)):
                 try:
-                    folder = str(cache_folder("triton"))
+                    folder: str | None = str(cache_folder("triton"))
                 except OSError:
                     folder = None  # nothing usable at all: Triton reports its own error
                 if folder is not None:
-                    _triton_saved.append(knobs.cache.__dict__.get("dir", _UNSET))
-                    knobs.cache.__dict__["dir"] = folder
+                    _override(knobs.cache, "dir", folder)
+                    if knobs.cache.manager_class is None:
+                        _override(knobs.cache, "manager_class", checked_triton_cache())
         _triton_users += 1
     try:
         yield
     finally:
         with _triton_lock:
             _triton_users -= 1
-            if _triton_users == 0 and _triton_saved:
-                previous = _triton_saved.pop()
-                if previous is _UNSET:
-                    knobs.cache.__dict__.pop("dir", None)
-                else:
-                    knobs.cache.__dict__["dir"] = previous
+            if _triton_users == 0:
+                for name, previous in _triton_saved.items():
+                    if previous is _UNSET:
+                        knobs.cache.__dict__.pop(name, None)
+                    else:
+                        knobs.cache.__dict__[name] = previous
+                _triton_saved.clear()
