@@ -153,11 +153,11 @@ def _fallback(refused: Path, reason: str, candidates: tuple[Path, ...]) -> Path:
             chosen = _temporary_root()
         _fallbacks[refused] = chosen
     if reason.startswith("it cannot be created"):
-        why = "so it works from the private folder"
+        why = "It works from"
     else:
-        why = "jt executes code kept there (built libraries, compiled kernels), so it works from the private folder"
+        why = "jt executes code kept there (built libraries, compiled kernels), so it works from"
     warnings.warn(
-        f"jt does not use the cache folder {str(refused)!r}: {reason}. {why[0].upper()}{why[1:]} {str(chosen)!r} "
+        f"jt does not use the cache folder {str(refused)!r}: {reason}. {why} the private folder {str(chosen)!r} "
         "instead. Make the folder yours, private (chmod 700) and writable, or point JT_CACHE_DIR at one.",
         RuntimeWarning,
         stacklevel=3,
