@@ -42,10 +42,24 @@ def _request() -> CompileRequest:
 
 
 @pytest.fixture(scope="module")
-def reference() -> CompiledKernel:
+def triton_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Triton's cache for this module's compiles: a cache shared with other processes may hold a cubin that Triton
+    built under other settings, which its key does not tell apart."""
+    return tmp_path_factory.mktemp("triton-cache")
+
+
+@pytest.fixture(autouse=True)
+def _own_triton_cache(triton_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_dir))
+
+
+@pytest.fixture(scope="module")
+def reference(triton_dir: Path) -> CompiledKernel:
     """The kernel compiled by Triton directly, without jt's cache."""
     request = _request()
-    return request.backend.compile(request)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_CACHE_DIR", str(triton_dir))
+        return request.backend.compile(request)
 
 
 @pytest.mark.parametrize("fault", ["corrupt", "truncate", "folder"])

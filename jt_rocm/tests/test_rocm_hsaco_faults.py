@@ -24,15 +24,25 @@ F32_64 = jax.ShapeDtypeStruct((64,), jnp.float32)
 
 
 @pytest.fixture(scope="module")
-def hsaco() -> bytes:
-    """A real HSACO, compiled without any cache: the reference every stored file must match byte for byte."""
+def triton_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Triton's cache for this module's compiles (one shared with other processes may hold a binary that Triton
+    built under other settings, which its key does not tell apart)."""
+    return tmp_path_factory.mktemp("triton-cache")
+
+
+@pytest.fixture(scope="module")
+def hsaco(triton_dir: Path) -> bytes:
+    """A real HSACO, compiled without jt's cache: the reference every stored file must match byte for byte."""
     backend = RocmBackend()
     call = bound_call(backend_options={"arch": "gfx942"})
-    return backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect())).binary
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_CACHE_DIR", str(triton_dir))
+        return backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect())).binary
 
 
 @pytest.fixture
-def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, triton_dir: Path) -> Path:
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_dir))
     monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt-cache"))
     monkeypatch.delenv("JT_ROCM_HSACO_DIR", raising=False)
     monkeypatch.setenv("JT_ROCM_ARCH", "gfx942")
