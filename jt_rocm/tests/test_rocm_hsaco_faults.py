@@ -4,6 +4,7 @@ the same checks as jt's cache folder."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -62,14 +63,15 @@ def _module_path() -> Path:
 
 
 @pytest.mark.parametrize("fault", ["corrupt", "truncate"])
-def test_a_damaged_hsaco_is_never_handed_to_jaxlib(folder: Path, hsaco: bytes, fault: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_damaged_hsaco_is_never_handed_to_jaxlib(folder: Path, fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
     use_launcher(monkeypatch, "jaxlib")
     path = _module_path()
-    assert path.parent == folder and path.read_bytes() == hsaco
+    written = path.read_bytes()
+    assert path.parent == folder and path.name.endswith(f"-{hashlib.sha256(written).hexdigest()}.hsaco")
+    assert written[:4] == b"\x7fELF"
     damage(path, fault)
-    assert (path.stat().st_size == len(hsaco)) is (fault == "corrupt")
-    assert _module_path() == path and path.read_bytes() == hsaco
+    assert (path.stat().st_size == len(written)) is (fault == "corrupt")
+    assert _module_path() == path and path.read_bytes() == written
 
 
 def test_a_folder_in_place_of_the_hsaco_sends_it_elsewhere_with_one_warning(folder: Path, hsaco: bytes) -> None:
