@@ -22,7 +22,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 
 def median_us(work: Callable[[], object], repeat: int = 200) -> float:

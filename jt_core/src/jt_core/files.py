@@ -514,6 +514,9 @@ def checked_triton_cache() -> type:
     from triton.runtime.cache import FileCacheManager
 
     class CheckedFileCacheManager(FileCacheManager):  # type: ignore[misc]
+        cache_dir: str
+        lock_path: str | None
+
         def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
             try:
                 super().__init__(key, override, dump)
