@@ -56,7 +56,7 @@ def test_unreadable_record_is_ignored_and_tuning_runs_again(tmp_path: pathlib.Pa
     record_file.write_text("{not json")
     again, log = _run(tmp_path)
     assert again["trials"] == 3
-    assert "ignoring unreadable autotuning record" in log
+    assert f"jt cache file '{record_file}' is unusable" in log
 
 
 @pytest.mark.parametrize("flag", ["", "0"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 import jt_core as jt
 from jt_core import hooks
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
-from jt_core.testing import compile_request, sample_add_kernel, sample_call
+from jt_core.testing import compile_request, failing_writes, sample_add_kernel, sample_call
 from jt_core.triton_dialect import TritonDialect
 
 
@@ -81,3 +83,20 @@ def test_no_dump_without_the_variable(tmp_path: Path, monkeypatch: pytest.Monkey
     call = sample_call(BLOCK=16)
     hooks.compile_kernel(compile_request(backend, call, backend.target(call, None), TritonDialect()))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS], ids=["full-disk", "read-only"])
+def test_a_dump_folder_that_takes_no_file_fails_no_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           error: int) -> None:  # fmt: skip
+    monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path / "dumps"))
+    backend = IrBackend()
+    requests = [
+        compile_request(backend, call, backend.target(call, None), TritonDialect())
+        for call in (sample_call(), sample_call(BLOCK=16))
+    ]
+    with warnings.catch_warnings(record=True) as caught, failing_writes(tmp_path / "dumps", error):
+        warnings.simplefilter("always")
+        kernels = [hooks.compile_kernel(request) for request in requests]
+    assert [k.binary for k in kernels] == [b"BIN:sample_add_kernel"] * 2
+    reported = [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
+    assert len(reported) == 1 and "JAX_TRITON_DUMP_DIR" in reported[0]

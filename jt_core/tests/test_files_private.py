@@ -156,3 +156,35 @@ def test_file_lock_in_an_unwritable_folder_goes_on_unlocked(tmp_path: Path) -> N
             assert held is (os.geteuid() == 0)  # root writes anywhere
     finally:
         folder.chmod(0o700)
+
+
+@pytest.mark.parametrize("configured", ["empty", "uncreatable"])
+def test_triton_gets_jts_folder_when_its_own_cannot_be_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, configured: str
+) -> None:
+    """An emptied TRITON_CACHE_DIR (jax-triton does that) or a home under which nothing can be created: inside a
+    compile, Triton's cache folder is jt's private ``triton`` folder; the environment is never written."""
+    from triton import knobs
+
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt-cache"))
+    if configured == "empty":
+        monkeypatch.setenv("TRITON_CACHE_DIR", "")
+    else:
+        monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+        home = tmp_path / "home-is-a-file"
+        home.write_text("")
+        monkeypatch.setenv("TRITON_HOME", str(home))
+    before = knobs.cache.dir
+    environment = dict(os.environ)
+    with files.triton_cache_folder():
+        assert knobs.cache.dir == str(files.cache_folder("triton"))
+    assert knobs.cache.dir == before and dict(os.environ) == environment
+
+
+def test_tritons_own_usable_folder_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton import knobs
+
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt-cache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-own"))
+    with files.triton_cache_folder():
+        assert knobs.cache.dir == str(tmp_path / "triton-own")

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ def test_builds_loads_and_caches(tmp_path: Path) -> None:
     second = build_shared_library("probe", [source], directory=cache)
     assert first.built and not second.built and first.path == second.path
     assert ctypes.CDLL(str(first.path)).jt_native_probe(5) == 16
-    assert [p.name for p in cache.iterdir()] == [first.path.name]  # no temporary files left behind
+    # the library and its integrity record; no temporary files left behind (the lock file is hidden)
+    visible = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+    assert visible == [first.path.name, first.path.name + ".integrity.json"]
+    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_changed_source_gets_a_new_key(tmp_path: Path) -> None:
@@ -40,23 +44,40 @@ def test_changed_source_gets_a_new_key(tmp_path: Path) -> None:
     assert ctypes.CDLL(str(second.path)).jt_native_probe(5) == 21
 
 
-def test_concurrent_processes_build_the_same_library(tmp_path: Path) -> None:
+def test_concurrent_processes_build_a_library_once_and_all_load_it(tmp_path: Path) -> None:
+    """Three processes want the same library from an empty cache at once: one builds it, the others wait for it
+    and load the result."""
     source = tmp_path / "probe.cc"
     source.write_text(SOURCE)
     cache = tmp_path / "cache"
+    start = tmp_path / "start"
     script = textwrap.dedent(
         f"""
-        import ctypes
+        import ctypes, os, time
         from jt_core.native import build_shared_library
+        open({str(start)!r} + f".ready-{{os.getpid()}}", "w").close()
+        while not os.path.exists({str(start)!r}):
+            time.sleep(0.005)
         lib = build_shared_library("probe", [{str(source)!r}], directory={str(cache)!r})
-        print(lib.path, ctypes.CDLL(str(lib.path)).jt_native_probe(2))
+        print(lib.path, lib.built, ctypes.CDLL(str(lib.path)).jt_native_probe(2))
         """
     )
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(4)]
-    outputs = [p.communicate(timeout=300)[0].split() for p in procs]
-    assert all(p.returncode == 0 for p in procs)
-    assert len({path for path, _ in outputs}) == 1 and {value for _, value in outputs} == {"7"}
-    assert len(list(cache.iterdir())) == 1
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("start.ready-*"))) < len(procs):  # all stand at the start line
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a process did not start"
+        time.sleep(0.01)
+    start.touch()
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    outputs = [out.split() for out, _ in results]
+    assert len({path for path, _, _ in outputs}) == 1 and {value for _, _, value in outputs} == {"7"}
+    assert sorted(built for _, built, _ in outputs) == ["False", "False", "True"]
+    assert sum(err.count("jt: building probe") for _, err in results) == 1
+    assert len(list(cache.glob("*.so"))) == 1
 
 
 def test_compile_failure_shows_the_compiler_output(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ def _native_status() -> dict[str, dict[str, Any]]:
             "path": str(status.path) if status.path else None,
             "compiler": status.compiler,
             "error": status.error,
+            "failure": status.failure,
             "without_it": launcher.without_native,
         }
     return statuses
@@ -78,6 +79,10 @@ def _plugins(args: argparse.Namespace) -> int:
                 state = f"built: {status['path']} ({status['compiler']})"
             elif status["error"]:
                 state = f"cannot be built here: {status['error']}; without it, {status['without_it']}"
+            elif status["failure"]:
+                state = (
+                    f"not built: {status['failure']}; the next use builds it again; without it, {status['without_it']}"
+                )
             else:
                 state = f"not built yet; {status['compiler']} will build it"
             print(f"  {label:16} {status['library']:24} {state}")

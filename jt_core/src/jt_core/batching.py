@@ -20,8 +20,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import importlib.abc
 import importlib.util
 import inspect
+import linecache
 import math
 import sys
 import textwrap
@@ -218,8 +220,41 @@ _wrappers_lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """Where generated kernel sources are written and imported from: the cache root's ``vmap`` folder."""
+    """Where generated kernel sources are written for reading: the cache root's ``vmap`` folder."""
     return files.cache_folder("vmap")
+
+
+class _GeneratedModule(importlib.abc.SourceLoader):
+    """Loads a generated module from its source in memory; the file it names is only for people to read.
+
+    ``get_source`` serves the same text to ``inspect`` (Triton reads a kernel's source through it), so nothing done
+    to the file afterwards (``cache clear`` in another process, a corrupt copy) changes or breaks the module.
+    """
+
+    def __init__(self, path: Path, source: str) -> None:
+        self.path = str(path)
+        self.source = source
+
+    def get_filename(self, fullname: str) -> str:
+        return self.path
+
+    def get_data(self, path: str) -> bytes:
+        return self.source.encode()
+
+
+def _import_generated(module_name: str, path: Path, source: str, namespace: dict[str, Any]) -> Any:
+    """Runs ``source`` as the module ``module_name`` whose file is ``path``, with ``namespace`` bound first."""
+    loader = _GeneratedModule(path, source)
+    spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace)
+    # The lines inspect reads, kept without a modification time so that linecache never checks them against the
+    # file again (as IPython keeps the source of notebook cells).
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
+    sys.modules[module_name] = module
+    loader.exec_module(module)
+    return module
 
 
 def _wrapper_source(base: KernelCall, num_dims: int, axis: int) -> tuple[str, str, list[str]]:
@@ -290,8 +325,10 @@ def _tuple_text(value: Any) -> str:
 def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, list[str]]:
     """The ``@triton.jit`` wrapper batching ``base`` over ``num_dims`` dimensions on grid ``axis`` (cached).
 
-    The source is written (atomically) to a file in :func:`cache_dir` and imported from there: Triton reads a
-    kernel's source from its file. The user's kernel is bound to the module's ``_jt_kernel`` global.
+    The module is run from its source in memory (:class:`_GeneratedModule`); the source is also written
+    (atomically) to a file in :func:`cache_dir`, named by its digest, for tracebacks and people to read: a file
+    there that differs from it (corrupt, truncated, a folder) is replaced, and one that cannot be written is
+    reported once and changes nothing. The user's kernel is bound to the module's ``_jt_kernel`` global.
 
     Returns:
         The wrapper ``JITFunction`` and the names of its added constexpr parameters (batch sizes, then strides).
@@ -303,16 +340,14 @@ def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, lis
         if cached is not None:
             return cached, extra
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-        path = cache_dir() / f"{name}_{digest}.py"
-        if not path.exists() or path.read_text() != source:
-            files.atomic_write(path, source.encode())
+        file_name = f"{name}_{digest}.py"
+        path = files.entry_path("vmap", file_name)
+        if path is None:
+            path = Path("<jt vmap>") / file_name  # no folder: inspect reads the lines kept in memory all the same
+        elif files.read_file(path) != source.encode():
+            files.write_file(path, source.encode())
         module_name = f"jt_vmap_kernels.{name}_{digest}_{len(_wrappers)}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        module.__dict__[f"{_PREFIX}kernel"] = base.fn
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        module = _import_generated(module_name, path, source, {f"{_PREFIX}kernel": base.fn})
         wrapper = getattr(module, name)
         _wrappers[key] = wrapper
         return wrapper, extra

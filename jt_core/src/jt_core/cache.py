@@ -13,25 +13,31 @@ Configuration (read on every use, see :mod:`jt_core.settings`):
   entries are evicted beyond it.
 
 Entries are written atomically (:func:`jt_core.files.atomic_write`), so concurrent processes never see a torn entry.
-Each entry carries a SHA-256 checksum of its contents: a corrupt or truncated entry is reported with a warning,
-deleted and rebuilt, never loaded. Entries are JSON plus raw binary blobs; nothing is unpickled. The binary is device
-code that a launcher loads onto the GPU, which is why the folder is checked like every folder jt executes from.
+Each entry carries its integrity record, a SHA-256 checksum of its contents (the sizes of its parts are inside): a
+corrupt or truncated entry is reported with a warning, deleted and rebuilt, never loaded. Entries are JSON plus raw
+binary blobs; nothing is unpickled. The binary is device code that a launcher loads onto the GPU, which is why the
+folder is checked like every folder jt executes from. A compile that misses runs under the entry's lock
+(:func:`jt_core.files.file_lock`): processes of one machine compiling the same kernel at once compile it once, and the
+others read the entry back. The cache only saves time: an entry that cannot be read is a miss, and one that cannot be
+written (a full disk, a read-only folder) leaves the kernel compiled but uncached, with one warning for the folder.
 
-:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`).
+:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`), Triton's files under
+jt's ``triton`` folder included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 import pathlib
+import stat
 import struct
 import threading
-import warnings
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from jt_core import files, settings
@@ -197,41 +203,42 @@ def _decode(data: bytes) -> CompiledKernel:
     )
 
 
-def load(key: str) -> CompiledKernel | None:
-    """The cached kernel for ``key``, or ``None`` (missing, disabled, or corrupt: then deleted with a warning)."""
+def _entry_path(key: str) -> pathlib.Path | None:
+    return files.entry_path("kernels", key + _SUFFIX)
+
+
+def load(key: str, *, count: bool = True) -> CompiledKernel | None:
+    """The cached kernel for ``key``, or ``None``: missing, disabled, unreadable, or corrupt (then deleted with a
+    warning). ``count=False`` leaves the hit and miss counters alone (a second look under the entry's lock)."""
     if not enabled():
         return None
-    path = kernels_dir() / (key + _SUFFIX)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        with _lock:
-            _stats["disk_misses"] += 1
+    path = _entry_path(key)
+    data = None if path is None else files.read_file(path)
+    if path is None or data is None:
+        if count:
+            with _lock:
+                _stats["disk_misses"] += 1
         return None
     try:
         kernel = _decode(data)
-    except (ValueError, KeyError, IndexError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, struct.error, UnicodeDecodeError) as exc:
         with _lock:
             _stats["corrupt"] += 1
-        warnings.warn(
-            f"jt cache entry {path} is unusable ({exc}); it is deleted and rebuilt", RuntimeWarning, stacklevel=2
-        )
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        files.unusable(path, str(exc))
         return None
     try:
         os.utime(path)
     except OSError:
         pass
-    with _lock:
-        _stats["disk_hits"] += 1
+    if count:
+        with _lock:
+            _stats["disk_hits"] += 1
     return kernel
 
 
 def store(key: str, kernel: CompiledKernel) -> None:
-    """Writes ``kernel`` under ``key`` (no-op when disabled or when its metadata is not JSON data)."""
+    """Writes ``kernel`` under ``key`` (no-op when disabled or when its metadata is not JSON data). A folder that
+    cannot take it is reported once (:func:`jt_core.files.report_fault`) and the kernel stays uncached."""
     if not enabled():
         return
     try:
@@ -239,10 +246,15 @@ def store(key: str, kernel: CompiledKernel) -> None:
     except (TypeError, ValueError) as exc:
         log.debug("not caching %s: %s", kernel.name, exc)
         return
-    files.atomic_write(kernels_dir() / (key + _SUFFIX), data)
+    path = _entry_path(key)
+    if path is None or not files.write_file(path, data):
+        return
     with _lock:
         _stats["disk_writes"] += 1
-    evict()
+    try:
+        evict()
+    except OSError as exc:
+        files.report_fault(path.parent, exc, "evict from")
 
 
 def _entry_stats() -> list[tuple[pathlib.Path, os.stat_result]]:
@@ -256,9 +268,11 @@ def _entry_stats() -> list[tuple[pathlib.Path, os.stat_result]]:
         if path.name.startswith("."):
             continue
         try:
-            found.append((path, path.stat()))
-        except FileNotFoundError:
+            info = path.stat()
+        except OSError:
             continue
+        if stat.S_ISREG(info.st_mode):
+            found.append((path, info))
     return sorted(found, key=lambda item: item[1].st_mtime)
 
 
@@ -271,30 +285,41 @@ def evict(limit: int | None = None) -> int:
     """Deletes least recently used entries until the total size is within ``limit``; returns how many."""
     bound = max_bytes() if limit is None else limit
     stats = _entry_stats()
-    files = [path for path, _ in stats]
+    paths = [path for path, _ in stats]
     sizes = {path: st.st_size for path, st in stats}
     total = sum(sizes.values())
     removed = 0
-    for path in files:
+    for path in paths:
         if total <= bound:
             break
         try:
             path.unlink()
             removed += 1
-        except FileNotFoundError:
+        except OSError:
             pass
+        files.discard(files.lock_path(path))
         total -= sizes[path]
     return removed
 
 
+def _folder_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """Every file kept in ``folder``, at any depth (Triton keeps one folder per kernel), lock files aside."""
+    found = []
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            if not name.endswith(".lock"):
+                found.append(pathlib.Path(parent) / name)
+    return found
+
+
 def _folder_usage(folder: pathlib.Path) -> tuple[int, int]:
     count = size = 0
-    for path in folder.iterdir() if folder.is_dir() else ():
-        if path.name.startswith(".") or not path.is_file():
-            continue
+    for path in _folder_files(folder):
+        if path.name.startswith("."):
+            continue  # temporary files of writers at work
         try:
             size += path.stat().st_size
-        except FileNotFoundError:
+        except OSError:
             continue
         count += 1
     return count, size
@@ -319,25 +344,38 @@ def info() -> dict[str, Any]:
 
 
 def clear() -> int:
-    """Deletes every file jt keeps (every folder of :data:`jt_core.files.PURPOSES`) and the in-memory entries;
-    returns how many files were removed. Libraries and modules already loaded by this process stay loaded."""
+    """Deletes every file jt keeps (every folder of :data:`jt_core.files.PURPOSES`, at any depth, Triton's files
+    included) and the in-memory entries; returns how many files were removed.
+
+    Lock files stay (deleting a lock that another process holds would let a third one in beside it), and so do the
+    temporary files of writers at work (younger than :data:`jt_core.files.STALE_SECONDS`). Libraries, modules and
+    kernels already loaded by a process stay loaded and keep working; whatever a process needs again is made
+    again."""
     removed = 0
     for purpose in files.PURPOSES:
         folder = cache_dir() / purpose
-        for path in folder.iterdir() if folder.is_dir() else ():
-            if not path.is_file():
+        removed += files.remove_stale_temporaries(folder)
+        for path in _folder_files(folder):
+            if path.name.startswith("."):
                 continue
             try:
                 path.unlink()
                 removed += 1
-            except FileNotFoundError:
+            except OSError:
                 pass
+        for parent, _, _ in sorted(os.walk(folder), reverse=True):
+            if parent != str(folder):
+                try:
+                    os.rmdir(parent)  # only emptied subfolders (Triton's, one per kernel)
+                except OSError:
+                    pass
     clear_memory()
     return removed
 
 
 def compile_cached(request: CompileRequest) -> CompiledKernel:
-    """Compiles through the disk cache when the backend allows it."""
+    """Compiles through the disk cache when the backend allows it: one process of the machine compiles a kernel
+    that several want at once, under the entry's lock, while the others wait and read its entry back."""
     backend = request.backend
     if not backend.cacheable:
         return backend.compile(request)
@@ -346,6 +384,22 @@ def compile_cached(request: CompileRequest) -> CompiledKernel:
     if cached is not None:
         log.debug("disk cache hit for %s (%s)", request.call.name, key[:12])
         return backend.restore(cached, request)
-    compiled = backend.compile(request)
-    store(key, compiled)
+    if not enabled():
+        return backend.compile(request)
+    with _entry_lock(key):
+        cached = load(key, count=False)  # compiled by another process while this one waited
+        if cached is not None:
+            return backend.restore(cached, request)
+        compiled = backend.compile(request)
+        store(key, compiled)
     return compiled
+
+
+@contextlib.contextmanager
+def _entry_lock(key: str) -> Iterator[bool]:
+    path = _entry_path(key)
+    if path is None:
+        yield False  # no folder: uncached, as load() and store() report
+        return
+    with files.file_lock(files.lock_path(path)) as held:
+        yield held

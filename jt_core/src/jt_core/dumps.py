@@ -5,7 +5,8 @@ jt-core writes the dumps for every backend (from :class:`~jt_core.contracts.Comp
 kernel variant, ``<call name>-<key>``, holds ``<kernel>.<stage>`` for each IR the backend kept (``ttir``, ``ttgir``,
 ``llir``, ``ptx`` or ``amdgcn`` ...), the binary as ``<kernel>.<suffix>`` (the backend's
 :attr:`~jt_core.contracts.Backend.binary_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
-replaced atomically, so dumping the same kernel twice, or from two processes, is safe.
+replaced atomically, so dumping the same kernel twice, or from two processes, is safe; a folder that cannot take a
+dump is reported once and fails no call.
 """
 
 from __future__ import annotations
@@ -55,8 +56,11 @@ def compile_info(request: CompileRequest, kernel: CompiledKernel) -> dict[str, A
     }
 
 
-def write_dump(root: Path, key: str, request: CompileRequest, kernel: CompiledKernel) -> Path:
+def write_dump(root: Path, key: str, request: CompileRequest, kernel: CompiledKernel) -> Path | None:
     """Writes one kernel variant under ``root`` and returns its folder.
+
+    A dump is for reading, so a folder that cannot take it (a full disk, a read-only folder) fails no call: it is
+    reported once and the call goes on, and ``None`` is returned.
 
     Args:
         root: The dump folder.
@@ -64,6 +68,15 @@ def write_dump(root: Path, key: str, request: CompileRequest, kernel: CompiledKe
         request: What was compiled.
         kernel: The compiled kernel.
     """
+    try:
+        return _write(root, key, request, kernel)
+    except OSError as exc:
+        consequence = f"Kernels are not dumped there; calls go on. Point {settings.DUMP_DIR} at a writable folder."
+        files.report_fault(root, exc, consequence=consequence)
+        return None
+
+
+def _write(root: Path, key: str, request: CompileRequest, kernel: CompiledKernel) -> Path:
     folder = root / f"{_safe(request.call.name)}-{key[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
     stem = _safe(kernel.name)

@@ -1,26 +1,41 @@
-"""Per-machine files: jt's cache folder, one subfolder per purpose, kept private and written atomically.
+"""Per-machine files: jt's cache folder, one subfolder per purpose, kept private, written atomically, checked on
+every read, and never a reason for a call to fail.
 
 Everything jt keeps between processes lives under one root, ``JT_CACHE_DIR`` (default ``$XDG_CACHE_HOME/jt`` or
-``~/.cache/jt``), in one subfolder per purpose (:data:`PURPOSES`). Some of it is executed: generated Python
-modules are imported (``vmap``), built libraries are loaded into the process (``native``) and compiled kernels are
-loaded onto the GPU (``kernels``, ``rocm-hsaco``). So before anything is read from the root or a subfolder, jt
-checks that the folder belongs to the current user and that neither its group nor others may write to it. A folder
-that fails the check is never used: jt warns once, saying why, and works from a private folder instead (the default
-location when that one passes, else a fresh temporary folder for the process).
+``~/.cache/jt``), in one subfolder per purpose (:data:`PURPOSES`). Some of it is executed: built libraries are
+loaded into the process (``native``) and compiled kernels are loaded onto the GPU (``kernels``, ``rocm-hsaco``).
+So before anything is read from the root or a subfolder, jt checks that the folder belongs to the current user and
+that neither its group nor others may write to it. A folder that fails the check is never used: jt warns once,
+saying why, and works from a private folder instead (the default location when that one passes, else a fresh
+temporary folder for the process, removed when it exits). The same holds for a folder that cannot be created.
 
 Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
-processes never see a torn file, and two writers of the same file simply replace each other. Work that should
-happen once per machine (building a native library, tuning a kernel) runs under :func:`file_lock`: one process
-does it while the others on the host wait, then find the result.
+processes never see a torn file, and two writers of the same file simply replace each other. Each file carries a
+record of its size and SHA-256 (:func:`write_record`, or beside it, :func:`record_integrity`) or is named by its
+contents, and is checked against it before every use: a file that fails the check is deleted with a warning and
+made again. Work that should happen once per machine (building a native library, compiling a kernel) runs under
+:func:`file_lock`: one process does it while the others on the host wait, then find the result.
+
+The cache only saves time, so no fault in it fails a call: a file that cannot be read is a miss, and a file that
+cannot be written (a full disk, a read-only folder, a folder where the file should be) leaves the work uncached,
+with one warning per folder (:func:`report_fault`). Temporary files of writers that were killed are removed once
+they are older than any write takes (:data:`STALE_SECONDS`).
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import fcntl
+import hashlib
+import json
+import logging
 import os
+import shutil
 import stat
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,28 +46,51 @@ from jt_core import settings
 
 __all__ = [
     "PURPOSES",
+    "STALE_SECONDS",
     "atomic_write",
     "cache_folder",
     "cache_root",
+    "checked_triton_cache",
     "configured_root",
+    "discard",
+    "entry_path",
     "file_lock",
     "folder_problem",
+    "integrity_problem",
+    "lock_path",
+    "private_folder",
+    "read_file",
+    "read_record",
+    "record_integrity",
+    "remove_stale_temporaries",
+    "report_fault",
+    "scratch_folder",
     "triton_cache_folder",
+    "unusable",
+    "write_file",
+    "write_record",
 ]
 
 #: The subfolders of the cache root and what each holds.
 PURPOSES: dict[str, str] = {
     "kernels": "compiled kernels (device code loaded onto the GPU)",
     "autotune": "autotuning winners",
-    "vmap": "generated batching wrapper kernels (Python modules that are imported)",
+    "vmap": "generated batching wrapper kernels (Python sources, for reading; run from memory)",
     "native": "built launch-handler libraries (loaded into the process)",
     "rocm-hsaco": "HSACO files for jaxlib's ROCm handler (loaded onto the GPU)",
     "xla": "which Triton IR XLA compiled on this machine (records)",
-    "triton": "Triton's own compile cache, when the environment empties TRITON_CACHE_DIR",
+    "triton": "Triton's own compile cache, when Triton has no usable folder of its own",
 }
+
+#: Age in seconds beyond which a temporary file is a killed writer's leftover (no write or build takes that long).
+STALE_SECONDS = 3600.0
+
+log = logging.getLogger("jt_core.files")
 
 _lock = threading.Lock()
 _fallbacks: dict[Path, Path] = {}
+_faults: set[Path] = set()
+_swept: set[Path] = set()
 
 
 def default_root() -> Path:
@@ -92,21 +130,35 @@ def _make_private(path: Path) -> str | None:
     return folder_problem(path)
 
 
-def _fallback(unsafe: Path, reason: str, candidates: tuple[Path, ...]) -> Path:
-    """A private root to use instead of ``unsafe``: the first candidate that passes the check, else a fresh
-    temporary folder. Warns once per unsafe folder."""
+def _temporary_root() -> Path:
+    """A fresh private folder for this process, removed when the process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="jt-cache-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _fallback(refused: Path, reason: str, candidates: tuple[Path, ...]) -> Path:
+    """A private root to use instead of ``refused``: the first candidate that passes the check, else a fresh
+    temporary folder. Warns once per refused folder.
+
+    Raises:
+        OSError: When not even a temporary folder can be created (the caller works uncached).
+    """
     with _lock:
-        chosen = _fallbacks.get(unsafe)
+        chosen = _fallbacks.get(refused)
         if chosen is not None:
             return chosen
-        chosen = next((c for c in candidates if c != unsafe and _make_private(c) is None), None)
+        chosen = next((c for c in candidates if c != refused and _make_private(c) is None), None)
         if chosen is None:
-            chosen = Path(tempfile.mkdtemp(prefix="jt-cache-"))
-        _fallbacks[unsafe] = chosen
+            chosen = _temporary_root()
+        _fallbacks[refused] = chosen
+    if reason.startswith("it cannot be created"):
+        why = "It works from"
+    else:
+        why = "jt executes code kept there (built libraries, compiled kernels), so it works from"
     warnings.warn(
-        f"jt does not use the cache folder {str(unsafe)!r}: {reason}. jt executes code kept there (generated "
-        f"kernels, built libraries), so it works from the private folder {str(chosen)!r} instead. Make the folder "
-        "yours and private (chmod 700), or point JT_CACHE_DIR at one.",
+        f"jt does not use the cache folder {str(refused)!r}: {reason}. {why} the private folder {str(chosen)!r} "
+        "instead. Make the folder yours, private (chmod 700) and writable, or point JT_CACHE_DIR at one.",
         RuntimeWarning,
         stacklevel=3,
     )
@@ -114,7 +166,11 @@ def _fallback(unsafe: Path, reason: str, candidates: tuple[Path, ...]) -> Path:
 
 
 def cache_root() -> Path:
-    """The cache root, created private (mode 0700) if missing, and checked before use."""
+    """The cache root, created private (mode 0700) if missing, and checked before use.
+
+    Raises:
+        OSError: When no folder at all can be had (not even a temporary one): the caller works uncached.
+    """
     configured = configured_root()
     problem = _make_private(configured)
     return configured if problem is None else _fallback(configured, problem, (default_root(),))
@@ -123,22 +179,259 @@ def cache_root() -> Path:
 def cache_folder(purpose: str) -> Path:
     """The subfolder of the cache root for ``purpose`` (one of :data:`PURPOSES`), created private and checked.
 
+    The first use in a process also removes killed writers' temporary files from it
+    (:func:`remove_stale_temporaries`).
+
     Raises:
         ValueError: For an unknown purpose.
+        OSError: When no folder at all can be had: the caller works uncached.
     """
     if purpose not in PURPOSES:
         raise ValueError(f"unknown cache folder {purpose!r}; known: {sorted(PURPOSES)}")
     folder = cache_root() / purpose
     problem = _make_private(folder)
-    if problem is None:
-        return folder
-    folder = _fallback(folder, problem, ()) / purpose
+    if problem is not None:
+        folder = _fallback(folder, problem, ()) / purpose
+        folder.mkdir(mode=0o700, exist_ok=True)
+    if folder not in _swept:
+        _swept.add(folder)
+        remove_stale_temporaries(folder)
+    return folder
+
+
+_scratch: list[Path] = []
+
+
+def scratch_folder(purpose: str) -> Path:
+    """A private folder of this process for ``purpose``, removed when the process exits: where jt puts what it
+    needs as a file (a built library, an HSACO) when the cache folder cannot take it.
+
+    Raises:
+        OSError: When not even a temporary folder can be created.
+    """
+    with _lock:
+        if not _scratch:
+            _scratch.append(_temporary_root())
+        folder = _scratch[0] / purpose
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
 
+def entry_path(purpose: str, name: str) -> Path | None:
+    """Where the file ``name`` of the ``purpose`` folder lies, or ``None`` when no folder can be had at all (a full
+    disk, say): then the fault is reported once (:func:`report_fault`) and the caller works uncached."""
+    try:
+        return cache_folder(purpose) / name
+    except OSError as exc:
+        report_fault(configured_root() / purpose, exc, "create")
+        return None
+
+
+def private_folder(path: Path, purpose: str) -> Path:
+    """``path`` (a folder named by the user, such as ``JT_ROCM_HSACO_DIR``), created private and given the same
+    check as the cache folders; when it fails, jt warns once and uses the cache root's ``purpose`` folder."""
+    problem = _make_private(path)
+    if problem is None:
+        return path
+    instead = cache_folder(purpose)
+    with _lock:
+        known = _fallbacks.setdefault(path, instead)
+    if known is instead:
+        warnings.warn(
+            f"jt does not use the folder {str(path)!r}: {problem}. jt loads code kept there onto the GPU, so it "
+            f"uses its private folder {str(instead)!r} instead. Make the folder yours, private (chmod 700) and "
+            "writable, or unset the variable that names it.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return known
+
+
+# -- faults ----------------------------------------------------------------------------------------------------
+
+
+def report_fault(folder: Path, exc: OSError, doing: str = "write to", consequence: str = "") -> None:
+    """Says, once per folder and process, that jt cannot use ``folder`` (its ``doing`` failed with ``exc``) and what
+    it does instead: by default, it works uncached there."""
+    with _lock:
+        if folder in _faults:
+            return
+        _faults.add(folder)
+    reason = "a folder is where a file should be" if exc.errno == errno.EISDIR else exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+    consequence = consequence or (
+        "What jt would keep there is made again when needed instead (calls give the same results, only the time "
+        "the cache saves is lost). Free space or make the folder writable, or point JT_CACHE_DIR at another folder."
+    )
+    warnings.warn(
+        f"jt cannot {doing} the folder {str(folder)!r}: {reason}{where}. {consequence}", RuntimeWarning, stacklevel=3
+    )
+
+
+def read_file(path: Path) -> bytes | None:
+    """The contents of ``path``, or ``None`` when it is missing or cannot be read (a folder in its place, an I/O
+    error): for a cache, a miss."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.debug("cache file %s cannot be read: %s", path, exc)
+        return None
+
+
+def discard(path: Path) -> None:
+    """Removes a bad or stale cache file; an empty folder in a file's place goes too. Never raises."""
+    try:
+        path.unlink()
+    except (IsADirectoryError, PermissionError):
+        try:
+            path.rmdir()  # only an empty folder: anything else found in jt's folder is left alone
+        except OSError:
+            pass
+    except OSError:
+        pass
+
+
+def write_file(path: Path, data: bytes) -> bool:
+    """Writes ``data`` to ``path`` atomically (:func:`atomic_write`); an empty folder in its place is replaced.
+
+    Returns:
+        ``True`` when written; ``False`` when the folder cannot take it (full disk, read-only, a non-empty folder
+        in the file's place...), after :func:`report_fault`: the caller goes on uncached.
+    """
+    try:
+        if path.is_dir():
+            discard(path)
+        atomic_write(path, data)
+        return True
+    except OSError as exc:
+        report_fault(path.parent, exc)
+        return False
+
+
+def unusable(path: Path, reason: str) -> None:
+    """Warns that the cache file ``path`` fails its check (``reason``) and deletes it, so it is made again."""
+    warnings.warn(f"jt cache file {str(path)!r} is unusable ({reason}); it is deleted and made again", RuntimeWarning,
+                  stacklevel=3)  # fmt: skip
+    discard(path)
+
+
+# -- integrity records -----------------------------------------------------------------------------------------
+
+_INTEGRITY = "integrity"
+
+
+def _integrity(payload: bytes) -> dict[str, Any]:
+    return {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+
+
+def write_record(path: Path, record: dict[str, Any]) -> bool:
+    """Writes a JSON record with its integrity record (the size and SHA-256 of the record's canonical JSON) inside.
+
+    Returns:
+        As :func:`write_file`.
+    """
+    body = json.dumps(record, sort_keys=True)
+    sealed = {**record, _INTEGRITY: _integrity(body.encode())}
+    return write_file(path, json.dumps(sealed, sort_keys=True).encode())
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The JSON record at ``path`` when it passes its integrity check; ``None`` when it is missing or unreadable,
+    and when it fails the check (then it is deleted with a warning, see :func:`unusable`)."""
+    data = read_file(path)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data.decode())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        recorded = record.pop(_INTEGRITY, None)
+        if recorded is None:
+            raise ValueError("it has no integrity record")
+        if recorded != _integrity(json.dumps(record, sort_keys=True).encode()):
+            raise ValueError("its size or SHA-256 differs from its integrity record")
+    except (ValueError, UnicodeDecodeError) as exc:
+        unusable(path, str(exc))
+        return None
+    return record
+
+
+def integrity_path(path: Path) -> Path:
+    """Where the integrity record of a file written by another program (a compiler) is kept: beside it."""
+    return path.with_name(path.name + ".integrity.json")
+
+
+def record_integrity(path: Path) -> bool:
+    """Records the size and SHA-256 of the file at ``path`` beside it (:func:`integrity_path`).
+
+    Raises:
+        OSError: When ``path`` cannot be read.
+    """
+    return write_record(integrity_path(path), _integrity(path.read_bytes()))
+
+
+def integrity_problem(path: Path) -> str | None:
+    """Why the file at ``path`` does not match the integrity record beside it (missing, other size, other SHA-256,
+    no record), or ``None`` when it does. The size is compared first, so a truncated file is never read whole."""
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            return "it is not a file"
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    recorded = read_record(integrity_path(path))
+    if recorded is None:
+        return "it has no valid integrity record"
+    if recorded.get("size") != size:
+        return f"it has {size} bytes, {recorded.get('size')} were written"
+    data = read_file(path)
+    if data is None or recorded != _integrity(data):
+        return "its SHA-256 differs from the one recorded when it was written"
+    return None
+
+
+# -- temporary files and locks ---------------------------------------------------------------------------------
+
+
+def _is_temporary(name: str) -> bool:
+    return (name.startswith(".") and name.endswith((".part", ".tmp"))) or ".tmp-" in name
+
+
+def remove_stale_temporaries(folder: Path, prefix: str | None = None) -> int:
+    """Removes temporary files left in ``folder`` by writers that were killed; returns how many.
+
+    A temporary file is stale once it is older than :data:`STALE_SECONDS`; a temporary file whose name starts with
+    ``prefix`` goes whatever its age (the caller holds the lock of the entry it belongs to, so no live writer uses
+    it). Never raises.
+    """
+    removed = 0
+    now = time.time()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        if not _is_temporary(name):
+            continue
+        path = folder / name
+        try:
+            if not (prefix is not None and name.startswith(prefix)) and now - path.stat().st_mtime < STALE_SECONDS:
+                continue
+            path.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    Raises:
+        OSError: When the folder cannot take the file (see :func:`write_file` for the form that does not raise).
+    """
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -149,6 +442,11 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the entry ``path``: ``.<name>.lock`` beside it."""
+    return path.with_name(f".{path.name}.lock")
 
 
 @contextmanager
@@ -178,21 +476,107 @@ def file_lock(path: Path) -> Iterator[bool]:
         os.close(fd)  # closing the only descriptor of this open file releases the lock
 
 
+# -- Triton's own cache folder ---------------------------------------------------------------------------------
+
 _triton_lock = threading.Lock()
 _triton_users = 0
-_triton_saved: list[Any] = []
+_triton_saved: dict[str, Any] = {}
+_triton_usable: dict[str, bool] = {}
+_triton_manager: list[type] = []
 _UNSET = object()
+
+
+def _usable_folder(path: str) -> bool:
+    """Whether Triton can keep its cache in ``path``: it can be created, and a file can be made in it (once per
+    folder and process)."""
+    known = _triton_usable.get(path)
+    if known is None:
+        try:
+            os.makedirs(path, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=path, prefix=".jt-probe-")
+            os.close(fd)
+            os.unlink(probe)
+            known = True
+        except OSError as exc:
+            log.info("Triton's cache folder %s cannot be used (%s); Triton uses jt's instead", path, exc)
+            known = False
+        _triton_usable[path] = known
+    return known
+
+
+def checked_triton_cache() -> type:
+    """Triton's file cache manager as jt runs it in its own ``triton`` folder: each file Triton writes gets an
+    integrity record beside it and is checked before Triton reads it (a file that fails is a miss: Triton compiles
+    again), and a folder that cannot take a file (reported once) sends it to the process's scratch folder, since
+    Triton reads back what it has just written."""
+    if _triton_manager:
+        return _triton_manager[0]
+    from triton.runtime.cache import FileCacheManager
+
+    class CheckedFileCacheManager(FileCacheManager):  # type: ignore[misc]
+        cache_dir: str
+        lock_path: str | None
+
+        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+            try:
+                super().__init__(key, override, dump)
+            except OSError as exc:
+                report_fault(Path(self.cache_dir).parent, exc)  # the folder of the key's folder, once for all keys
+                self.cache_dir = str(scratch_folder("triton") / key)
+                self.lock_path = os.path.join(self.cache_dir, "lock")
+                os.makedirs(self.cache_dir, exist_ok=True)
+
+        def has_file(self, filename: str) -> bool:
+            if not super().has_file(filename):
+                return False
+            path = Path(self._make_path(filename))
+            problem = integrity_problem(path)
+            if problem is not None:
+                unusable(path, problem)
+            return problem is None
+
+        def get_group(self, filename: str) -> dict[str, str] | None:
+            group: dict[str, str] | None = super().get_group(filename)
+            for child in (group or {}).values():
+                problem = integrity_problem(Path(child))
+                if problem is not None:
+                    unusable(Path(child), problem)
+                    return None
+            return group
+
+        def put(self, data: Any, filename: str, binary: bool = True) -> str:
+            try:
+                path: str = super().put(data, filename, binary)
+                record_integrity(Path(path))  # without its record (reported), the next process compiles again
+                return path
+            except OSError as exc:
+                report_fault(Path(self.cache_dir).parent, exc)
+            target = scratch_folder("triton") / Path(self.cache_dir).name / filename
+            target.parent.mkdir(exist_ok=True)
+            atomic_write(target, data if isinstance(data, bytes) else str(data).encode())
+            return str(target)
+
+    _triton_manager.append(CheckedFileCacheManager)
+    return CheckedFileCacheManager
+
+
+def _override(knobs: Any, name: str, value: Any) -> None:
+    _triton_saved[name] = knobs.__dict__.get(name, _UNSET)
+    knobs.__dict__[name] = value
 
 
 @contextmanager
 def triton_cache_folder() -> Iterator[None]:
-    """Gives Triton's compiler a cache folder for the duration of a compile, when the environment leaves it none.
+    """Gives Triton's compiler a cache folder for the duration of a compile, when it has no usable one.
 
-    jax-triton 0.3 sets ``TRITON_CACHE_DIR`` to an empty string when it is imported, after which every
-    ``triton.compile`` fails ("Could not create or locate cache dir"). Inside this context, when Triton's cache
-    folder setting (``triton.knobs.cache.dir``) reads empty, it reads jt's private ``triton`` folder instead. The
-    setting is overridden on Triton's settings object only (assigning the knob would write the environment), and
-    restored when the last compile in the process leaves the context; the environment is never written.
+    Triton keeps its own cache in ``TRITON_CACHE_DIR``, by default ``~/.triton/cache``. jax-triton 0.3 sets that
+    variable to an empty string when it is imported, and a home folder may be missing or read-only; either way
+    every ``triton.compile`` would fail ("Could not create or locate cache dir", ``PermissionError``). Inside this
+    context, when Triton's cache folder setting (``triton.knobs.cache.dir``) is empty or names a folder that
+    cannot be created or written, it reads jt's private ``triton`` folder instead, kept by
+    :func:`checked_triton_cache` (unless ``TRITON_CACHE_MANAGER`` names a manager of the user's own). The settings
+    are overridden on Triton's settings object only (assigning a knob would write the environment), and restored
+    when the last compile in the process leaves the context; the environment is never written.
     """
     global _triton_users
     from triton import knobs
@@ -200,18 +584,26 @@ def triton_cache_folder() -> Iterator[None]:
     with _triton_lock:
         if _triton_users == 0:
             _triton_saved.clear()
-            if not knobs.cache.dir:
-                _triton_saved.append(knobs.cache.__dict__.get("dir", _UNSET))
-                knobs.cache.__dict__["dir"] = str(cache_folder("triton"))
+            configured = knobs.cache.dir
+            if not configured or not _usable_folder(str(configured)):
+                try:
+                    folder: str | None = str(cache_folder("triton"))
+                except OSError:
+                    folder = None  # nothing usable at all: Triton reports its own error
+                if folder is not None:
+                    _override(knobs.cache, "dir", folder)
+                    if knobs.cache.manager_class is None:
+                        _override(knobs.cache, "manager_class", checked_triton_cache())
         _triton_users += 1
     try:
         yield
     finally:
         with _triton_lock:
             _triton_users -= 1
-            if _triton_users == 0 and _triton_saved:
-                previous = _triton_saved.pop()
-                if previous is _UNSET:
-                    knobs.cache.__dict__.pop("dir", None)
-                else:
-                    knobs.cache.__dict__["dir"] = previous
+            if _triton_users == 0:
+                for name, previous in _triton_saved.items():
+                    if previous is _UNSET:
+                        knobs.cache.__dict__.pop(name, None)
+                    else:
+                        knobs.cache.__dict__[name] = previous
+                _triton_saved.clear()

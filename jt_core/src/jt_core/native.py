@@ -9,10 +9,20 @@ are part of the cache key, so a changed header rebuilds the libraries that inclu
 :mod:`jt_core.gpu.handler`, passes its shared headers).
 
 Built libraries are cached per machine in the cache root's ``native`` folder (:mod:`jt_core.files`, checked to be
-private before anything is loaded from it), keyed by the hash of the sources, the shared headers, the flags, the jax
-version and the compiler's identity. A build says on stderr what it builds and how long it took (it happens once
-per machine and library). Each build writes to a private temporary file and renames it into place, so concurrent
-processes building the same library are safe: the last rename wins and every reader sees a complete file.
+private before anything is loaded from it), keyed by what the build reads (:meth:`LibrarySpec.key_parts`): the
+library's name, the contents of its sources, of the given headers and of every file in its include folders (not the
+folders' paths, so a second virtualenv with the same jax finds the library the first one built), the flags, the jax
+and jaxlib versions, and the compiler's identity (its command and version line).
+
+A build happens once per machine and library, under the library's lock (:func:`jt_core.files.file_lock`): processes
+that need it at the same time wait for the one that builds, then load its result. It says on stderr what it builds,
+then, on the same line, how long it took or why it failed and what jt does without it; a failure is also recorded
+beside the library for ``python -m jt_core plugins``. The build writes to a private temporary file and renames it
+into place, and records the library's size and SHA-256 beside it: before a library is loaded (``dlopen``), it is
+checked against that record, and a library that fails the check (truncated, empty, overwritten) is built again
+instead of being loaded. Temporary files of builds that were killed are removed. A ``native`` folder that cannot
+take the library (a full disk, a read-only folder) is reported once, and the library is built into a private
+temporary folder for the process instead.
 
 Example:
     >>> path = build_shared_library("jt_cuda_launch", [source_file], include_dirs=[jax.ffi.include_dir()])
@@ -21,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import os
@@ -31,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,15 +88,18 @@ class LibraryStatus:
 
     Attributes:
         name: The library's base name.
-        path: The built file, or ``None`` when it is not built yet.
+        path: The built file, or ``None`` when it is not built yet (or fails its integrity check).
         compiler: The compiler that builds it (``"/usr/bin/c++ | c++ (Debian 12.2.0) 12.2.0"``), or ``None``.
         error: Why it cannot be built here (no compiler), or ``None``.
+        failure: Why the last build on this machine failed, or why the built file is unusable, when it is not built;
+            ``None`` otherwise. The next use builds it again.
     """
 
     name: str
     path: Path | None
     compiler: str | None
     error: str | None
+    failure: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +108,7 @@ class LibrarySpec:
 
     A launcher that needs a library returns its spec from ``native_library()``, so that
     ``python -m jt_core build-native`` can build it ahead of time and ``python -m jt_core plugins`` can say whether
-    it is built.
+    it is built. ``without_it`` says what jt does when the library cannot be built (it ends the build's message).
     """
 
     name: str
@@ -102,6 +117,7 @@ class LibrarySpec:
     headers: tuple[Path, ...] = ()
     flags: tuple[str, ...] = ("-O2", "-std=c++17")
     libraries: tuple[str, ...] = ()
+    without_it: str = ""
 
     def build(self) -> NativeLibrary:
         """Builds the library (or finds it in the cache); see :func:`build_shared_library`."""
@@ -112,20 +128,84 @@ class LibrarySpec:
             headers=self.headers,
             flags=self.flags,
             libraries=self.libraries,
+            without_it=self.without_it,
         )
 
+    def load(self) -> ctypes.CDLL:
+        """Builds the library (or finds it in the cache, checked) and loads it into the process.
+
+        Raises:
+            NativeBuildError: When it cannot be built, or the built file cannot be loaded.
+        """
+        built = self.build()
+        try:
+            return ctypes.CDLL(str(built.path))
+        except OSError as exc:
+            raise NativeBuildError(f"the built library {str(built.path)!r} cannot be loaded: {exc}") from exc
+
     def status(self) -> LibraryStatus:
-        """Whether the library is built on this machine, and with which compiler (runs ``c++ --version``)."""
+        """Whether the library is built on this machine (and passes its integrity check), with which compiler (runs
+        ``c++ --version``), and why the last build failed if it did."""
         try:
             compiler = _compiler_identity(find_compiler())
         except NativeBuildError as exc:
             return LibraryStatus(self.name, None, None, str(exc))
-        target = cache_dir() / f"lib{self.name}-{self._key(compiler)}.so"
-        return LibraryStatus(self.name, target if target.is_file() else None, compiler, None)
+        try:
+            target = cache_dir() / _file_name(self.name, self._key(compiler))
+        except OSError as exc:
+            return LibraryStatus(self.name, None, compiler, None, f"the native cache folder is unusable ({exc})")
+        problem = files.integrity_problem(target)
+        if problem is None:
+            return LibraryStatus(self.name, target, compiler, None)
+        failed = files.read_record(_failure_path(target))
+        if failed is not None:
+            return LibraryStatus(self.name, None, compiler, None, f"the last build failed: {failed.get('error')}")
+        if target.exists():
+            return LibraryStatus(self.name, None, compiler, None, f"the built file {str(target)!r} fails ({problem})")
+        return LibraryStatus(self.name, None, compiler, None)
+
+    def key_parts(self, compiler: str) -> list[bytes]:
+        """What the cache key is the hash of: the name, the compiler's identity, the jax and jaxlib versions, the
+        flags and linked libraries, then the name and contents of each source and header, then every file in each
+        include folder as its path inside the folder and its contents (a folder's own path is not part of it)."""
+        parts = [
+            part.encode()
+            for part in (self.name, compiler, _jax_version(), *self.flags, *[f"-l{lib}" for lib in self.libraries])
+        ]
+        for source in [*self.sources, *self.headers]:
+            parts += [source.name.encode(), source.read_bytes()]
+        for folder in self.include_dirs:
+            parts += _folder_contents(Path(folder))
+        return parts
 
     def _key(self, compiler: str) -> str:
-        linked = list(self.flags) + [f"-l{lib}" for lib in self.libraries]
-        return _cache_key(self.name, self.sources, self.headers, linked, self.include_dirs, compiler)
+        digest = hashlib.sha256()
+        for part in self.key_parts(compiler):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+        return digest.hexdigest()[:24]
+
+
+def _folder_contents(folder: Path) -> list[bytes]:
+    """Every file under an include folder, as its relative path and contents, in a fixed order."""
+    if not folder.is_dir():
+        return [f"missing include folder {folder}".encode()]
+    parts = [b"include folder"]
+    for parent, dirs, names in sorted(os.walk(folder)):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(parent) / name
+            parts += [path.relative_to(folder).as_posix().encode(), path.read_bytes()]
+    return parts
+
+
+def _file_name(name: str, key: str) -> str:
+    return f"lib{name}-{key}.so"
+
+
+def _failure_path(target: Path) -> Path:
+    """Where the last failed build of ``target`` is recorded (for ``python -m jt_core plugins``)."""
+    return target.with_name(target.name + ".failed.json")
 
 
 _lock = threading.Lock()
@@ -174,26 +254,6 @@ def _jax_version() -> str:
     return f"jax {jax.__version__} jaxlib {getattr(jaxlib, '__version__', '?')}"
 
 
-def _cache_key(
-    name: str,
-    sources: Sequence[Path],
-    headers: Sequence[Path],
-    flags: Sequence[str],
-    include_dirs: Sequence[str],
-    compiler: str,
-) -> str:
-    digest = hashlib.sha256()
-    for part in (name, compiler, _jax_version(), *flags, *include_dirs):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    for source in [*sources, *headers]:
-        digest.update(source.name.encode())
-        digest.update(b"\0")
-        digest.update(source.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()[:24]
-
-
 def build_shared_library(
     name: str,
     sources: Sequence[str | os.PathLike[str]],
@@ -203,25 +263,27 @@ def build_shared_library(
     flags: Sequence[str] = ("-O2", "-std=c++17"),
     libraries: Sequence[str] = (),
     directory: str | os.PathLike[str] | None = None,
+    without_it: str = "",
 ) -> NativeLibrary:
-    """Builds (or finds in the cache) a shared library from C++ sources.
+    """Builds (or finds in the cache, checked against its integrity record) a shared library from C++ sources.
 
     Args:
         name: The library's base name (the file is ``lib<name>-<key>.so``).
         sources: The C++ source files; their contents are part of the cache key.
-        include_dirs: ``-I`` folders (e.g. ``jax.ffi.include_dir()``).
-        headers: Header files the sources include from those folders that belong to the caller (not the system's
-            or jaxlib's); their contents are part of the cache key.
+        include_dirs: ``-I`` folders (e.g. ``jax.ffi.include_dir()``); the contents of their files are part of the
+            cache key, their paths are not.
+        headers: Header files the sources include from elsewhere; their contents are part of the cache key.
         flags: Compiler flags (part of the cache key).
         libraries: ``-l`` libraries to link (e.g. ``dl``).
         directory: Where to keep the library; defaults to :func:`cache_dir`.
+        without_it: What jt does when the library cannot be built; ends the message of a failed build.
 
     Returns:
         The built library's path and cache key.
 
     Raises:
         NativeBuildError: When no compiler is found or the compile fails; the message holds the command and the
-            compiler's output.
+            compiler's output. Either way one line on stderr says so and what jt does instead.
     """
     spec = LibrarySpec(
         name,
@@ -230,54 +292,148 @@ def build_shared_library(
         tuple(Path(h) for h in headers),
         tuple(flags),
         tuple(libraries),
+        without_it,
     )
     for source in spec.sources:
         if not source.is_file():
             raise NativeBuildError(f"native source {str(source)!r} of {name!r} does not exist (broken install?)")
-    compiler = find_compiler()
-    identity = _compiler_identity(compiler)
+    try:
+        compiler = find_compiler()
+        identity = _compiler_identity(compiler)
+    except NativeBuildError as exc:
+        _say_once(name, f"jt: cannot build {name}: {exc}{_instead(spec)}\n")
+        raise
     key = spec._key(identity)
-    folder = Path(directory) if directory is not None else cache_dir()
-    target = folder / f"lib{name}-{key}.so"
-    if target.is_file():
+    folder = _library_folder(directory)
+    target = folder / _file_name(name, key)
+    if files.integrity_problem(target) is None:
         return NativeLibrary(name, target, key, built=False, compiler=identity)
-    with _lock:
-        if target.is_file():
+    with _lock, files.file_lock(files.lock_path(target)):
+        problem = files.integrity_problem(target)  # built by another process while this one waited?
+        if problem is None:
             return NativeLibrary(name, target, key, built=False, compiler=identity)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise NativeBuildError(
-                f"cannot create the native library cache folder {str(folder)!r}: {exc}; set JT_CACHE_DIR to a "
-                "writable folder"
-            ) from exc
-        fd, temporary = tempfile.mkstemp(prefix=f".lib{name}-{key}.", suffix=".so.tmp", dir=folder)
-        os.close(fd)
-        command = [
-            *compiler,
-            *flags,
-            "-shared",
-            "-fPIC",
-            *[f"-I{d}" for d in spec.include_dirs],
-            *[str(s) for s in spec.sources],
-            "-o",
-            temporary,
-            *[f"-l{lib}" for lib in libraries],
-        ]
-        sys.stderr.write(f"jt: building {name} for this machine (once; kept in {folder})...\n")
-        started = time.perf_counter()
+        if target.exists():
+            warnings.warn(
+                f"jt: the built library {str(target)!r} is unusable ({problem}); it is built again instead of being "
+                "loaded",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            files.discard(target)
+        files.remove_stale_temporaries(folder, prefix=f".lib{name}-{key}.")
+        target = _compile(spec, compiler, identity, target)
+    return NativeLibrary(name, target, key, built=True, compiler=identity)
+
+
+def _library_folder(directory: str | os.PathLike[str] | None) -> Path:
+    folder = Path(directory) if directory is not None else None
+    try:
+        if folder is None:
+            return cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    except OSError as exc:
+        files.report_fault(folder or files.configured_root() / "native", exc, "create")
+        return _scratch_folder()
+
+
+def _scratch_folder() -> Path:
+    """A private folder for this process's builds, when the cache folder cannot take them."""
+    try:
+        return files.scratch_folder("native")
+    except OSError as exc:
+        raise NativeBuildError(f"no folder can take a built library: {exc}") from exc
+
+
+_said: set[str] = set()
+
+
+def _say_once(name: str, line: str) -> None:
+    if name not in _said:
+        _said.add(name)
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _instead(spec: LibrarySpec) -> str:
+    return f"; without it, {spec.without_it}" if spec.without_it else ""
+
+
+def _temporary(folder: Path, target: Path) -> str:
+    """A private temporary file for the compiler's output beside ``target`` (or in the scratch folder when the
+    cache folder cannot take it, which is reported once)."""
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        files.report_fault(folder, exc)
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=_scratch_folder())
+    os.close(fd)
+    return temporary
+
+
+def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path) -> Path:
+    """Runs the compiler into a temporary file, renames it to ``target`` and records its integrity; returns where
+    the library lies (``target``, or the scratch folder when the cache folder cannot take it)."""
+    folder = target.parent
+    temporary = _temporary(folder, target)
+    command = [
+        *compiler,
+        *spec.flags,
+        "-shared",
+        "-fPIC",
+        *[f"-I{d}" for d in spec.include_dirs],
+        *[str(s) for s in spec.sources],
+        "-o",
+        temporary,
+        *[f"-l{lib}" for lib in spec.libraries],
+    ]
+    sys.stderr.write(f"jt: building {spec.name} for this machine (once; kept in {folder})... ")
+    sys.stderr.flush()
+    started = time.perf_counter()
+    try:
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-            if result.returncode != 0:
-                output = (result.stderr or result.stdout).strip()
-                raise NativeBuildError(
-                    f"building native library {name!r} failed (exit {result.returncode}).\n"
-                    f"command: {shlex.join(command)}\n{output[-4000:]}"
-                )
-            os.chmod(temporary, 0o755)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise _failed(spec, target, identity, f"the compiler did not run to the end: {exc}", command) from exc
+        if result.returncode != 0:
+            output = (result.stderr or result.stdout).strip()
+            raise _failed(spec, target, identity, f"exit {result.returncode}", command, output)
+        os.chmod(temporary, 0o755)
+        placed = _place(Path(temporary), target)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    try:
+        files.record_integrity(placed)
+    except OSError as exc:
+        files.report_fault(placed.parent, exc)
+    files.discard(_failure_path(placed))
+    sys.stderr.write(f"done in {time.perf_counter() - started:.1f} s with {identity}\n")
+    return placed
+
+
+def _place(temporary: Path, target: Path) -> Path:
+    """Renames the built file to ``target``; where the cache folder cannot take it (a folder in its place, a
+    read-only folder: reported once), into the scratch folder instead. Returns where it lies."""
+    if temporary.parent == target.parent:
+        try:
             os.replace(temporary, target)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        sys.stderr.write(f"jt: built {name} in {time.perf_counter() - started:.1f} s with {identity}\n")
-    return NativeLibrary(name, target, key, built=True, compiler=identity)
+            return target
+        except OSError as exc:
+            files.report_fault(target.parent, exc)
+    placed = _scratch_folder() / target.name
+    shutil.move(temporary, placed)
+    return placed
+
+
+def _failed(
+    spec: LibrarySpec, target: Path, identity: str, what: str, command: list[str], output: str = ""
+) -> NativeBuildError:
+    """Ends the build's line with why it failed and what jt does instead, records the failure for
+    ``python -m jt_core plugins``, and returns the error to raise."""
+    lines = [line for line in output.splitlines() if "error" in line.lower()] or output.splitlines()
+    summary = f"{what}: {lines[0].strip()[:300]}" if lines else what
+    sys.stderr.write(f"failed ({summary}){_instead(spec)}. `python -m jt_core plugins` shows it again\n")
+    message = f"building native library {spec.name!r} failed ({what}).\ncommand: {shlex.join(command)}\n"
+    files.write_record(_failure_path(target), {"error": summary, "compiler": identity, "time": time.time()})
+    return NativeBuildError((message + output[-4000:]).rstrip())

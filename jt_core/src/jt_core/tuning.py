@@ -2,7 +2,8 @@
 
 A tuning problem is identified by the kernel's source, the values of the autotuner's ``key`` arguments, the device
 kind and the candidate configurations (:func:`tuning_key`); its winner is kept as a small JSON record in the cache
-root's ``autotune`` folder, so later processes on the machine skip the trials. The CPU backend tunes through
+root's ``autotune`` folder, with its integrity record (size and SHA-256, checked before every use), so later
+processes on the machine skip the trials. The CPU backend tunes through
 :func:`choose_config`; GPU launch handlers read and write the same records themselves (:func:`tuning_path`).
 
 In a ``jax.distributed`` job, the processes sharing a computation must run one configuration: each timing its own
@@ -28,8 +29,9 @@ __all__ = [
     "agreed_config",
     "choose_config",
     "load_choice",
-    "take_recent_choice",
+    "record_path",
     "save_choice",
+    "take_recent_choice",
     "tuning_key",
     "tuning_path",
     "tuning_stats",
@@ -83,28 +85,37 @@ def tuning_path(key: str) -> pathlib.Path:
     return files.cache_folder("autotune") / f"{key}.json"
 
 
+def record_path(key: str) -> pathlib.Path | None:
+    """:func:`tuning_path`, or ``None`` when the cache has no usable folder (reported once): tune uncached."""
+    return files.entry_path("autotune", f"{key}.json")
+
+
 def load_choice(key: str, num_configs: int) -> int | None:
-    """The remembered winning config index for a tuning problem, or ``None``."""
+    """The remembered winning config index for a tuning problem, or ``None`` (none remembered, the cache disabled or
+    unusable, or a record that fails its integrity check or names no candidate: then it is deleted and the problem
+    is tuned again)."""
     if not cache.enabled():
         return None
-    path = tuning_path(key)
-    try:
-        data = json.loads(path.read_text())
-        index = int(data["index"])
-    except FileNotFoundError:
+    path = record_path(key)
+    record = None if path is None else files.read_record(path)
+    if path is None or record is None:
         return None
-    except (ValueError, KeyError, TypeError):
-        _tuning_log.warning("ignoring unreadable autotuning record %s", path)
+    index = record.get("index")
+    if not isinstance(index, int) or not 0 <= index < num_configs:
+        files.unusable(path, f"it names config {index!r} of {num_configs}")
         return None
-    return index if 0 <= index < num_configs else None
+    return index
 
 
 def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> None:
-    """Remembers the winning config index (atomically; skipped when the cache is disabled)."""
+    """Remembers the winning config index (atomically, with its integrity record; skipped when the cache is
+    disabled, and when the folder cannot take it, which is reported once)."""
     if not cache.enabled():
         return
     record = {"index": index, "config": label, "seconds": list(timings)}
-    files.atomic_write(tuning_path(key), json.dumps(record, sort_keys=True).encode())
+    path = record_path(key)
+    if path is not None:
+        files.write_record(path, record)
 
 
 def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:

@@ -71,27 +71,39 @@ class RocmJtLauncher(HandlerLauncher):
 
 
 def hsaco_dir() -> Path:
-    """``$JT_ROCM_HSACO_DIR``, else the cache root's ``rocm-hsaco`` folder."""
+    """``$JT_ROCM_HSACO_DIR``, else the cache root's ``rocm-hsaco`` folder; either is created private and checked
+    like every cache folder (:func:`jt_core.files.private_folder`): a folder that fails is not used.
+
+    Raises:
+        OSError: When no folder at all can be had.
+    """
     explicit = settings.text(HSACO_DIR_ENV)
     if explicit:
-        folder = Path(explicit)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return files.private_folder(Path(explicit).expanduser(), "rocm-hsaco")
     return files.cache_folder("rocm-hsaco")
 
 
 def store_hsaco(kernel_name: str, hsaco: bytes) -> Path:
-    """Writes ``hsaco`` (unless an identical file is there) and returns its path, ``<kernel>-<sha256>.hsaco``:
-    the same bytes always map to the same path, so the lowering stays deterministic."""
+    """Writes ``hsaco`` and returns its path, ``<kernel>-<sha256>.hsaco``: the same bytes always map to the same
+    path, so the lowering stays deterministic. A file already there is reused only when it holds exactly these
+    bytes; anything else (corrupt, truncated, a folder) is replaced. Where the folder cannot take the file (a full
+    disk, a read-only folder: reported once), it goes to a private folder of the process instead.
+
+    Raises:
+        OSError: When no folder at all can take the file (jaxlib's handler loads it from a file).
+    """
     if not hsaco:
         raise ValueError(f"kernel {kernel_name!r} has an empty HSACO")
     safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in kernel_name)[:80] or "kernel"
-    path = hsaco_dir() / f"{safe}-{hashlib.sha256(hsaco).hexdigest()}.hsaco"
+    name = f"{safe}-{hashlib.sha256(hsaco).hexdigest()}.hsaco"
     try:
-        if path.stat().st_size == len(hsaco):
+        path = hsaco_dir() / name
+    except OSError as exc:
+        files.report_fault(Path(settings.text(HSACO_DIR_ENV) or files.configured_root() / "rocm-hsaco"), exc, "create")
+    else:
+        if files.read_file(path) == hsaco or files.write_file(path, hsaco):
             return path
-    except FileNotFoundError:
-        pass
+    path = files.scratch_folder("rocm-hsaco") / name
     files.atomic_write(path, hsaco)
     return path
 

@@ -146,13 +146,14 @@ def threads_per_program(kernel: CompiledKernel) -> int:
 
 def tuning_file(call: KernelCall, device: Any | None, platform: str = "cuda") -> str:
     """Where the handler remembers the winner of an autotuned call on this device kind ("" when not autotuned,
-    when the device is unknown -- lowering without one -- or when the cache is disabled)."""
+    when the device is unknown -- lowering without one -- or when the cache is disabled or has no usable folder)."""
     if len(call.configs) < 2 or device is None or not cache.enabled():
         return ""
     kind = str(getattr(device, "device_kind", "") or "")
     if not kind:
         return ""
-    return str(tuning.tuning_path(tuning.tuning_key(call, f"{platform}:{kind}")))
+    path = tuning.record_path(tuning.tuning_key(call, f"{platform}:{kind}"))
+    return "" if path is None else str(path)
 
 
 def _ir_int(value: int) -> Any:

@@ -20,11 +20,17 @@ from typing import Any
 from jt_core import settings
 from jt_core.native import LibrarySpec
 
-__all__ = ["LaunchHandlerLibrary", "headers", "include_dir"]
+__all__ = ["WITHOUT_HANDLER", "LaunchHandlerLibrary", "headers", "include_dir"]
 
 _log = logging.getLogger(__name__)
 
 _INCLUDE_DIR = Path(__file__).parent / "csrc"
+
+#: What jt does where the handler library cannot be built.
+WITHOUT_HANDLER = (
+    "launcher 'jt' is unavailable where the device is, so calls go to 'jaxlib' (which cannot pass host-side "
+    "tensor descriptors) unless another launcher is named"
+)
 
 
 def include_dir() -> Path:
@@ -100,18 +106,18 @@ class LaunchHandlerLibrary:
             include_dirs=(str(jax.ffi.include_dir()), str(include_dir())),
             headers=tuple(headers()),
             libraries=("dl",),
+            without_it=WITHOUT_HANDLER,
         )
 
     def library(self) -> ctypes.CDLL:
-        """Builds (or finds in the cache) and loads the library.
+        """Builds (or finds in the cache, checked against its integrity record) and loads the library.
 
         Raises:
             NativeBuildError: Without a C++ compiler, or when the build fails.
         """
         with self._lock:
             if self._library is None:
-                built = self.spec().build()
-                lib = ctypes.CDLL(str(built.path))
+                lib = self.spec().load()
                 for suffix in ("state_type_id", "state_type_info"):
                     getattr(lib, f"{self.prefix}_{suffix}").restype = ctypes.c_void_p
                 getattr(lib, f"{self.prefix}_driver_error").restype = ctypes.c_char_p

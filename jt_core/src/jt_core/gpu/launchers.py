@@ -21,7 +21,7 @@ from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.attributes import RUNTIME_NAMES, DescriptorParams, ffi_attributes, refuse_profile_scratch
-from jt_core.gpu.handler import LaunchHandlerLibrary
+from jt_core.gpu.handler import WITHOUT_HANDLER, LaunchHandlerLibrary
 from jt_core.native import LibrarySpec
 
 __all__ = [
@@ -83,10 +83,7 @@ class HandlerLauncher(Launcher):
     priority = 20
     #: The runtime's handler library.
     handler: ClassVar[LaunchHandlerLibrary]
-    without_native = (
-        "launcher 'jt' is unavailable where the device is, so calls go to 'jaxlib' (which cannot pass host-side "
-        "tensor descriptors) unless another launcher is named"
-    )
+    without_native = WITHOUT_HANDLER
 
     def native_library(self) -> LibrarySpec:
         return self.handler.spec()

@@ -247,18 +247,11 @@ _records_lock = threading.Lock()
 
 def probe_records() -> list[dict[str, Any]]:
     """Every probe outcome recorded on this machine (``accepted``, ``seconds``, ``error``, ``kernel``)."""
-    folder = files.cache_folder("xla")
-    found = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def _record_path(digest: str) -> Any:
-    return files.cache_folder("xla") / f"{digest}.json"
+    try:
+        paths = sorted(files.cache_folder("xla").glob("*.json"))
+    except OSError:
+        return []
+    return [record for record in map(files.read_record, paths) if record is not None]
 
 
 def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
@@ -267,11 +260,8 @@ def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
     import jaxlib
 
     digest = xla.digest(f"jaxlib {jaxlib.__version__} {getattr(device, 'device_kind', '')}")
-    path = _record_path(digest)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        record = None
+    path = files.entry_path("xla", f"{digest}.json")
+    record = None if path is None else files.read_record(path)
     if record is None:
         started = time.perf_counter()
         error = None
@@ -290,8 +280,9 @@ def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
             "error": error,
             "seconds": round(time.perf_counter() - started, 4),
         }
-        with _records_lock:
-            files.atomic_write(path, json.dumps(record, sort_keys=True).encode())
+        if path is not None:
+            with _records_lock:
+                files.write_record(path, record)
     return None if record.get("accepted") else f"XLA could not compile the kernel's IR ({record.get('error')})"
 
 

@@ -251,17 +251,21 @@ _failure: str | None = None
 
 def library_spec() -> LibrarySpec:
     """How the handler library is built (against the installed jaxlib's XLA FFI headers)."""
-    return LibrarySpec("jt_cpu_interpreter_call", (_SOURCE,), include_dirs=(_compat.ffi_include_dir(),))
+    return LibrarySpec(
+        "jt_cpu_interpreter_call",
+        (_SOURCE,),
+        include_dirs=(_compat.ffi_include_dir(),),
+        without_it=CpuFfiLauncher.without_native,
+    )
 
 
 def _load() -> ctypes.CDLL:
-    built = library_spec().build()
-    lib = ctypes.CDLL(str(built.path))
+    lib = library_spec().load()
     lib.jt_cpu_interpreter_abi_version.restype = ctypes.c_int32
     lib.jt_cpu_interpreter_abi_version.argtypes = ()
     version = lib.jt_cpu_interpreter_abi_version()
     if version != ABI_VERSION:
-        raise RuntimeError(f"library {built.path} implements handler ABI {version}, this jt-core expects {ABI_VERSION}")
+        raise RuntimeError(f"library {lib._name} implements handler ABI {version}, this jt-core expects {ABI_VERSION}")
     lib.jt_cpu_interpreter_set_dispatcher.restype = None
     lib.jt_cpu_interpreter_set_dispatcher.argtypes = (_DISPATCHER,)
     lib.jt_cpu_interpreter_set_dispatcher(_dispatcher)

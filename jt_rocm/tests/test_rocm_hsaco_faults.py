@@ -1,0 +1,118 @@
+"""The HSACO files jaxlib's ROCm handler loads survive every fault in their folder, and ``JT_ROCM_HSACO_DIR`` gets
+the same checks as jt's cache folder."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from rocm_testlib import bound_call, decode_opaque, use_launcher
+
+import jt_core as jt
+from jt_core import files
+from jt_core.testing import compile_request, custom_calls, damage, failing_writes, sample_add_kernel
+from jt_core.triton_dialect import TritonDialect
+from jt_rocm.backend import RocmBackend
+from jt_rocm.launchers import store_hsaco
+
+F32_64 = jax.ShapeDtypeStruct((64,), jnp.float32)
+
+
+@pytest.fixture(scope="module")
+def triton_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Triton's cache for this module's compiles (one shared with other processes may hold a binary that Triton
+    built under other settings, which its key does not tell apart)."""
+    return tmp_path_factory.mktemp("triton-cache")
+
+
+@pytest.fixture(scope="module")
+def hsaco(triton_dir: Path) -> bytes:
+    """A real HSACO, compiled without jt's cache: the reference every stored file must match byte for byte."""
+    backend = RocmBackend()
+    call = bound_call(backend_options={"arch": "gfx942"})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_CACHE_DIR", str(triton_dir))
+        return backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect())).binary
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, triton_dir: Path) -> Path:
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_dir))
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt-cache"))
+    monkeypatch.delenv("JT_ROCM_HSACO_DIR", raising=False)
+    monkeypatch.setenv("JT_ROCM_ARCH", "gfx942")
+    monkeypatch.setattr(files, "_faults", set(), raising=False)
+    return files.cache_folder("rocm-hsaco")
+
+
+def _module_path() -> Path:
+    """Lowers a call for jaxlib's handler and returns the HSACO file its custom call names."""
+
+    def add(x: jax.Array, y: jax.Array) -> jax.Array:
+        return jt.triton_call(x, y, kernel=sample_add_kernel, out_shape=x, grid=2, n=64, BLOCK=32)
+
+    (op,) = custom_calls(jax.jit(add).trace(F32_64, F32_64).lower(lowering_platforms=("rocm",)))
+    config = op.attributes["mhlo.backend_config"]
+    return Path(decode_opaque(bytes(config["opaque"].value_bytes))["kernel_call"]["module"])
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "truncate"])
+def test_a_damaged_hsaco_is_never_handed_to_jaxlib(folder: Path, fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_launcher(monkeypatch, "jaxlib")
+    path = _module_path()
+    written = path.read_bytes()
+    assert path.parent == folder and path.name.endswith(f"-{hashlib.sha256(written).hexdigest()}.hsaco")
+    assert written[:4] == b"\x7fELF"
+    damage(path, fault)
+    assert (path.stat().st_size == len(written)) is (fault == "corrupt")
+    assert _module_path() == path and path.read_bytes() == written
+
+
+def test_a_folder_in_place_of_the_hsaco_sends_it_elsewhere_with_one_warning(folder: Path, hsaco: bytes) -> None:
+    first = store_hsaco("sample_add_kernel", hsaco)
+    damage(first, "folder")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = [store_hsaco("sample_add_kernel", hsaco) for _ in range(2)]
+    assert all(p != first and p.read_bytes() == hsaco for p in paths)
+    reported = [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
+    assert len(reported) == 1 and str(folder) in reported[0] and "a folder is where a file should be" in reported[0]
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS], ids=["full-disk", "read-only"])
+def test_a_folder_that_takes_no_hsaco_sends_it_elsewhere_with_one_warning(folder: Path, hsaco: bytes,
+                                                                          error: int) -> None:  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught, failing_writes(folder, error):
+        warnings.simplefilter("always")
+        paths = [store_hsaco("sample_add_kernel", hsaco), store_hsaco("other_kernel", hsaco[::-1])]
+    assert paths[0].read_bytes() == hsaco and paths[1].read_bytes() == hsaco[::-1]
+    assert all(folder not in p.parents for p in paths)
+    reported = [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
+    assert len(reported) == 1 and str(folder) in reported[0]
+
+
+def test_a_loose_hsaco_dir_is_not_used(tmp_path: Path, folder: Path, hsaco: bytes,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    loose = tmp_path / "shared-hsaco"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(loose))
+    with pytest.warns(RuntimeWarning, match="does not use the folder .*others may write to it"):
+        path = store_hsaco("sample_add_kernel", hsaco)
+    assert path.parent == folder and path.read_bytes() == hsaco
+    assert not list(loose.iterdir())
+
+
+def test_a_private_hsaco_dir_is_used(tmp_path: Path, folder: Path, hsaco: bytes,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    mine = tmp_path / "my-hsaco"
+    monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(mine))
+    path = store_hsaco("sample_add_kernel", hsaco)
+    assert path.parent == mine and path.read_bytes() == hsaco
+    assert (mine.stat().st_mode & 0o777) == 0o700
