@@ -322,14 +322,14 @@ def test_zeroed_and_aliased_outputs_are_not_unwritten() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with jt.cpu_checks(races=True, unwritten="error"):
-            out = jt.triton_call(
-                x, x, 60, kernel=masked_add_kernel, out_shape=x, grid=4, BLOCK=16, zeroed_outputs=(0,)
-            )
+            out = jt.triton_call(x, x, 60, kernel=masked_add_kernel, out_shape=x, grid=4, BLOCK=16, zeroed_outputs=(0,))
             jax.block_until_ready(out)
     np.testing.assert_array_equal(np.asarray(out)[60:], 0)
 
 
 def test_unwritten_choice_is_checked() -> None:
-    with pytest.raises(ValueError, match=r"unwritten= must be one of \['warn', 'error', 'ignore'\], got 'loud'"):
-        with jt.cpu_checks(unwritten="loud"):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"unwritten= must be one of \['warn', 'error', 'ignore'\], got 'loud'"),
+        jt.cpu_checks(unwritten="loud"),
+    ):
+        pass

@@ -149,7 +149,7 @@ class CallOptions:
     has_side_effect: bool = False
     launcher: str | None = None
     vmap: str = "auto"
-    checks: CpuChecks = CpuChecks()
+    checks: CpuChecks = dataclasses.field(default_factory=CpuChecks)
 
     def __post_init__(self) -> None:
         if self.backend_options is not None and not isinstance(self.backend_options, Mapping):

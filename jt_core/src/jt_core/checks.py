@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import jax
 
@@ -51,9 +52,7 @@ class CpuChecks:
 
     def __post_init__(self) -> None:
         if self.unwritten not in UNWRITTEN_ACTIONS:
-            raise KernelCallValueError(
-                f"unwritten= must be one of {list(UNWRITTEN_ACTIONS)}, got {self.unwritten!r}"
-            )
+            raise KernelCallValueError(f"unwritten= must be one of {list(UNWRITTEN_ACTIONS)}, got {self.unwritten!r}")
 
 
 # Part of jax.jit's cache key: entering or leaving a block re-traces the functions called in it.
@@ -63,9 +62,7 @@ _block = jax.make_user_context(default_value=None)
 def _from_environment() -> CpuChecks:
     unwritten = (settings.text("JT_CPU_UNWRITTEN") or "warn").lower()
     if unwritten not in UNWRITTEN_ACTIONS:
-        raise KernelCallValueError(
-            f"JT_CPU_UNWRITTEN must be one of {list(UNWRITTEN_ACTIONS)}, got {unwritten!r}"
-        )
+        raise KernelCallValueError(f"JT_CPU_UNWRITTEN must be one of {list(UNWRITTEN_ACTIONS)}, got {unwritten!r}")
     return CpuChecks(
         bounds=settings.flag("JT_CPU_BOUNDS_CHECK", default=True),
         races=settings.flag("JT_CPU_RACE_CHECK"),
@@ -101,7 +98,7 @@ def cpu_checks(
     Yields:
         The :class:`CpuChecks` in force inside the block.
     """
-    given = {
+    given: dict[str, Any] = {
         name: value
         for name, value in (("races", races), ("unwritten", unwritten), ("bounds", bounds))
         if value is not None

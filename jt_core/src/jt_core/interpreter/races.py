@@ -29,7 +29,7 @@ import linecache
 import os
 import sys
 from collections.abc import Collection, Sequence
-from types import CodeType
+from types import CodeType, FrameType
 
 import numpy as np
 
@@ -218,7 +218,7 @@ class RaceTracker:
         return np.flatnonzero(~written)
 
     def _site(self) -> int:
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None:
             if frame.f_code in self._codes:
                 key = (frame.f_code.co_filename, frame.f_lineno)
@@ -287,4 +287,5 @@ def describe_elements(indices: np.ndarray, total: int | None = None, runs_shown:
         shown += f" and {len(runs) - runs_shown} more runs"
     if count == 1 and total is None:
         return f"element {shown}"
-    return f"elements {shown} ({count} of {total} elements)" if total is not None else f"elements {shown} ({count} elements)"
+    counted = f"{count} of {total}" if total is not None else str(count)
+    return f"elements {shown} ({counted} elements)"
