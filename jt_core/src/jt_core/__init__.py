@@ -23,6 +23,7 @@ from jt_core.errors import (
     NoDeviceError,
     OutOfBoundsAccessError,
     PluginError,
+    PluginFaultError,
     PluginLoadError,
     UnsupportedKernelError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "OutOfBoundsAccessError",
     "PartitionRule",
     "PluginError",
+    "PluginFaultError",
     "PluginLoadError",
     "Target",
     "TensorDescriptor",

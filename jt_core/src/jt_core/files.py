@@ -49,6 +49,7 @@ PURPOSES: dict[str, str] = {
     "rocm-hsaco": "HSACO files for jaxlib's ROCm handler (loaded onto the GPU)",
     "xla": "which Triton IR XLA compiled on this machine (records)",
     "triton": "Triton's own compile cache, when the environment empties TRITON_CACHE_DIR",
+    "plugins": "what plugins raised while serving calls (shown by python -m jt_core plugins)",
 }
 
 _lock = threading.Lock()

@@ -7,6 +7,19 @@ written in. Selection is explicit and deterministic: the ``launcher=`` argument,
 else the available launcher of highest priority (ties broken by name); plugin dialects before the builtin Triton
 dialect.
 
+A plugin's backend, launcher or dialect that raises while serving a call (:meth:`Registry.serve`), or a plugin's
+``jt_compile_kernel`` that raises (:meth:`Registry.compile_fault`), is a fault of that plugin: it is recorded with its
+traceback (:class:`~jt_core.plugins.PluginFault`). When the call can go on without it (a launcher chosen by
+priority, a dialect among several, an observer of compiles), the part that raised is set aside for the process, with
+one warning, and the call goes on; when the call needs it (the launcher it names, its backend), the call fails with
+a :class:`~jt_core.errors.PluginFaultError` naming the plugin and the fix. jt's own builtins are not isolated: an
+exception of theirs is a bug in jt, and propagates as it is. Errors of jt's own types (``JtError``) are a plugin's
+deliberate answer and pass unchanged.
+
+Loading and collecting the registrations is one transaction: when it raises (a ``KeyboardInterrupt``, a plugin
+problem under ``JT_STRICT_PLUGINS``), the registries are emptied and the plugins unloaded before the exception
+propagates, and the next query starts again.
+
 The process-wide registry (:func:`get_registry`) is created on first use; :mod:`jt_core.hooks` is the only module
 of the call path that reads it.
 """
@@ -14,14 +27,26 @@ of the call path that reads it.
 from __future__ import annotations
 
 import threading
+import traceback
 from typing import Any
 
 from jt_core import settings
 from jt_core.contracts import Backend, Dialect, Launcher
-from jt_core.errors import DuplicateBackendError, KernelCallTypeError, NoBackendError
-from jt_core.plugins import BLOCKED, BUILTIN, FAILED, PluginLoader, PluginRecord
+from jt_core.errors import DuplicateBackendError, JtError, KernelCallTypeError, NoBackendError, PluginFaultError
+from jt_core.plugins import BLOCKED, BROKEN, BUILTIN, FAILED, PluginFault, PluginLoader, PluginRecord
 
-__all__ = ["Registry", "get_registry", "list_plugins", "set_registry"]
+__all__ = ["SET_ASIDE", "Registry", "get_registry", "list_plugins", "set_registry"]
+
+
+class _SetAside:
+    def __repr__(self) -> str:
+        return "SET_ASIDE"
+
+
+#: What :meth:`Registry.serve` returns for a part of a plugin that raised and was set aside.
+SET_ASIDE: Any = _SetAside()
+
+COMPILE_HOOK = "jt_compile_kernel"
 
 _INSTALL_HINTS = {"cuda": "pip install jt-cuda", "rocm": "pip install jt-rocm"}
 
@@ -40,6 +65,10 @@ class Registry:
         self.backend_conflicts: dict[str, list[str]] = {}
         self.launchers: dict[str, list[tuple[str, Launcher]]] = {}
         self.dialects: list[tuple[str, Dialect]] = []
+        self._owners: dict[int, str] = {}
+        self._set_aside: dict[int, tuple[str, PluginFault]] = {}
+        self._compile_aside: set[str] = set()
+        self._compile_caller: Any = None
         self._lock = threading.RLock()
         self._ready = False
 
@@ -49,13 +78,22 @@ class Registry:
         return self.loader.records
 
     def ensure_loaded(self) -> Registry:
-        """Loads the plugins and collects their registrations, once (thread-safe)."""
+        """Loads the plugins and collects their registrations, once (thread-safe).
+
+        When that raises, nothing of it stays: the exception propagates and the next call loads again.
+        """
         if self._ready:
             return self
         with self._lock:
             if not self._ready:
-                self.loader.ensure_loaded()
-                self._collect()
+                try:
+                    self.loader.ensure_loaded()
+                    self._collect()
+                except BaseException:
+                    self.backends, self.backend_conflicts, self.launchers, self.dialects = {}, {}, {}, []
+                    self._owners.clear()
+                    self.loader.unload()
+                    raise
                 self._ready = True
         return self
 
@@ -69,6 +107,7 @@ class Registry:
                 self.loader.problem(record, f"jt plugin {name!r} registered {item!r}, not a {what}")
                 continue
             accepted.append((name, item))
+            self._owners[id(item)] = name
         return accepted
 
     def _collect(self) -> None:
@@ -187,7 +226,8 @@ class Registry:
         if wanted:
             for launcher in candidates:
                 if launcher.name == wanted:
-                    reason = launcher.unavailable_reason()
+                    needed = self.requested(platform, launcher, name)
+                    reason = self.serve(launcher, "unavailable_reason", needed=needed)
                     if reason:
                         raise NoBackendError(f"launcher {wanted!r} for platform {platform!r} is unavailable: {reason}")
                     return launcher
@@ -199,7 +239,7 @@ class Registry:
             )
         reasons = []
         for launcher in candidates:
-            reason = launcher.unavailable_reason()
+            reason = self.unavailable_reason(launcher)
             if reason is None:
                 return launcher
             reasons.append(f"{launcher.name}: {reason}")
@@ -220,7 +260,7 @@ class Registry:
         candidates = self.launchers_for(platform)
         position = candidates.index(launcher) + 1 if launcher in candidates else 0
         for candidate in candidates[position:] + candidates[:position]:
-            if candidate is not launcher and candidate.unavailable_reason() is None:
+            if candidate is not launcher and self.unavailable_reason(candidate) is None:
                 return candidate
         raise NoBackendError(
             f"launcher {launcher.name!r} for platform {platform!r} cannot express the call and no launcher after it "
@@ -235,17 +275,155 @@ class Registry:
         """
         self.ensure_loaded()
         for _, dialect in self.dialects:
-            if dialect.claims(kernel):
+            claimed = self.serve(dialect, "claims", kernel)
+            if claimed is not SET_ASIDE and claimed:
                 return dialect
+        aside = [dialect for _, dialect in self.dialects if id(dialect) in self._set_aside]
+        if aside:
+            raise self.fault_error(f"no dialect claims kernel={kernel!r}, and it may be written in", aside[0])
         raise KernelCallTypeError(
             f"kernel={kernel!r} is not a kernel any installed dialect understands "
             f"({[d.name for _, d in self.dialects]}); decorate it with @triton.jit"
         )
 
+    # -- faults ----------------------------------------------------------------------------------------------
+
+    def owner(self, component: Any) -> PluginRecord | None:
+        """The record of the plugin that registered ``component`` (a backend, launcher or dialect), if any."""
+        name = self._owners.get(id(component))
+        return self.records.get(name) if name is not None else None
+
+    def requested(self, platform: str, launcher: Launcher, name: str | None = None) -> str | None:
+        """What names ``launcher`` for a call (``"launcher='fast' names"``, ``"JT_LAUNCHER_CPU=fast names"``),
+        making the call need it; ``None`` when it is chosen by priority, so that the call may go on without it."""
+        if name:
+            return f"launcher={name!r} names" if launcher.name == name else None
+        if self.launcher_overrides.get(platform) == launcher.name:
+            return f"JT_LAUNCHER_{platform.upper()}={launcher.name} names"
+        return None
+
+    def serve(self, component: Any, method: str, *args: Any, needed: str | None = None) -> Any:
+        """``component.method(*args)`` for a call, with what a plugin's component raises made a fault of it.
+
+        Args:
+            component: A backend, launcher or dialect of the registry.
+            method: The method to call.
+            *args: Its arguments.
+            needed: Why the call cannot go on without ``component`` (``"launcher='fast' names"``), or ``None``
+                when it can.
+
+        Returns:
+            What the method returned, or :data:`SET_ASIDE` when the component is set aside: it raised, now or
+            earlier, and the call does not need it. The caller goes on without it.
+
+        Raises:
+            PluginFaultError: The component raised, or was set aside, and the call needs it (under
+                ``JT_STRICT_PLUGINS``: whenever it raises).
+        """
+        aside = self._set_aside.get(id(component))
+        if aside is not None:
+            if needed:
+                raise self.fault_error(needed, component)
+            return SET_ASIDE
+        try:
+            return getattr(component, method)(*args)
+        except JtError:
+            raise
+        except BROKEN as exc:
+            record = self.owner(component)
+            if record is None or record.status == BUILTIN:
+                raise
+            label = _label(component)
+            if needed:
+                fault = self.loader.fault(record, f"{label} {method}()", exc, "")
+                raise self._fault_error(needed, component, method, fault) from exc
+            consequence = f"jt set {label} aside for this process; calls that do not need it go on without it."
+            fault = self.loader.fault(record, f"{label} {method}()", exc, consequence)
+            with self._lock:
+                self._set_aside[id(component)] = (method, fault)
+            self.loader.warn_fault(fault, exc)
+            return SET_ASIDE
+
+    def unavailable_reason(self, launcher: Launcher) -> str | None:
+        """``launcher.unavailable_reason()``, or why it is set aside (:meth:`serve`)."""
+        reason = self.serve(launcher, "unavailable_reason")
+        return self.aside_reason(launcher) if reason is SET_ASIDE else reason
+
+    def aside_reason(self, component: Any) -> str:
+        """Why ``component`` is set aside, for messages."""
+        method, fault = self._set_aside[id(component)]
+        return f"set aside after its {method}() raised {fault.error}"
+
+    def fault_error(self, subject: str, component: Any) -> PluginFaultError:
+        """The error for a call that needs ``component``, which is set aside."""
+        method, fault = self._set_aside[id(component)]
+        return self._fault_error(subject, component, method, fault)
+
+    def _fault_error(self, subject: str, component: Any, method: str, fault: PluginFault) -> PluginFaultError:
+        hint = ""
+        if isinstance(component, Launcher):
+            others = [other.name for other in self.launchers_for(component.platform) if other is not component]
+            hint = f"Name another launcher (platform {component.platform!r} has {others}), or fix"
+        return PluginFaultError(
+            f"{subject} {_label(component)} of jt plugin {fault.plugin!r} ({fault.distribution} {fault.version}), "
+            f"whose {method}() raised {fault.error}. `python -m jt_core plugins` shows the traceback. "
+            f"{hint or 'Fix'} or upgrade the plugin, or set JT_DISABLE_PLUGINS={fault.plugin}."
+        )
+
+    def compile_hook(self) -> Any:
+        """The ``jt_compile_kernel`` hook caller, without the plugins whose implementation raised."""
+        caller = self._compile_caller
+        if caller is None:
+            pm = self.ensure_loaded().loader.pm
+            aside = [pm.get_plugin(name) for name in sorted(self._compile_aside)]
+            caller = pm.subset_hook_caller(COMPILE_HOOK, [plugin for plugin in aside if plugin is not None])
+            self._compile_caller = caller
+        return caller
+
+    def compile_fault(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the ``jt_compile_kernel`` hook, came from a plugin's implementation (not
+        jt's own): then that implementation is set aside, with the fault recorded, and the compile may be retried.
+
+        The implementation blamed is the innermost one on the exception's traceback, so an error raised by the
+        compile itself and passed on by a wrapping observer is not blamed on the observer.
+
+        Raises:
+            PluginFaultError: Under ``JT_STRICT_PLUGINS``, when a plugin is blamed.
+        """
+        codes = {}
+        for impl in getattr(self.loader.pm.hook, COMPILE_HOOK).get_hookimpls():
+            code = getattr(getattr(impl.function, "__func__", impl.function), "__code__", None)
+            if code is not None:
+                codes[code] = impl.plugin_name
+        culprit = None
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            culprit = codes.get(frame.f_code, culprit)
+        record = self.records.get(culprit) if culprit is not None else None
+        if record is None or record.status == BUILTIN:
+            return False
+        with self._lock:
+            if culprit in self._compile_aside:
+                return True  # set aside by another thread meanwhile
+            self._compile_aside.add(record.name)
+            self._compile_caller = None
+        consequence = f"jt set the plugin's {COMPILE_HOOK} aside for this process; kernels compile without it."
+        self.loader.warn_fault(self.loader.fault(record, COMPILE_HOOK, exc, consequence), exc)
+        return True
+
     def list_plugins(self) -> list[PluginRecord]:
         """Every plugin, builtin ones first, with status and what it provides."""
         self.ensure_loaded()
         return list(self.records.values())
+
+
+def _label(component: Any) -> str:
+    if isinstance(component, Launcher):
+        return f"launcher '{component.platform}:{component.name}'"
+    if isinstance(component, Dialect):
+        return f"dialect {component.name!r}"
+    if isinstance(component, Backend):
+        return f"backend {component.platform!r}"
+    return repr(component)
 
 
 _registry: Registry | None = None
