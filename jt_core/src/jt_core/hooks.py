@@ -83,7 +83,7 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
     Raises:
         KernelCompileError: With the compiler's message, the call's name, the kernel and the configuration.
     """
-    registry = get_registry().ensure_loaded()
+    registry = get_registry()
     while True:
         try:
             with frontend.compiling():  # never beside an interpreter run, which patches triton.language

@@ -236,6 +236,7 @@ class PluginLoader:
         self._loaded = False
         self._warned: set[str] = set()
         self._warned_faults: set[tuple[str, str]] = set()
+        self._answered: set[tuple[str, str]] = set()
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
@@ -279,6 +280,7 @@ class PluginLoader:
                 else:
                     self.pm.unregister(plugin, name=name)
             self.records.clear()
+            self._answered.clear()
             self._loaded = False
 
     def _trace(self, message: str) -> None:
@@ -358,11 +360,12 @@ class PluginLoader:
             return
         self._trace(f"{ep.name}: loaded from {ep.distribution} {ep.version}")
 
-    def call_each(self, hook_name: str) -> list[tuple[str, Any]]:
+    def call_each(self, hook_name: str, **arguments: Any) -> list[tuple[str, Any]]:
         """Calls a registration hook one plugin at a time, so that a plugin that raises is isolated.
 
         Each call goes through pluggy (a subset caller holding only that plugin), so ``JT_TRACE_PLUGINS`` traces
-        it like any other hook call.
+        it like any other hook call. An implementation that takes none of ``arguments`` answers the same whatever
+        they are, so it is called once per load and left out of later calls.
 
         Returns:
             ``(plugin name, item)`` for every item every plugin returned, in registration order.
@@ -375,9 +378,12 @@ class PluginLoader:
             record = self.records.get(name)
             if record is not None and record.status == FAILED:
                 continue
+            constant = not set(impl.argnames) & set(arguments)
+            if constant and (hook_name, name) in self._answered:
+                continue
             others = [other.plugin for other in impls if other.plugin_name != name]
             try:
-                returned = self.pm.subset_hook_caller(hook_name, remove_plugins=others)()
+                returned = self.pm.subset_hook_caller(hook_name, remove_plugins=others)(**arguments)
             except BROKEN as exc:
                 if record is None:
                     raise
@@ -388,6 +394,8 @@ class PluginLoader:
                 )
                 self.pm.unregister(name=name)
                 continue
+            if constant:
+                self._answered.add((hook_name, name))
             for items in returned:
                 for item in items or ():
                     results.append((name, item))

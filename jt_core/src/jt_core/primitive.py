@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from jax._src import dispatch
 from jax._src import effects as effects_lib
+from jax._src.core import Primitive  # jax.extend.core's, whose package imports Pallas (about 17 ms)
 from jax._src.interpreters import mlir
-from jax.extend.core import Primitive
 from jax.interpreters import ad
 
 from jt_core import hooks, settings, tuning

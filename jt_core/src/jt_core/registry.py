@@ -47,6 +47,8 @@ class _SetAside:
 SET_ASIDE: Any = _SetAside()
 
 COMPILE_HOOK = "jt_compile_kernel"
+#: What :meth:`Registry.collect_dialects` collects, beside platforms' registrations.
+_DIALECTS = object()
 
 _INSTALL_HINTS = {"cuda": "pip install jt-cuda", "rocm": "pip install jt-rocm"}
 
@@ -61,16 +63,20 @@ class Registry:
     def __init__(self, loader: PluginLoader | None = None) -> None:
         self.loader = loader if loader is not None else PluginLoader()
         self.launcher_overrides = settings.launcher_overrides(self.loader.environ)
+        self._lock = threading.RLock()
+        self._reset()
+
+    def _reset(self) -> None:
         self.backends: dict[str, tuple[str, Backend]] = {}
         self.backend_conflicts: dict[str, list[str]] = {}
         self.launchers: dict[str, list[tuple[str, Launcher]]] = {}
         self.dialects: list[tuple[str, Dialect]] = []
+        self._collected: set[object] = set()
+        self._registered: set[tuple[str, ...]] = set()
         self._owners: dict[int, str] = {}
         self._set_aside: dict[int, tuple[str, PluginFault]] = {}
         self._compile_aside: set[str] = set()
         self._compile_caller: Any = None
-        self._lock = threading.RLock()
-        self._ready = False
 
     @property
     def records(self) -> dict[str, PluginRecord]:
@@ -78,28 +84,48 @@ class Registry:
         return self.loader.records
 
     def ensure_loaded(self) -> Registry:
-        """Loads the plugins and collects their registrations, once (thread-safe).
+        """Loads the plugins and collects every registration: the dialects, and the backends and launchers of every
+        platform (thread-safe, once). Lowering collects only what a call needs (:meth:`collect`)."""
+        return self.collect(None)
 
-        When that raises, nothing of it stays: the exception propagates and the next call loads again.
+    def collect(self, platform: str | None) -> Registry:
+        """Loads the plugins and collects the backends and launchers registered for ``platform`` (``None``: every
+        platform, and the dialects), once (thread-safe).
+
+        The registration hooks are asked for the platform a call needs, so that a plugin for other platforms need
+        not import its backend. When this raises (a ``KeyboardInterrupt``, a plugin problem under
+        ``JT_STRICT_PLUGINS``), nothing of the registrations nor of the load stays: the exception propagates and the
+        next call starts again.
         """
-        if self._ready:
+        return self._collect(platform)
+
+    def collect_dialects(self) -> Registry:
+        """Loads the plugins and collects the dialects, once (thread-safe, as :meth:`collect`)."""
+        return self._collect(_DIALECTS)
+
+    def _collect(self, part: object) -> Registry:
+        if part in self._collected or None in self._collected:
             return self
         with self._lock:
-            if not self._ready:
-                try:
-                    self.loader.ensure_loaded()
-                    self._collect()
-                except BaseException:
-                    self.backends, self.backend_conflicts, self.launchers, self.dialects = {}, {}, {}, []
-                    self._owners.clear()
-                    self.loader.unload()
-                    raise
-                self._ready = True
+            if part in self._collected or None in self._collected:
+                return self
+            try:
+                self.loader.ensure_loaded()
+                if (part is None or part is _DIALECTS) and _DIALECTS not in self._collected:
+                    self._collect_dialects()
+                    self._collected.add(_DIALECTS)
+                if part is not _DIALECTS:
+                    self._collect_platform(part if isinstance(part, str) else None)
+                self._collected.add(part)
+            except BaseException:
+                self._reset()
+                self.loader.unload()
+                raise
         return self
 
-    def _accepted(self, hook: str, kind: type, what: str) -> list[tuple[str, Any]]:
+    def _accepted(self, hook: str, kind: type, what: str, **arguments: Any) -> list[tuple[str, Any]]:
         accepted = []
-        for name, item in self.loader.call_each(hook):
+        for name, item in self.loader.call_each(hook, **arguments):
             record = self.records[name]
             if record.status == FAILED:
                 continue
@@ -107,30 +133,38 @@ class Registry:
                 self.loader.problem(record, f"jt plugin {name!r} registered {item!r}, not a {what}")
                 continue
             accepted.append((name, item))
-            self._owners[id(item)] = name
         return accepted
 
-    def _collect(self) -> None:
-        backends = self._accepted("jt_register_backends", Backend, "Backend")
-        launchers = self._accepted("jt_register_launchers", Launcher, "Launcher")
-        dialects = self._accepted("jt_register_dialects", Dialect, "Dialect")
-        failed = {name for name, record in self.records.items() if record.status == FAILED}
+    def _first(self, key: tuple[str, ...], name: str, item: Any) -> bool:
+        """Whether ``key`` is registered for the first time (a plugin asked again, for every platform, returns what
+        it gave before anew); if so, ``item`` is ``name``'s."""
+        if key in self._registered:
+            return False
+        self._registered.add(key)
+        self._owners[id(item)] = name
+        return True
+
+    def _collect_platform(self, platform: str | None) -> None:
+        backends = self._accepted("jt_register_backends", Backend, "Backend", platform=platform)
+        launchers = self._accepted("jt_register_launchers", Launcher, "Launcher", platform=platform)
         for name, backend in backends:
-            if name in failed:
+            if self.records[name].status == FAILED or not self._first(
+                ("backend", name, backend.platform), name, backend
+            ):
                 continue
-            platform = backend.platform
-            self.records[name].platforms.append(platform)
-            if platform in self.backends:
-                first = self.backends[platform][0]
-                self.backend_conflicts.setdefault(platform, [first]).append(name)
+            platform_name = backend.platform
+            self.records[name].platforms.append(platform_name)
+            if platform_name in self.backends:
+                first = self.backends[platform_name][0]
+                self.backend_conflicts.setdefault(platform_name, [first]).append(name)
                 if self.loader.strict:
-                    raise self.duplicate_error(platform)
+                    raise self.duplicate_error(platform_name)
                 continue
-            self.backends[platform] = (name, backend)
+            self.backends[platform_name] = (name, backend)
         for name, launcher in launchers:
-            if name in failed:
-                continue
             label = f"{launcher.platform}:{launcher.name}"
+            if self.records[name].status == FAILED or not self._first(("launcher", name, label), name, launcher):
+                continue
             self.records[name].launchers.append(label)
             self.records[name].launcher_details[label] = {
                 "priority": launcher.priority,
@@ -139,13 +173,27 @@ class Registry:
             self.launchers.setdefault(launcher.platform, []).append((name, launcher))
         for platform_launchers in self.launchers.values():
             platform_launchers.sort(key=lambda item: (-item[1].priority, item[1].name))
+        self._drop_failed()
+
+    def _collect_dialects(self) -> None:
         builtin_dialects: list[tuple[str, Dialect]] = []
-        for name, dialect in dialects:
-            if name in failed:
+        for name, dialect in self._accepted("jt_register_dialects", Dialect, "Dialect"):
+            if self.records[name].status == FAILED or not self._first(("dialect", name, dialect.name), name, dialect):
                 continue
             self.records[name].dialects.append(dialect.name)
             (builtin_dialects if self.records[name].status == BUILTIN else self.dialects).append((name, dialect))
         self.dialects.extend(builtin_dialects)
+        self._drop_failed()
+
+    def _drop_failed(self) -> None:
+        """Forgets what plugins that failed since registered (a plugin that raises in one registration hook is
+        skipped as a whole)."""
+        failed = {name for name, record in self.records.items() if record.status == FAILED}
+        if not failed:
+            return
+        self.backends = {p: entry for p, entry in self.backends.items() if entry[0] not in failed}
+        self.launchers = {p: [e for e in entries if e[0] not in failed] for p, entries in self.launchers.items()}
+        self.dialects = [entry for entry in self.dialects if entry[0] not in failed]
 
     # -- queries ---------------------------------------------------------------------------------------------
 
@@ -159,7 +207,8 @@ class Registry:
         )
 
     def describe(self) -> str:
-        """One line per plugin: what it provides and its status, for error messages."""
+        """One line per plugin: what it provides (every platform's registrations) and its status, for errors."""
+        self.ensure_loaded()
         lines = []
         for rec in self.records.values():
             provides = ", ".join(
@@ -200,7 +249,7 @@ class Registry:
             DuplicateBackendError: Two plugins serve it.
             NoBackendError: None does; the message lists every plugin, what it provides and its errors.
         """
-        self.ensure_loaded()
+        self.collect(platform)
         if platform in self.backend_conflicts:
             raise self.duplicate_error(platform)
         if platform not in self.backends:
@@ -212,7 +261,7 @@ class Registry:
 
     def launchers_for(self, platform: str) -> list[Launcher]:
         """The launchers registered for ``platform``, highest priority first."""
-        self.ensure_loaded()
+        self.collect(platform)
         return [launcher for _, launcher in self.launchers.get(platform, [])]
 
     def launcher(self, platform: str, name: str | None = None) -> Launcher:
@@ -273,7 +322,7 @@ class Registry:
         Raises:
             KernelCallTypeError: When no dialect claims it.
         """
-        self.ensure_loaded()
+        self.collect_dialects()
         for _, dialect in self.dialects:
             claimed = self.serve(dialect, "claims", kernel)
             if claimed is not SET_ASIDE and claimed:
@@ -374,7 +423,7 @@ class Registry:
         """The ``jt_compile_kernel`` hook caller, without the plugins whose implementation raised."""
         caller = self._compile_caller
         if caller is None:
-            pm = self.ensure_loaded().loader.pm
+            pm = self.loader.ensure_loaded().pm
             aside = [pm.get_plugin(name) for name in sorted(self._compile_aside)]
             caller = pm.subset_hook_caller(COMPILE_HOOK, [plugin for plugin in aside if plugin is not None])
             self._compile_caller = caller
