@@ -145,23 +145,25 @@ class Registry:
         return True
 
     def _collect_platform(self, platform: str | None) -> None:
-        backends = self._accepted("jt_register_backends", Backend, "Backend", platform=platform)
-        launchers = self._accepted("jt_register_launchers", Launcher, "Launcher", platform=platform)
-        for name, backend in backends:
-            if self.records[name].status == FAILED or not self._first(
-                ("backend", name, backend.platform), name, backend
-            ):
+        # Built aside and put in place at the end: lowerings on other threads read the registries meanwhile.
+        registered_backends = self._accepted("jt_register_backends", Backend, "Backend", platform=platform)
+        registered_launchers = self._accepted("jt_register_launchers", Launcher, "Launcher", platform=platform)
+        backends = dict(self.backends)
+        launchers = {name: list(entries) for name, entries in self.launchers.items()}
+        for name, backend in registered_backends:
+            failed = self.records[name].status == FAILED  # raised in the other hook
+            if failed or not self._first(("backend", name, backend.platform), name, backend):
                 continue
             platform_name = backend.platform
             self.records[name].platforms.append(platform_name)
-            if platform_name in self.backends:
-                first = self.backends[platform_name][0]
+            if platform_name in backends:
+                first = backends[platform_name][0]
                 self.backend_conflicts.setdefault(platform_name, [first]).append(name)
                 if self.loader.strict:
                     raise self.duplicate_error(platform_name)
                 continue
-            self.backends[platform_name] = (name, backend)
-        for name, launcher in launchers:
+            backends[platform_name] = (name, backend)
+        for name, launcher in registered_launchers:
             label = f"{launcher.platform}:{launcher.name}"
             if self.records[name].status == FAILED or not self._first(("launcher", name, label), name, launcher):
                 continue
@@ -170,19 +172,21 @@ class Registry:
                 "priority": launcher.priority,
                 "falls_back_for": list(launcher.fallback_rules),
             }
-            self.launchers.setdefault(launcher.platform, []).append((name, launcher))
-        for platform_launchers in self.launchers.values():
+            launchers.setdefault(launcher.platform, []).append((name, launcher))
+        for platform_launchers in launchers.values():
             platform_launchers.sort(key=lambda item: (-item[1].priority, item[1].name))
+        self.backends, self.launchers = backends, launchers
         self._drop_failed()
 
     def _collect_dialects(self) -> None:
+        plugin_dialects: list[tuple[str, Dialect]] = []
         builtin_dialects: list[tuple[str, Dialect]] = []
         for name, dialect in self._accepted("jt_register_dialects", Dialect, "Dialect"):
-            if self.records[name].status == FAILED or not self._first(("dialect", name, dialect.name), name, dialect):
+            if not self._first(("dialect", name, dialect.name), name, dialect):
                 continue
             self.records[name].dialects.append(dialect.name)
-            (builtin_dialects if self.records[name].status == BUILTIN else self.dialects).append((name, dialect))
-        self.dialects.extend(builtin_dialects)
+            (builtin_dialects if self.records[name].status == BUILTIN else plugin_dialects).append((name, dialect))
+        self.dialects = plugin_dialects + builtin_dialects
         self._drop_failed()
 
     def _drop_failed(self) -> None:

@@ -3,7 +3,6 @@ running the interpreter."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,8 +35,8 @@ class CpuBackend(Backend):
 
     platform = "cpu"
     interprets = True
-    #: What the disk cache keeps of a CPU kernel is that Triton's front end accepted it: a warm first call skips the
-    #: front end, whose import alone (it imports the Gluon language) costs about 30-40 ms.
+    #: What the disk cache keeps of a CPU kernel is that Triton's front end accepted it, so that a warm first call
+    #: skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core host).
     cacheable = True
 
     def target(self, call: KernelCall, device: Any | None) -> Target:
@@ -47,19 +46,22 @@ class CpuBackend(Backend):
         return "checked" if compile_check_enabled() else "unchecked"
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
-        py_fn = request.kernel.fn
-        runner.interpreted(py_fn)
-        return dataclasses.replace(cached, payload=py_fn)
+        return self._interpreted(request)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
         """Rewrites the kernel for the interpreter and, unless ``JT_CPU_COMPILE_CHECK=0``, runs Triton's front end
         on it (about 6 ms per configuration for a vector add, 15 to 35 ms for a matrix product), so that what
         Triton refuses (a block size that is not a power of two, a pointer used as a number, an unknown name) fails
         when the call is lowered, with Triton's message, rather than in the middle of a run."""
-        py_fn = request.kernel.fn
-        runner.interpreted(py_fn)  # rewrite now: a kernel without source fails at lowering, not at run time
+        compiled = self._interpreted(request)
         if compile_check_enabled():
             frontend.check(request.dialect.make_source(request.kernel, request.specialization, request.target))
+        return compiled
+
+    @staticmethod
+    def _interpreted(request: CompileRequest) -> CompiledKernel:
+        py_fn = request.kernel.fn
+        runner.interpreted(py_fn)  # rewrite now: a kernel without source fails at lowering, not at run time
         return CompiledKernel(
             name=request.call.name,
             target=request.target,
