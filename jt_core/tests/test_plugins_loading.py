@@ -333,3 +333,45 @@ def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(monkeypa
     with pytest.raises(jt.UnsupportedKernelError, match=r"no launcher for platform 'cpu' can express it") as info:
         jax.jit(lambda x: _add(x, x) + 2)(x)
     assert "'ffi': no ffi today" in str(info.value) and "'interpreter': no callbacks today" in str(info.value)
+
+
+class PlatformAware:
+    """A plugin serving 'fakeplat', asked for platforms it notes down."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str | None]] = []
+
+    @hookimpl
+    def jt_register_backends(self, platform: str | None) -> list[Backend]:
+        self.asked.append(("backends", platform))
+        return [FakeBackend()] if platform in (None, "fakeplat") else []
+
+    @hookimpl
+    def jt_register_launchers(self, platform: str | None) -> list[Launcher]:
+        self.asked.append(("launchers", platform))
+        return [FakeLauncher()] if platform in (None, "fakeplat") else []
+
+
+def test_registration_hooks_are_asked_for_the_platform_a_call_needs(jt_fake_entry_points: Any) -> None:
+    aware, counting = PlatformAware(), []
+
+    class Unaware:
+        @hookimpl
+        def jt_register_backends(self) -> list[Backend]:
+            counting.append("backends")
+            return []
+
+    registry = jt_fake_entry_points(
+        [fake_entry_point("aware", aware), fake_entry_point("unaware", Unaware())], include_installed=True
+    )
+    x = jnp.asarray(np.random.default_rng().standard_normal(64), jnp.float32)
+    np.testing.assert_allclose(jax.jit(lambda a: _add(a, a))(x), 2 * np.asarray(x), rtol=1e-6)  # lowered anew
+    assert aware.asked == [("backends", "cpu"), ("launchers", "cpu")]
+    assert "fakeplat" not in registry.backends
+    assert isinstance(registry.backend("fakeplat"), FakeBackend)
+    assert aware.asked[2:] == [("backends", "fakeplat"), ("launchers", "fakeplat")]
+    records = {r.name: r for r in registry.list_plugins()}  # every registration: asked for all platforms
+    assert aware.asked[4:] == [("backends", None), ("launchers", None)]
+    assert records["aware"].platforms == ["fakeplat"] and records["aware"].launchers == ["fakeplat:fast"]
+    assert counting == ["backends"], "a hook that takes no platform is asked once"
+    assert [name for name, _ in registry.launchers["fakeplat"]] == ["aware"]

@@ -77,7 +77,7 @@ def test_cli_json_lists_every_plugin() -> None:
         assert by_name[name]["distribution"] == f"jt-{name}"
         assert by_name[name]["status"] == "loaded", by_name[name]
         assert by_name[name]["version"] == jt_core.__version__
-    assert set(by_name["cpu"]) == {"name", "distribution", "version", "status", "provides", "error"}
+    assert set(by_name["cpu"]) == {"name", "distribution", "version", "status", "provides", "error", "faults"}
 
 
 def test_cli_text_shows_a_table_and_errors() -> None:

@@ -101,3 +101,60 @@ def test_plain_triton_kernel_still_runs_on_the_cpu_with_the_gluon_plugin_loaded(
     x = np.random.default_rng(1).standard_normal(40).astype(np.float32)
     out = jax.jit(lambda a: jt.triton_call(a, kernel=double, out_shape=a, grid=1, n=40, BLOCK=64))(x)
     np.testing.assert_array_equal(np.asarray(out), x * 2)
+
+
+_PLAIN_CALL = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import triton
+import triton.language as tl
+
+import jt_core as jt
+
+
+@triton.jit
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+rng = np.random.default_rng()
+x, y = (jnp.asarray(rng.standard_normal(100), jnp.float32) for _ in range(2))
+out = jt.triton_call(x, y, kernel=add, out_shape=x, grid=2, n=100, BLOCK=64)
+np.testing.assert_allclose(np.asarray(out), np.asarray(x) + np.asarray(y), rtol=1e-6)
+statuses = {record.name: record.status for record in jt.list_plugins()}
+print(statuses["gluon"], statuses["triton"])
+print(" ".join(sorted(name for name in sys.modules if name.startswith("triton.experimental"))))
+"""
+
+
+def _plain_call(script: Any, cache: Any, **environ: str) -> tuple[str, str]:
+    """Runs the plain call in a fresh process; returns the plugin statuses and the experimental modules imported."""
+    import os
+    import subprocess
+    import sys
+
+    unset = ("JT_LOAD_PLUGINS", "JT_DISABLE_PLUGINS", "JT_DISABLE_CACHE", "JT_CPU_COMPILE_CHECK")
+    env = {name: value for name, value in os.environ.items() if name not in unset}
+    env.update(JT_CACHE_DIR=str(cache), **environ)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True)
+    statuses, experimental = [*result.stdout.splitlines(), ""][:2]
+    assert statuses == "loaded builtin", "the Gluon plugin was loaded and asked"
+    return statuses, experimental
+
+
+def test_a_plain_triton_call_imports_no_gluon_module(tmp_path: Any) -> None:
+    """The Gluon dialect is asked about every kernel; it must answer without importing the Gluon language (nor any
+    other experimental Triton language), which a plain Triton call never uses. Triton's own front end imports it
+    (the CPU backend runs it on a kernel's first lowering on a machine), so the first run leaves it out."""
+    script = tmp_path / "plain_call.py"
+    script.write_text(_PLAIN_CALL)
+    _, experimental = _plain_call(script, tmp_path / "unchecked", JT_CPU_COMPILE_CHECK="0")
+    assert experimental == "", f"a plain Triton call imported {experimental}"
+    _plain_call(script, tmp_path / "cache")  # Triton's front end checks the kernel, once per machine
+    _, experimental = _plain_call(script, tmp_path / "cache")
+    assert experimental == "", f"a plain Triton call with warm caches imported {experimental}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -12,14 +14,14 @@ from typing import Any
 
 def _native_launchers() -> list[tuple[str, Any, Any]]:
     """``(platform:name, launcher, its library spec)`` for every registered launcher that builds a library."""
-    from jt_core.registry import get_registry
+    from jt_core.registry import SET_ASIDE, get_registry
 
     registry = get_registry().ensure_loaded()
     found = []
     for platform, launchers in registry.launchers.items():
         for _, launcher in launchers:
-            spec = launcher.native_library()
-            if spec is not None:
+            spec = registry.serve(launcher, "native_library")
+            if spec is not None and spec is not SET_ASIDE:
                 found.append((f"{platform}:{launcher.name}", launcher, spec))
     return found
 
@@ -41,9 +43,13 @@ def _native_status() -> dict[str, dict[str, Any]]:
 
 
 def _plugins(args: argparse.Namespace) -> int:
+    from jt_core import plugins
     from jt_core.registry import list_plugins
 
-    records = list_plugins()
+    if args.forget_faults:
+        print(f"forgot the faults of {plugins.forget_faults()} plugins")
+        return 0
+    records = plugins.with_recorded_faults(list_plugins())
     native = _native_status()
     if args.json:
         data = [r.as_dict() for r in records]
@@ -89,7 +95,27 @@ def _plugins(args: argparse.Namespace) -> int:
     for r in records:
         if r.error:
             print(f"\n{r.name}: {r.error}")
+    for r in records:
+        if r.faults:
+            _print_faults(r)
     return 0
+
+
+def _print_faults(record: Any) -> None:
+    """A plugin's faults: what raised, where and when, what jt did, and the traceback."""
+    count = f"{len(record.faults)} fault{'s' if len(record.faults) > 1 else ''}"
+    print(
+        f"\n{record.name}: {count} while serving calls, kept on this machine (newest last). Set "
+        f"JT_DISABLE_PLUGINS={record.name} to skip the plugin; `python -m jt_core plugins --forget-faults` forgets "
+        "them."
+    )
+    for fault in record.faults:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(fault.time))
+        print(f"  {fault.where} raised {fault.error} (process {fault.pid}, {when})")
+        if fault.consequence:
+            print(f"  {fault.consequence}")
+        for line in fault.traceback.rstrip("\n").splitlines():
+            print(f"    {line}")
 
 
 def _build_native(args: argparse.Namespace) -> int:
@@ -136,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list plugins: distribution, version, what they provide, status, errors")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--forget-faults", action="store_true", help="forget what plugins raised while serving calls on this machine"
+    )
     p.set_defaults(func=_plugins)
     b = sub.add_parser("build-native", help="build every C++ library the installed plugins use (once per machine)")
     b.set_defaults(func=_build_native)
@@ -144,7 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--json", action="store_true", help="print JSON (info)")
     c.set_defaults(func=_cache)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        status = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): stop quietly, as a program killed by SIGPIPE, and point stdout at
+        # nothing so that the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return status
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ __all__ = [
     "NoDeviceError",
     "OutOfBoundsAccessError",
     "PluginError",
+    "PluginFaultError",
     "PluginLoadError",
     "ProcessAgreementError",
     "UnsupportedKernelError",
@@ -96,6 +97,11 @@ class PluginError(JtError):
 
 class PluginLoadError(PluginError):
     """A plugin failed to import, raised inside a hook, or implements a hook that has no spec."""
+
+
+class PluginFaultError(PluginError):
+    """A plugin's backend, launcher, dialect or hook raised while serving a call that needs it (the message names
+    the plugin, what raised, and the fix); or, under ``JT_STRICT_PLUGINS``, any call."""
 
 
 class DuplicateBackendError(PluginError):

@@ -80,6 +80,7 @@ PURPOSES: dict[str, str] = {
     "rocm-hsaco": "HSACO files for jaxlib's ROCm handler (loaded onto the GPU)",
     "xla": "which Triton IR XLA compiled on this machine (records)",
     "triton": "Triton's own compile cache, when Triton has no usable folder of its own",
+    "plugins": "what plugins raised while serving calls (shown by python -m jt_core plugins)",
 }
 
 #: Age in seconds beyond which a temporary file is a killed writer's leftover (no write or build takes that long).

@@ -1,4 +1,8 @@
-"""The typed facade over the hook specs: the only place jt's call path calls plugin hooks or reads the registries."""
+"""The typed facade over the hook specs: the only place jt's call path calls plugin hooks or reads the registries.
+
+What a plugin raises on the way is its fault, not the call's (:mod:`jt_core.registry`): the calls that can go on
+without it do.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,22 @@ from typing import Any
 from jt_core import frontend
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 from jt_core.errors import JtError, KernelCompileError
-from jt_core.registry import get_registry
+from jt_core.plugins import BROKEN
+from jt_core.registry import SET_ASIDE, get_registry
 
-__all__ = ["backend_for", "compile_kernel", "dialect_for", "launcher_for", "launchers_for", "next_launcher"]
+__all__ = [
+    "SET_ASIDE",
+    "aside_reason",
+    "backend_for",
+    "compile_kernel",
+    "dialect_for",
+    "launcher_for",
+    "launchers_for",
+    "next_launcher",
+    "requested",
+    "serve",
+    "unavailable_reason",
+]
 
 
 def backend_for(platform: str) -> Backend:
@@ -32,6 +49,27 @@ def next_launcher(platform: str, launcher: Launcher) -> Launcher:
     return get_registry().next_launcher(platform, launcher)
 
 
+def unavailable_reason(launcher: Launcher) -> str | None:
+    """Why ``launcher`` cannot be used in this process (its own reason, or that it raised and is set aside)."""
+    return get_registry().unavailable_reason(launcher)
+
+
+def requested(platform: str, launcher: Launcher, name: str | None) -> str | None:
+    """What names ``launcher`` for a call (``launcher=`` is ``name``, or ``JT_LAUNCHER_<PLATFORM>``), or ``None``."""
+    return get_registry().requested(platform, launcher, name)
+
+
+def serve(component: Any, method: str, *args: Any, needed: str | None = None) -> Any:
+    """``component.method(*args)``, or :data:`SET_ASIDE` when the plugin's component raised and the call does not
+    need it (see :meth:`jt_core.registry.Registry.serve`)."""
+    return get_registry().serve(component, method, *args, needed=needed)
+
+
+def aside_reason(component: Any) -> str:
+    """Why a component is set aside."""
+    return get_registry().aside_reason(component)
+
+
 def dialect_for(kernel: Any) -> Dialect:
     """The dialect of an (unwrapped) kernel function object."""
     return get_registry().dialect_for(kernel)
@@ -40,21 +78,29 @@ def dialect_for(kernel: Any) -> Dialect:
 def compile_kernel(request: CompileRequest) -> CompiledKernel:
     """Compiles one configuration through the ``jt_compile_kernel`` hook (caches and observers included).
 
+    A plugin's implementation that raises is set aside and the compile runs again without it.
+
     Raises:
         KernelCompileError: With the compiler's message, the call's name, the kernel and the configuration.
     """
-    hook = get_registry().ensure_loaded().loader.pm.hook
-    try:
-        with frontend.compiling():  # never beside an interpreter run, which patches triton.language
-            result = hook.jt_compile_kernel(request=request)
-    except JtError:
-        raise
-    except Exception as exc:
-        raise KernelCompileError(
-            f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
-            f"{request.target.platform} {request.target.arch} with config [{request.config.label}] failed:\n"
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+    registry = get_registry()
+    while True:
+        try:
+            with frontend.compiling():  # never beside an interpreter run, which patches triton.language
+                result = registry.compile_hook()(request=request)
+            break
+        except JtError:
+            raise
+        except BROKEN as exc:
+            if registry.compile_fault(exc):
+                continue
+            if not isinstance(exc, Exception):
+                raise
+            raise KernelCompileError(
+                f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
+                f"{request.target.platform} {request.target.arch} with config [{request.config.label}] failed:\n"
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
     if result is None:
         raise KernelCompileError(f"no plugin compiled {request.call.name!r} for {request.target.platform}")
     return result

@@ -43,13 +43,19 @@ __all__ = [
 
 
 @hookspec
-def jt_register_backends() -> Sequence[Backend]:
-    """Called once per process when the plugins are loaded, to collect the backends each plugin provides.
+def jt_register_backends(platform: str | None) -> Sequence[Backend]:
+    """Called when jt first needs a platform's backend (the first call lowered for it), and once with ``None`` when
+    every registration is wanted (``python -m jt_core plugins``), to collect the backends each plugin provides.
 
     A backend compiles kernels for one JAX lowering platform (``"cpu"``, ``"cuda"``, ``"rocm"`` or a third-party
     platform name). Backends form a registry: two plugins returning a backend for the same platform is an error
     (:class:`jt_core.errors.DuplicateBackendError`) raised when that platform is used, naming both plugins; block
     one with ``JT_DISABLE_PLUGINS``.
+
+    Args:
+        platform: The platform jt looks up, or ``None`` for every platform. A plugin returns ``[]`` for a platform
+            it does not serve, so that calls on other platforms never import its backend; an implementation that
+            leaves ``platform`` out of its signature is called once and returns all its backends.
 
     Returns:
         A sequence of :class:`jt_core.contracts.Backend` instances (empty when the plugin provides none).
@@ -67,11 +73,13 @@ def jt_register_backends() -> Sequence[Backend]:
 
 @hookspec
 def jt_register_dialects() -> Sequence[Dialect]:
-    """Called once per process when the plugins are loaded, to collect the kernel dialects each plugin provides.
+    """Called once per process, at the first call, to collect the kernel dialects each plugin provides.
 
     A dialect answers "is this kernel object mine?" (:meth:`jt_core.contracts.Dialect.claims`) and builds the
-    Triton AST source a backend compiles. Kernel selection asks the plugins' dialects first and the builtin plain
-    Triton dialect last, so the first dialect that claims a kernel wins.
+    Triton AST source a backend compiles. It is asked about every kernel, so it answers without importing its
+    language: no kernel of the language exists before the user has imported it (look in ``sys.modules`` first).
+    Kernel selection asks the plugins' dialects first and the builtin plain Triton dialect last, so the first
+    dialect that claims a kernel wins.
 
     Returns:
         A sequence of :class:`jt_core.contracts.Dialect` instances.
@@ -87,13 +95,17 @@ def jt_register_dialects() -> Sequence[Dialect]:
 
 
 @hookspec
-def jt_register_launchers() -> Sequence[Launcher]:
-    """Called once per process when the plugins are loaded, to collect the launchers each plugin provides.
+def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
+    """Called when jt first needs a platform's launchers (the first call lowered for it), and once with ``None``
+    when every registration is wanted, to collect the launchers each plugin provides.
 
     A launcher turns compiled kernels into an XLA operation for one platform. Several may exist for a platform;
     the one used is chosen deterministically: the ``launcher=`` argument of ``triton_call``, else the environment
     variable ``JT_LAUNCHER_<PLATFORM>`` (e.g. ``JT_LAUNCHER_CUDA=jaxlib``), else the available launcher with the
     highest :attr:`~jt_core.contracts.Launcher.priority` (ties broken by name).
+
+    Args:
+        platform: The platform jt looks up, or ``None`` for every platform (as for :func:`jt_register_backends`).
 
     Returns:
         A sequence of :class:`jt_core.contracts.Launcher` instances.

@@ -2,10 +2,16 @@
 
 Entry points of the group ``jt`` are enumerated when the loader is created (cheap: no plugin module is imported)
 and loaded on first use under a lock. Loading is jt's own loop, not pluggy's ``load_setuptools_entrypoints``, so
-that a plugin that fails to import, fails pluggy's validation (a hook with no spec, a wrong signature) or raises
-inside a registration hook is recorded, warned about once and skipped, while every other plugin and the builtin
-CPU backend keep working. Blocked plugins are blocked in pluggy too (``set_blocked``). The registries built from
-the loaded plugins live in :mod:`jt_core.registry`.
+that a plugin that fails to import (``sys.exit()`` included), fails pluggy's validation (a hook with no spec, a
+wrong signature) or raises inside a registration hook is recorded, warned about once and skipped, while every other
+plugin and the builtin CPU backend keep working. Blocked plugins are blocked in pluggy too (``set_blocked``). The
+registries built from the loaded plugins live in :mod:`jt_core.registry`.
+
+Loading is a transaction: when it is interrupted (``KeyboardInterrupt``) or fails (``JT_STRICT_PLUGINS``), every
+plugin it registered is unregistered again and the records are dropped, so the exception reaches the caller and
+the next use loads from the start. A plugin that raises later, while serving a call, is a :class:`PluginFault`: the
+registry sets the part that raised aside, and the fault is kept on this machine (:func:`remember_fault`) so that
+``python -m jt_core plugins`` shows it from any process.
 
 Switches (read when the loader is created; see :mod:`jt_core.settings`):
 
@@ -19,30 +25,45 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import logging
+import os
+import re
 import sys
 import threading
+import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pluggy
 
-from jt_core import hookspecs, settings
+from jt_core import files, hookspecs, settings
 from jt_core._compat import entry_points_for_group
 from jt_core._version import __version__
-from jt_core.errors import PluginLoadError
+from jt_core.errors import PluginFaultError, PluginLoadError
 
 __all__ = [
     "BLOCKED",
+    "BROKEN",
     "BUILTIN",
     "BUILTIN_PLUGINS",
     "FAILED",
+    "FAULTED",
     "LOADED",
     "EntryPointInfo",
+    "PluginFault",
     "PluginLoader",
     "PluginRecord",
     "discover_entry_points",
+    "describe_exception",
+    "plugin_traceback",
+    "forget_faults",
+    "recorded_faults",
+    "remember_fault",
+    "with_recorded_faults",
 ]
 
 log = logging.getLogger("jt_core.plugins")
@@ -54,6 +75,15 @@ LOADED = "loaded"
 BLOCKED = "blocked"
 FAILED = "failed"
 BUILTIN = "builtin"
+FAULTED = "faulted"
+
+#: What a broken plugin raises: any error, and ``SystemExit`` (a plugin must not end the user's program).
+#: ``KeyboardInterrupt`` is not among them: a Ctrl-C reaches the program, and leaves the load retryable.
+BROKEN: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+#: The cache folder keeping the faults of the last processes, and how many each plugin keeps.
+FAULTS_FOLDER = "plugins"
+KEPT_FAULTS = 5
 
 #: jt-core's own plugins, registered by module name like any plugin: the compile through the caches (and the dump
 #: wrapper), the plain Triton dialect, and the CPU backend with its launchers.
@@ -64,6 +94,45 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
 )
 
 
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` of an exception, with ``sys.exit(code)`` for a ``SystemExit``."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: sys.exit({exc.code!r}) was called"
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginFault:
+    """A plugin's code that raised while jt served a call, after the plugin had loaded.
+
+    Attributes:
+        plugin: The plugin's name.
+        distribution: The distribution that declares it.
+        version: That distribution's version.
+        where: What raised: ``"jt_compile_kernel"``, ``"launcher 'cpu:fast' lower()"``,
+            ``"dialect 'gluon' claims()"``.
+        error: The exception as ``Type: message``.
+        traceback: The exception's traceback, formatted.
+        consequence: What jt did about it.
+        pid: The process it happened in.
+        time: When, in seconds since the epoch.
+    """
+
+    plugin: str
+    distribution: str
+    version: str
+    where: str
+    error: str
+    traceback: str
+    consequence: str
+    pid: int
+    time: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fault as JSON-ready data."""
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass
 class PluginRecord:
     """What is known about one plugin.
@@ -72,13 +141,15 @@ class PluginRecord:
         name: The entry-point name (or the builtin plugin's name).
         distribution: The distribution that declares it.
         version: That distribution's version.
-        status: ``"loaded"``, ``"blocked"``, ``"failed"`` or ``"builtin"``.
+        status: ``"loaded"``, ``"blocked"``, ``"failed"``, ``"builtin"``, or ``"faulted"`` (loaded, but something
+            it provides raised while serving a call).
         error: Why it failed or is blocked, or ``None``.
         platforms: Platforms it registered backends for.
         dialects: Dialects it registered.
         launchers: ``platform:name`` of the launchers it registered.
         launcher_details: For each of those, its ``priority`` and ``falls_back_for``: what makes a call go to the
             platform's next launcher (empty for launchers that take every call).
+        faults: What it raised while serving calls, oldest first.
     """
 
     name: str
@@ -90,6 +161,7 @@ class PluginRecord:
     dialects: list[str] = dataclasses.field(default_factory=list)
     launchers: list[str] = dataclasses.field(default_factory=list)
     launcher_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    faults: list[PluginFault] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
@@ -105,6 +177,7 @@ class PluginRecord:
                 "launcher_details": self.launcher_details,
             },
             "error": self.error,
+            "faults": [fault.as_dict() for fault in self.faults],
         }
 
 
@@ -162,6 +235,8 @@ class PluginLoader:
         self._lock = threading.RLock()
         self._loaded = False
         self._warned: set[str] = set()
+        self._warned_faults: set[tuple[str, str]] = set()
+        self._answered: set[tuple[str, str]] = set()
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
@@ -170,20 +245,43 @@ class PluginLoader:
             self.pm.enable_tracing()
 
     def ensure_loaded(self) -> PluginLoader:
-        """Imports and registers every plugin once (thread-safe)."""
+        """Imports and registers every plugin once (thread-safe).
+
+        A load that raises (a ``KeyboardInterrupt``, or a plugin problem under ``JT_STRICT_PLUGINS``) is undone
+        (:meth:`unload`) before the exception propagates, so the next call loads again from the start.
+        """
         if self._loaded:
             return self
         with self._lock:
             if self._loaded:
                 return self
-            for name, module in self._builtins:
-                plugin = importlib.import_module(module) if isinstance(module, str) else module
-                self.pm.register(plugin, name=name)
-                self.records[name] = PluginRecord(name, BUILTIN_DISTRIBUTION, __version__, BUILTIN)
-            for ep in self._entry_points:
-                self._load_entry_point(ep)
+            try:
+                for name, module in self._builtins:
+                    plugin = importlib.import_module(module) if isinstance(module, str) else module
+                    self.pm.register(plugin, name=name)
+                    self.records[name] = PluginRecord(name, BUILTIN_DISTRIBUTION, __version__, BUILTIN)
+                for ep in self._entry_points:
+                    self._load_entry_point(ep)
+            except BaseException:
+                self.unload()
+                raise
             self._loaded = True
         return self
+
+    def unload(self) -> None:
+        """Unregisters every plugin, lifts every block and drops the records: the state before the first load.
+
+        The warnings already given stay given (a plugin is warned about once per process).
+        """
+        with self._lock:
+            for name, plugin in self.pm.list_name_plugin():
+                if plugin is None:
+                    self.pm.unblock(name)
+                else:
+                    self.pm.unregister(plugin, name=name)
+            self.records.clear()
+            self._answered.clear()
+            self._loaded = False
 
     def _trace(self, message: str) -> None:
         if self.trace:
@@ -199,7 +297,7 @@ class PluginLoader:
             raise PluginLoadError(message)
         if record.name not in self._warned:
             self._warned.add(record.name)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            _warn(message)
 
     def _block(self, record: PluginRecord, reason: str) -> None:
         record.status, record.error = BLOCKED, reason
@@ -227,11 +325,16 @@ class PluginLoader:
             return
         try:
             module = ep.load()
-        except Exception as exc:
+        except BROKEN as exc:
+            what = (
+                f"called sys.exit({exc.code!r}) while being imported ({ep.value})"
+                if isinstance(exc, SystemExit)
+                else f"failed to import ({ep.value}): {describe_exception(exc)}"
+            )
             self.problem(
                 record,
-                f"jt plugin {ep.name!r} from {ep.distribution} {ep.version} failed to import ({ep.value}): "
-                f"{type(exc).__name__}: {exc}. Fix or uninstall it, or set JT_DISABLE_PLUGINS={ep.name}.",
+                f"jt plugin {ep.name!r} from {ep.distribution} {ep.version} {what}. Fix or uninstall it, or set "
+                f"JT_DISABLE_PLUGINS={ep.name}.",
             )
             return
         try:
@@ -248,20 +351,21 @@ class PluginLoader:
                 f"a fix; set JT_DISABLE_PLUGINS={ep.name} to silence this.",
             )
             return
-        except Exception as exc:
+        except BROKEN as exc:
             self.problem(
                 record,
-                f"jt plugin {ep.name!r} from {ep.distribution} could not be registered: {exc}. "
+                f"jt plugin {ep.name!r} from {ep.distribution} could not be registered: {describe_exception(exc)}. "
                 f"Set JT_DISABLE_PLUGINS={ep.name} to skip it.",
             )
             return
         self._trace(f"{ep.name}: loaded from {ep.distribution} {ep.version}")
 
-    def call_each(self, hook_name: str) -> list[tuple[str, Any]]:
+    def call_each(self, hook_name: str, **arguments: Any) -> list[tuple[str, Any]]:
         """Calls a registration hook one plugin at a time, so that a plugin that raises is isolated.
 
         Each call goes through pluggy (a subset caller holding only that plugin), so ``JT_TRACE_PLUGINS`` traces
-        it like any other hook call.
+        it like any other hook call. An implementation that takes none of ``arguments`` answers the same whatever
+        they are, so it is called once per load and left out of later calls.
 
         Returns:
             ``(plugin name, item)`` for every item every plugin returned, in registration order.
@@ -274,20 +378,180 @@ class PluginLoader:
             record = self.records.get(name)
             if record is not None and record.status == FAILED:
                 continue
+            constant = not set(impl.argnames) & set(arguments)
+            if constant and (hook_name, name) in self._answered:
+                continue
             others = [other.plugin for other in impls if other.plugin_name != name]
             try:
-                returned = self.pm.subset_hook_caller(hook_name, remove_plugins=others)()
-            except Exception as exc:
+                returned = self.pm.subset_hook_caller(hook_name, remove_plugins=others)(**arguments)
+            except BROKEN as exc:
                 if record is None:
                     raise
                 self.problem(
                     record,
                     f"jt plugin {name!r} from {record.distribution} raised in {hook_name}: "
-                    f"{type(exc).__name__}: {exc}. Set JT_DISABLE_PLUGINS={name} to skip it.",
+                    f"{describe_exception(exc)}. Set JT_DISABLE_PLUGINS={name} to skip it.",
                 )
                 self.pm.unregister(name=name)
                 continue
+            if constant:
+                self._answered.add((hook_name, name))
             for items in returned:
                 for item in items or ():
                     results.append((name, item))
         return results
+
+    def fault(self, record: PluginRecord, where: str, exc: BaseException, consequence: str) -> PluginFault:
+        """Records that ``record``'s plugin raised ``exc`` in ``where`` while serving a call (its status becomes
+        ``"faulted"``), and keeps the fault on this machine (:func:`remember_fault`).
+
+        Args:
+            record: The plugin's record.
+            where: What raised (``"launcher 'cpu:fast' lower()"``).
+            exc: What it raised.
+            consequence: What jt does about it (``"jt set it aside for this process; ..."``), or ``""`` when the
+                call fails.
+        """
+        fault = PluginFault(
+            plugin=record.name,
+            distribution=record.distribution,
+            version=record.version,
+            where=where,
+            error=describe_exception(exc),
+            traceback=plugin_traceback(exc),
+            consequence=consequence,
+            pid=os.getpid(),
+            time=time.time(),
+        )
+        with self._lock:
+            record.faults = [*record.faults[-(KEPT_FAULTS - 1) :], fault]
+            if record.status == LOADED:
+                record.status = FAULTED
+        remember_fault(fault)
+        self._trace(f"{record.name}: raised in {where}: {fault.error}")
+        return fault
+
+    def warn_fault(self, fault: PluginFault, exc: BaseException) -> None:
+        """Warns about a fault the call survives, once per plugin and place.
+
+        Raises:
+            PluginFaultError: Instead, under ``JT_STRICT_PLUGINS``.
+        """
+        message = (
+            f"jt plugin {fault.plugin!r} ({fault.distribution} {fault.version}) raised in {fault.where}: "
+            f"{fault.error}. {fault.consequence} `python -m jt_core plugins` shows the traceback. Fix or upgrade the "
+            f"plugin, or set JT_DISABLE_PLUGINS={fault.plugin}."
+        )
+        if self.strict:
+            raise PluginFaultError(message) from exc
+        with self._lock:
+            first = (fault.plugin, fault.where) not in self._warned_faults
+            self._warned_faults.add((fault.plugin, fault.where))
+        if first:
+            _warn(message)
+
+
+def _machinery() -> tuple[str, ...]:
+    """The folders of the packages between a user's call and a plugin (jt-core, JAX, pluggy)."""
+    return tuple(
+        os.path.dirname(module.__file__) + os.sep
+        for module in (sys.modules.get(name) for name in ("jt_core", "jax", "pluggy"))
+        if module is not None and module.__file__
+    )
+
+
+def _warn(message: str) -> None:
+    """Warns, pointing at the user's code that led here (not at jt's, JAX's or pluggy's)."""
+    warnings.warn(message, RuntimeWarning, skip_file_prefixes=_machinery())
+
+
+def plugin_traceback(exc: BaseException) -> str:
+    """The traceback of what a plugin raised, from the plugin's first frame (jt's and pluggy's frames above it
+    left out; all of it when none is the plugin's)."""
+    machinery = _machinery()
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(machinery):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+# -- faults kept on this machine -----------------------------------------------------------------------------
+
+_FAULT_TEXT_FIELDS = ("plugin", "distribution", "version", "where", "error", "traceback", "consequence")
+
+
+def _faults_file(plugin: str) -> Path:
+    return files.cache_folder(FAULTS_FOLDER) / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', plugin)}.json"
+
+
+def _read_faults(path: Path) -> list[PluginFault]:
+    """The faults kept in ``path``; an unreadable or damaged file holds none (and entries that are not faults are
+    skipped)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    found = []
+    for entry in data if isinstance(data, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        texts: dict[str, Any] = {name: entry.get(name) for name in _FAULT_TEXT_FIELDS}
+        pid, when = entry.get("pid"), entry.get("time")
+        if all(isinstance(t, str) for t in texts.values()) and isinstance(pid, int) and isinstance(when, (int, float)):
+            found.append(PluginFault(**texts, pid=pid, time=float(when)))
+    return found
+
+
+def remember_fault(fault: PluginFault) -> None:
+    """Keeps ``fault`` in jt's cache folder (the last :data:`KEPT_FAULTS` of its plugin), for
+    ``python -m jt_core plugins`` in any process. A folder that cannot be written only loses the record."""
+    try:
+        path = _faults_file(fault.plugin)
+        kept = [*_read_faults(path)[-(KEPT_FAULTS - 1) :], fault]
+        files.atomic_write(path, json.dumps([f.as_dict() for f in kept], indent=1).encode())
+    except OSError as exc:
+        log.debug("the fault of plugin %r was not kept: %s", fault.plugin, exc)
+
+
+def recorded_faults(record: PluginRecord) -> list[PluginFault]:
+    """The faults kept on this machine for ``record``'s plugin at its installed distribution and version, oldest
+    first (those of an older or newer version are left out: they may be fixed)."""
+    try:
+        path = _faults_file(record.name)
+    except OSError:
+        return []
+    return [f for f in _read_faults(path) if (f.distribution, f.version) == (record.distribution, record.version)]
+
+
+def with_recorded_faults(records: Iterable[PluginRecord]) -> list[PluginRecord]:
+    """``records``, each loaded plugin's with the faults kept on this machine added (by time) and its status
+    ``"faulted"`` when it has any. The records themselves are left as they are."""
+    merged = []
+    for record in records:
+        if record.status not in (LOADED, FAULTED):
+            merged.append(record)
+            continue
+        known = {(f.pid, f.time, f.where) for f in record.faults}
+        extra = [f for f in recorded_faults(record) if (f.pid, f.time, f.where) not in known]
+        if not extra:
+            merged.append(record)
+            continue
+        faults = sorted([*record.faults, *extra], key=lambda f: f.time)
+        merged.append(dataclasses.replace(record, status=FAULTED, faults=faults))
+    return merged
+
+
+def forget_faults() -> int:
+    """Deletes every fault kept on this machine; returns how many plugins had some."""
+    try:
+        paths = list(files.cache_folder(FAULTS_FOLDER).glob("*.json"))
+    except OSError:
+        return 0
+    forgotten = 0
+    for path in paths:
+        try:
+            path.unlink()
+            forgotten += 1
+        except OSError:
+            continue
+    return forgotten

@@ -4,7 +4,8 @@ Lowering for platform P asks the registries for P's backend and launcher, compil
 dialect the call resolved when it was made) through :func:`jt_core.hooks.compile_kernel` and lets the launcher emit
 the op; the device lowered for is found once and passed to both. A launcher that lowers one configuration only gets
 an autotuned call tuned first; a launcher that cannot express a call hands it to the platform's next launcher, with
-the reason reported. The batching rule lives in :mod:`jt_core.batching`, which registers it.
+the reason reported. So does a plugin's launcher that raises, unless the call names it: it is set aside, and what
+it emitted before raising is removed. The batching rule lives in :mod:`jt_core.batching`, which registers it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 import numpy as np
 from jax._src import dispatch
 from jax._src import effects as effects_lib
+from jax._src.core import Primitive  # jax.extend.core's, whose package imports Pallas (about 17 ms)
 from jax._src.interpreters import mlir
-from jax.extend.core import Primitive
 from jax.interpreters import ad
 
 from jt_core import distributed, hooks, settings, tuning
@@ -147,6 +148,7 @@ def _lower(
 ) -> Sequence[Any]:
     backend = hooks.backend_for(platform)
     launcher = hooks.launcher_for(platform, call.launcher)
+    needed = f"lowering triton_call {call.name!r} for platform {platform!r} needs"
     dialect = call.dialect
     if backend.interprets and not dialect.interpretable:
         raise UnsupportedKernelError(
@@ -154,17 +156,54 @@ def _lower(
             "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
-    target = backend.target(call, device)
+    target = hooks.serve(backend, "target", call, device, needed=needed)
     if len(call.configs) > 1 and (launcher.single_config or exchange is not None):
         call = tune_ahead(call, platform, device, launcher, exchange)
     requests = []
     for config in call.configs:
-        backend.validate_options(config.options, call, target)
+        hooks.serve(backend, "validate_options", config.options, call, target, needed=needed)
         requests.append(CompileRequest.for_config(call, config, target, backend))
     kernels = compile_all(requests)
-    reason = launcher.fallback_reason(call, kernels, device)
+    return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
+
+
+def lower_with(
+    ctx: Any,
+    call: KernelCall,
+    kernels: Sequence[CompiledKernel],
+    operands: Sequence[Any],
+    device: Any | None,
+    platform: str,
+    launcher: Launcher,
+    exchange: distributed.Exchange | None = None,
+) -> Sequence[Any]:
+    """Emits the call with ``launcher``, or with the platform's next launchers, in priority order, while one cannot
+    express it (``fallback_reason``) or raises (a plugin's launcher that the call does not name: it is set aside,
+    and the operations it emitted before raising are removed).
+
+    In a ``jax.distributed`` job the processes agree on the launcher before it emits the call (``exchange``); a
+    launcher that then raises fails the call instead of handing it on, which would make this process differ.
+
+    Raises:
+        UnsupportedKernelError: When no launcher of the platform can express the call.
+        PluginFaultError: When the launcher the call names raises.
+    """
     refused: dict[str, str] = {}
-    while reason is not None:
+    while True:
+        needed = hooks.requested(platform, launcher, call.launcher)
+        reason = hooks.serve(launcher, "fallback_reason", call, kernels, device, needed=needed)
+        if reason is None:
+            if exchange is not None:
+                agree_on_lowering(exchange, call, platform, launcher, refused)
+                needed = needed or "the agreement between the processes of this jax.distributed job names"
+            _check_tensor_descriptors(call, platform, launcher)
+            emitted = _EmittedOperations()
+            lowered = hooks.serve(launcher, "lower", ctx, call, kernels, operands, device, needed=needed)
+            if lowered is not hooks.SET_ASIDE:
+                return lowered
+            emitted.remove()
+        if reason is None or reason is hooks.SET_ASIDE:
+            reason = hooks.aside_reason(launcher)
         refused[launcher.name] = reason
         fallback = hooks.next_launcher(platform, launcher)
         if fallback.name in refused:
@@ -174,11 +213,26 @@ def _lower(
             )
         report(call, f"launcher {launcher.name!r} on {platform} cannot express it ({reason}); using {fallback.name!r}")
         launcher = fallback
-        reason = launcher.fallback_reason(call, kernels, device)
-    if exchange is not None:
-        agree_on_lowering(exchange, call, platform, launcher, refused)
-    _check_tensor_descriptors(call, platform, launcher)
-    return launcher.lower(ctx, call, kernels, operands, device)
+
+
+class _EmittedOperations:
+    """The operations emitted at the current insertion point from now on, so that a launcher that raised halfway
+    leaves nothing behind (an op with side effects would run, or fail XLA's compile)."""
+
+    def __init__(self) -> None:
+        self.point = mlir.ir.InsertionPoint.current
+        self.count = len(self.point.block.operations)
+
+    def remove(self) -> None:
+        """Erases the operations emitted since this object was made, last first."""
+        operations = [op.operation for op in self.point.block.operations]
+        added = len(operations) - self.count
+        end = len(operations)
+        reference = self.point.ref_operation
+        if reference is not None:
+            end = next(i for i, op in enumerate(operations) if op == reference.operation)
+        for operation in reversed(operations[end - added : end]):
+            operation.erase()
 
 
 def report(call: KernelCall, message: str) -> None:
@@ -311,7 +365,7 @@ def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launche
     able = [
         other.name
         for other in hooks.launchers_for(platform)
-        if other.supports_tensor_descriptors and other.unavailable_reason() is None
+        if other.supports_tensor_descriptors and hooks.unavailable_reason(other) is None
     ]
     hint = (
         f"use launcher={able[0]!r} (or JT_LAUNCHER_{platform.upper()}={able[0]})"

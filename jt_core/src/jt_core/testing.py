@@ -119,10 +119,23 @@ def fake_entry_point(
     target: Any,
     distribution: str = "fake-dist",
     version: str = "0.0.0",
+    first_load: BaseException | None = None,
 ) -> EntryPointInfo:
-    """An entry point whose ``load()`` returns ``target``, or raises it when it is an exception instance."""
+    """An entry point whose ``load()`` returns ``target``, or raises it when it is an exception instance.
+
+    Args:
+        name: The entry-point (plugin) name.
+        target: The plugin module or object, or the exception its import raises.
+        distribution: The distribution that declares it.
+        version: That distribution's version.
+        first_load: Raised by the first ``load()`` only, later ones go on as above: an import interrupted once
+            (``KeyboardInterrupt()``), then retried.
+    """
+    pending = [first_load] if first_load is not None else []
 
     def load() -> Any:
+        if pending:
+            raise pending.pop()
         if isinstance(target, BaseException):
             raise target
         return target

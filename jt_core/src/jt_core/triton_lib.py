@@ -17,7 +17,6 @@ from jt_core.call import kernel_name, kernel_params, kernel_signature_text
 from jt_core.configs import normalize_grid, unwrap_kernel
 from jt_core.dtypes import get_type_id
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, NoDeviceError
-from jt_core.gpu.jaxlib_call import decode_fields
 
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME",
@@ -130,6 +129,8 @@ def get_serialized_metadata(opaque: bytes) -> bytes:
     Raises:
         KernelCallValueError: For bytes that are not such a message.
     """
+    from jt_core.gpu.jaxlib_call import decode_fields  # the GPU launch layer, imported when a GPU call needs it
+
     if not isinstance(opaque, (bytes, bytearray, memoryview)):
         raise KernelCallTypeError(f"get_serialized_metadata takes the call's backend config bytes, got {opaque!r}")
     try:

@@ -9,17 +9,21 @@ from jt_core.hookspecs import hookimpl
 
 
 @hookimpl
-def jt_register_backends() -> Sequence[Backend]:
+def jt_register_backends(platform: str | None) -> Sequence[Backend]:
     """Registers the CUDA backend (Triton to cubin, target per device)."""
+    if platform not in (None, "cuda"):
+        return []  # another platform's call: nothing to import
     from jt_cuda.backend import CudaBackend
 
     return [CudaBackend()]
 
 
 @hookimpl
-def jt_register_launchers() -> Sequence[Launcher]:
+def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     """Registers jt's own launch handler (``"jt"``, preferred), jaxlib's Triton handler (``"jaxlib"``) and XLA's own
     Triton call (``"xla"``)."""
+    if platform not in (None, "cuda"):
+        return []  # another platform's call: nothing to import
     from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher, CudaXlaLauncher
 
     return [CudaJtLauncher(), CudaJaxlibLauncher(), CudaXlaLauncher()]

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The module every Gluon kernel's definition imports (``from triton.experimental import gluon``), in both versions.
+GLUON_MODULE = "triton.experimental.gluon"
+
 
 def gluon_jit_function_class() -> type:
     """The class of ``@gluon.jit`` kernels."""

@@ -9,17 +9,21 @@ from jt_core.hookspecs import hookimpl
 
 
 @hookimpl
-def jt_register_backends() -> Sequence[Backend]:
+def jt_register_backends(platform: str | None) -> Sequence[Backend]:
     """Registers the ROCm backend (Triton's AMD compiler, HSACO)."""
+    if platform not in (None, "rocm"):
+        return []  # another platform's call: nothing to import
     from jt_rocm.backend import RocmBackend
 
     return [RocmBackend()]
 
 
 @hookimpl
-def jt_register_launchers() -> Sequence[Launcher]:
+def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     """Registers jt's own launch handler (``"jt"``, preferred), jaxlib's ROCm Triton handler (``"jaxlib"``) and XLA's
     own Triton call (``"xla"``)."""
+    if platform not in (None, "rocm"):
+        return []  # another platform's call: nothing to import
     from jt_rocm.launchers import RocmJaxlibLauncher, RocmJtLauncher, RocmXlaLauncher
 
     return [RocmJtLauncher(), RocmJaxlibLauncher(), RocmXlaLauncher()]

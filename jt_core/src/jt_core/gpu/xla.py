@@ -25,6 +25,7 @@ dialect than plain Triton (Gluon), and IR the bundled Triton rejects. Autotuned 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -270,7 +271,7 @@ def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
             specs = [
                 jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype, sharding=sharding) for aval in call.operand_avals
             ]
-            jax.jit(lambda *ops: _probe_p.bind(*ops, call=call, xla=xla)).lower(*specs).compile()
+            jax.jit(lambda *ops: _probe_primitive().bind(*ops, call=call, xla=xla)).lower(*specs).compile()
         except Exception as exc:
             error = f"{type(exc).__name__}: {_first_line(exc)}"
         record = {
@@ -286,9 +287,11 @@ def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
     return None if record.get("accepted") else f"XLA could not compile the kernel's IR ({record.get('error')})"
 
 
-def _make_probe_primitive() -> Any:
+@functools.cache
+def _probe_primitive() -> Any:
+    """The primitive a probe compiles, made at the first probe (not at import: a CPU call never needs it)."""
+    from jax._src.core import Primitive  # jax.extend.core's, whose package imports Pallas
     from jax._src.interpreters import mlir
-    from jax.extend.core import Primitive
 
     primitive = Primitive("jt_xla_triton_probe")
     primitive.multiple_results = True
@@ -297,9 +300,6 @@ def _make_probe_primitive() -> Any:
         primitive, lambda ctx, *ops, call, xla: emit(ctx, call, xla, ops, has_side_effect=False), platform="gpu"
     )
     return primitive
-
-
-_probe_p = _make_probe_primitive()
 
 
 class XlaTritonLauncher(Launcher):

@@ -9,16 +9,20 @@ from jt_core.hookspecs import hookimpl
 
 
 @hookimpl
-def jt_register_backends() -> Sequence[Backend]:
+def jt_register_backends(platform: str | None) -> Sequence[Backend]:
     """Registers the CPU backend (Triton's interpreter)."""
+    if platform not in (None, "cpu"):
+        return []  # another platform's call: nothing to import
     from jt_core.interpreter.backend import CpuBackend
 
     return [CpuBackend()]
 
 
 @hookimpl
-def jt_register_launchers() -> Sequence[Launcher]:
+def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     """Registers the CPU launchers: jt's FFI handler (preferred where it builds) and the host callback."""
+    if platform not in (None, "cpu"):
+        return []  # another platform's call: nothing to import
     from jt_core.interpreter.backend import CpuLauncher
     from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 

@@ -8,16 +8,20 @@ from jt_core import Backend, Launcher, hookimpl
 
 
 @hookimpl
-def jt_register_backends() -> Sequence[Backend]:
+def jt_register_backends(platform: str | None) -> Sequence[Backend]:
     """Registers the ``toy`` backend."""
+    if platform not in (None, "toy"):
+        return []  # another platform's call: nothing to import
     from jt_example_backend.backend import ToyBackend
 
     return [ToyBackend()]
 
 
 @hookimpl
-def jt_register_launchers() -> Sequence[Launcher]:
+def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     """Registers the ``toy`` launcher."""
+    if platform not in (None, "toy"):
+        return []  # another platform's call: nothing to import
     from jt_example_backend.backend import ToyLauncher
 
     return [ToyLauncher()]
