@@ -3,6 +3,7 @@ while serving calls is recorded and set aside, and only the calls that need it f
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -489,7 +490,7 @@ def test_cli_output_into_a_closed_pipe_exits_quietly(flags: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "content", [b"\xff\xfe not text", b"{not json", b'{"a": 1}', b'[1, {"plugin": 2}, {"pid": "x"}]']
+    "content", [b"\xff\xfe not text", b"{not json", b'{"faults": []}', b'[1, {"plugin": 2}, {"pid": "x"}]']
 )
 def test_a_damaged_fault_record_holds_no_faults(jt_fake_entry_points: Any, content: bytes) -> None:
     from jt_core import files, plugins
@@ -498,11 +499,31 @@ def test_a_damaged_fault_record_holds_no_faults(jt_fake_entry_points: Any, conte
     with pytest.warns(RuntimeWarning):
         _check_add()
     path = files.cache_folder(plugins.FAULTS_FOLDER) / "unsure.json"
-    assert len(json.loads(path.read_text())) == 1
+    assert len(json.loads(path.read_text())["faults"]) == 1
     path.write_bytes(content)
     (record,) = [r for r in registry.list_plugins() if r.name == "unsure"]
-    assert plugins.recorded_faults(record) == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert plugins.recorded_faults(record) == []
+    assert [str(w.message) for w in caught if "is unusable" in str(w.message)], "a damaged record is reported"
+    assert not path.exists()
     merged = {r.name: r for r in plugins.with_recorded_faults(registry.list_plugins())}
     assert len(merged["unsure"].faults) == 1  # this process's own, which it holds in memory
     plugins.remember_fault(record.faults[0])  # and a damaged file is replaced on the next fault
     assert len(plugins.recorded_faults(record)) == 1
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS], ids=["full-disk", "read-only"])
+def test_a_fault_folder_that_takes_no_file_loses_only_the_record(jt_fake_entry_points: Any, error: int) -> None:
+    from jt_core import files, plugins
+    from jt_core.testing import failing_writes
+
+    registry = _with_plugin(jt_fake_entry_points, "unsure", _launcher_plugin(UnsureLauncher()))
+    folder = files.cache_folder(plugins.FAULTS_FOLDER)
+    with warnings.catch_warnings(record=True) as caught, failing_writes(folder, error):
+        warnings.simplefilter("always")
+        _check_add()  # the call goes on without the faulty launcher, and is right
+    assert [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
+    assert not list(folder.glob("*.json"))
+    (record,) = [r for r in registry.list_plugins() if r.name == "unsure"]
+    assert len(record.faults) == 1  # still known to this process

@@ -485,14 +485,11 @@ def _faults_file(plugin: str) -> Path:
 
 
 def _read_faults(path: Path) -> list[PluginFault]:
-    """The faults kept in ``path``; an unreadable or damaged file holds none (and entries that are not faults are
-    skipped)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
+    """The faults kept in ``path``; a missing, unreadable or damaged file (one that fails its integrity check is
+    deleted, with a warning) holds none, and entries that are not faults are skipped."""
+    data = files.read_record(path)
     found = []
-    for entry in data if isinstance(data, list) else ():
+    for entry in data.get("faults", ()) if data is not None else ():
         if not isinstance(entry, dict):
             continue
         texts: dict[str, Any] = {name: entry.get(name) for name in _FAULT_TEXT_FIELDS}
@@ -503,14 +500,16 @@ def _read_faults(path: Path) -> list[PluginFault]:
 
 
 def remember_fault(fault: PluginFault) -> None:
-    """Keeps ``fault`` in jt's cache folder (the last :data:`KEPT_FAULTS` of its plugin), for
-    ``python -m jt_core plugins`` in any process. A folder that cannot be written only loses the record."""
+    """Keeps ``fault`` in jt's cache folder (the last :data:`KEPT_FAULTS` of its plugin, as a record with its
+    integrity check), for ``python -m jt_core plugins`` in any process. A folder that cannot be written only loses
+    the record (reported once, as every cache folder that takes no file)."""
     try:
         path = _faults_file(fault.plugin)
-        kept = [*_read_faults(path)[-(KEPT_FAULTS - 1) :], fault]
-        files.atomic_write(path, json.dumps([f.as_dict() for f in kept], indent=1).encode())
     except OSError as exc:
         log.debug("the fault of plugin %r was not kept: %s", fault.plugin, exc)
+        return
+    kept = [*_read_faults(path)[-(KEPT_FAULTS - 1) :], fault]
+    files.write_record(path, {"faults": [f.as_dict() for f in kept]})
 
 
 def recorded_faults(record: PluginRecord) -> list[PluginFault]:
