@@ -4,8 +4,11 @@ kernels on their own blocks) must run clean."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -17,14 +20,21 @@ import triton.language as tl
 import jt_core as jt
 from jt_core.errors import DataRaceError, UnwrittenOutputError, UnwrittenOutputWarning
 
+sys.path.insert(0, str(Path(__file__).parent))
+import core_kernels as k
+
 
 def rand(n: int, seed: int = 0) -> jax.Array:
     return jnp.asarray(np.random.default_rng(seed).standard_normal(n), dtype=jnp.float32)
 
 
-def race_message(run) -> str:
-    """The DataRaceError a call raises (it arrives inside JaxRuntimeError, as out-of-bounds errors do)."""
-    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+def race_message(run, switch: bool = True) -> str:
+    """The DataRaceError a call raises (it arrives inside JaxRuntimeError, as out-of-bounds errors do), with the
+    race check switched on for it (``switch``) or left as the environment says."""
+    with (
+        jt.cpu_checks(races=True) if switch else contextlib.nullcontext(),
+        pytest.raises(jax.errors.JaxRuntimeError) as raised,
+    ):
         jax.block_until_ready(run())
     error = jt.errors.from_runtime_error(raised.value)
     assert isinstance(error, DataRaceError), raised.value
@@ -88,14 +98,20 @@ def atomic_then_plain_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
         tl.store(out_ptr, 0.0)
 
 
+def total_of(kernel, x: jax.Array) -> jax.Array:
+    """A call adding two blocks of ``x`` into one zeroed element."""
+    return jt.triton_call(
+        x, kernel=kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32), grid=2, BLOCK=16, zeroed_outputs=(0,)
+    )
+
+
 def test_two_programs_storing_to_the_same_elements_is_a_race() -> None:
     x = rand(64)
-    with jt.cpu_checks(races=True):
-        message = race_message(
-            lambda: jt.triton_call(
-                x, kernel=same_block_kernel, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), grid=4, BLOCK=16
-            )
+    message = race_message(
+        lambda: jt.triton_call(
+            x, kernel=same_block_kernel, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), grid=4, BLOCK=16
         )
+    )
     assert message.startswith("kernel 'same_block_kernel': data race (write-write) on argument 'out_ptr', ")
     assert "elements 0-15 (16 elements)" in message
     assert "program (1, 0, 0) stores to them and program (0, 0, 0) stores to them too" in message
@@ -104,17 +120,7 @@ def test_two_programs_storing_to_the_same_elements_is_a_race() -> None:
 
 def test_reduction_without_atomic_is_a_read_write_race() -> None:
     x = rand(32)
-    with jt.cpu_checks(races=True):
-        message = race_message(
-            lambda: jt.triton_call(
-                x,
-                kernel=sum_without_atomic_kernel,
-                out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
-                grid=2,
-                BLOCK=16,
-                zeroed_outputs=(0,),
-            )
-        )
+    message = race_message(lambda: total_of(sum_without_atomic_kernel, x))
     assert "data race (read-write) on argument 'out_ptr', element 0:" in message
     assert "program (1, 0, 0) loads it at" in message and "total = tl.load(out_ptr)" in message
     assert "program (0, 0, 0) stores to it at" in message and "tl.store(out_ptr, total + partial)" in message
@@ -123,10 +129,7 @@ def test_reduction_without_atomic_is_a_read_write_race() -> None:
 
 def test_tail_lanes_spilling_into_the_next_chunk_are_a_race() -> None:
     x = rand(48)
-    with jt.cpu_checks(races=True):
-        message = race_message(
-            lambda: jt.triton_call(x, 48, kernel=chunk_kernel, out_shape=x, grid=4, CHUNK=12, BLOCK=16)
-        )
+    message = race_message(lambda: jt.triton_call(x, 48, kernel=chunk_kernel, out_shape=x, grid=4, CHUNK=12, BLOCK=16))
     # Program 0 writes 0..15, program 1 starts at 12: elements 12..15 are written by both.
     assert "data race (write-write) on argument 'out_ptr', elements 12-15 (4 elements)" in message
     assert "program (1, 0, 0)" in message and "program (0, 0, 0)" in message
@@ -134,8 +137,7 @@ def test_tail_lanes_spilling_into_the_next_chunk_are_a_race() -> None:
 
 def test_reading_the_next_programs_output_block_is_a_race() -> None:
     x = rand(48)
-    with jt.cpu_checks(races=True):
-        message = race_message(lambda: jt.triton_call(x, 48, kernel=neighbour_kernel, out_shape=x, grid=3, BLOCK=16))
+    message = race_message(lambda: jt.triton_call(x, 48, kernel=neighbour_kernel, out_shape=x, grid=3, BLOCK=16))
     # Program 0 reads 16..31 (not yet written: no race yet); program 1 then stores to 16..31 that program 0 loaded.
     assert "data race (read-write) on argument 'out_ptr', elements 16-31 (16 elements)" in message
     assert re.search(r"program \(1, 0, 0\) stores to them at .*, and program \(0, 0, 0\) loads them at", message)
@@ -143,29 +145,18 @@ def test_reading_the_next_programs_output_block_is_a_race() -> None:
 
 def test_in_place_kernel_reading_the_previous_block_is_a_race() -> None:
     x = rand(48)
-    with jt.cpu_checks(races=True):
-        message = race_message(
-            lambda: jt.triton_call(
-                x, 48, kernel=inplace_shift_kernel, out_shape=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
-            )
+    message = race_message(
+        lambda: jt.triton_call(
+            x, 48, kernel=inplace_shift_kernel, out_shape=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
         )
+    )
     assert "data race (read-write) on argument 'x_ptr', element 15:" in message
     assert "program (1, 0, 0) loads it" in message and "program (0, 0, 0) stores to it" in message
 
 
 def test_plain_store_to_an_atomically_updated_element_is_a_race() -> None:
     x = rand(32)
-    with jt.cpu_checks(races=True):
-        message = race_message(
-            lambda: jt.triton_call(
-                x,
-                kernel=atomic_then_plain_kernel,
-                out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
-                grid=2,
-                BLOCK=16,
-                zeroed_outputs=(0,),
-            )
-        )
+    message = race_message(lambda: total_of(atomic_then_plain_kernel, x))
     assert "data race (write-write) on argument 'out_ptr', element 0:" in message
     assert "program (1, 0, 0) stores to it at" in message
     assert "program (0, 0, 0) atomically updates it at" in message
@@ -177,7 +168,8 @@ def test_environment_variable_switches_the_check_on(monkeypatch: pytest.MonkeyPa
     message = race_message(
         lambda: jt.triton_call(
             x, kernel=same_block_kernel, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), grid=4, BLOCK=16
-        )
+        ),
+        switch=False,
     )
     assert "same_block_kernel" in message
 
@@ -200,19 +192,11 @@ def test_a_jitted_function_is_traced_again_inside_the_block() -> None:
     )
     with jt.cpu_checks(races=False):
         jax.block_until_ready(racy(x))  # compiled without the check
-        with jt.cpu_checks(races=True):
-            assert "data race" in race_message(lambda: racy(x))
+        assert "data race" in race_message(lambda: racy(x))
         jax.block_until_ready(racy(x))  # and without it again
 
 
 # -- correct kernels run clean --------------------------------------------------------------------------------
-
-
-@triton.jit
-def masked_add_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
 @triton.jit
@@ -231,13 +215,6 @@ def histogram_kernel(x_ptr, n, out_ptr, BINS: tl.constexpr, BLOCK: tl.constexpr)
 
 
 @triton.jit
-def inplace_scale_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
-
-
-@triton.jit
 def rows_sum_2d_kernel(x_ptr, out_ptr, COLS: tl.constexpr):
     # A 2-D grid: program (row, col-block) reads its own tile and adds it into its row's atomically.
     row, part = tl.program_id(0), tl.program_id(1)
@@ -251,7 +228,7 @@ def test_correct_kernels_run_clean_and_right() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with jt.cpu_checks(races=True, unwritten="error"):
-            added = jt.triton_call(x, y, 100, kernel=masked_add_kernel, out_shape=x, grid=7, BLOCK=16)
+            added = jt.triton_call(x, y, 100, kernel=k.add_kernel, out_shape=x, grid=7, BLOCK=16)
             total = jt.triton_call(
                 x,
                 100,
@@ -274,7 +251,14 @@ def test_correct_kernels_run_clean_and_right() -> None:
             )
             scaled = jax.jit(
                 lambda x: jt.triton_call(
-                    x, 100, 3.0, kernel=inplace_scale_kernel, out_shape=x, input_output_aliases={0: 0}, grid=7, BLOCK=16
+                    x,
+                    100,
+                    3.0,
+                    kernel=k.inplace_scale_kernel,
+                    out_shape=x,
+                    input_output_aliases={0: 0},
+                    grid=7,
+                    BLOCK=16,
                 ),
                 donate_argnums=0,
             )(jnp.array(x))
@@ -302,16 +286,16 @@ def test_unwritten_output_elements_warn_with_their_ranges() -> None:
     x, y = rand(64, 1), rand(64, 2)
     with jt.cpu_checks(races=True, unwritten="warn"), pytest.warns(UnwrittenOutputWarning) as caught:
         # n=60 leaves the last four elements to nobody.
-        jax.block_until_ready(jt.triton_call(x, y, 60, kernel=masked_add_kernel, out_shape=x, grid=4, BLOCK=16))
+        jax.block_until_ready(jt.triton_call(x, y, 60, kernel=k.add_kernel, out_shape=x, grid=4, BLOCK=16))
     message = str(caught[0].message)
-    assert message.startswith("kernel 'masked_add_kernel': output 'out_ptr' (float32[64]) has elements 60-63 (4 of")
+    assert message.startswith("kernel 'add_kernel': output 'out_ptr' (float32[64]) has elements 60-63 (4 of")
     assert "zeroed_outputs" in message and "input_output_aliases" in message
 
 
 def test_unwritten_output_can_be_an_error() -> None:
     x, y = rand(64, 1), rand(64, 2)
     with jt.cpu_checks(races=True, unwritten="error"), pytest.raises(jax.errors.JaxRuntimeError) as raised:
-        jax.block_until_ready(jt.triton_call(x, y, 60, kernel=masked_add_kernel, out_shape=x, grid=4, BLOCK=16))
+        jax.block_until_ready(jt.triton_call(x, y, 60, kernel=k.add_kernel, out_shape=x, grid=4, BLOCK=16))
     error = jt.errors.from_runtime_error(raised.value)
     assert isinstance(error, UnwrittenOutputError)
     assert "has elements 60-63 (4 of 64 elements) that no program wrote" in str(error)
@@ -322,7 +306,7 @@ def test_zeroed_and_aliased_outputs_are_not_unwritten() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with jt.cpu_checks(races=True, unwritten="error"):
-            out = jt.triton_call(x, x, 60, kernel=masked_add_kernel, out_shape=x, grid=4, BLOCK=16, zeroed_outputs=(0,))
+            out = jt.triton_call(x, x, 60, kernel=k.add_kernel, out_shape=x, grid=4, BLOCK=16, zeroed_outputs=(0,))
             jax.block_until_ready(out)
     np.testing.assert_array_equal(np.asarray(out)[60:], 0)
 
