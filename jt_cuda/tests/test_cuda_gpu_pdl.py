@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 from cuda_testlib import backend_config
 from test_cuda_gpu_record import counts_after
+from triton.language.extra.cuda import gdc_launch_dependents
 
 import jt_core as jt
 from jt_core.testing import custom_calls
@@ -36,6 +37,19 @@ def rotate_add_kernel(x_ptr, out_ptr, n, shift, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out_ptr + offsets, tl.load(x_ptr + (offsets + shift) % n, mask=mask) + 1.0, mask=mask)
+
+
+@triton.jit
+def early_trigger_kernel(x_ptr, out_ptr, n, rounds, BLOCK: tl.constexpr):
+    """``out = x + 1``, slowly, after letting the next kernel start at once (``gdc_launch_dependents`` first)."""
+    gdc_launch_dependents()
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    value = tl.load(x_ptr + offsets, mask=mask)
+    busy = tl.zeros((BLOCK,), tl.float32)
+    for i in range(rounds):
+        busy += tl.sin(value + i)
+    tl.store(out_ptr + offsets, value + 1.0 + 0.0 * busy, mask=mask)
 
 
 @triton.jit
@@ -126,6 +140,31 @@ def test_jt_and_xla_kernels_interleaved_see_each_others_writes() -> None:
         expected = np.roll(rotated(expected, 1), N // 4) * 0.5
     for _ in range(5):
         np.testing.assert_allclose(np.asarray(mixed(x)), expected, rtol=1e-6, atol=1e-5)
+
+
+def early_trigger(x: Any, rounds: int = 4000) -> Any:
+    return jt.triton_call(
+        x, kernel=early_trigger_kernel, out_shape=x, grid=(triton.cdiv(x.size, BLOCK),), n=x.size, rounds=rounds,
+        BLOCK=BLOCK, launcher="jt",
+    )  # fmt: skip
+
+
+def test_a_dependent_waits_for_a_kernel_that_lets_it_start_early() -> None:
+    """The first kernel of each pair lets its dependent start at once and writes its output last: only the wait at
+    the dependent's entry keeps it from reading that output before it is written."""
+    x = data(6)
+
+    @jax.jit
+    def pairs(x: Any) -> Any:
+        for _ in range(4):
+            x = rotate_add(early_trigger(x))
+        return x
+
+    expected = np.asarray(x, np.float64)
+    for _ in range(4):
+        expected = rotated(expected + 1.0, 1)
+    for _ in range(5):
+        np.testing.assert_allclose(np.asarray(pairs(x)), expected, rtol=1e-6, atol=1e-5)
 
 
 def test_a_kernel_writing_in_place_waits_for_the_reader_of_its_buffer() -> None:
