@@ -1,9 +1,10 @@
 """Per-kernel launch cost on a GPU: 100 chained 1024-element adds inside one ``jax.jit``.
 
 Run on the GPU machine: ``python benchmarks/gpu_launch.py [--json FILE] [--reps N]``. For each jt launcher (and the
-``jt`` launcher with its record stage off, so that XLA captures each call into a child graph), and for Pallas
-(``jax.experimental.pallas``, lowered natively by XLA) as the reference measured in the same run, it times one call
-of the jitted chain (dispatch and synchronisation included) and reports
+``jt`` launcher with its record stage off, so that XLA captures each call into a child graph, and with its kernels
+compiled without the wait at entry, so that they are launched plainly instead of as programmatic dependents), and
+for Pallas (``jax.experimental.pallas``, lowered natively by XLA) as the reference measured in the same run, it
+times one call of the jitted chain (dispatch and synchronisation included) and reports
 
 * per kernel: median(chain) / 100;
 * marginal: (median(chain) - median(one call)) / 99, the cost each further kernel adds;
@@ -64,7 +65,8 @@ def pallas_add() -> Callable[[Any, Any], Any]:
 
 #: A launch path: its name, the add, and the environment it is lowered in (jt reads its switches while lowering:
 #: ``JT_CUDA_RECORD=0`` makes XLA capture each call into a child graph instead of adding it as a kernel node,
-#: ``JT_CUDA_PRELOAD=0`` keeps an initialize stage on every call).
+#: ``JT_CUDA_PRELOAD=0`` keeps an initialize stage on every call, ``JT_CUDA_PDL=0`` compiles the kernel without the
+#: wait at entry, which jt then launches plainly instead of as a programmatic dependent).
 LaunchPath = tuple[str, Callable[[Any, Any], Any], dict[str, str]]
 
 
@@ -72,6 +74,7 @@ def launch_paths() -> list[LaunchPath]:
     """Every launch path of the add; Pallas is the reference."""
     return [
         ("jt launcher 'jt' (own FFI handler)", jt_add("jt"), {}),
+        ("jt launcher 'jt', no PDL (JT_CUDA_PDL=0)", jt_add("jt"), {"JT_CUDA_PDL": "0"}),
         ("jt launcher 'jt', stream capture", jt_add("jt"), {"JT_CUDA_RECORD": "0"}),
         ("jt launcher 'jt', initialize stage kept", jt_add("jt"), {"JT_CUDA_PRELOAD": "0"}),
         ("jt launcher 'jaxlib' (jaxlib's handler)", jt_add("jaxlib"), {}),
@@ -153,6 +156,28 @@ class Measured:
         }
 
 
+def print_summary(results: list[dict[str, Any]]) -> None:
+    """Per path over the rounds: median (range) per kernel and marginal, and the ratio to Pallas's medians."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_path.setdefault(r["path"], []).append(r)
+
+    def median(path: str, key: str) -> float:
+        return statistics.median(r[key] for r in by_path[path])
+
+    reference = next((path for path in by_path if path.startswith("Pallas")), None)
+    print(f"\n{'path':44} {'per kernel us (range)':>22} {'marginal us (range)':>22} {'vs Pallas':>16}")
+    for path, rows in by_path.items():
+        cells = []
+        for key in ("per_kernel_us", "marginal_us"):
+            values = [r[key] for r in rows]
+            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
+        ratio = ""
+        if reference is not None:
+            ratio = "/".join(f"{median(path, k) / median(reference, k):.2f}" for k in ("per_kernel_us", "marginal_us"))
+        print(f"{path:44} {cells[0]:>22} {cells[1]:>22} {ratio:>16}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", help="write the results here")
@@ -174,6 +199,7 @@ def main() -> None:
             f"{r['path']:44} {r['round']:>5} {r['first_run_ms']:10.2f} {r['chain_us']:9.1f} {r['one_call_us']:9.1f} "
             f"{r['per_kernel_us']:10.2f} {r['marginal_us']:9.2f}"
         )
+    print_summary(results)
     from jt_cuda.launchers import HANDLER
 
     created, updated, captured = HANDLER.record_counts()

@@ -1,7 +1,8 @@
 """Where a launch's cost goes inside XLA's command buffers (CUDA graphs): a trace of the 100-kernel chain.
 
 Run on the GPU machine: ``python benchmarks/gpu_launch_trace.py --out DIR``. For each launch path of
-``gpu_launch.py`` (jt's ``jt`` launcher with its record stage and with stream capture, ``xla``, Pallas) it
+``gpu_launch.py`` (jt's ``jt`` launcher with its record stage, without PDL and with stream capture, ``xla`` and
+Pallas) it
 
 * traces five executions of the jitted chain with torch's profiler (CUPTI: every kernel on the GPU's timeline and
   every CUDA runtime and driver call on the host) and reports, per execution, how many kernels ran, their mean
@@ -40,6 +41,7 @@ from gpu_launch import CHAIN, SIZE, chain_of, jt_add, pallas_add  # noqa: E402
 #: Path name: (the add, the environment it is lowered in).
 PATHS = {
     "jt (record stage)": (lambda: jt_add("jt"), {}),
+    "jt (no PDL)": (lambda: jt_add("jt"), {"JT_CUDA_PDL": "0"}),
     "jt (stream capture)": (lambda: jt_add("jt"), {"JT_CUDA_RECORD": "0"}),
     "xla": (lambda: jt_add("xla"), {}),
     "pallas": (pallas_add, {}),

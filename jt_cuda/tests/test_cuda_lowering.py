@@ -63,8 +63,9 @@ def test_default_launcher_is_the_jt_handler() -> None:
     assert config["num_configs"] == 1
     assert config["binary_0"][:4] == b"\x7fELF"
     assert config["symbol_0"] == b"add_kernel"
-    # grid (8, 1, 1), 4 warps, no shared memory, no cluster, no scratch, no cooperative/PDL/profile
-    assert config["launch_0"] == [8, 1, 1, 128, 0, 1, 0, 1, 0, 0, 0]
+    # grid (8, 1, 1), 4 warps, no shared memory, no cluster, no scratch, not cooperative, a programmatic dependent
+    # (sm90: the kernel waits at entry), no profile scratch
+    assert config["launch_0"] == [8, 1, 1, 128, 0, 1, 0, 1, 0, 1, 0]
     assert config["param_kinds"] == [PARAM_OPERAND, PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR]
     assert config["param_indices"] == [0, 1, 0, 0]
     assert struct.unpack("<i", config["scalars"][:4]) == (N,)

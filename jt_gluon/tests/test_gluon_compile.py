@@ -160,6 +160,7 @@ def test_gluon_compiles_and_lowers_through_the_cuda_backend() -> None:
     assert kernel.binary[:4] == ELF_MAGIC
     assert kernel.name == "memcpy_kernel"
     assert "ttir" not in kernel.asm  # no plain-Triton stage ran
+    assert "\tgriddepcontrol.wait;" in kernel.asm["ptx"] and kernel.metadata["entry_gdc_wait"] is True  # sm90
     x = jax.ShapeDtypeStruct((500,), jnp.float32)
 
     def f(a: Any) -> Any:

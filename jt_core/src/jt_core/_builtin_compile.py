@@ -19,7 +19,8 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
     machine for backends whose kernels go to the disk cache (:mod:`jt_core.cache`).
 
     Runs after every plugin's implementation. The variant is identified by the kernel, its dialect, the
-    specialisation, the target, the options and the backend's class.
+    specialisation, the target, the options, the backend's class and its cache tag (as on disk: a backend switch
+    read at compile time changes the binary).
     """
     key = (
         request.dialect.name,
@@ -27,6 +28,7 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
         request.target,
         request.options,
         type(request.backend).__qualname__,
+        request.backend.cache_tag(),
         request.call.name,
     )
     return cache.memoized(request.kernel, key, lambda: _compile(request))

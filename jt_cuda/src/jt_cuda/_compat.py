@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -22,7 +23,9 @@ def cuda_option_names() -> frozenset[str]:
 
 
 def metadata_dict(metadata: Any) -> dict[str, Any]:
-    """Triton's compiled-kernel metadata (a namedtuple in 3.6-3.9) as a plain dict."""
+    """Triton's compiled-kernel metadata (a namedtuple in 3.6-3.9, or a mapping) as a plain dict."""
+    if isinstance(metadata, Mapping):
+        return dict(metadata)
     if hasattr(metadata, "_asdict"):
         return dict(metadata._asdict())
     return dict(vars(metadata))

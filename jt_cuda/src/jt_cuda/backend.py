@@ -8,7 +8,7 @@ from jt_core import settings
 from jt_core.call import CompileOptions, KernelCall
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target, plain_metadata
 from jt_core.errors import KernelCallValueError
-from jt_cuda import _compat
+from jt_cuda import _compat, dependent_launch
 from jt_cuda.target import limits_for, parse_compute_capability
 
 #: Environment variable giving the compute capability when lowering without a CUDA device.
@@ -33,7 +33,9 @@ class CudaBackend(Backend):
 
     The target is the compute capability of the device the computation is lowered for, else the call's
     ``compute_capability=``, else ``JT_CUDA_ARCH``. Compiles go through ``triton.compile`` with an explicit
-    ``GPUTarget``, so Triton picks the stage list for the source's language and no GPU is needed to compile.
+    ``GPUTarget``, so Triton picks the stage list for the source's language and no GPU is needed to compile; for
+    sm90 and above the kernel is made to wait for its prerequisite grids at entry, so that jt's handler can launch
+    it as a programmatic dependent (:mod:`jt_cuda.dependent_launch`; ``JT_CUDA_PDL=0`` turns it off).
     Compiled kernels are cached by jt-core (in memory and on disk); :meth:`restore` checks them against the
     device's limits whichever way they come.
     """
@@ -44,6 +46,9 @@ class CudaBackend(Backend):
 
     def target_label(self, target: Target) -> str:
         return f"sm{target.arch}"
+
+    def cache_tag(self) -> str:
+        return dependent_launch.cache_tag()
 
     # -- target ----------------------------------------------------------------------------------------------
 
@@ -102,9 +107,12 @@ class CudaBackend(Backend):
         import triton
 
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
-        compiled = triton.compile(
-            source, target=_compat.gpu_target(int(request.target.arch)), options=request.options.as_dict()
-        )
+        arch = int(request.target.arch)
+        options = request.options.as_dict()
+        if dependent_launch.applies(arch, options):
+            compiled = dependent_launch.compile_waiting(source, _compat.gpu_target(arch), options)
+        else:
+            compiled = triton.compile(source, target=_compat.gpu_target(arch), options=options)
         return self.restore(self._to_compiled_kernel(compiled, request.target), request)
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:

@@ -26,10 +26,12 @@ __all__ = [
     "PARAM_SCALAR",
     "PARAM_TENSOR_MAP",
     "RUNTIME_NAMES",
+    "ENTRY_WAIT",
     "DescriptorParam",
     "DescriptorParams",
     "TENSOR_MAP_RECORD_SIZE",
     "ffi_attributes",
+    "programmatic_launch",
     "refuse_profile_scratch",
     "scalar_bytes",
     "threads_per_program",
@@ -93,6 +95,10 @@ _SCALAR_FORMATS = {
 #: Runtime names for messages, by platform.
 RUNTIME_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
+#: Metadata key of a compiled kernel that waits for its prerequisite grids before any memory access (a GPU
+#: plugin's compile step puts ``griddepcontrol.wait`` at its entry), so that it may start before they finish.
+ENTRY_WAIT = "entry_gdc_wait"
+
 #: int64 fields per tensor map record: buffer kind and index, data type, rank, swizzle, OOB fill, dims[5],
 #: byte strides[4], box[5] (innermost dimension first).
 TENSOR_MAP_RECORD_SIZE = 20
@@ -133,6 +139,12 @@ def refuse_profile_scratch(call: KernelCall, kernels: Sequence[CompiledKernel], 
                 f"(profile scratch memory), which launcher {launcher!r} does not provide; compile without "
                 "instrumentation_mode"
             )
+
+
+def programmatic_launch(kernel: CompiledKernel) -> bool:
+    """Whether the handler launches ``kernel`` as a programmatic dependent of the previous kernel on the stream:
+    when it asks for it (Triton's ``launch_pdl``, with its own ``gdc_wait``) or waits at entry (:data:`ENTRY_WAIT`)."""
+    return bool(kernel.metadata.get("launch_pdl") or kernel.metadata.get(ENTRY_WAIT))
 
 
 def threads_per_program(kernel: CompiledKernel) -> int:
@@ -276,7 +288,7 @@ def ffi_attributes(
             kernel.global_scratch_size,
             kernel.global_scratch_align,
             int(bool(kernel.metadata.get("launch_cooperative_grid", False))),
-            int(bool(kernel.metadata.get("launch_pdl", False))),
+            int(programmatic_launch(kernel)),
             int(kernel.metadata.get("profile_scratch_size", 0) or 0),
         ]
         attributes[f"symbol_{c}"] = _ir_str(kernel.name)

@@ -350,7 +350,10 @@ ffi::Error CudaDriver::LaunchKernel(const State& state, const jt_launch::KernelC
                                     CUstream stream, void** params) const {
   const CudaDriver* d = this;
   const State* s = &state;
-  if (config.num_ctas == 1 && !config.cooperative && !config.pdl) {
+  // A programmatic dependent may start while the previous kernel on the stream drains, and waits for it at entry
+  // (griddepcontrol.wait). With outputs zeroed first, the memset is what precedes it: launched plainly then.
+  const bool pdl = config.pdl && config.zeroed.empty();
+  if (config.num_ctas == 1 && !config.cooperative && !pdl) {
     JT_LAUNCH_CHECK(cuLaunchKernel(function, config.grid[0], config.grid[1], config.grid[2], config.block_x, 1, 1,
                                    config.shared_mem, stream, params, nullptr),
                     "cuLaunchKernel", config.label);
@@ -374,7 +377,7 @@ ffi::Error CudaDriver::LaunchKernel(const State& state, const jt_launch::KernelC
     attributes[count].value.cooperative = 1;
     ++count;
   }
-  if (config.pdl) {
+  if (pdl) {
     attributes[count].id = JT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attributes[count].value.programmaticStreamSerializationAllowed = 1;
     ++count;

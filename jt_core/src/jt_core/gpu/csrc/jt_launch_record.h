@@ -13,9 +13,11 @@
 // and its .cc file defines the exported symbols with JT_LAUNCH_DEFINE_RECORD_HANDLERS after
 // JT_LAUNCH_DEFINE_HANDLERS.
 //
-// Calls the record stage cannot express as one kernel node (cooperative and programmatic-dependent launches,
-// clusters, zeroed outputs, host-side tensor descriptors, an empty grid, an untuned call) ask XLA to fall back to
-// stream capture of the execute stage, as for a handler without a record stage.
+// A programmatic-dependent configuration (a kernel that waits for its prerequisite grids: KernelConfig::pdl) is
+// recorded as a kernel node that uses PDL, so that XLA may start it while the kernel before it drains, as it does
+// for its own kernels. Calls the record stage cannot express as one kernel node (cooperative launches, clusters,
+// zeroed outputs, host-side tensor descriptors, an empty grid, an untuned call) ask XLA to fall back to stream
+// capture of the execute stage, as for a handler without a record stage.
 //
 // XLA's GPU plugin registers handlers through PJRT with four stages (no record stage), so the targets with a
 // record stage are registered through the XLA FFI API itself: the API of the runtime that called this library
@@ -63,12 +65,12 @@ inline RecordCounts& Counts() {
   return counts;
 }
 
-// Whether configuration `config` of `s` is one plain kernel node: no launch attributes, nothing to do before the
+// Whether configuration `config` of `s` is one kernel node: no launch attribute but PDL, nothing to do before the
 // launch, parameters that are buffer addresses and scalars.
 template <typename Driver>
 bool Recordable(const KernelState<Driver>& s, const KernelConfig& config) {
   constexpr uint32_t kMaxDim = static_cast<uint32_t>(std::numeric_limits<int32_t>::max());
-  return !config.cooperative && !config.pdl && config.num_ctas == 1 && config.zeroed.empty() &&
+  return !config.cooperative && config.num_ctas == 1 && config.zeroed.empty() &&
          s.num_tensor_maps == 0 && Programs(config) > 0 && config.grid[0] <= kMaxDim && config.grid[1] <= kMaxDim &&
          config.grid[2] <= kMaxDim && config.block_x <= kMaxDim;
 }
@@ -108,7 +110,7 @@ ffi::Error Record(RecordContext record, KernelState<Driver>* s, ffi::RemainingAr
         {0, 0, 0},
     };
     auto command = record.CreateLaunch(config.symbol.c_str(), config.binary->data(), config.binary->size(),
-                                       Driver::kRecordFormat, dims, config.shared_mem, /*uses_pdl=*/false,
+                                       Driver::kRecordFormat, dims, config.shared_mem, /*uses_pdl=*/config.pdl,
                                        kernel_args);
     if (!command.has_value()) return command.error();
     Counts().created.fetch_add(1, std::memory_order_relaxed);

@@ -15,7 +15,8 @@
 //     binary_<c>     the code object (cubin, HSACO)
 //     label_<c>      the configuration, for messages
 //     launch_<c>     grid x/y/z, threads per program, shared memory bytes, CTAs per cluster, global scratch bytes
-//                    per program, its alignment, cooperative launch, programmatic dependent launch, profile
+//                    per program, its alignment, cooperative launch, programmatic dependent launch (the kernel
+//                    waits for its prerequisite grids: Triton's launch_pdl, or jt's wait at entry), profile
 //                    scratch bytes (refused at lowering)
 //     zeroed_<c>     result indices zeroed before each launch
 //     tensormaps_<c> optional: host-side tensor descriptors encoded at each launch (drivers with EncodeTensorMap),
@@ -126,7 +127,7 @@ struct KernelConfig {
   uint64_t scratch_per_program;  // global scratch bytes per program
   uint64_t scratch_align;
   bool cooperative;
-  bool pdl;
+  bool pdl;  // launched as a programmatic dependent: the kernel waits for its prerequisite grids itself
   std::vector<int64_t> zeroed;  // result indices zeroed before each launch
   std::vector<int64_t> tensor_maps;  // kTensorMapRecord int64s per host-side tensor descriptor
 };
