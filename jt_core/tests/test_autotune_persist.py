@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -66,3 +67,38 @@ def test_without_the_switch_the_first_config_runs_untuned(tmp_path: pathlib.Path
     result = subprocess.run([sys.executable, "-c", SCRIPT, tests_dir], env=env, capture_output=True, text=True,
                             check=True)  # fmt: skip
     assert json.loads(result.stdout.strip().splitlines()[-1])["trials"] == 0
+
+
+def _handler_record(index: int, seconds: list[float]) -> bytes:
+    """A record as jt's GPU launch handler writes it after tuning at run time (C++, no integrity record)."""
+    timings = ", ".join(f"{t:.9g}" for t in seconds)
+    return f'{{"index": {index}, "seconds": [{timings}], "tuned_by": "jt_cuda_launch"}}'.encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (_handler_record(1, [3.2e-05, 1.9e-05, 2.5e-05]), 1),
+        (_handler_record(2, [3.2e-05, 1.9e-05, 2.5e-05]), None),  # an index that is not the fastest's
+        (_handler_record(1, [3.2e-05, 1.9e-05]), None),  # a timing missing
+        (_handler_record(1, [3.2e-05, 1.9e-05, 2.5e-05])[:30], None),  # truncated
+    ],
+    ids=["consistent", "wrong-index", "short", "truncated"],
+)
+def test_a_record_the_gpu_handler_wrote_is_used_only_when_it_agrees_with_itself(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, content: bytes, expected: int | None
+) -> None:
+    from jt_core import tuning
+
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt"))
+    monkeypatch.delenv("JT_DISABLE_CACHE", raising=False)
+    key = "f" * 64
+    path = tuning.tuning_path(key)
+    path.write_bytes(content)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tuning.load_choice(key, 3) == expected
+    if expected is None:
+        assert [w for w in caught if "is unusable" in str(w.message)] and not path.exists()
+    else:
+        assert not caught and path.exists()

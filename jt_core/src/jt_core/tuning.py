@@ -97,7 +97,7 @@ def load_choice(key: str, num_configs: int) -> int | None:
     if not cache.enabled():
         return None
     path = record_path(key)
-    record = None if path is None else files.read_record(path)
+    record = None if path is None else _read_record(path, num_configs)
     if path is None or record is None:
         return None
     index = record.get("index")
@@ -105,6 +105,36 @@ def load_choice(key: str, num_configs: int) -> int | None:
         files.unusable(path, f"it names config {index!r} of {num_configs}")
         return None
     return index
+
+
+#: What GPU launch handlers (C++) name themselves as in the records they write after tuning at run time.
+HANDLER_PREFIX = "jt_"
+
+
+def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
+    """A tuning record: one written here carries its integrity record (:func:`jt_core.files.write_record`); one a
+    GPU launch handler wrote after tuning at run time (``"tuned_by": "jt_cuda_launch"``, no SHA-256 at hand there)
+    must agree with itself instead: a timing for every candidate, and the index of the fastest (the first of
+    equals, as the handler picks). A record that fails is deleted, with a warning."""
+    data = files.read_file(path)
+    try:
+        raw = json.loads(data) if data is not None else None
+    except ValueError:
+        raw = None
+    if not (
+        isinstance(raw, dict) and "integrity" not in raw and str(raw.get("tuned_by", "")).startswith(HANDLER_PREFIX)
+    ):
+        return files.read_record(path)
+    seconds, index = raw.get("seconds"), raw.get("index")
+    timings = seconds if isinstance(seconds, list) else []
+    numbers = [t for t in timings if isinstance(t, (int, float)) and t == t and t >= 0]
+    if len(numbers) != num_configs or len(timings) != num_configs:
+        files.unusable(path, f"it holds {len(numbers)} timings for {num_configs} configurations")
+        return None
+    if index != numbers.index(min(numbers)):
+        files.unusable(path, f"its index {index!r} is not that of its fastest timing")
+        return None
+    return raw
 
 
 def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> None:
