@@ -440,26 +440,24 @@ inline void NoteApi(const XLA_FFI_CallFrame* frame) {
 //       why the runtime cannot be used in this process, or an empty string when it can;
 //   <prefix>_modules_loaded()
 //       how many code objects the library has loaded into a context so far.
+// What the initialize and execute stages take: the stream, the kernel's state, the buffers and the attributes.
+#define JT_LAUNCH_KERNEL_BINDING(binding, Driver)                      \
+  binding.Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()            \
+      .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()      \
+      .RemainingArgs()                                                 \
+      .RemainingRets()                                                 \
+      .Attrs<::xla::ffi::Dictionary>()
+
 #define JT_LAUNCH_DEFINE_HANDLERS(prefix, Driver)                                                               \
   JT_LAUNCH_DEFINE_STAGE(prefix##_instantiate, ::jt_launch::Instantiate<Driver>,                              \
                          ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());                 \
   JT_LAUNCH_DEFINE_STAGE(prefix##_instantiate_preloaded, ::jt_launch::InstantiatePreloaded<Driver>,           \
                          ::xla::ffi::Ffi::BindInstantiate().Attrs<::xla::ffi::Dictionary>());                 \
   JT_LAUNCH_DEFINE_STAGE(prefix##_initialize, ::jt_launch::Initialize<Driver>,                                \
-                         ::xla::ffi::Ffi::BindInitialize()                                                    \
-                             .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                               \
-                             .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()                      \
-                             .RemainingArgs()                                                                 \
-                             .RemainingRets()                                                                 \
-                             .Attrs<::xla::ffi::Dictionary>(),                                                \
+                         JT_LAUNCH_KERNEL_BINDING(::xla::ffi::Ffi::BindInitialize(), Driver),                 \
                          {::xla::ffi::Traits::kCmdBufferCompatible});                                         \
   JT_LAUNCH_DEFINE_STAGE(prefix##_execute, ::jt_launch::Execute<Driver>,                                      \
-                         ::xla::ffi::Ffi::Bind()                                                              \
-                             .Ctx<::xla::ffi::PlatformStream<Driver::Stream>>()                               \
-                             .Ctx<::xla::ffi::State<::jt_launch::KernelState<Driver>>>()                      \
-                             .RemainingArgs()                                                                 \
-                             .RemainingRets()                                                                 \
-                             .Attrs<::xla::ffi::Dictionary>(),                                                \
+                         JT_LAUNCH_KERNEL_BINDING(::xla::ffi::Ffi::Bind(), Driver),                           \
                          {::xla::ffi::Traits::kCmdBufferCompatible});                                         \
   extern "C" void* prefix##_state_type_id() { return &::jt_launch::KernelState<Driver>::id; }                  \
   extern "C" void* prefix##_state_type_info() {                                                               \
