@@ -398,24 +398,24 @@ def _int_fix(name: str, value: Any, wrappers: KernelWrappers, user_meta: Mapping
     return f"its default in the kernel's signature is {value!r}: write {name}: tl.constexpr = {whole}"
 
 
-_float_probed: dict[tuple[Any, ...], tuple[tuple[str, ...], str] | None] = {}
+_refusals: dict[tuple[Any, ...], str | None] = {}
+
+
+def _refusal(dialect: Dialect, fn: Any, spec: Specialization) -> str | None:
+    """Triton's front end's refusal of the kernel specialised as ``spec`` (:func:`jt_core.frontend.refusal`), or
+    ``None`` when it accepts it; remembered per kernel and specialisation, for every probe below."""
+    key = (dialect.name, fn, spec.key())
+    if key not in _refusals:
+        _refusals[key] = frontend.refusal(dialect.make_source(fn, spec, _PROBE_TARGET))
+    return _refusals[key]
 
 
 def _float_probe(
     dialect: Dialect, fn: Any, params: Sequence[KernelParam], spec: Specialization, floats: tuple[str, ...]
 ) -> tuple[tuple[str, ...], str] | None:
     """Which of the float constexprs ``floats`` the front end needs as ints, and its refusal of ``spec``; ``None``
-    when it accepts ``spec`` or refuses it with ints too (remembered)."""
-    key = (dialect.name, fn, spec.key(), floats)
-    if key not in _float_probed:
-        _float_probed[key] = _float_probe_now(dialect, fn, params, spec, floats)
-    return _float_probed[key]
-
-
-def _float_probe_now(
-    dialect: Dialect, fn: Any, params: Sequence[KernelParam], spec: Specialization, floats: tuple[str, ...]
-) -> tuple[tuple[str, ...], str] | None:
-    refused = frontend.refusal(dialect.make_source(fn, spec, _PROBE_TARGET))
+    when it accepts ``spec`` or refuses it with ints too."""
+    refused = _refusal(dialect, fn, spec)
     if refused is None:
         return None
     paths = {p.name: (p.index,) for p in params if p.name in floats}
@@ -425,7 +425,7 @@ def _float_probe_now(
         for name in names:
             constexprs[paths[name]] = int(constexprs[paths[name]])
         changed = Specialization(signature=spec.signature, constexprs=constexprs, attrs=spec.attrs)
-        return frontend.refusal(dialect.make_source(fn, changed, _PROBE_TARGET)) is None
+        return _refusal(dialect, fn, changed) is None
 
     if not accepted(floats):
         return None
@@ -433,31 +433,19 @@ def _float_probe_now(
     return (alone or floats), refused
 
 
-_probed: dict[tuple[Any, ...], str | None] = {}
-
-
 def _probe(
     dialect: Dialect, fn: Any, spec: Specialization, name: str, path: tuple[int, ...], scalar_type: str
 ) -> str | None:
     """The front end's refusal of ``spec`` when the same kernel takes parameter ``name`` as ``scalar_type``
-    instead; ``None`` when the pointer is fine or the scalar is no better (remembered)."""
-    key = (dialect.name, fn, spec.key(), name, scalar_type)
-    if key not in _probed:
-        _probed[key] = _probe_now(dialect, fn, spec, name, path, scalar_type)
-    return _probed[key]
-
-
-def _probe_now(
-    dialect: Dialect, fn: Any, spec: Specialization, name: str, path: tuple[int, ...], scalar_type: str
-) -> str | None:
-    refused = frontend.refusal(dialect.make_source(fn, spec, _PROBE_TARGET))
+    instead; ``None`` when the pointer is fine or the scalar is no better."""
+    refused = _refusal(dialect, fn, spec)
     if refused is None:
         return None
     signature = dict(spec.signature)
     signature[name] = scalar_type
     attrs = {key: value for key, value in spec.attrs.items() if key != path}
     as_scalar = Specialization(signature=signature, constexprs=spec.constexprs, attrs=attrs)
-    if frontend.refusal(dialect.make_source(fn, as_scalar, _PROBE_TARGET)) is not None:
+    if _refusal(dialect, fn, as_scalar) is not None:
         return None
     return refused
 
