@@ -338,10 +338,12 @@ def write_record(path: Path, record: dict[str, Any]) -> bool:
     return write_file(path, json.dumps(sealed, sort_keys=True).encode())
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
+def read_record(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
     """The JSON record at ``path`` when it passes its integrity check; ``None`` when it is missing or unreadable,
-    and when it fails the check (then it is deleted with a warning, see :func:`unusable`)."""
-    data = read_file(path)
+    and when it fails the check (then it is deleted with a warning, see :func:`unusable`). ``data``: the file's
+    contents when the caller has read them already."""
+    if data is None:
+        data = read_file(path)
     if data is None:
         return None
     try:

@@ -117,14 +117,16 @@ def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
     must agree with itself instead: a timing for every candidate, and the index of the fastest (the first of
     equals, as the handler picks). A record that fails is deleted, with a warning."""
     data = files.read_file(path)
+    if data is None:
+        return None
     try:
-        raw = json.loads(data) if data is not None else None
+        raw = json.loads(data)
     except ValueError:
         raw = None
     if not (
         isinstance(raw, dict) and "integrity" not in raw and str(raw.get("tuned_by", "")).startswith(HANDLER_PREFIX)
     ):
-        return files.read_record(path)
+        return files.read_record(path, data)
     seconds, index = raw.get("seconds"), raw.get("index")
     timings = seconds if isinstance(seconds, list) else []
     numbers = [t for t in timings if isinstance(t, (int, float)) and t == t and t >= 0]
