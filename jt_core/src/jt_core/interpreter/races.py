@@ -73,12 +73,11 @@ class _Record:
             hit |= prev >= 0  # an earlier program than the last, which is at most the running one
         if not hit.any():
             return None
-        use_prev = (last.view(np.uint32) >= program) if prev is not None else np.zeros(idx.shape, dtype=bool)
-        other = np.where(use_prev, prev, last) if prev is not None else last
         site = self.last_site[idx]
-        if self.prev_site is not None:
-            site = np.where(use_prev, self.prev_site[idx], site)
-        return hit, other, site
+        if prev is None or self.prev_site is None:
+            return hit, last, site
+        use_prev = last.view(np.uint32) >= program  # the last is the running program (or none): name the one before
+        return hit, np.where(use_prev, prev, last), np.where(use_prev, self.prev_site[idx], site)
 
     def add(self, idx: np.ndarray, program: int, site: int) -> None:
         if self.prev is not None and self.prev_site is not None:
@@ -207,9 +206,7 @@ class RaceTracker:
 
     def unwritten(self, buffer: Buffer) -> np.ndarray:
         """The indices of the elements of ``buffer`` that no program stored to (plainly or atomically)."""
-        shadow = self._shadows.get((buffer.start, buffer.end))
-        if shadow is None:
-            return np.arange(-(-(buffer.end - buffer.start) // max(1, buffer.itemsize)))
+        shadow = self._shadows.get((buffer.start, buffer.end)) or _Shadow(buffer)  # none: nothing was written
         written = np.zeros(shadow.size, dtype=bool)
         for kind in (STORE, ATOMIC):
             record = shadow.records.get(kind)
