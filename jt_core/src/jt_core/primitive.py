@@ -310,7 +310,7 @@ def agree_on_lowering(
         for other in hooks.launchers_for(platform):
             if other is launcher or other.name in (refused or {}):
                 break
-            reason = other.unavailable_reason()
+            reason = hooks.unavailable_reason(other)  # a plugin's that raises is set aside, as in selection
             if reason is not None:
                 passed_over[other.name] = f"unavailable here: {reason}"
     passed_over.update({name: f"cannot express the call: {why}" for name, why in (refused or {}).items()})
