@@ -209,3 +209,10 @@ def pre_hook_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def plain_python_function(x_ptr, out_ptr):
     return None
+
+
+@triton.jit
+def unknown_name_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    """Refused by Triton's front end: it reads a name that is defined nowhere."""
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + name_defined_nowhere)  # noqa: F821

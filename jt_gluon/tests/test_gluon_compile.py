@@ -170,3 +170,54 @@ def test_gluon_compiles_and_lowers_through_the_cuda_backend() -> None:
 
     text = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",)).as_text()
     assert "stablehlo.custom_call" in text
+
+
+def test_a_failed_compile_kept_until_exit_leaves_no_leak_report(tmp_path: Path) -> None:
+    """A script (or notebook) that keeps the error of a failed Gluon compile kept Triton's code generator until
+    exit, where Triton's bindings reported its builder, values and attributes as leaked."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "keeps_its_error.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            sys.path.insert(0, sys.argv[1])
+            import jax, jax.numpy as jnp
+            from triton.experimental import gluon
+            from triton.experimental.gluon import language as gl
+            import jt_core as jt
+            from gluon_kernels import blocked_1d
+
+            @gluon.jit
+            def unknown_name(in_ptr, out_ptr, n, BLOCK: gl.constexpr, layout: gl.constexpr):
+                offsets = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+                mask = offsets < n
+                gl.store(out_ptr + offsets, gl.load(in_ptr + offsets, mask=mask) + defined_nowhere, mask=mask)
+
+            def f(a):
+                return jt.triton_call(a, kernel=unknown_name, out_shape=a, grid=4, n=512, BLOCK=128,
+                                      layout=blocked_1d(32), compute_capability=90)
+
+            try:
+                jax.jit(f).trace(jax.ShapeDtypeStruct((512,), jnp.float32)).lower(lowering_platforms=("cuda",))
+            except jt.errors.KernelCompileError as error:
+                KEPT = [error]  # as a notebook keeps its last error
+            print("kept", type(KEPT[0]).__name__)
+            """
+        )
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "JT_CACHE_DIR"}
+    result = subprocess.run(
+        [sys.executable, str(script), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environment, "JT_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kept KernelCompileError" in result.stdout
+    assert "leaked" not in result.stderr, result.stderr[-2000:]

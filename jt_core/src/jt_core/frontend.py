@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import functools
 import threading
+import traceback
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["check", "compiling", "interpreting", "refusal"]
+__all__ = ["check", "compiling", "interpreting", "refusal", "release_frames"]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
 _ARCH = 90
@@ -161,3 +163,40 @@ def refusal(source: Any) -> str | None:
         lines = [line for line in str(exc).splitlines() if line.strip()]
         return lines[-1].strip() if lines else type(exc).__name__
     return None
+
+
+def release_frames(error: BaseException) -> None:
+    """Lets go of what the finished frames in the tracebacks of a failed compile's ``error``, and of its causes,
+    hold: the frames of the compile, from the plugin's hook down into Triton.
+
+    A compile that fails leaves Triton's code generator in those frames, with its IR context, builder and module
+    (megabytes of native objects); the frames' functions hold it too (the generator's name lookups are closures
+    over it). Whatever keeps the error (a notebook's last exception, a test report, a list of failures) would keep
+    them, and at exit Triton's bindings report every one still alive as leaked. So the tracebacks end where they
+    enter Triton, whose frames are kept as text in a note (file, line and source, as a traceback prints them), and
+    the finished frames before that drop their local variables. Frames still running (the caller's) are left alone.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        pending += [current.__cause__, current.__context__]
+        previous: types.TracebackType | None = None
+        tb = current.__traceback__
+        while tb is not None and tb.tb_frame.f_globals.get("__name__", "").partition(".")[0] != "triton":
+            try:
+                tb.tb_frame.clear()
+            except RuntimeError:  # a frame still running
+                pass
+            previous, tb = tb, tb.tb_next
+        if tb is None:
+            continue
+        inside = "".join(traceback.format_list(traceback.extract_tb(tb)))
+        current.add_note(f"Triton's frames of this error (kept as text, their objects released):\n{inside.rstrip()}")
+        if previous is None:
+            current.__traceback__ = None
+        else:
+            previous.tb_next = None

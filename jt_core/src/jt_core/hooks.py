@@ -89,9 +89,11 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
             with frontend.compiling():  # never beside an interpreter run, which patches triton.language
                 result = registry.compile_hook()(request=request)
             break
-        except JtError:
+        except JtError as exc:
+            frontend.release_frames(exc)
             raise
         except BROKEN as exc:
+            frontend.release_frames(exc)
             if registry.compile_fault(exc):
                 continue
             if not isinstance(exc, Exception):
