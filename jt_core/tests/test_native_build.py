@@ -193,3 +193,61 @@ def test_without_a_compiler_plugins_says_what_happens(tmp_path: Path) -> None:
     assert "without it, the CPU backend runs kernels through JAX host callbacks" in listing
     failed = _cli("build-native", JT_CACHE_DIR=str(tmp_path), CXX="/nonexistent/c++")
     assert failed.returncode == 1 and "FAILED" in failed.stdout
+
+
+_OVERLAP_SCRIPT = """
+import json, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import jax, jax.numpy as jnp, numpy as np
+import jt_core as jt
+from jt_core import compiling, hooks, native
+import core_kernels as k
+
+events = []
+def timed(kind, function):
+    def run(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            events.append([kind, threading.current_thread().name, started, time.perf_counter()])
+    return run
+
+native._compile = timed("build", native._compile)
+hooks.compile_kernel = timed("compile", hooks.compile_kernel)
+compiling.compile_all = timed("configurations", compiling.compile_all)
+x = jnp.arange(100, dtype=jnp.float32)
+out = jax.jit(lambda x: jt.triton_call(x, kernel=k.autotuned_scale_kernel, out_shape=x,
+                                       grid=lambda m: ((100 + m["BLOCK"] - 1) // m["BLOCK"],), n=100))(x)
+np.testing.assert_allclose(np.asarray(out), np.asarray(x) * 3)
+print(json.dumps(events))
+"""
+
+
+def test_the_first_call_on_a_machine_compiles_while_the_native_library_builds(tmp_path: Path) -> None:
+    import json
+    import os
+
+    environment = {k: v for k, v in os.environ.items() if k not in ("JT_STRICT_PLUGINS", "JT_LAUNCHER_CPU")}
+
+    def first_call() -> list[tuple[str, str, float, float]]:
+        result = subprocess.run(
+            [sys.executable, "-c", _OVERLAP_SCRIPT, str(Path(__file__).parent)],
+            capture_output=True,
+            text=True,
+            env={**environment, "JT_CACHE_DIR": str(tmp_path)},
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        return [tuple(event) for event in json.loads(result.stdout.splitlines()[-1])]
+
+    events = first_call()
+    builds = [event for event in events if event[0] == "build"]
+    assert len(builds) == 1, events  # the CPU FFI handler, built by the launcher's selection
+    _, _, build_start, build_end = builds[0]
+    ahead = [event for event in events if event[0] == "configurations" and event[1].startswith("jt-compile-ahead")]
+    assert len(ahead) == 1, events
+    during = [event for event in events if event[0] == "compile" and event[2] < build_end and event[3] > build_start]
+    assert len(during) >= 3, events  # every configuration compiled while the library was being built
+    again = first_call()  # the library is built now: nothing is due, nothing compiles ahead
+    assert not [event for event in again if event[0] == "build" or event[1].startswith("jt-compile-ahead")], again

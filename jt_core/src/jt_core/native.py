@@ -56,6 +56,7 @@ __all__ = [
     "NativeLibrary",
     "build_shared_library",
     "cache_dir",
+    "build_due",
     "find_compiler",
 ]
 
@@ -139,9 +140,11 @@ class LibrarySpec:
         """
         built = self.build()
         try:
-            return ctypes.CDLL(str(built.path))
+            library = ctypes.CDLL(str(built.path))
         except OSError as exc:
             raise NativeBuildError(f"the built library {str(built.path)!r} cannot be loaded: {exc}") from exc
+        _settled.add(self)
+        return library
 
     def status(self) -> LibraryStatus:
         """Whether the library is built on this machine (and passes its integrity check), with which compiler (runs
@@ -184,6 +187,21 @@ class LibrarySpec:
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
         return digest.hexdigest()[:24]
+
+
+#: The libraries this process has loaded or asked :func:`build_due` about.
+_settled: set[LibrarySpec] = set()
+
+
+def build_due(spec: LibrarySpec) -> bool:
+    """Whether using ``spec`` now would build it (it is not built on this machine, or fails its integrity check,
+    and a compiler is there), asked the first time only: later, and once the library is loaded, the answer is
+    ``False`` at no cost."""
+    if spec in _settled:
+        return False
+    _settled.add(spec)
+    status = spec.status()
+    return status.path is None and status.error is None
 
 
 def _folder_contents(folder: Path) -> list[bytes]:

@@ -10,10 +10,8 @@ it emitted before raising is removed. The batching rule lives in :mod:`jt_core.b
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +23,7 @@ from jax._src.core import Primitive  # jax.extend.core's, whose package imports 
 from jax._src.interpreters import mlir
 from jax.interpreters import ad
 
-from jt_core import distributed, hooks, settings, tuning
+from jt_core import compiling, distributed, hooks, settings, tuning
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel, CompileRequest, Launcher
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
@@ -147,7 +145,6 @@ def _lower(
     exchange: distributed.Exchange | None,
 ) -> Sequence[Any]:
     backend = hooks.backend_for(platform)
-    launcher = hooks.launcher_for(platform, call.launcher)
     needed = f"lowering triton_call {call.name!r} for platform {platform!r} needs"
     dialect = call.dialect
     if backend.interprets and not dialect.interpretable:
@@ -157,13 +154,17 @@ def _lower(
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
     target = hooks.serve(backend, "target", call, device, needed=needed)
+
+    def requests(call: KernelCall) -> list[CompileRequest]:
+        for config in call.configs:
+            hooks.serve(backend, "validate_options", config.options, call, target, needed=needed)
+        return [CompileRequest.for_config(call, config, target, backend) for config in call.configs]
+
+    with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):
+        launcher = hooks.launcher_for(platform, call.launcher)
     if len(call.configs) > 1 and (launcher.single_config or exchange is not None):
         call = tune_ahead(call, platform, device, launcher, exchange)
-    requests = []
-    for config in call.configs:
-        hooks.serve(backend, "validate_options", config.options, call, target, needed=needed)
-        requests.append(CompileRequest.for_config(call, config, target, backend))
-    kernels = compile_all(requests)
+    kernels = compiling.compile_all(requests(call))
     return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
 
 
@@ -377,25 +378,6 @@ def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launche
         f"triton_call {call.name!r}: argument(s) {described} are host-side tensor descriptors (jt.TensorDescriptor), "
         f"which launcher {launcher.name!r} on platform {platform!r} cannot pass; {hint}"
     )
-
-
-def compile_workers(count: int) -> int:
-    """How many threads compile the configurations of one call (``JT_COMPILE_WORKERS``, default: one per core)."""
-    workers = settings.integer("JT_COMPILE_WORKERS", os.cpu_count() or 1)
-    return max(1, min(workers, count))
-
-
-def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
-    """Compiles every configuration of a call, in parallel threads when there are several.
-
-    Triton's compiler spends its time in native code that releases the GIL, so threads overlap the
-    configurations of an autotuned kernel; results keep the configurations' order.
-    """
-    workers = compile_workers(len(requests))
-    if workers == 1:
-        return [hooks.compile_kernel(request) for request in requests]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jt-compile") as pool:
-        return list(pool.map(hooks.compile_kernel, requests))
 
 
 def _lowering(ctx: Any, *operands: Any, call: KernelCall) -> Sequence[Any]:
