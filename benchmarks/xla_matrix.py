@@ -138,7 +138,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the table here")
     args = parser.parse_args()
     decisions = Decisions()
-    for name in ("jt_core.primitive", "jt_core.gpu.xla"):
+    for name in ("jt_core.lowering", "jt_core.gpu.xla"):
         logging.getLogger(name).addHandler(decisions)
         logging.getLogger(name).setLevel(logging.INFO)
     rows = []

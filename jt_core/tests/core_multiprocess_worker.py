@@ -100,17 +100,17 @@ def digest(text: str) -> str:
 def sharding() -> dict[str, Any]:
     """shard_map and jit with partition rules: correct results, no gather, the same programs everywhere, each
     lowered for a device of this process."""
-    from jt_core import primitive
+    from jt_core.lowering import dispatch
 
     lowered_for: set[int] = set()
-    find_device = primitive.lowering_device
+    find_device = dispatch.lowering_device
 
     def recording(*args: Any) -> Any:
         device = find_device(*args)
         lowered_for.add(int(device.process_index))
         return device
 
-    primitive.lowering_device = recording
+    dispatch.lowering_device = recording
     m = mesh()
     spec = NamedSharding(m, P("x"))
     x, xs = global_array((jax.device_count() * 2, 16), 1, spec)

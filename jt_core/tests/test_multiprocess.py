@@ -127,7 +127,7 @@ def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path
 
 def test_lowering_device_is_one_this_process_drives() -> None:
     # A computation's device assignment starts with another process's device on every process but the first.
-    from jt_core import primitive
+    from jt_core.lowering import devices
 
     theirs = types.SimpleNamespace(process_index=jax.process_index() + 1, platform="cpu")
     mine = types.SimpleNamespace(process_index=jax.process_index(), platform="cpu")
@@ -136,7 +136,7 @@ def test_lowering_device_is_one_this_process_drives() -> None:
             axis_context=types.SimpleNamespace(device_assignment=(theirs, mine)), platforms=["cpu"]
         )
     )
-    assert primitive.lowering_device(ctx) is mine
+    assert devices.lowering_device(ctx) is mine
 
 
 def gpus() -> int:

@@ -200,7 +200,8 @@ import json, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import jax, jax.numpy as jnp, numpy as np
 import jt_core as jt
-from jt_core import compiling, hooks, native
+from jt_core import hooks, native
+from jt_core.lowering import compiling
 import core_kernels as k
 
 events = []

@@ -91,13 +91,13 @@ def test_an_autotuned_call_is_tuned_before_lowering_and_remembered(
         )  # fmt: skip
 
     x = rand(5)
-    with caplog.at_level(logging.INFO, logger="jt_core.primitive"):
+    with caplog.at_level(logging.INFO, logger="jt_core.lowering"):
         first = jax.jit(f)
         assert len(custom_calls(first.lower(x), TARGET_NAME)) == 1
     assert any("tuning 3 configurations with launcher 'jt'" in r.getMessage() for r in caplog.records)
     assert len(list((private_cache / "autotune").glob("*.json"))) == 1
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="jt_core.primitive"):
+    with caplog.at_level(logging.INFO, logger="jt_core.lowering"):
         again = jax.jit(lambda x: f(x) + 0)
         np.testing.assert_allclose(np.asarray(again(x)), np.asarray(x) * 2.0, rtol=1e-6)
     assert not any("tuning" in r.getMessage() for r in caplog.records)  # the remembered winner

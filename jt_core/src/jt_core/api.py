@@ -17,6 +17,7 @@ from jt_core.call import CallOptions, kernel_name, kernel_params, kernel_signatu
 from jt_core.configs import unwrap_kernel
 from jt_core.conventions import suggest
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.lowering import dispatch as _dispatch  # noqa: F401  (registers the lowering rule)
 from jt_core.partitioning import partitioned_triton_call
 from jt_core.primitive import triton_kernel_call_p
 

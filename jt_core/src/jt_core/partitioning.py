@@ -32,7 +32,8 @@ from jax import tree_util
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jt_core import distributed, hooks, primitive
+from jt_core import distributed, hooks
+from jt_core.lowering import agreement
 from jt_core.call import SCALAR, CallOptions, KernelCall
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 
@@ -303,7 +304,7 @@ def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
                 job = distributed.job_of(tuple(mesh.devices.flat))
                 if job is not None:
                     exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
-                    primitive.agree_on_lowering(exchange, call, "cpu", launcher)
+                    agreement.agree_on_lowering(exchange, call, "cpu", launcher)
                 raise UnsupportedKernelError(
                     f"a partitioned triton_call ({call.name!r}, partition= / @jt.partitioned) cannot run on the "
                     f"CPU backend across several devices with launcher {launcher.name!r}: it runs kernels through a "

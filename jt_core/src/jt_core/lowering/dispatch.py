@@ -1,0 +1,87 @@
+"""The lowering rule of ``triton_kernel_call``: for each platform, the backend's target, the launcher, the compiles
+of the configurations, then the launcher's emission (:mod:`jt_core.lowering.fallback`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax._src import dispatch
+from jax._src.interpreters import mlir
+
+from jt_core import distributed, hooks
+from jt_core.call import KernelCall
+from jt_core.contracts import CompileRequest
+from jt_core.errors import UnsupportedKernelError
+from jt_core.lowering import compiling
+from jt_core.lowering.devices import computation_devices, lowering_device
+from jt_core.lowering.fallback import lower_with
+from jt_core.lowering.tune_ahead import tune_ahead
+from jt_core.primitive import kernel_side_effect, triton_kernel_call_p
+
+__all__ = ["lower_for_platform"]
+
+
+def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str) -> Sequence[Any]:
+    """Lowers a call for one platform through its backend and launcher.
+
+    In a ``jax.distributed`` job, a call of a computation spanning several processes runs the configuration the
+    first of them chose (:func:`tune_ahead`), and the processes compare how they lower it
+    (:func:`agree_on_lowering`).
+    """
+    devices = computation_devices(ctx)
+    job = distributed.job_of(devices)
+    if job is None:
+        return _lower(ctx, operands, call, platform, devices, None)
+    exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
+    with exchange.reporting():
+        return _lower(ctx, operands, call, platform, devices, exchange)
+
+
+def _lower(
+    ctx: Any,
+    operands: Sequence[Any],
+    call: KernelCall,
+    platform: str,
+    devices: Sequence[Any] | None,
+    exchange: distributed.Exchange | None,
+) -> Sequence[Any]:
+    backend = hooks.backend_for(platform)
+    needed = f"lowering triton_call {call.name!r} for platform {platform!r} needs"
+    dialect = call.dialect
+    if backend.interprets and not dialect.interpretable:
+        raise UnsupportedKernelError(
+            f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
+            "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+        )
+    device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
+    target = hooks.serve(backend, "target", call, device, needed=needed)
+
+    def requests(call: KernelCall) -> list[CompileRequest]:
+        for config in call.configs:
+            hooks.serve(backend, "validate_options", config.options, call, target, needed=needed)
+        return [CompileRequest.for_config(call, config, target, backend) for config in call.configs]
+
+    with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):
+        launcher = hooks.launcher_for(platform, call.launcher)
+    if len(call.configs) > 1 and (launcher.single_config or exchange is not None):
+        call = tune_ahead(call, platform, device, launcher, exchange)
+    kernels = compiling.compile_all(requests(call))
+    return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
+
+
+def _lowering(ctx: Any, *operands: Any, call: KernelCall) -> Sequence[Any]:
+    platforms = list(ctx.module_context.platforms)
+    if len(platforms) == 1:
+        return lower_for_platform(ctx, *operands, call=call, platform=platforms[0])
+    rules = {
+        p: (lambda ctx_, *ops, call, _p=p: lower_for_platform(ctx_, *ops, call=call, platform=_p)) for p in platforms
+    }
+    effects = {kernel_side_effect} if call.has_side_effect else set()
+    return mlir.lower_per_platform(ctx, "triton_kernel_call", rules, None, effects, *operands, call=call)
+
+
+mlir.register_lowering(triton_kernel_call_p, _lowering)
+# Lowering needs the computation's devices: the compile target and the tuning records depend on the device kind,
+# and in a multi-process job they tell which calls the processes share.
+dispatch.prim_requires_devices_during_lowering.add(triton_kernel_call_p)

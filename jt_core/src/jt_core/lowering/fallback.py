@@ -1,0 +1,107 @@
+"""Handing a call to the platform's next launcher while one cannot express it, or raises."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax._src.interpreters import mlir
+
+from jt_core import distributed, hooks
+from jt_core.call import KernelCall
+from jt_core.contracts import CompiledKernel, Launcher
+from jt_core.errors import KernelCallValueError, UnsupportedKernelError
+from jt_core.lowering.agreement import agree_on_lowering
+from jt_core.lowering.reporting import report
+
+__all__ = ["lower_with"]
+
+
+def lower_with(
+    ctx: Any,
+    call: KernelCall,
+    kernels: Sequence[CompiledKernel],
+    operands: Sequence[Any],
+    device: Any | None,
+    platform: str,
+    launcher: Launcher,
+    exchange: distributed.Exchange | None = None,
+) -> Sequence[Any]:
+    """Emits the call with ``launcher``, or with the platform's next launchers, in priority order, while one cannot
+    express it (``fallback_reason``) or raises (a plugin's launcher that the call does not name: it is set aside,
+    and the operations it emitted before raising are removed).
+
+    In a ``jax.distributed`` job the processes agree on the launcher before it emits the call (``exchange``); a
+    launcher that then raises fails the call instead of handing it on, which would make this process differ.
+
+    Raises:
+        UnsupportedKernelError: When no launcher of the platform can express the call.
+        PluginFaultError: When the launcher the call names raises.
+    """
+    refused: dict[str, str] = {}
+    while True:
+        needed = hooks.requested(platform, launcher, call.launcher)
+        reason = hooks.serve(launcher, "fallback_reason", call, kernels, device, needed=needed)
+        if reason is None:
+            if exchange is not None:
+                agree_on_lowering(exchange, call, platform, launcher, refused)
+                needed = needed or "the agreement between the processes of this jax.distributed job names"
+            _check_tensor_descriptors(call, platform, launcher)
+            emitted = _EmittedOperations()
+            lowered = hooks.serve(launcher, "lower", ctx, call, kernels, operands, device, needed=needed)
+            if lowered is not hooks.SET_ASIDE:
+                return lowered
+            emitted.remove()
+        if reason is None or reason is hooks.SET_ASIDE:
+            reason = hooks.aside_reason(launcher)
+        refused[launcher.name] = reason
+        fallback = hooks.next_launcher(platform, launcher)
+        if fallback.name in refused:
+            reasons = "; ".join(f"{name!r}: {why}" for name, why in refused.items())
+            raise UnsupportedKernelError(
+                f"triton_call {call.name!r}: no launcher for platform {platform!r} can express it ({reasons})"
+            )
+        report(call, f"launcher {launcher.name!r} on {platform} cannot express it ({reason}); using {fallback.name!r}")
+        launcher = fallback
+
+
+class _EmittedOperations:
+    """The operations emitted at the current insertion point from now on, so that a launcher that raised halfway
+    leaves nothing behind (an op with side effects would run, or fail XLA's compile)."""
+
+    def __init__(self) -> None:
+        self.point = mlir.ir.InsertionPoint.current
+        self.count = len(self.point.block.operations)
+
+    def remove(self) -> None:
+        """Erases the operations emitted since this object was made, last first."""
+        operations = [op.operation for op in self.point.block.operations]
+        added = len(operations) - self.count
+        end = len(operations)
+        reference = self.point.ref_operation
+        if reference is not None:
+            end = next(i for i, op in enumerate(operations) if op == reference.operation)
+        for operation in reversed(operations[end - added : end]):
+            operation.erase()
+
+
+def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launcher) -> None:
+    """Refuses host-side tensor descriptors on a launcher that cannot pass them, naming those that can."""
+    described = [slot.name for slot in call.slots if slot.descriptor is not None]
+    if not described or launcher.supports_tensor_descriptors:
+        return
+    able = [
+        other.name
+        for other in hooks.launchers_for(platform)
+        if other.supports_tensor_descriptors and hooks.unavailable_reason(other) is None
+    ]
+    hint = (
+        f"use launcher={able[0]!r} (or JT_LAUNCHER_{platform.upper()}={able[0]})"
+        if able
+        else f"no launcher for {platform!r} does; pass the array and build the descriptor in the kernel "
+        "(tl.make_tensor_descriptor)"
+    )
+    raise KernelCallValueError(
+        f"triton_call {call.name!r}: argument(s) {described} are host-side tensor descriptors (jt.TensorDescriptor), "
+        f"which launcher {launcher.name!r} on platform {platform!r} cannot pass; {hint}"
+    )
