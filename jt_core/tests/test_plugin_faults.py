@@ -165,6 +165,7 @@ def test_ctrl_c_during_the_first_lowering_leaves_the_process_usable(tmp_path: pa
         textwrap.dedent(
             """
             import os, pathlib, signal, time
+            JT_PLUGIN_API = 1
             marker = pathlib.Path(os.environ["JT_SIGINT_MARKER"])
             if not marker.exists():
                 marker.write_text("interrupted")
@@ -420,6 +421,8 @@ def test_cli_shows_a_fault_recorded_by_another_process(tmp_path: pathlib.Path) -
             """
             import jt_core as jt
             from jt_core.interpreter.backend import CpuLauncher
+
+            JT_PLUGIN_API = 1
 
             class FastLauncher(CpuLauncher):
                 name = "fast"

@@ -161,14 +161,14 @@ def test_record_targets_register_through_the_api_xla_passed(monkeypatch: pytest.
     probe = LaunchHandlerLibrary("jt_cuda_launch", handler.source, "cpu", "JT_PROBE_PRELOAD", "JT_PROBE_RECORD")
     probe.record_target_name = "jt_cuda_launch_cpu_probe_record"
     probe.record_preloaded_target_name = "jt_cuda_launch_cpu_probe_record_preloaded"
-    assert probe.target(True) == probe.preloaded_target_name  # nothing registered yet
+    assert probe.custom_call_target(True) == probe.preloaded_target_name  # nothing registered yet
     probe._register_record(lib)
     assert probe.record_unavailable is None
-    assert probe.target(True) == probe.record_preloaded_target_name
-    assert probe.target(False) == probe.record_target_name
-    assert probe.target(True, for_export=True) == probe.preloaded_target_name
+    assert probe.custom_call_target(True) == probe.record_preloaded_target_name
+    assert probe.custom_call_target(False) == probe.record_target_name
+    assert probe.custom_call_target(True, for_export=True) == probe.preloaded_target_name
     monkeypatch.setenv("JT_PROBE_RECORD", "0")
-    assert probe.target(True) == probe.preloaded_target_name
+    assert probe.custom_call_target(True) == probe.preloaded_target_name
     assert probe.record_counts() == handler.record_counts()  # one library, one set of counters
 
 
@@ -178,4 +178,4 @@ def test_a_handler_without_record_stage_keeps_the_plain_targets() -> None:
     probe = LaunchHandlerLibrary("jt_cuda_launch", handler.source, "cpu", "JT_PROBE_PRELOAD")
     probe._register_record(handler.library())
     assert probe.record_unavailable == "this runtime's handler has no record stage"
-    assert probe.target(False) == probe.target_name
+    assert probe.custom_call_target(False) == probe.target_name

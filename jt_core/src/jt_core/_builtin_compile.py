@@ -7,7 +7,9 @@ from collections.abc import Generator
 
 from jt_core import cache, dumps, files
 from jt_core.contracts import CompiledKernel, CompileRequest
-from jt_core.hookspecs import hookimpl
+from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+
+JT_PLUGIN_API = PLUGIN_API_VERSION
 
 #: The IR stages ``debug=True`` prints, in compile order (those the backend kept).
 PRINTED_STAGES = ("ttir", "glir", "ttgir", "llir", "ptx", "amdgcn")

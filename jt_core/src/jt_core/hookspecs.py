@@ -19,16 +19,26 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from jt_core._version import __version__
+
 if TYPE_CHECKING:
     from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 
 PROJECT_NAME = "jt"
 
+#: The version of the plugin API (:mod:`jt_core.plugin`) this jt-core speaks. A plugin module declares the version
+#: it is written for as ``JT_PLUGIN_API``; the loader refuses one that declares none or another. Within a version,
+#: jt-core only adds: hooks, optional methods with a default, and arguments (jt passes a hook or a contract method
+#: only the arguments its signature names, so an implementation that does not name a new one is unaffected).
+PLUGIN_API_VERSION = 1
+
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 __all__ = [
+    "PLUGIN_API_VERSION",
     "PROJECT_NAME",
+    "api_version_problem",
     "hookimpl",
     "hookspec",
     "jt_compile_kernel",
@@ -141,3 +151,28 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
     Implemented by: jt-core's builtin ``core`` plugin (the compile through the caches, and the wrapper writing
     ``JAX_TRITON_DUMP_DIR`` dumps); observers.
     """
+
+
+def api_version_problem(plugin: object) -> str | None:
+    """What is wrong with the plugin API version a plugin module (or object) declares, or ``None`` when it declares
+    :data:`PLUGIN_API_VERSION`."""
+    declared = getattr(plugin, "JT_PLUGIN_API", None)
+    where = getattr(plugin, "__name__", type(plugin).__name__)
+    if declared is None:
+        return (
+            f"declares no plugin API version; jt-core {__version__} speaks version {PLUGIN_API_VERSION}: set "
+            f"JT_PLUGIN_API = {PLUGIN_API_VERSION} in {where} once it is written for it (see jt_core.plugin)"
+        )
+    if isinstance(declared, bool) or not isinstance(declared, int):
+        return f"declares JT_PLUGIN_API = {declared!r} in {where}; it must be an int ({PLUGIN_API_VERSION} here)"
+    if declared > PLUGIN_API_VERSION:
+        return (
+            f"is written for plugin API version {declared}, newer than the {PLUGIN_API_VERSION} jt-core "
+            f"{__version__} speaks; upgrade jt-core"
+        )
+    if declared < PLUGIN_API_VERSION:
+        return (
+            f"is written for plugin API version {declared}, which jt-core {__version__} no longer speaks (it speaks "
+            f"{PLUGIN_API_VERSION}); upgrade the plugin"
+        )
+    return None

@@ -33,9 +33,9 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jt_core import distributed, hooks
-from jt_core.lowering import agreement
 from jt_core.call import SCALAR, CallOptions, KernelCall
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
+from jt_core.lowering import agreement
 
 F = TypeVar("F", bound=Callable[..., Any])
 Shape = tuple[int, ...]

@@ -336,6 +336,14 @@ class PluginLoader:
                 f"JT_DISABLE_PLUGINS={ep.name}.",
             )
             return
+        problem = hookspecs.api_version_problem(module)
+        if problem is not None:
+            self.problem(
+                record,
+                f"jt plugin {ep.name!r} from {ep.distribution} {ep.version} {problem}; until then set "
+                f"JT_DISABLE_PLUGINS={ep.name} to silence this.",
+            )
+            return
         try:
             self.pm.register(module, name=ep.name)
             self.pm.check_pending()

@@ -49,6 +49,7 @@ from jt_core.binding import bind_call
 from jt_core.call import CallOptions, KernelCall
 from jt_core.configs import unwrap_kernel
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
+from jt_core.hookspecs import PLUGIN_API_VERSION
 from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
 from jt_core.registry import Registry
 
@@ -120,8 +121,12 @@ def fake_entry_point(
     distribution: str = "fake-dist",
     version: str = "0.0.0",
     first_load: BaseException | None = None,
+    api_version: int | None = PLUGIN_API_VERSION,
 ) -> EntryPointInfo:
     """An entry point whose ``load()`` returns ``target``, or raises it when it is an exception instance.
+
+    A ``target`` that declares no plugin API version (``JT_PLUGIN_API``) is given ``api_version``, the current one
+    by default; ``None`` leaves it without.
 
     Args:
         name: The entry-point (plugin) name.
@@ -132,6 +137,8 @@ def fake_entry_point(
             (``KeyboardInterrupt()``), then retried.
     """
     pending = [first_load] if first_load is not None else []
+    if api_version is not None and not isinstance(target, BaseException) and not hasattr(target, "JT_PLUGIN_API"):
+        target.JT_PLUGIN_API = api_version
 
     def load() -> Any:
         if pending:

@@ -7,7 +7,9 @@ from typing import Any
 
 from jt_core.call import Specialization
 from jt_core.contracts import Dialect, Target
-from jt_core.hookspecs import hookimpl
+from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+
+JT_PLUGIN_API = PLUGIN_API_VERSION
 
 
 class TritonDialect(Dialect):

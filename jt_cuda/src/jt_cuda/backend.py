@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core import settings
-from jt_core.call import CompileOptions, KernelCall
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target, plain_metadata
-from jt_core.errors import KernelCallValueError
+from jt_core.plugin import (
+    Backend,
+    CompiledKernel,
+    CompileOptions,
+    CompileRequest,
+    KernelCall,
+    KernelCallValueError,
+    Target,
+    plain_metadata,
+    settings,
+)
 from jt_cuda import _compat, dependent_launch
 from jt_cuda.target import limits_for, parse_compute_capability
 

@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from jt_core import settings
-from jt_core.gpu.attributes import ENTRY_WAIT
+from jt_core.gpu import ENTRY_WAIT
+from jt_core.plugin import settings
 
 __all__ = ["MIN_COMPUTE_CAPABILITY", "VARIABLE", "Compiled", "cache_tag", "compile_waiting", "insert_entry_wait"]
 

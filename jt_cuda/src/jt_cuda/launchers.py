@@ -26,13 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-from jt_core.call import KernelCall, LaunchConfig, ParamSlot
-from jt_core.contracts import CompiledKernel
-from jt_core.gpu import jaxlib_call
-from jt_core.gpu.attributes import DescriptorParams, scalar_bytes
-from jt_core.gpu.handler import LaunchHandlerLibrary
-from jt_core.gpu.launchers import HandlerLauncher, JaxlibLauncher
-from jt_core.gpu.xla import XlaTritonLauncher
+from jt_core.gpu import (
+    DescriptorParams,
+    HandlerLauncher,
+    JaxlibLauncher,
+    LaunchHandlerLibrary,
+    XlaTritonLauncher,
+    jaxlib_call,
+    scalar_bytes,
+)
+from jt_core.plugin import CompiledKernel, KernelCall, LaunchConfig, ParamSlot
 from jt_cuda import _compat
 from jt_cuda.tensormaps import descriptor_params
 
@@ -82,7 +85,7 @@ class CudaJaxlibLauncher(JaxlibLauncher):
             )
         return None
 
-    def target(self) -> tuple[str, int]:
+    def custom_call_target(self) -> tuple[str, int]:
         if _compat.jaxlib_has_ffi_triton_handler() or _compat.jaxlib_triton_module() is None:
             return "triton_kernel_call_ffi", 4
         return "triton_kernel_call", 2

@@ -24,10 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jt_core.call import ParamSlot
-from jt_core.contracts import CompiledKernel
-from jt_core.errors import KernelCallValueError
-from jt_core.gpu.attributes import DescriptorParam
+from jt_core.gpu import DescriptorParam
+from jt_core.plugin import CompiledKernel, KernelCallValueError, ParamSlot
 from jt_cuda import _compat
 
 #: The highest rank and box size a TMA descriptor takes.

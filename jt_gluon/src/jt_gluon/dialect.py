@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from jt_core.call import Specialization
-from jt_core.contracts import Dialect, Target
+from jt_core.plugin import Dialect, Specialization, Target
 from jt_gluon import _compat
 
 

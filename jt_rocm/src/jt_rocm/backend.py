@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core.call import CompileOptions, KernelCall
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target, plain_metadata
-from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.plugin import (
+    Backend,
+    CompiledKernel,
+    CompileOptions,
+    CompileRequest,
+    KernelCall,
+    KernelCallTypeError,
+    KernelCallValueError,
+    Target,
+    plain_metadata,
+)
 from jt_rocm import _compat
 from jt_rocm.target import (
     ARCH_OPTION,

@@ -21,14 +21,8 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from jt_core import files, settings
-from jt_core.call import KernelCall, LaunchConfig
-from jt_core.contracts import CompiledKernel
-from jt_core.errors import KernelCallValueError
-from jt_core.gpu import jaxlib_call
-from jt_core.gpu.handler import LaunchHandlerLibrary
-from jt_core.gpu.launchers import HandlerLauncher, JaxlibLauncher
-from jt_core.gpu.xla import XlaTritonLauncher
+from jt_core.gpu import HandlerLauncher, JaxlibLauncher, LaunchHandlerLibrary, XlaTritonLauncher, jaxlib_call
+from jt_core.plugin import CompiledKernel, KernelCall, KernelCallValueError, LaunchConfig, files, settings
 
 __all__ = [
     "HANDLER",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jt_core.contracts import Backend, Launcher
-from jt_core.hookspecs import hookimpl
+from jt_core.plugin import Backend, Launcher, hookimpl
+
+#: The plugin API version this plugin is written for (jt_core.plugin.API_VERSION).
+JT_PLUGIN_API = 1
 
 
 @hookimpl

@@ -11,8 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from jt_core import settings
-from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.plugin import KernelCallTypeError, KernelCallValueError, settings
 
 #: The environment variable that overrides the architecture read from the device.
 ARCH_ENV = "JT_ROCM_ARCH"

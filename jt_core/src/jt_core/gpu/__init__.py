@@ -1,8 +1,67 @@
-"""The GPU launch layer GPU plugins share: jt's launch handler, jaxlib's handler, and the launcher bases.
+"""The GPU launch layer that GPU plugins share, and the surface they import it by (``from jt_core.gpu import ...``).
+
+Inside, one module per part:
 
 * :mod:`jt_core.gpu.handler` -- jt's C++ launch handler (shared headers, built per runtime, registered with XLA);
 * :mod:`jt_core.gpu.attributes` -- the attributes a call to that handler carries;
 * :mod:`jt_core.gpu.jaxlib_call` -- the kernel-call message jaxlib's Triton handler reads;
 * :mod:`jt_core.gpu.launchers` -- :class:`~jt_core.gpu.launchers.HandlerLauncher` and
-  :class:`~jt_core.gpu.launchers.JaxlibLauncher`, the bases of every GPU plugin's launchers.
+  :class:`~jt_core.gpu.launchers.JaxlibLauncher`, the bases of every GPU plugin's launchers;
+* :mod:`jt_core.gpu.xla` -- :class:`~jt_core.gpu.xla.XlaTritonLauncher`, the base of launchers that hand the
+  kernel's Triton IR to XLA's own Triton call.
+
+A plugin imports the names below from ``jt_core.gpu`` itself; each loads its module on first use, so that
+importing the package costs nothing until a GPU call needs it.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jt_core.gpu import jaxlib_call
+    from jt_core.gpu.attributes import ENTRY_WAIT, DescriptorParam, DescriptorParams, scalar_bytes
+    from jt_core.gpu.handler import LaunchHandlerLibrary
+    from jt_core.gpu.launchers import BufferPlan, HandlerLauncher, JaxlibLauncher
+    from jt_core.gpu.xla import XlaTritonLauncher
+
+#: The names of the GPU plugin surface, and the module of each.
+_SURFACE = {
+    "ENTRY_WAIT": "attributes",
+    "DescriptorParam": "attributes",
+    "DescriptorParams": "attributes",
+    "scalar_bytes": "attributes",
+    "LaunchHandlerLibrary": "handler",
+    "BufferPlan": "launchers",
+    "HandlerLauncher": "launchers",
+    "JaxlibLauncher": "launchers",
+    "XlaTritonLauncher": "xla",
+    "jaxlib_call": "",
+}
+
+__all__ = [
+    "ENTRY_WAIT",
+    "BufferPlan",
+    "DescriptorParam",
+    "DescriptorParams",
+    "HandlerLauncher",
+    "JaxlibLauncher",
+    "LaunchHandlerLibrary",
+    "XlaTritonLauncher",
+    "jaxlib_call",
+    "scalar_bytes",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _SURFACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jt_core.gpu' has no attribute {name!r}")
+    if not module:
+        return importlib.import_module(f"jt_core.gpu.{name}")
+    return getattr(importlib.import_module(f"jt_core.gpu.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

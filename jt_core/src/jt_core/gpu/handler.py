@@ -58,7 +58,7 @@ class LaunchHandlerLibrary:
     stages plus a record stage, with which XLA adds each call to its command buffers as one kernel node (and updates
     it when buffers move) instead of capturing the execute stage into a child graph. XLA's plugin interface
     registers four stages only, so these two are registered through the XLA FFI API that XLA passed to the library
-    while registering the first two. Lowering uses them whenever they are registered (:meth:`target`).
+    while registering the first two. Lowering uses them whenever they are registered (:meth:`custom_call_target`).
 
     Args:
         prefix: The library's symbol prefix and target name (``"jt_cuda_launch"``).
@@ -210,7 +210,7 @@ class LaunchHandlerLibrary:
         """Whether calls may lower to the record-stage targets (``<record_variable>=0`` turns them off)."""
         return self.record_variable is not None and settings.flag(self.record_variable, default=True)
 
-    def target(self, single_config: bool, for_export: bool = False) -> str:
+    def custom_call_target(self, single_config: bool, for_export: bool = False) -> str:
         """The custom-call target a call lowers to: with a record stage when registered in this process (and
         neither exporting, since the exported module may run where they are not, nor turned off), without an
         initialize stage for a single-config call (unless ``<preload_variable>=0``)."""

@@ -137,7 +137,9 @@ class HandlerLauncher(Launcher):
             result_layouts.append([0])
         parameters = getattr(ctx.module_context, "lowering_parameters", None)
         op = mlir.custom_call(
-            self.handler.target(len(kernels) == 1, for_export=bool(getattr(parameters, "for_export", False))),
+            self.handler.custom_call_target(
+                len(kernels) == 1, for_export=bool(getattr(parameters, "for_export", False))
+            ),
             result_types=result_types,
             operands=list(operands),
             backend_config=backend_config,
@@ -238,13 +240,14 @@ class JaxlibLauncher(Launcher):
     """Base of the ``"jaxlib"`` launchers: the Triton kernel-call handler of the installed jaxlib.
 
     Subclasses set :attr:`platform` and implement :meth:`kernel_spec` (the code object the handler loads); they
-    may override :meth:`scalar` (the by-value types they can pass) and :meth:`target` (the custom-call target).
+    may override :meth:`scalar` (the by-value types they can pass) and :meth:`custom_call_target` (the custom
+    call's target).
     """
 
     name = "jaxlib"
     priority = 10
 
-    def target(self) -> tuple[str, int]:
+    def custom_call_target(self) -> tuple[str, int]:
         """The custom-call target and its API version (4: typed FFI with a dictionary backend config)."""
         return "triton_kernel_call_ffi", 4
 
@@ -317,7 +320,7 @@ class JaxlibLauncher(Launcher):
             call.name, launches, [config.label for config in call.configs], restore, call.serialized_metadata
         )
         out_avals = [call.out_avals[i] for i in plan.result_order]
-        target, api_version = self.target()
+        target, api_version = self.custom_call_target()
         op = mlir.custom_call(
             target,
             result_types=[mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals],

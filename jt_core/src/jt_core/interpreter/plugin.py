@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jt_core.contracts import Backend, Launcher
-from jt_core.hookspecs import hookimpl
+from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+
+JT_PLUGIN_API = PLUGIN_API_VERSION
 
 
 @hookimpl

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jt_core import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.plugin import Backend, CompiledKernel, CompileRequest, Launcher, Target
 
 PLATFORM = "toy"
 CUSTOM_CALL_TARGET = "toy_triton_kernel"

@@ -1,0 +1,91 @@
+"""What a plugin builds on: the one jt-core module a plugin author imports (with :mod:`jt_core.gpu` for a GPU
+runtime's launchers, and :mod:`jt_core.testing` in tests).
+
+A plugin module declares the API version it is written for, and implements hooks::
+
+    from jt_core.plugin import API_VERSION, Backend, hookimpl
+
+    JT_PLUGIN_API = 1  # the loader refuses a plugin that declares none, or another version
+
+    @hookimpl
+    def jt_register_backends(platform):
+        ...
+
+What is here:
+
+* the roles a plugin fills, :class:`Backend`, :class:`Launcher` and :class:`Dialect`, and the values they pass:
+  :class:`Target`, :class:`CompileRequest`, :class:`CompiledKernel` (:func:`plain_metadata` makes compiler
+  metadata JSON data);
+* the bound call they read: :class:`KernelCall`, its :class:`ParamSlot` leaves (kinds :data:`INPUT`,
+  :data:`OUTPUT`, :data:`SCALAR`), :class:`LaunchConfig`, :class:`CompileOptions`, :class:`Specialization`,
+  :class:`KernelParam`;
+* :data:`hookimpl`, and :data:`API_VERSION`;
+* the errors to raise (a user's mistake, a failed compile, a kernel a backend cannot run);
+* :mod:`settings` (environment switches read the way jt reads them), :mod:`files` (the per-machine cache
+  folder, one private subfolder per purpose), :class:`LibrarySpec` and :class:`NativeBuildError` (a C++ library
+  built at first use, once per machine).
+
+**Compatibility.** Within one :data:`API_VERSION` jt-core only adds: hooks, optional methods with a default, and
+arguments. jt calls a hook, and the contract methods a plugin overrides, with the arguments their signatures name
+and no others, so an implementation that does not name a new argument is not affected by it. Anything else (a
+removed or renamed name, a changed meaning) comes with a new version, and the loader names the plugins still
+written for the old one.
+"""
+
+from __future__ import annotations
+
+from jt_core import files, settings
+from jt_core.call import (
+    INPUT,
+    OUTPUT,
+    SCALAR,
+    CompileOptions,
+    KernelCall,
+    KernelParam,
+    LaunchConfig,
+    ParamSlot,
+    Specialization,
+)
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target, plain_metadata
+from jt_core.errors import (
+    JtError,
+    KernelCallTypeError,
+    KernelCallValueError,
+    KernelCompileError,
+    NoDeviceError,
+    UnsupportedKernelError,
+)
+from jt_core.hookspecs import PLUGIN_API_VERSION as API_VERSION
+from jt_core.hookspecs import hookimpl
+from jt_core.native import LibrarySpec, NativeBuildError
+
+__all__ = [
+    "API_VERSION",
+    "INPUT",
+    "OUTPUT",
+    "SCALAR",
+    "Backend",
+    "CompileOptions",
+    "CompileRequest",
+    "CompiledKernel",
+    "Dialect",
+    "JtError",
+    "KernelCall",
+    "KernelCallTypeError",
+    "KernelCallValueError",
+    "KernelCompileError",
+    "KernelParam",
+    "LaunchConfig",
+    "Launcher",
+    "LibrarySpec",
+    "NativeBuildError",
+    "NoDeviceError",
+    "ParamSlot",
+    "Specialization",
+    "Target",
+    "UnsupportedKernelError",
+    "files",
+    "hookimpl",
+    "plain_metadata",
+    "settings",
+]
