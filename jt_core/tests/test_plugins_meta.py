@@ -189,5 +189,3 @@ def test_abc_refuses_a_backend_missing_a_method() -> None:
 
     with pytest.raises(TypeError, match="compile"):
         Incomplete()  # type: ignore[abstract]
-
-
