@@ -108,3 +108,55 @@ def test_the_writing_a_backend_page_lists_the_surface() -> None:
         pytest.skip("the docs are not in this checkout")
     text = page.read_text()
     assert [module for module in SURFACE if f"`{module}`" not in text] == []
+
+
+def test_contract_methods_get_the_arguments_they_name() -> None:
+    from jt_core.contracts import invoke
+
+    class Narrow:
+        def target(self, device: Any) -> tuple[str, Any]:
+            return ("narrow", device)
+
+    class Wide:
+        def target(self, **offered: Any) -> dict[str, Any]:
+            return offered
+
+    assert invoke(Narrow(), "target", call="the call", device="gpu0") == ("narrow", "gpu0")
+    assert invoke(Wide(), "target", call="the call", device="gpu0") == {"call": "the call", "device": "gpu0"}
+    narrow = Narrow()
+    narrow.target = lambda call: ("patched", call)  # type: ignore[method-assign]
+    assert invoke(narrow, "target", call="the call", device="gpu0") == ("patched", "the call")
+
+
+def test_a_launcher_that_names_fewer_arguments_still_lowers(jt_register_plugin: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jt_core as jt
+    from jt_core.interpreter.backend import CpuLauncher
+    from jt_core.testing import sample_add_kernel
+
+    seen: list[str] = []
+
+    class Narrow(CpuLauncher):
+        name = "narrow"
+        priority = 100
+
+        def fallback_reason(self, call: Any) -> None:  # type: ignore[override]  # names the call only
+            seen.append("fallback_reason")
+
+        def lower(self, ctx: Any, call: Any, kernels: Any, operands: Any) -> Any:  # type: ignore[override]
+            seen.append("lower")
+            return super().lower(ctx, call, kernels, operands, None)
+
+    class NarrowPlugin:
+        @plugin.hookimpl
+        def jt_register_launchers(self, platform: str | None) -> list[Any]:
+            return [Narrow()] if platform in (None, "cpu") else []
+
+    jt_register_plugin(NarrowPlugin())
+    x = jnp.asarray(np.random.default_rng().standard_normal(64), jnp.float32)
+    out = jax.jit(lambda a: jt.triton_call(a, a, kernel=sample_add_kernel, out_shape=a, grid=2, n=64, BLOCK=32))(x)
+    np.testing.assert_allclose(np.asarray(out), 2 * np.asarray(x), rtol=1e-6)
+    assert seen == ["fallback_reason", "lower"]

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Generator
 
 from jt_core import cache, dumps, files
-from jt_core.contracts import CompiledKernel, CompileRequest
+from jt_core.contracts import CompiledKernel, CompileRequest, invoke
 from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
 
 JT_PLUGIN_API = PLUGIN_API_VERSION
@@ -30,7 +30,7 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
         request.target,
         request.options,
         type(request.backend).__qualname__,
-        request.backend.cache_tag(),
+        invoke(request.backend, "cache_tag"),
         request.call.name,
     )
     return cache.memoized(request.kernel, key, lambda: _compile(request))
@@ -60,7 +60,7 @@ def _print_irs(request: CompileRequest, kernel: CompiledKernel) -> None:
         if stage in kernel.asm:
             out.write(
                 f"// ---- triton_call {request.call.name!r} config [{request.config.label}] {stage} "
-                f"({request.backend.target_label(request.target)}) ----\n"
+                f"({invoke(request.backend, 'target_label', target=request.target)}) ----\n"
             )
             out.write(str(kernel.asm[stage]))
             out.write("\n")

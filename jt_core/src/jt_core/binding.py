@@ -33,7 +33,7 @@ from jt_core.call import (
     kernel_signature_text,
 )
 from jt_core.configs import KernelWrappers, expand_configs
-from jt_core.contracts import Dialect, Target
+from jt_core.contracts import Dialect, Target, invoke
 from jt_core.conventions import assign_arguments
 from jt_core.dtypes import int_type, triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
@@ -406,7 +406,9 @@ def _refusal(dialect: Dialect, fn: Any, spec: Specialization) -> str | None:
     ``None`` when it accepts it; remembered per kernel and specialisation, for every probe below."""
     key = (dialect.name, fn, spec.key())
     if key not in _refusals:
-        _refusals[key] = frontend.refusal(dialect.make_source(fn, spec, _PROBE_TARGET))
+        _refusals[key] = frontend.refusal(
+            invoke(dialect, "make_source", kernel=fn, specialization=spec, target=_PROBE_TARGET)
+        )
     return _refusals[key]
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from jt_core import files, settings
 from jt_core._version import __version__
-from jt_core.contracts import CompiledKernel, CompileRequest, Target
+from jt_core.contracts import CompiledKernel, CompileRequest, Target, invoke
 
 log = logging.getLogger("jt_core.cache")
 
@@ -138,7 +138,7 @@ def compile_key(request: CompileRequest) -> str:
         "source": source_key(request.kernel),
         "dialect": request.dialect.name,
         "backend": f"{type(request.backend).__module__}.{type(request.backend).__qualname__}",
-        "backend_tag": request.backend.cache_tag(),
+        "backend_tag": invoke(request.backend, "cache_tag"),
         "signature": repr(sorted(request.specialization.signature.items())),
         "constexprs": repr(sorted(request.specialization.constexprs.items())),
         "attrs": repr(sorted((k, [list(a) for a in v]) for k, v in request.specialization.attrs.items())),
@@ -378,19 +378,19 @@ def compile_cached(request: CompileRequest) -> CompiledKernel:
     that several want at once, under the entry's lock, while the others wait and read its entry back."""
     backend = request.backend
     if not backend.cacheable:
-        return backend.compile(request)
+        return invoke(backend, "compile", request=request)
     key = compile_key(request)
     cached = load(key)
     if cached is not None:
         log.debug("disk cache hit for %s (%s)", request.call.name, key[:12])
-        return backend.restore(cached, request)
+        return invoke(backend, "restore", cached=cached, request=request)
     if not enabled():
-        return backend.compile(request)
+        return invoke(backend, "compile", request=request)
     with _entry_lock(key):
         cached = load(key, count=False)  # compiled by another process while this one waited
         if cached is not None:
-            return backend.restore(cached, request)
-        compiled = backend.compile(request)
+            return invoke(backend, "restore", cached=cached, request=request)
+        compiled = invoke(backend, "compile", request=request)
         store(key, compiled)
     return compiled
 

@@ -8,6 +8,8 @@ the middle of a lowering. Targets, options and requests are frozen dataclasses.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -264,4 +266,34 @@ class Dialect(ABC):
         """Builds the source object ``triton.compile`` accepts (an ``ASTSource`` or a subclass)."""
 
 
-__all__ = ["Backend", "CompileRequest", "CompiledKernel", "Dialect", "Launcher", "Target", "plain_metadata"]
+def invoke(component: Any, method: str, **arguments: Any) -> Any:
+    """``component.method(...)`` with the ``arguments`` its signature names, and no others (all of them when it
+    takes ``**kwargs``): jt calls every contract method so, which lets a method gain arguments without breaking the
+    plugins that override it (the compatibility rule of :mod:`jt_core.plugin`)."""
+    bound = getattr(component, method)
+    names = _named_parameters(getattr(bound, "__func__", bound))
+    if names is None:
+        return bound(**arguments)
+    return bound(**{name: value for name, value in arguments.items() if name in names})
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_parameters(function: Any) -> frozenset[str] | None:
+    """The names ``function`` takes by keyword, or ``None`` when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in parameters if p.kind in keyword)
+
+
+__all__ = [
+    "Backend",
+    "CompileRequest",
+    "CompiledKernel",
+    "Dialect",
+    "Launcher",
+    "Target",
+    "invoke",
+    "plain_metadata",
+]

@@ -59,10 +59,10 @@ def requested(platform: str, launcher: Launcher, name: str | None) -> str | None
     return get_registry().requested(platform, launcher, name)
 
 
-def serve(component: Any, method: str, *args: Any, needed: str | None = None) -> Any:
-    """``component.method(*args)``, or :data:`SET_ASIDE` when the plugin's component raised and the call does not
-    need it (see :meth:`jt_core.registry.Registry.serve`)."""
-    return get_registry().serve(component, method, *args, needed=needed)
+def serve(component: Any, method: str, *, needed: str | None = None, **arguments: Any) -> Any:
+    """``component.method(...)`` with the ``arguments`` it names, or :data:`SET_ASIDE` when the plugin's component
+    raised and the call does not need it (see :meth:`jt_core.registry.Registry.serve`)."""
+    return get_registry().serve(component, method, needed=needed, **arguments)
 
 
 def aside_reason(component: Any) -> str:

@@ -31,7 +31,7 @@ import traceback
 from typing import Any
 
 from jt_core import settings
-from jt_core.contracts import Backend, Dialect, Launcher
+from jt_core.contracts import Backend, Dialect, Launcher, invoke
 from jt_core.errors import DuplicateBackendError, JtError, KernelCallTypeError, NoBackendError, PluginFaultError
 from jt_core.plugins import BLOCKED, BROKEN, BUILTIN, FAILED, PluginFault, PluginLoader, PluginRecord
 
@@ -328,7 +328,7 @@ class Registry:
         """
         self.collect_dialects()
         for _, dialect in self.dialects:
-            claimed = self.serve(dialect, "claims", kernel)
+            claimed = self.serve(dialect, "claims", kernel=kernel)
             if claimed is not SET_ASIDE and claimed:
                 return dialect
         aside = [dialect for _, dialect in self.dialects if id(dialect) in self._set_aside]
@@ -355,13 +355,14 @@ class Registry:
             return f"JT_LAUNCHER_{platform.upper()}={launcher.name} names"
         return None
 
-    def serve(self, component: Any, method: str, *args: Any, needed: str | None = None) -> Any:
-        """``component.method(*args)`` for a call, with what a plugin's component raises made a fault of it.
+    def serve(self, component: Any, method: str, *, needed: str | None = None, **arguments: Any) -> Any:
+        """``component.method(...)`` for a call (with the ``arguments`` it names: :func:`jt_core.contracts.invoke`),
+        with what a plugin's component raises made a fault of it.
 
         Args:
             component: A backend, launcher or dialect of the registry.
             method: The method to call.
-            *args: Its arguments.
+            **arguments: What jt offers it, by name.
             needed: Why the call cannot go on without ``component`` (``"launcher='fast' names"``), or ``None``
                 when it can.
 
@@ -379,7 +380,7 @@ class Registry:
                 raise self.fault_error(needed, component)
             return SET_ASIDE
         try:
-            return getattr(component, method)(*args)
+            return invoke(component, method, **arguments)
         except JtError:
             raise
         except BROKEN as exc:

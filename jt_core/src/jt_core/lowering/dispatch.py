@@ -55,11 +55,11 @@ def _lower(
             "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
-    target = hooks.serve(backend, "target", call, device, needed=needed)
+    target = hooks.serve(backend, "target", call=call, device=device, needed=needed)
 
     def requests(call: KernelCall) -> list[CompileRequest]:
         for config in call.configs:
-            hooks.serve(backend, "validate_options", config.options, call, target, needed=needed)
+            hooks.serve(backend, "validate_options", options=config.options, call=call, target=target, needed=needed)
         return [CompileRequest.for_config(call, config, target, backend) for config in call.configs]
 
     with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):

@@ -41,14 +41,16 @@ def lower_with(
     refused: dict[str, str] = {}
     while True:
         needed = hooks.requested(platform, launcher, call.launcher)
-        reason = hooks.serve(launcher, "fallback_reason", call, kernels, device, needed=needed)
+        reason = hooks.serve(launcher, "fallback_reason", call=call, kernels=kernels, device=device, needed=needed)
         if reason is None:
             if exchange is not None:
                 agree_on_lowering(exchange, call, platform, launcher, refused)
                 needed = needed or "the agreement between the processes of this jax.distributed job names"
             _check_tensor_descriptors(call, platform, launcher)
             emitted = _EmittedOperations()
-            lowered = hooks.serve(launcher, "lower", ctx, call, kernels, operands, device, needed=needed)
+            lowered = hooks.serve(
+                launcher, "lower", ctx=ctx, call=call, kernels=kernels, operands=operands, device=device, needed=needed
+            )
             if lowered is not hooks.SET_ASIDE:
                 return lowered
             emitted.remove()
