@@ -97,7 +97,7 @@ def test_too_many_threads_per_program_is_refused_per_wavefront_size() -> None:
 
 
 def test_non_power_of_two_warps_are_refused() -> None:
-    with pytest.raises(KernelCallValueError, match="num_warps=3 must be a power of two"):
+    with pytest.raises(KernelCallValueError, match="num_warps must be a positive power of two, got 3"):
         _validate("gfx942", num_warps=3)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from jax import tree_util
 
 from jt_core.checks import CpuChecks
-from jt_core.errors import KernelCallTypeError, KernelCallValueError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 from jt_core.tensordesc import TensorDescriptorSpec
 
 __all__ = [
@@ -78,6 +78,44 @@ class CompileOptions:
     enable_fp_fusion: bool = True
     debug: bool = False
     extra: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        """Checks the options every backend takes (a backend checks what its target allows on top)."""
+
+        def integer(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        warps, stages, ctas = self.num_warps, self.num_stages, self.num_ctas
+        if not integer(warps) or warps < 1 or warps & (warps - 1):
+            raise KernelCallValueError(f"num_warps must be a positive power of two, got {warps!r}")
+        if not integer(stages) or stages < 0:
+            raise KernelCallValueError(f"num_stages must be a non-negative int, got {stages!r}")
+        if not integer(ctas) or not 1 <= ctas <= 8:
+            raise KernelCallValueError(f"num_ctas must be an int from 1 to 8 (a cluster has at most 8), got {ctas!r}")
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> CompileOptions:
+        """The options a configuration's values give (the rest keep their defaults): those named in
+        :data:`OPTION_NAMES` checked here, the others kept in :attr:`extra` for the backend to check.
+
+        Raises:
+            KernelCallValueError, KernelCallTypeError: For a value out of range, or an extra one that is not
+                hashable, naming it.
+        """
+        extra = {key: value for key, value in values.items() if key not in OPTION_NAMES}
+        for key, value in extra.items():
+            try:
+                hash(value)
+            except TypeError:
+                raise KernelCallTypeError(
+                    f"backend_options[{key!r}] must be hashable, got {short_repr(value)} ({type(value).__name__}); "
+                    "use a tuple or a frozen mapping"
+                ) from None
+        known = {key: values[key] for key in OPTION_NAMES if key in values}
+        for flag in ("enable_fp_fusion", "debug"):
+            if flag in known:
+                known[flag] = bool(known[flag])
+        return cls(**known, extra=tuple(sorted(extra.items())))
 
     def as_dict(self) -> dict[str, Any]:
         """The options as the keyword arguments Triton's backends take."""

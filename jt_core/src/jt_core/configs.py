@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from jt_core.call import OPTION_NAMES, OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
+from jt_core.call import OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "normalize_grid",
     "unwrap_kernel",
 ]
-_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": True, "debug": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,38 +115,9 @@ def _options(
         raise KernelCallValueError(
             f"{', '.join(conflicts)} given both as triton_call arguments and in backend_options; give each once"
         )
-    merged = dict(_DEFAULTS)
-    merged.update({k: v for k, v in backend_options.items() if k in OPTION_NAMES})
-    merged.update(from_config)
-    merged.update(explicit)
-    extra = {k: v for k, v in backend_options.items() if k not in OPTION_NAMES}
-    if "maxnreg" in from_config:
-        extra["maxnreg"] = from_config["maxnreg"]
-    for key, value in extra.items():
-        try:
-            hash(value)
-        except TypeError:
-            raise KernelCallTypeError(
-                f"backend_options[{key!r}] must be hashable, got {short_repr(value)} ({type(value).__name__}); "
-                "use a tuple or a frozen mapping"
-            ) from None
-    num_warps = merged["num_warps"]
-    if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps < 1 or num_warps & (num_warps - 1):
-        raise KernelCallValueError(f"num_warps must be a positive power of two, got {num_warps!r}")
-    num_stages = merged["num_stages"]
-    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
-        raise KernelCallValueError(f"num_stages must be a non-negative int, got {num_stages!r}")
-    num_ctas = merged["num_ctas"]
-    if isinstance(num_ctas, bool) or not isinstance(num_ctas, int) or not 1 <= num_ctas <= 8:
-        raise KernelCallValueError(f"num_ctas must be an int from 1 to 8 (a cluster has at most 8), got {num_ctas!r}")
-    return CompileOptions(
-        num_warps=num_warps,
-        num_stages=num_stages,
-        num_ctas=num_ctas,
-        enable_fp_fusion=bool(merged["enable_fp_fusion"]),
-        debug=bool(merged["debug"]),
-        extra=tuple(sorted(extra.items())),
-    )
+    values = {**backend_options, **from_config}
+    values.update(explicit)
+    return CompileOptions.from_values(values)
 
 
 def expand_configs(
@@ -206,7 +176,7 @@ def expand_configs(
         for heur_name, heur in wrappers.heuristics:
             if heur_name in user_meta or heur_name in explicit_options:
                 continue
-            view = {**named_values, **meta, **_DEFAULTS, **options_from_config}
+            view = {**named_values, **meta, **CompileOptions().as_dict(), **options_from_config}
             try:
                 value = heur(view)
             except Exception as exc:

@@ -76,9 +76,7 @@ class RocmBackend(Backend):
 
     def validate_options(self, options: CompileOptions, call: KernelCall, target: Target) -> None:
         arch = arch_of(target)
-        warps = options.num_warps
-        if warps < 1 or warps & (warps - 1):
-            raise KernelCallValueError(f"triton_call {call.name!r}: num_warps={warps} must be a power of two")
+        warps = options.num_warps  # a power of two: CompileOptions checks that for every backend
         if warps * arch.warp_size > MAX_THREADS_PER_BLOCK:
             raise KernelCallValueError(
                 f"triton_call {call.name!r}: num_warps={warps} gives {warps * arch.warp_size} threads per program "
