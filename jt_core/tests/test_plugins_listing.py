@@ -61,6 +61,7 @@ def _plugins(site: pathlib.Path, *flags: str, **environ: str) -> str:
     listed = subprocess.run(
         [sys.executable, "-m", "jt_core", "plugins", *flags], capture_output=True, text=True, env=env, check=True
     )
+    assert "jt plugin " not in listed.stderr, "the table says why a plugin failed; a warning need not say it again"
     return listed.stdout
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,7 +82,10 @@ def _plugins(args: argparse.Namespace) -> int:
     if args.forget_faults:
         print(f"forgot the faults of {plugins.forget_faults()} plugins")
         return 0
-    records = plugins.with_recorded_faults(list_plugins())
+    with warnings.catch_warnings():
+        # The table says why a plugin failed: the loader's warning would say it again, pointing at runpy.
+        warnings.filterwarnings("ignore", message="jt plugin ", category=RuntimeWarning)
+        records = plugins.with_recorded_faults(list_plugins())
     native = _native_status()
     lowers_only = _lowers_only(records)
     if args.json:
