@@ -244,3 +244,17 @@ def test_a_layer_difference_is_named_exactly() -> None:
     assert layer_differences(page, [*contract[:2], ("api : gradients", {"api", "gradients"})])[-1] == (
         "layer 'api : gradients' lets its modules import each other (':'); the page says a row's do not"
     )
+
+
+# -- building the docs ----------------------------------------------------------------------------------------
+
+
+def test_the_page_on_building_the_docs_gives_the_command_ci_runs() -> None:
+    """ "Building the docs" shows the build CI runs (``.ci/test.sh``), with every argument the page names."""
+    page = (PAGES / "building-the-docs.md").read_text(encoding="utf-8")
+    (shown,) = re.findall(r"^mkdocs build .*$", page, re.MULTILINE)
+    (ci,) = re.findall(r'^.*/bin/mkdocs" build .*$', (ROOT / ".ci" / "test.sh").read_text(), re.MULTILINE)
+    ci_args = ci.split('/bin/mkdocs"', 1)[1].split()
+    assert set(shown.split()[1:]) <= set(ci_args), f"the page: {shown}\n.ci/test.sh: {ci}"
+    assert "--strict" in shown.split()
+    assert "pip install -r docs/requirements.txt" in page
