@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import jt_core
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "docs" / "pages"
 TEXT_BLOCK = re.compile(r"^```text\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -109,18 +111,18 @@ def listing(tmp_path_factory: pytest.TempPathFactory) -> str:
     return listed.stdout
 
 
+SAMPLES = _tables((PAGES / "plugins.md").read_text(encoding="utf-8"))
+
+
 def test_the_page_shows_tables_of_the_cli() -> None:
-    tables = _tables((PAGES / "plugins.md").read_text(encoding="utf-8"))
-    assert len(tables) >= 3, "the samples of `python -m jt_core plugins` in plugins.md were not found"
+    assert len(SAMPLES) >= 3, "the samples of `python -m jt_core plugins` in plugins.md were not found"
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(len(SAMPLES)))
 def test_a_sample_table_is_what_the_cli_prints(listing: str, index: int) -> None:
     """Each sample's header and rows are laid out as the CLI lays them out, and each row says what the CLI says for
     that plugin (versions of jt's own distributions aside)."""
-    import jt_core
-
-    table = _tables((PAGES / "plugins.md").read_text(encoding="utf-8"))[index]
+    table = SAMPLES[index]
     header, *rows = [_cells(line) for line in table]
     widths = [max(len(cells[i]) for cells in (header, *rows)) for i in range(4)]
     laid_out = ["  ".join(c.ljust(w) for c, w in zip(cells[:4], widths)) + "  " + cells[4] for cells in (header, *rows)]
