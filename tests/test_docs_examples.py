@@ -3,13 +3,16 @@ builds.
 
 The blocks of one page run in order as one script, in a fresh Python process started outside the repository (a
 page reads like a session; a name a block uses without importing or defining it fails). A block preceded by the
-line ``<!-- gpu-only -->`` needs a GPU and is skipped here. A block that only holds an ``<!-- include: PATH -->``
-marker shows a file of the repository; it is not part of the page's session (the file is tested where it lives).
+line ``<!-- gpu-only -->`` needs a GPU and is skipped here. A block titled with a file of the repository
+(`` ```python title="docs/examples/.../plugin.py" ``) shows that file, to the letter: it is not part of the page's
+session (the file is tested where it lives), and a test fails when the two differ. After changing such a file,
+``python tests/test_docs_examples.py --sync-shown-files`` copies it into every block that shows it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import os
 import re
@@ -27,17 +30,9 @@ DOCS = ROOT / "docs"
 PAGES = DOCS / "pages"
 EXAMPLE_PLUGIN = DOCS / "examples" / "jt_example_backend"
 GPU_ONLY = "<!-- gpu-only -->"
-FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```(?P<lang>[\w+-]*)(?P<info>[^\n]*)\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+TITLE = re.compile(r'\btitle="(?P<path>[^"]+)"')
 DONE = "docs-session-finished"
-
-
-@dataclasses.dataclass(frozen=True)
-class CodeBlock:
-    page: str
-    line: int  # the line of the page where the block's body starts
-    source: str
-    gpu_only: bool
-    included: str | None = None  # the repository file an include marker shows
 
 
 def _load_hooks():
@@ -50,27 +45,39 @@ def _load_hooks():
 HOOKS = _load_hooks()
 
 
-def python_blocks(page: Path) -> list[CodeBlock]:
-    """The ``python`` fenced blocks of a page, with their first line number, the gpu-only flag and the included file.
+@dataclasses.dataclass(frozen=True)
+class CodeBlock:
+    page: str
+    line: int  # the line of the page where the block's body starts
+    source: str
+    gpu_only: bool
+    shows: str | None = None  # the repository file the block shows (its title)
 
-    An include marker is expanded as the site build expands it.
-    """
+
+def fenced_blocks(page: Path) -> list[tuple[re.Match[str], CodeBlock]]:
+    """Every fenced block of a page, with its first line number, the gpu-only flag and the file it shows."""
     text = page.read_text(encoding="utf-8")
     blocks = []
     for match in FENCE.finditer(text):
-        if match["lang"] != "python":
-            continue
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         line = text.count("\n", 0, match.start("body")) + 1
-        include = HOOKS.INCLUDE.fullmatch(match["body"].strip())
-        source = HOOKS.on_page_markdown(match["body"].strip()) if include else match["body"]
-        blocks.append(CodeBlock(page.name, line, source, before == GPU_ONLY, include["path"] if include else None))
+        blocks.append((match, CodeBlock(page.name, line, match["body"], before == GPU_ONLY, _shows(match))))
     return blocks
+
+
+def python_blocks(page: Path) -> list[CodeBlock]:
+    """The ``python`` fenced blocks of a page (see :func:`fenced_blocks`)."""
+    return [block for match, block in fenced_blocks(page) if match["lang"] == "python"]
 
 
 def session_blocks(page: Path) -> list[CodeBlock]:
     """The blocks a reader runs on a machine without a GPU: neither gpu-only nor a shown file."""
-    return [b for b in python_blocks(page) if not b.gpu_only and b.included is None]
+    return [b for b in python_blocks(page) if not b.gpu_only and b.shows is None]
+
+
+def shown_files(page: Path) -> list[CodeBlock]:
+    """The blocks of a page, of any language, that show a file of the repository (titled with its path)."""
+    return [block for _, block in fenced_blocks(page) if block.shows is not None]
 
 
 def page_script(page: Path) -> str:
@@ -80,6 +87,29 @@ def page_script(page: Path) -> str:
         body = block.source.splitlines()
         lines[block.line - 1 : block.line - 1 + len(body)] = body
     return "\n".join(lines) + f"\nprint({DONE!r})\n"
+
+
+def sync_shown_files(page: Path) -> bool:
+    """Copies each file a block of ``page`` shows into that block; returns whether the page changed."""
+    text = page.read_text(encoding="utf-8")
+
+    def synced(match: re.Match[str]) -> str:
+        path = _shows(match)
+        if path is None or not (ROOT / path).is_file():
+            return match[0]
+        start, end = match.start("body") - match.start(), match.end("body") - match.start()
+        return match[0][:start] + (ROOT / path).read_text(encoding="utf-8") + match[0][end:]
+
+    new = FENCE.sub(synced, text)
+    if new != text:
+        page.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def _shows(match: re.Match[str]) -> str | None:
+    """The file a fenced block shows: the path in its title (``title="PATH"``, relative to the repository root)."""
+    title = TITLE.search(match["info"])
+    return title["path"] if title else None
 
 
 def run_page(page: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
@@ -108,21 +138,23 @@ def _id(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def test_fence_parser_finds_blocks_gpu_markers_and_includes(tmp_path: Path) -> None:
+INIT = "docs/examples/jt_example_backend/src/jt_example_backend/__init__.py"
+
+
+def test_fence_parser_finds_blocks_gpu_markers_and_shown_files(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text(
         "# t\n\n```python\na = 1\n```\n\n<!-- gpu-only -->\n```python\nb = 2\n```\n\n```bash\nls\n```\n\n"
-        "```python\n<!-- include: docs/examples/jt_example_backend/src/jt_example_backend/__init__.py -->\n```\n",
+        f'```python title="{INIT}"\n__version__ = "0.1.0"\n```\n',
         encoding="utf-8",
     )
     blocks = python_blocks(page)
-    assert [(b.line, b.source, b.gpu_only, b.included) for b in blocks[:2]] == [
+    assert [(b.line, b.source, b.gpu_only, b.shows) for b in blocks] == [
         (4, "a = 1\n", False, None),
         (9, "b = 2\n", True, None),
+        (17, '__version__ = "0.1.0"\n', False, INIT),
     ]
-    assert blocks[2].included == "docs/examples/jt_example_backend/src/jt_example_backend/__init__.py"
-    assert blocks[2].source == (EXAMPLE_PLUGIN / "src" / "jt_example_backend" / "__init__.py").read_text()
-    assert session_blocks(page) == blocks[:1]
+    assert session_blocks(page) == blocks[:1] and shown_files(page) == blocks[2:]
     script = page_script(page).splitlines()
     assert script[3] == "a = 1" and "b = 2" not in script and script[-1] == f"print({DONE!r})"
 
@@ -130,15 +162,77 @@ def test_fence_parser_finds_blocks_gpu_markers_and_includes(tmp_path: Path) -> N
 def test_a_page_session_fails_on_a_name_it_does_not_define(tmp_path: Path) -> None:
     """The check that would have caught a block using a class that only a shown file defines."""
     page = tmp_path / "p.md"
+    backend = "docs/examples/jt_example_backend/src/jt_example_backend/backend.py"
     page.write_text(
-        "```python\n<!-- include: docs/examples/jt_example_backend/src/jt_example_backend/backend.py -->\n```\n\n"
-        "```python\nbackend = ToyBackend()\n```\n",
+        f'```python title="{backend}"\n{(ROOT / backend).read_text()}```\n\n```python\nbackend = ToyBackend()\n```\n',
         encoding="utf-8",
     )
     result = run_page(page, tmp_path)
     assert result.returncode != 0
     assert "NameError: name 'ToyBackend' is not defined" in result.stderr
-    assert 'docs_p.py", line 6' in result.stderr  # the line of the page
+    line = (ROOT / backend).read_text().count("\n") + 5
+    assert f'docs_p.py", line {line}' in result.stderr  # the line of the page
+
+
+WITH_SHOWN_FILES = [p for p in DOCUMENTS if shown_files(p)]
+
+
+@pytest.mark.parametrize("page", WITH_SHOWN_FILES, ids=[_id(p) for p in WITH_SHOWN_FILES])
+def test_a_block_that_shows_a_file_holds_it_to_the_letter(page: Path) -> None:
+    """A page read raw (in a checkout, on a forge) shows real files, so each copy is held to its file."""
+    problems = []
+    for block in shown_files(page):
+        where = f"{_id(page)}, the block at line {block.line} (title={block.shows!r})"
+        path = ROOT / str(block.shows)
+        if not path.is_file():
+            problems.append(f"{where} shows {block.shows}, which is not a file of the repository")
+            continue
+        if block.source != path.read_text(encoding="utf-8"):
+            diff = difflib.unified_diff(
+                block.source.splitlines(keepends=True),
+                path.read_text(encoding="utf-8").splitlines(keepends=True),
+                f"{_id(page)} (line {block.line})",
+                str(block.shows),
+            )
+            problems.append(f"{where} differs from the file:\n{''.join(diff)}")
+    assert not problems, (
+        "\n".join(problems) + "\nRun `python tests/test_docs_examples.py --sync-shown-files` to copy the files into "
+        "the pages, then read the prose around each block again."
+    )
+
+
+def test_writing_a_backend_shows_every_file_of_the_example_plugin() -> None:
+    shown = {block.shows for block in shown_files(PAGES / "writing-a-backend.md")}
+    files = {
+        str(path.relative_to(ROOT))
+        for path in EXAMPLE_PLUGIN.rglob("*")
+        if path.suffix in (".py", ".toml")
+        and path.name != "__init__.py"
+        and "build" not in path.parts
+        and not any(part.endswith(".egg-info") for part in path.parts)
+    }
+    assert files == shown, f"files of the example plugin the page does not show: {sorted(files - shown)}"
+
+
+def test_sync_copies_a_changed_file_into_the_blocks_that_show_it(tmp_path: Path) -> None:
+    page = tmp_path / "p.md"
+    page.write_text(f'Text.\n\n```python title="{INIT}"\n__version__ = "0.0.1"\n```\n\nMore.\n', encoding="utf-8")
+    assert sync_shown_files(page) and not sync_shown_files(page)
+    assert page.read_text(encoding="utf-8") == (
+        f'Text.\n\n```python title="{INIT}"\n{(ROOT / INIT).read_text(encoding="utf-8")}```\n\nMore.\n'
+    )
+
+
+def test_an_include_marker_is_named_for_readers_of_the_raw_page() -> None:
+    """An ``<!-- include: PATH -->`` marker is invisible outside the site, so the text before it names the file."""
+    problems = []
+    for page in DOCUMENTS:
+        text = page.read_text(encoding="utf-8")
+        for marker in HOOKS.INCLUDE.finditer(text):
+            before = text[: marker.start()].rstrip().rsplit("\n\n", 1)[-1]
+            if f"`{marker['path']}`" not in before:
+                problems.append(f"{_id(page)}: the paragraph before {marker[0]} does not name `{marker['path']}`")
+    assert not problems, "\n".join(problems)
 
 
 def test_every_page_is_in_the_navigation() -> None:
@@ -267,3 +361,11 @@ def test_example_plugin_passes_its_own_tests(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "12 passed" in result.stdout, result.stdout
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--sync-shown-files"]:
+        raise SystemExit(f"usage: python {_id(Path(__file__))} --sync-shown-files")
+    for document in DOCUMENTS:
+        if sync_shown_files(document):
+            print(f"updated {_id(document)}")

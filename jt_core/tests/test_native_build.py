@@ -181,8 +181,11 @@ def test_build_native_builds_every_library_and_plugins_says_so(tmp_path: Path) -
     assert built.returncode == 0, built.stderr
     for name in ("jt_cpu_interpreter_call", "jt_cuda_launch", "jt_rocm_launch"):
         assert f"{name}" in built.stdout and "building " + name in built.stderr
-    after = _cli("plugins", JT_CACHE_DIR=str(tmp_path)).stdout
-    assert after.count(f"built: {tmp_path / 'native'}") == 3
+    after = json.loads(_cli("plugins", "--json", JT_CACHE_DIR=str(tmp_path)).stdout)
+    built_now = [d["native"] for e in after for d in e["provides"]["launcher_details"].values() if "native" in d]
+    assert len(built_now) == 3 and all(str(status["path"]).startswith(str(tmp_path)) for status in built_now)
+    listed = _cli("plugins", JT_CACHE_DIR=str(tmp_path)).stdout
+    assert f"cpu:ffi          jt_cpu_interpreter_call  built: {tmp_path / 'native'}" in listed
     again = _cli("build-native", JT_CACHE_DIR=str(tmp_path))
     assert again.stdout.count("already built") == 3 and "building" not in again.stderr
 

@@ -457,6 +457,10 @@ def test_cli_shows_a_fault_recorded_by_another_process(tmp_path: pathlib.Path) -
     ).stdout
     row = next(line for line in table.splitlines() if line.startswith("faulty "))
     assert row.split()[:4] == ["faulty", "jt-faulty-example", "1.0", "faulted"]
+    assert row.endswith(
+        "  launchers: cpu:fast; 1 fault (below), the newest: launcher 'cpu:fast' lower() raised RuntimeError: fast "
+        "launcher is broken"
+    ), row
     assert "launcher 'cpu:fast' lower() raised RuntimeError: fast launcher is broken" in table
     assert 'raise RuntimeError("fast launcher is broken")' in table  # the traceback
     assert "JT_DISABLE_PLUGINS=faulty" in table

@@ -178,6 +178,34 @@ def test_plugin_with_hook_that_has_no_spec_is_refused() -> None:
     assert record.status == FAILED
 
 
+class MisspelledHookPlugin:
+    @hookimpl
+    def jt_register_launcher(self) -> list[Launcher]:
+        return [FakeLauncher()]
+
+
+def test_a_misspelled_hook_name_is_named_with_the_hook_it_misspells() -> None:
+    pm = _manager([fake_entry_point("typo", MisspelledHookPlugin(), distribution="typo-dist", version="1.2")])
+    with pytest.warns(RuntimeWarning) as caught:
+        record = {r.name: r for r in pm.list_plugins()}["typo"]
+    assert record.status == FAILED and pm.launchers_for("fakeplat") == []
+    (message,) = [str(w.message) for w in caught if "typo" in str(w.message)]
+    assert message.startswith("jt plugin 'typo' from typo-dist 1.2 implements hooks that have no spec: ")
+    assert "jt_register_launcher (did you mean jt_register_launchers?)" in message
+    assert "Correct the name in the plugin" in message and "JT_DISABLE_PLUGINS=typo" in message
+    assert record.error is not None and "did you mean jt_register_launchers?" in record.error
+    strict = _manager([fake_entry_point("typo", MisspelledHookPlugin())], JT_STRICT_PLUGINS="1")
+    with pytest.raises(PluginLoadError, match=r"'typo'.*jt_register_launcher \(did you mean jt_register_launchers\?\)"):
+        strict.ensure_loaded()
+
+
+def test_a_hook_name_like_no_spec_gets_no_suggestion() -> None:
+    pm = _manager([fake_entry_point("odd", UnknownHookPlugin())])
+    with pytest.warns(RuntimeWarning, match="no spec: jt_frobnicate_kernels. It needs a newer jt-core"):
+        record = {r.name: r for r in pm.list_plugins()}["odd"]
+    assert record.error is not None and "did you mean" not in record.error
+
+
 def test_duplicate_entry_point_names_keep_the_first() -> None:
     eps = [
         fake_entry_point("dup", GoodPlugin(), distribution="first-dist"),

@@ -86,7 +86,8 @@ def test_cli_text_shows_a_table_and_errors() -> None:
     assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES"]
     cpu = next(row for row in rows if row.startswith("cpu "))
     assert "builtin" in cpu and "backends: cpu" in cpu and "launchers: cpu:interpreter" in cpu
-    assert "rocm: listed in JT_DISABLE_PLUGINS" in out
+    rocm = next(row for row in rows if row.startswith("rocm "))
+    assert "blocked" in rocm and rocm.endswith("nothing: listed in JT_DISABLE_PLUGINS")
 
 
 def test_installed_broken_distribution_is_listed_and_cpu_still_works(tmp_path: pathlib.Path) -> None:

@@ -8,8 +8,11 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
+
+from jt_core import plugins
 
 
 def _native_launchers() -> list[tuple[str, Any, Any]]:
@@ -42,42 +45,77 @@ def _native_status() -> dict[str, dict[str, Any]]:
     return statuses
 
 
+def _lowers_only(records: Sequence[Any]) -> set[str]:
+    """The platforms of the registered launchers that JAX sees no device of here: there a launcher only lowers
+    (``jax.export``, cross-platform lowering), so what matters when running (its native library, its rules for
+    handing calls on) is left out of the table."""
+    from jt_core.gpu.launchers import devices_present
+
+    # Asking JAX for a platform's devices starts its client: without this, a GPU client would take most of the
+    # GPU's memory for the few seconds the listing runs.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    platforms = {label.split(":", 1)[0] for r in records for label in r.launchers}
+    return {platform for platform in platforms if not devices_present(platform)}
+
+
+def _provides(record: Any) -> str:
+    """The table's last column: what a plugin provides, or why it provides nothing, and its newest fault."""
+    if record.status in (plugins.FAILED, plugins.BLOCKED):
+        return f"nothing: {record.error}"
+    provides = []
+    if record.platforms:
+        provides.append("backends: " + ",".join(record.platforms))
+    if record.launchers:
+        provides.append("launchers: " + ",".join(record.launchers))
+    if record.dialects:
+        provides.append("dialects: " + ",".join(record.dialects))
+    if record.faults:
+        newest = record.faults[-1]
+        count = f"{len(record.faults)} fault{'s' if len(record.faults) > 1 else ''}"
+        provides.append(f"{count} (below), the newest: {newest.where} raised {newest.error}")
+    return "; ".join(provides) or "-"
+
+
 def _plugins(args: argparse.Namespace) -> int:
-    from jt_core import plugins
     from jt_core.registry import list_plugins
 
     if args.forget_faults:
         print(f"forgot the faults of {plugins.forget_faults()} plugins")
         return 0
-    records = plugins.with_recorded_faults(list_plugins())
+    with warnings.catch_warnings():
+        # The table says why a plugin failed: the loader's warning would say it again, pointing at runpy.
+        warnings.filterwarnings("ignore", message="jt plugin ", category=RuntimeWarning)
+        records = plugins.with_recorded_faults(list_plugins())
     native = _native_status()
+    lowers_only = _lowers_only(records)
     if args.json:
         data = [r.as_dict() for r in records]
         for entry in data:
             for label, details in entry["provides"]["launcher_details"].items():
+                details["lowers_only"] = label.split(":", 1)[0] in lowers_only
                 if label in native:
                     details["native"] = native[label]
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     rows = [("NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES")]
-    for r in records:
-        provides = []
-        if r.platforms:
-            provides.append("backends: " + ",".join(r.platforms))
-        if r.launchers:
-            provides.append("launchers: " + ",".join(r.launchers))
-        if r.dialects:
-            provides.append("dialects: " + ",".join(r.dialects))
-        rows.append((r.name, r.distribution, r.version, r.status, "; ".join(provides) or "-"))
+    rows += [(r.name, r.distribution, r.version, r.status, _provides(r)) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
-    for r in records:
-        for label, details in r.launcher_details.items():
-            if details["falls_back_for"]:
-                rules = "; ".join(details["falls_back_for"])
-                print(f"\n{label} hands a call to the platform's next launcher for: {rules}")
+    details = {label: d for r in records for label, d in r.launcher_details.items()}
+    here = {label: d for label, d in details.items() if label.split(":", 1)[0] not in lowers_only}
+    elsewhere = [label for label in details if label not in here]
+    if elsewhere:
+        print()
+    for label in elsewhere:
+        platform = label.split(":", 1)[0]
+        print(f"{label:20} lowers only: JAX sees no {platform} device here (jax.export, cross-platform lowering)")
+    for label, launcher in here.items():
+        if launcher["falls_back_for"]:
+            rules = "; ".join(launcher["falls_back_for"])
+            print(f"\n{label} hands a call to the platform's next launcher for: {rules}")
+    native = {label: status for label, status in native.items() if label in here}
     if native:
         print("\nnative libraries (built once per machine, at first use or by `python -m jt_core build-native`):")
         for label, status in native.items():
@@ -92,9 +130,6 @@ def _plugins(args: argparse.Namespace) -> int:
             else:
                 state = f"not built yet; {status['compiler']} will build it"
             print(f"  {label:16} {status['library']:24} {state}")
-    for r in records:
-        if r.error:
-            print(f"\n{r.name}: {r.error}")
     for r in records:
         if r.faults:
             _print_faults(r)

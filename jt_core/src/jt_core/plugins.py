@@ -24,6 +24,7 @@ Switches (read when the loader is created; see :mod:`jt_core.settings`):
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import logging
 import os
@@ -79,6 +80,11 @@ FAULTED = "faulted"
 #: What a broken plugin raises: any error, and ``SystemExit`` (a plugin must not end the user's program).
 #: ``KeyboardInterrupt`` is not among them: a Ctrl-C reaches the program, and leaves the load retryable.
 BROKEN: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+#: How alike (``difflib`` ratio) a hook implementation without a spec and a spec's name must be for the name to be
+#: suggested: a letter added, dropped or swapped scores above 0.9; hook names that share only the ``jt_`` prefix
+#: and a word score below 0.7.
+HOOK_NAME_CUTOFF = 0.75
 
 #: The cache folder keeping the faults of the last processes, and how many each plugin keeps.
 FAULTS_FOLDER = "plugins"
@@ -142,7 +148,9 @@ class PluginRecord:
         version: That distribution's version.
         status: ``"loaded"``, ``"blocked"``, ``"failed"``, ``"builtin"``, or ``"faulted"`` (loaded, but something
             it provides raised while serving a call).
-        error: Why it failed or is blocked, or ``None``.
+        error: Why it failed or is blocked, and the fix (``"failed to import (...): ImportError: ...; fix or
+            uninstall it, or set JT_DISABLE_PLUGINS=name"``), or ``None``. The plugin's name, distribution and
+            version are not repeated in it: messages about the plugin say them first.
         platforms: Platforms it registered backends for.
         dialects: Dialects it registered.
         launchers: ``platform:name`` of the launchers it registered.
@@ -287,11 +295,17 @@ class PluginLoader:
             sys.stderr.write(f"[jt-plugins] {message}\n")
         log.debug(message)
 
-    def problem(self, record: PluginRecord, message: str) -> None:
+    def problem(self, record: PluginRecord, error: str) -> None:
         """Records a plugin failure: raises :class:`~jt_core.errors.PluginLoadError` in strict mode, else warns
-        once per plugin."""
+        once per plugin.
+
+        Args:
+            record: The plugin's record; its status becomes ``"failed"``.
+            error: What went wrong and the fix, without the plugin's name (the message puts it first).
+        """
         record.status = FAILED
-        record.error = message
+        record.error = error
+        message = f"jt plugin {record.name!r} from {record.distribution} {record.version} {error}"
         if self.strict:
             raise PluginLoadError(message)
         if record.name not in self._warned:
@@ -310,8 +324,8 @@ class PluginLoader:
             self.records[f"{ep.name} ({ep.distribution})"] = record
             self.problem(
                 record,
-                f"jt plugin name {ep.name!r} is declared by both {other.distribution} and {ep.distribution}; "
-                f"the one from {ep.distribution} was skipped. Uninstall one of the two distributions.",
+                f"was skipped: the plugin name {ep.name!r} is declared by both {other.distribution} and "
+                f"{ep.distribution}. Uninstall one of the two distributions.",
             )
             return
         record = PluginRecord(ep.name, ep.distribution, ep.version, LOADED)
@@ -330,11 +344,7 @@ class PluginLoader:
                 if isinstance(exc, SystemExit)
                 else f"failed to import ({ep.value}): {describe_exception(exc)}"
             )
-            self.problem(
-                record,
-                f"jt plugin {ep.name!r} from {ep.distribution} {ep.version} {what}. Fix or uninstall it, or set "
-                f"JT_DISABLE_PLUGINS={ep.name}.",
-            )
+            self.problem(record, f"{what}. Fix or uninstall it, or set JT_DISABLE_PLUGINS={ep.name}.")
             return
         problem = hookspecs.api_version_problem(module)
         if problem is not None:
@@ -351,21 +361,32 @@ class PluginLoader:
             unknown = sorted(caller.name for caller in self.pm.get_hookcallers(module) or () if not caller.has_spec())
             if self.pm.is_registered(module):
                 self.pm.unregister(module)
-            detail = f"implements hooks that have no spec: {', '.join(unknown)}" if unknown else f"is invalid: {exc}"
-            self.problem(
-                record,
-                f"jt plugin {ep.name!r} from {ep.distribution} {ep.version} {detail}. It needs a newer jt-core or "
-                f"a fix; set JT_DISABLE_PLUGINS={ep.name} to silence this.",
-            )
+            self.problem(record, self._invalid(ep.name, unknown, exc))
             return
         except BROKEN as exc:
             self.problem(
                 record,
-                f"jt plugin {ep.name!r} from {ep.distribution} could not be registered: {describe_exception(exc)}. "
-                f"Set JT_DISABLE_PLUGINS={ep.name} to skip it.",
+                f"could not be registered: {describe_exception(exc)}. Set JT_DISABLE_PLUGINS={ep.name} to skip it.",
             )
             return
         self._trace(f"{ep.name}: loaded from {ep.distribution} {ep.version}")
+
+    def _invalid(self, name: str, unknown: Sequence[str], exc: pluggy.PluginValidationError) -> str:
+        """What is wrong with a plugin pluggy refused: the hooks it implements that have no spec (each with the spec
+        it most likely misspells), else pluggy's reason."""
+        if not unknown:
+            return f"is invalid: {exc}. It needs a newer jt-core or a fix; set JT_DISABLE_PLUGINS={name} to skip it."
+        specs = [caller.name for caller in vars(self.pm.hook).values() if caller.has_spec()]
+        described, misspelled = [], False
+        for hook in unknown:
+            close = difflib.get_close_matches(hook, specs, n=1, cutoff=HOOK_NAME_CUTOFF)
+            misspelled = misspelled or bool(close)
+            described.append(f"{hook} (did you mean {close[0]}?)" if close else hook)
+        fix = "Correct the name in the plugin" if misspelled else "It needs a newer jt-core or a fix"
+        return (
+            f"implements hooks that have no spec: {', '.join(described)}. {fix}; set JT_DISABLE_PLUGINS={name} to "
+            "skip it."
+        )
 
     def call_each(self, hook_name: str, **arguments: Any) -> list[tuple[str, Any]]:
         """Calls a registration hook one plugin at a time, so that a plugin that raises is isolated.
@@ -396,8 +417,7 @@ class PluginLoader:
                     raise
                 self.problem(
                     record,
-                    f"jt plugin {name!r} from {record.distribution} raised in {hook_name}: "
-                    f"{describe_exception(exc)}. Set JT_DISABLE_PLUGINS={name} to skip it.",
+                    f"raised in {hook_name}: {describe_exception(exc)}. Set JT_DISABLE_PLUGINS={name} to skip it.",
                 )
                 self.pm.unregister(name=name)
                 continue

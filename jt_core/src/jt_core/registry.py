@@ -130,7 +130,9 @@ class Registry:
             if record.status == FAILED:
                 continue
             if not isinstance(item, kind):
-                self.loader.problem(record, f"jt plugin {name!r} registered {item!r}, not a {what}")
+                self.loader.problem(
+                    record, f"registered {item!r}, not a {what}. Fix the plugin, or set JT_DISABLE_PLUGINS={name}."
+                )
                 continue
             accepted.append((name, item))
         return accepted

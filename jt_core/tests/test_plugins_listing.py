@@ -1,0 +1,115 @@
+"""``python -m jt_core plugins`` on plugins installed for real (fake distributions on ``PYTHONPATH``): what the table
+says about launchers that only lower here, and about plugins that failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from jt_core.testing import has_platform
+
+PLUGIN = """
+import jt_core as jt
+from jt_core.contracts import Launcher
+from jt_core.interpreter.backend import CpuLauncher
+from jt_core.native import LibrarySpec
+
+
+class NoDeviceLauncher(Launcher):
+    platform = "nodevice"
+    name = "nd"
+    fallback_rules = ("calls the nodevice runtime refuses",)
+    without_native = "nothing runs"
+
+    def native_library(self):
+        return LibrarySpec("jt_nodevice_launch", (), without_it=self.without_native)
+
+    def lower(self, ctx, call, kernels, operands, device):
+        raise AssertionError("not lowered here")
+
+
+class PickyLauncher(CpuLauncher):
+    name = "picky"
+    priority = -1
+    fallback_rules = ("calls the picky launcher refuses",)
+
+
+@jt.hookimpl
+def jt_register_launchers():
+    return [NoDeviceLauncher(), PickyLauncher()]
+"""
+
+
+def _install(site: pathlib.Path, distribution: str, entry_point: str, modules: dict[str, str]) -> None:
+    """A distribution ``distribution`` 1.0 in ``site``, with one ``jt`` entry point and the given modules."""
+    info = site / f"{distribution.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[jt]\n{entry_point}\n")
+    for name, source in modules.items():
+        (site / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+def _plugins(site: pathlib.Path, *flags: str, **environ: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(site), "JT_CACHE_DIR": str(site / "cache"), **environ}
+    env.pop("JT_STRICT_PLUGINS", None)
+    listed = subprocess.run(
+        [sys.executable, "-m", "jt_core", "plugins", *flags], capture_output=True, text=True, env=env, check=True
+    )
+    assert "jt plugin " not in listed.stderr, "the table says why a plugin failed; a warning need not say it again"
+    return listed.stdout
+
+
+def _launchers(listing: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {label: d for entry in listing for label, d in entry["provides"]["launcher_details"].items()}
+
+
+def test_a_launcher_whose_platform_has_no_device_here_gets_one_line(tmp_path: pathlib.Path) -> None:
+    """Where JAX sees no device of a platform, its launchers only lower: the table gives each one line saying so,
+    without what matters when running (rules for handing calls on, the native library); ``--json`` keeps it all."""
+    _install(tmp_path, "jt-nodevice", "nodevice = jt_nodevice_plugin", {"jt_nodevice_plugin": PLUGIN})
+    text = _plugins(tmp_path)
+    listing = _launchers(json.loads(_plugins(tmp_path, "--json")))
+    below_table = text.partition("\n\n")[2]
+    assert not has_platform("nodevice")
+    nodevice = listing["nodevice:nd"]
+    assert nodevice["lowers_only"] is True and nodevice["falls_back_for"] == ["calls the nodevice runtime refuses"]
+    assert nodevice["native"]["library"] == "jt_nodevice_launch" and not nodevice["native"]["built"]
+    assert listing["cpu:picky"]["lowers_only"] is False
+    for label, details in listing.items():  # the installed GPU plugins' launchers too, on a machine without GPUs
+        platform = label.split(":", 1)[0]
+        assert details["lowers_only"] is not has_platform(platform), label
+        if details["lowers_only"]:
+            mentions = [line for line in below_table.splitlines() if label in line]
+            assert mentions == [
+                f"{label:20} lowers only: JAX sees no {platform} device here (jax.export, cross-platform lowering)"
+            ], text
+    assert "nodevice runtime refuses" not in text and "jt_nodevice_launch" not in text
+    assert "\ncpu:picky hands a call to the platform's next launcher for: calls the picky launcher refuses\n" in text
+    assert "jt_cpu_interpreter_call" in text  # the native library of a launcher that runs here
+
+
+def test_the_table_says_why_a_plugin_failed_or_is_blocked(tmp_path: pathlib.Path) -> None:
+    _install(tmp_path, "jt-broken-import", "broken = jt_missing_module_of_broken", {})
+    _install(
+        tmp_path, "jt-typo", "typo = jt_typo_plugin", {"jt_typo_plugin": PLUGIN.replace("launchers():", "launcher():")}
+    )
+    _install(tmp_path, "jt-nodevice", "nodevice = jt_nodevice_plugin", {"jt_nodevice_plugin": PLUGIN})
+    rows = {row.split()[0]: row for row in _plugins(tmp_path, JT_DISABLE_PLUGINS="nodevice").splitlines() if row}
+    assert rows["broken"].split()[1:4] == ["jt-broken-import", "1.0", "failed"]
+    assert rows["broken"].endswith(
+        "  nothing: failed to import (jt_missing_module_of_broken): ModuleNotFoundError: No module named "
+        "'jt_missing_module_of_broken'. Fix or uninstall it, or set JT_DISABLE_PLUGINS=broken."
+    ), rows["broken"]
+    assert rows["typo"].split()[3] == "failed"
+    assert rows["typo"].endswith(
+        "  nothing: implements hooks that have no spec: jt_register_launcher (did you mean jt_register_launchers?). "
+        "Correct the name in the plugin; set JT_DISABLE_PLUGINS=typo to skip it."
+    ), rows["typo"]
+    assert rows["nodevice"].split()[3] == "blocked"
+    assert rows["nodevice"].endswith("  nothing: listed in JT_DISABLE_PLUGINS"), rows["nodevice"]
