@@ -30,6 +30,8 @@ FASTCPU = """
 import jt_core as jt
 from jt_core.interpreter.backend import CpuLauncher
 
+JT_PLUGIN_API = 1
+
 
 class FastLauncher(CpuLauncher):
     name = "fast"

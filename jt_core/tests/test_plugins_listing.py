@@ -19,6 +19,7 @@ from jt_core.contracts import Launcher
 from jt_core.interpreter.backend import CpuLauncher
 from jt_core.native import LibrarySpec
 
+JT_PLUGIN_API = 1
 
 class NoDeviceLauncher(Launcher):
     platform = "nodevice"
