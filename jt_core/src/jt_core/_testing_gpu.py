@@ -341,19 +341,19 @@ class LaunchHandlerConformance:
         handler = launcher.handler
         lib = handler.library()
         if getattr(lib, f"{handler.prefix}_register_record", None) is None:
-            pytest.skip("this handler library has no record stage (XLA FFI headers without the record extension)")
+            pytest.skip(f"this handler library exports no record stage ({handler.prefix}_register_record)")
         _cpu_probe_target(handler, preloaded=False)  # XLA has now called the library
         probe = LaunchHandlerLibrary(handler.prefix, handler.source, "cpu", "JT_PROBE_PRELOAD", "JT_PROBE_RECORD")
         probe.record_target_name = f"{handler.prefix}_cpu_probe_record"
         probe.record_preloaded_target_name = f"{handler.prefix}_cpu_probe_record_preloaded"
-        assert probe.target(True) == probe.preloaded_target_name  # nothing registered yet
+        assert probe.custom_call_target(True) == probe.preloaded_target_name  # nothing registered yet
         probe._register_record(lib)
         assert probe.record_unavailable is None
-        assert probe.target(True) == probe.record_preloaded_target_name
-        assert probe.target(False) == probe.record_target_name
-        assert probe.target(True, for_export=True) == probe.preloaded_target_name
+        assert probe.custom_call_target(True) == probe.record_preloaded_target_name
+        assert probe.custom_call_target(False) == probe.record_target_name
+        assert probe.custom_call_target(True, for_export=True) == probe.preloaded_target_name
         monkeypatch.setenv("JT_PROBE_RECORD", "0")
-        assert probe.target(True) == probe.preloaded_target_name
+        assert probe.custom_call_target(True) == probe.preloaded_target_name
         assert probe.record_counts() == handler.record_counts()  # one library, one set of counters
 
     def test_a_handler_without_record_stage_keeps_the_plain_targets(self, launcher: HandlerLauncher) -> None:
@@ -361,5 +361,5 @@ class LaunchHandlerConformance:
         probe = LaunchHandlerLibrary(handler.prefix, handler.source, "cpu", "JT_PROBE_PRELOAD")
         probe._register_record(handler.library())
         assert probe.record_unavailable == "this runtime's handler has no record stage"
-        assert probe.target(False) == probe.target_name
-        assert probe.target(True) == probe.preloaded_target_name
+        assert probe.custom_call_target(False) == probe.target_name
+        assert probe.custom_call_target(True) == probe.preloaded_target_name
