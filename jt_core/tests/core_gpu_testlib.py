@@ -90,14 +90,7 @@ class FakeJaxlibLauncher(JaxlibLauncher):
     platform = "cuda"
 
     def kernel_spec(self, call: Any, config: LaunchConfig, kernel: CompiledKernel) -> jaxlib_call.KernelSpec:
-        return jaxlib_call.KernelSpec(
-            name=kernel.name,
-            num_warps=kernel.num_warps,
-            shared_mem_bytes=kernel.shared_mem,
-            module=str(kernel.asm["ptx"]),
-            num_ctas=kernel.cluster_dims[0],
-            compute_capability=int(kernel.target.arch),
-        )
+        return jaxlib_call.KernelSpec(kernel.name, kernel.num_warps, kernel.shared_mem, str(kernel.asm["ptx"]))
 
 
 class FakeXlaLauncher(XlaTritonLauncher):

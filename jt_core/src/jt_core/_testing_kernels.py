@@ -7,6 +7,8 @@ zeroed outputs, partial writes, autotuning, host-side tensor descriptors.
 
 from __future__ import annotations
 
+from typing import Any
+
 import triton
 import triton.language as tl
 
@@ -17,6 +19,7 @@ __all__ = [
     "autotuned_scale_inplace_kernel",
     "copy_tiles_kernel",
     "half_write_kernel",
+    "load_tile",
     "out_first_kernel",
     "read_tile_kernel",
     "sample_add_kernel",
@@ -105,3 +108,24 @@ def copy_tiles_kernel(src_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
     m = tl.program_id(0) * BM
     n = tl.program_id(1) * BN
     out_desc.store([m, n], src_desc.load([m, n]))
+
+
+def load_tile(desc: Any, row: int, col: int, **options: Any) -> Any:
+    """The (BM, BN) tile of a ``jt.TensorDescriptor`` at (row, col), as its loads see it (padding included): a
+    ``triton_call`` of :func:`read_tile_kernel` with ``options``."""
+    import jax
+
+    from jt_core.api import triton_call
+
+    bm, bn = desc.block_shape
+    return triton_call(
+        desc,
+        row=row,
+        col=col,
+        kernel=read_tile_kernel,
+        out_shape=jax.ShapeDtypeStruct((bm, bn), desc.dtype),
+        grid=1,
+        BM=bm,
+        BN=bn,
+        **options,
+    )

@@ -67,6 +67,7 @@ from jt_core._testing_kernels import (  # noqa: F401 (re-exported)
     autotuned_scale_inplace_kernel,
     copy_tiles_kernel,
     half_write_kernel,
+    load_tile,
     out_first_kernel,
     read_tile_kernel,
     sample_add_kernel,
