@@ -67,14 +67,20 @@ class FakeGpuBackend(Backend):
     def target(self, call: Any, device: Any | None) -> Target:
         return TARGET
 
+    def cache_tag(self) -> str:
+        return repr((sorted(self.metadata.items()), sorted(self.fields.items())))  # a test's settings, apart
+
     def compile(self, request: CompileRequest) -> CompiledKernel:
         name = kernel_name(request.kernel)
+        asm = {"ptx": f"// the PTX of {name}\n"}
         types = [slot.type_str for slot in request.call.slots if slot.type_str != "constexpr"]
+        if all(t.removeprefix("*") in _IR_TYPES for t in types):  # not for tensor descriptors
+            asm["ttir"] = empty_ttir(name, types)
         return CompiledKernel(
             name=name,
             target=request.target,
             binary=os.urandom(48),
-            asm={"ttir": empty_ttir(name, types), "ptx": f"// the PTX of {name}\n"},
+            asm=asm,
             metadata=dict(self.metadata),
             num_warps=request.options.num_warps,
             **self.fields,
