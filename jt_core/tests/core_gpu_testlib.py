@@ -18,13 +18,8 @@ from typing import Any, ClassVar
 
 import jax
 
-import jt_core
-from jt_core.call import LaunchConfig
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
-from jt_core.gpu import jaxlib_call
-from jt_core.gpu.handler import LaunchHandlerLibrary
-from jt_core.gpu.launchers import HandlerLauncher, JaxlibLauncher
-from jt_core.gpu.xla import XlaTritonLauncher
+from jt_core.gpu import HandlerLauncher, JaxlibLauncher, LaunchHandlerLibrary, XlaTritonLauncher, jaxlib_call
+from jt_core.plugin import Backend, CompiledKernel, CompileRequest, LaunchConfig, Launcher, Target, hookimpl
 from jt_core.registry import Registry
 from jt_core.testing import fake_entry_point
 
@@ -104,13 +99,14 @@ class FakeXlaLauncher(XlaTritonLauncher):
 
 
 class FakeGpuPlugin:
-    """Registers the fake backend and its three launchers for ``cuda``."""
+    """Registers the fake backend and its three launchers for ``cuda`` (written as a GPU plugin is, on
+    ``jt_core.plugin`` and ``jt_core.gpu``)."""
 
-    @jt_core.hookimpl
+    @hookimpl
     def jt_register_backends(self) -> list[Backend]:
         return [FakeGpuBackend()]
 
-    @jt_core.hookimpl
+    @hookimpl
     def jt_register_launchers(self, platform: str | None) -> list[Launcher]:
         if platform not in (None, "cuda"):
             return []

@@ -98,31 +98,34 @@ def output_operand_aliases(operation: Any) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
+def _fields(data: Any) -> dict[int, list[Any]]:
+    return jaxlib_call.fields_by_number(bytes(data))  # type: ignore[return-value]
+
+
 def _decode_kernel_call(launch: bytes) -> dict[str, Any]:
     import struct
 
-    f = jaxlib_call.fields_by_number(launch)
-    k = jaxlib_call.fields_by_number(f[1][0])  # type: ignore[arg-type]
+    f = _fields(launch)
+    k = _fields(f[1][0])
+    names = {2: "bool", 3: "i32", 4: "u32", 5: "i64", 6: "u64"}
     params: list[tuple[Any, ...]] = []
     for raw in f.get(5, []):
-        ((number, (value,)),) = jaxlib_call.fields_by_number(raw).items()  # type: ignore[arg-type]
+        ((number, (value,)),) = _fields(raw).items()
         if number == 1:
-            a = jaxlib_call.fields_by_number(value)  # type: ignore[arg-type]
+            a = _fields(value)
             params.append(("array", a.get(1, [0])[0], a.get(2, [0])[0]))
         elif number == 7:
-            params.append(("f32", struct.unpack("<f", value)[0]))  # type: ignore[arg-type]
+            params.append(("f32", struct.unpack("<f", value)[0]))
         elif number == 8:
-            params.append(("f64", struct.unpack("<d", value)[0]))  # type: ignore[arg-type]
+            params.append(("f64", struct.unpack("<d", value)[0]))
         else:
-            names = {2: "bool", 3: "i32", 4: "u32", 5: "i64", 6: "u64"}
-            if names[number] in ("i32", "i64") and int(value) >= 1 << 63:  # type: ignore[arg-type]
-                value = int(value) - (1 << 64)  # type: ignore[arg-type]
-            params.append((names[number], value))
+            signed = names[number] in ("i32", "i64") and value >= 1 << 63
+            params.append((names[number], value - (1 << 64) if signed else value))
     return {
-        "kernel_name": bytes(k[1][0]).decode(),  # type: ignore[arg-type]
+        "kernel_name": k[1][0].decode(),
         "num_warps": k.get(2, [0])[0],
         "shared_mem_bytes": k.get(3, [0])[0],
-        "module": bytes(k[4][0]).decode(),  # type: ignore[arg-type]
+        "module": k[4][0].decode(),
         "compute_capability": k.get(6, [0])[0],
         "num_ctas": k.get(10, [None])[0],
         "grid": tuple(f.get(i, [0])[0] for i in (2, 3, 4)),
@@ -139,21 +142,15 @@ def decode_jaxlib_call(opaque: bytes) -> dict[str, Any]:
         ``("array", bytes_to_zero, ptr_divisibility)`` or ``(type, value)``) or ``autotuned`` (``name``,
         ``configs`` as ``(launch, description)`` pairs, ``aliases`` as ``(input, output, bytes)`` triples).
     """
-    f = jaxlib_call.fields_by_number(zlib.decompress(opaque))
-    out: dict[str, Any] = {"name": bytes(f[4][0]).decode(), "metadata": f.get(3, [b""])[0]}  # type: ignore[arg-type]
+    f = _fields(zlib.decompress(opaque))
+    out: dict[str, Any] = {"name": f[4][0].decode(), "metadata": f.get(3, [b""])[0]}
     if 1 in f:
-        out["kernel_call"] = _decode_kernel_call(f[1][0])  # type: ignore[arg-type]
+        out["kernel_call"] = _decode_kernel_call(f[1][0])
         return out
-    a = jaxlib_call.fields_by_number(f[2][0])  # type: ignore[arg-type]
-    configs = []
-    for raw in a.get(2, []):
-        c = jaxlib_call.fields_by_number(raw)  # type: ignore[arg-type]
-        configs.append((_decode_kernel_call(c[1][0]), bytes(c[2][0]).decode()))  # type: ignore[arg-type]
-    aliases = [
-        tuple(jaxlib_call.fields_by_number(raw).get(i, [0])[0] for i in (1, 2, 3))  # type: ignore[arg-type]
-        for raw in a.get(3, [])
-    ]
-    out["autotuned"] = {"name": bytes(a[1][0]).decode(), "configs": configs, "aliases": aliases}  # type: ignore[arg-type]
+    a = _fields(f[2][0])
+    configs = [(_decode_kernel_call(c[1][0]), c[2][0].decode()) for c in map(_fields, a.get(2, []))]
+    aliases = [tuple(alias.get(i, [0])[0] for i in (1, 2, 3)) for alias in map(_fields, a.get(3, []))]
+    out["autotuned"] = {"name": a[1][0].decode(), "configs": configs, "aliases": aliases}
     return out
 
 
