@@ -270,6 +270,7 @@ class LaunchHandlerConformance:
             spec.sources,
             include_dirs=[*include_first, *spec.include_dirs],
             headers=spec.headers,
+            flags=spec.flags,
             libraries=spec.libraries,
             directory=directory,
         )
