@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: lint, types, docs, pytest on both version sets (newest jax + triton;
-# jax/jaxlib 0.11.2 + triton 3.6.0), and the wheelhouse: jt built with `python -m build` and installed by name in
-# fresh virtualenvs. Prints each step with the seconds elapsed.
+# jax/jaxlib 0.11.2 + triton 3.6.0), the wheelhouse (jt built with `python -m build` and installed by name in fresh
+# virtualenvs), and each distribution's suite with only it and jt-core installed. Prints each step with the seconds
+# elapsed.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 status=0
@@ -13,6 +14,41 @@ run_pytest() {
     JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" || rc=$?
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
     if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; status=1; fi
+}
+
+# run_separated PYTHON: each distribution's suite passes with only that distribution and jt-core installed, so no
+# test of one reaches into another: one virtualenv with the packages the suites need, at the versions PYTHON's
+# environment has, jt-core's wheel from dist/, and each plugin's wheel in turn (installed, tested, uninstalled).
+# The suites run with -P, so that the checkout's jt_* folders do not import as (empty) packages.
+run_separated() {
+    local python="$1" venv="$ROOT/.ci-venv-separate" constraints dist installed rc
+    if [ ! -x "$venv/bin/python" ]; then
+        step "creating the virtualenv .ci-venv-separate"
+        "$(find_python)" -m venv "$venv"
+    fi
+    step "installing in .ci-venv-separate jax, triton and the test tools at the versions of $("$python" -c 'import sys; print(sys.prefix)'), and jt-core alone from dist/"
+    constraints="$(mktemp)"
+    "$python" -m pip freeze | grep -v '^jt[-_]' >"$constraints"
+    "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" -c "$constraints" \
+        jax triton pluggy numpy ml_dtypes pytest pytest-xdist hypothesis flatbuffers || status=1
+    rm -f "$constraints"
+    "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
+    "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$ROOT"/dist/jt_core-*.whl || status=1
+    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+        if [ "$dist" != jt_core ]; then
+            "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$ROOT"/dist/"$dist"-*.whl || status=1
+        fi
+        installed="$("$venv/bin/python" -c 'import importlib.metadata as m
+print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("jt-"))))')"
+        step "pytest $dist/tests with only $installed installed ($workers workers)"
+        rc=0
+        JT_STRICT_PLUGINS=1 "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
+        if [ "$rc" -ne 0 ]; then status=1; fi
+        if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; fi
+        if [ "$dist" != jt_core ]; then
+            "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y "${dist/_/-}" || status=1
+        fi
+    done
 }
 
 make_venv latest latest
@@ -41,6 +77,8 @@ JT_WHEELHOUSE_FIGURES="$figures" "$latest/bin/python" -m pytest -q -p no:cachepr
     tests/check_wheelhouse.py || status=1
 sed 's/^/    /' "$figures"
 rm -f "$figures"
+
+run_separated "$latest/bin/python"
 
 make_venv pinned pinned
 run_pytest "$ROOT/.ci-venv-pinned" pinned

@@ -30,14 +30,6 @@ def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def inplace_scale_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    """Current convention with an aliased output: writes through the input pointer."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
-
-
-@triton.jit
 def inplace_classic_kernel(x_ptr, n, factor, out_ptr, BLOCK: tl.constexpr):
     """Classic convention with an aliased output: the output keeps its own pointer (same buffer as x)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -70,22 +62,6 @@ def two_outputs_kernel(x_ptr, sum_ptr, diff_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + offsets, mask=mask)
     tl.store(sum_ptr + offsets, x + 1, mask=mask)
     tl.store(diff_ptr + offsets, x - 1, mask=mask)
-
-
-@triton.jit
-def half_writer_kernel(out_ptr, n, BLOCK: tl.constexpr):
-    """Writes 7.0 into the first half of the output only."""
-    offsets = tl.arange(0, BLOCK)
-    mask = offsets < n // 2
-    tl.store(out_ptr + offsets, tl.full((BLOCK,), 7.0, tl.float32), mask=mask)
-
-
-@triton.jit
-def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """Adds each block's sum into out[0] with an atomic: needs a zeroed output."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
-    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
 
 
 @triton.jit
@@ -216,3 +192,25 @@ def unknown_name_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     """Refused by Triton's front end: it reads a name that is defined nowhere."""
     offsets = tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + name_defined_nowhere)  # noqa: F821
+
+
+@triton.jit
+def softmax_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """Row-wise softmax of a row-major (rows, n) matrix, one program per row."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    x = tl.load(x_ptr + row * n + cols, mask=mask, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * n + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.jit
+def softmax_bwd_kernel(dy_ptr, y_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    """The softmax's backward pass per row: ``dx = y * (dy - sum(dy * y))``."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    y = tl.load(y_ptr + row * n + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + row * n + cols, mask=mask, other=0.0)
+    tl.store(dx_ptr + row * n + cols, y * (dy - tl.sum(dy * y, axis=0)), mask=mask)

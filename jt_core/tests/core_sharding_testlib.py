@@ -22,20 +22,21 @@ from jax.sharding import PartitionSpec as P
 import jt_core as jt
 from jt_core import tuning
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
+from jt_core.testing import sample_add_kernel
 
 assert "xla_force_host_platform_device_count=4" in os.environ.get("XLA_FLAGS", ""), "run with 4 host devices"
 
 
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-
 def add(x: Any, y: Any, launcher: str | None = None) -> Any:
     return jt.triton_call(
-        x, y, n=x.size, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, 32),), BLOCK=32, launcher=launcher
+        x,
+        y,
+        n=x.size,
+        kernel=sample_add_kernel,
+        out_shape=x,
+        grid=(triton.cdiv(x.size, 32),),
+        BLOCK=32,
+        launcher=launcher,
     )
 
 
@@ -98,7 +99,7 @@ def test_partitioned_triton_call_on_one_device_runs_whole(rng: np.random.Generat
             a,
             b,
             n=a.size,
-            kernel=add_kernel,
+            kernel=sample_add_kernel,
             out_shape=a,
             grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, 32),),
             BLOCK=32,
@@ -145,7 +146,7 @@ def test_partitioned_triton_call_runs_per_shard_with_the_ffi_launcher(mesh: Any,
             a,
             b,
             n=a.size // mesh.size,  # the shard's size: scalars reach every shard unchanged
-            kernel=add_kernel,
+            kernel=sample_add_kernel,
             out_shape=a,
             grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, 32),),
             BLOCK=32,
@@ -180,7 +181,7 @@ def test_partitioned_triton_call_given_a_global_size_is_refused_naming_local_siz
         lambda a, b: jt.triton_call(
             a,
             b,
-            kernel=add_kernel,
+            kernel=sample_add_kernel,
             out_shape=a,
             grid=lambda meta: (triton.cdiv(meta["n"], 64),),
             n=a.size,
@@ -262,4 +263,6 @@ def test_partition_rule_shape_errors() -> None:
 def test_triton_call_partition_needs_a_callable_grid() -> None:
     x = jnp.ones(64, jnp.float32)
     with pytest.raises(KernelCallValueError, match="partition= needs grid= as a callable"):
-        jt.triton_call(x, x, n=64, kernel=add_kernel, out_shape=x, grid=(2,), BLOCK=32, partition=jt.Elementwise())
+        jt.triton_call(
+            x, x, n=64, kernel=sample_add_kernel, out_shape=x, grid=(2,), BLOCK=32, partition=jt.Elementwise()
+        )

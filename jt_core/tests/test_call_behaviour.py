@@ -17,6 +17,7 @@ import triton.language as tl
 
 import jt_core as jt
 from jt_core.errors import KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
+from jt_core.testing import accumulate_kernel, half_write_kernel, scale_inplace_kernel
 from jt_core.triton_lib import JTJITFunction
 
 RNG = np.random.default_rng(1234)
@@ -95,7 +96,7 @@ def test_current_convention_aliased_output_has_no_parameter() -> None:
     x = rand(40)
     out = jax.jit(
         lambda x: jt.triton_call(
-            x, 40, 2.5, kernel=k.inplace_scale_kernel, out_shape=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
+            x, 40, 2.5, kernel=scale_inplace_kernel, out_shape=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
         )
     )(x)
     np.testing.assert_allclose(out, np.asarray(x) * 2.5, rtol=1e-6)
@@ -117,7 +118,7 @@ def test_aliased_output_reuses_donated_buffer() -> None:
 
     def f(x: jax.Array) -> jax.Array:
         return jt.triton_call(
-            x, 40, 3.0, kernel=k.inplace_scale_kernel, out_shape=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
+            x, 40, 3.0, kernel=scale_inplace_kernel, out_shape=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
         )
 
     out = jax.jit(f, donate_argnums=0)(x)
@@ -144,7 +145,7 @@ def test_multiple_outputs_and_pytree_outputs() -> None:
 def test_unwritten_outputs_are_poisoned_not_zero() -> None:
     with jt.cpu_checks(unwritten="ignore"):  # the race check would report what this test leaves unwritten
         out = jt.triton_call(
-            kernel=k.half_writer_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, n=8, BLOCK=8
+            kernel=half_write_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, n=8, BLOCK=8
         )
     np.testing.assert_array_equal(np.asarray(out)[:4], 7.0)
     assert np.isnan(np.asarray(out)[4:]).all()
@@ -156,7 +157,7 @@ def test_zeroed_outputs_are_zero_before_the_kernel(zeroed: Any) -> None:
     out = jax.jit(
         lambda x: jt.triton_call(
             x,
-            kernel=k.accumulate_kernel,
+            kernel=accumulate_kernel,
             out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
             grid=4,
             n=64,
@@ -175,7 +176,7 @@ def test_ref_operand_is_updated_in_place_alongside_an_allocated_output() -> None
     def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
         ref = jax.new_ref(x)
         copied = jt.triton_call(ref, kernel=k.copy_kernel, out_shape=x, grid=2, n=20, BLOCK=16)
-        jt.triton_call(ref, 20, 2.0, kernel=k.inplace_scale_kernel, out_shape=(), grid=2, BLOCK=16)
+        jt.triton_call(ref, 20, 2.0, kernel=scale_inplace_kernel, out_shape=(), grid=2, BLOCK=16)
         return ref[...], copied
 
     scaled, copied = f(x)

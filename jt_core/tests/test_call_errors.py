@@ -13,6 +13,7 @@ import pytest
 
 import jt_core as jt
 from jt_core.errors import JtError
+from jt_core.testing import scale_inplace_kernel
 
 X = jnp.arange(20, dtype=jnp.float32)
 SPEC = jax.ShapeDtypeStruct((20,), jnp.float32)
@@ -107,7 +108,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     (
         "alias output index out of range",
         lambda: jt.triton_call(
-            X, 20, 2.0, kernel=k.inplace_scale_kernel, out_shape=X, input_output_aliases={0: 3}, grid=2, BLOCK=16
+            X, 20, 2.0, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 3}, grid=2, BLOCK=16
         ),
         ValueError,
         r"maps operand 0 to output 3, but there are 1 outputs",
@@ -123,7 +124,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     (
         "alias of a scalar",
         lambda: jt.triton_call(
-            X, 20, 2.0, kernel=k.inplace_scale_kernel, out_type=X, input_output_aliases={1: 0}, grid=2, BLOCK=16
+            X, 20, 2.0, kernel=scale_inplace_kernel, out_type=X, input_output_aliases={1: 0}, grid=2, BLOCK=16
         ),
         ValueError,
         r"input_output_aliases key 1 names operand 'n', a scalar; only arrays can be aliased",
@@ -210,7 +211,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
                 jax.new_ref(x),
                 20,
                 2.0,
-                kernel=k.inplace_scale_kernel,
+                kernel=scale_inplace_kernel,
                 out_shape=x,
                 input_output_aliases={0: 0},
                 grid=2,
@@ -222,7 +223,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ),
     (
         "no outputs at all",
-        lambda: jt.triton_call(X, 20, 2.0, kernel=k.inplace_scale_kernel, out_shape=(), grid=2, BLOCK=16),
+        lambda: jt.triton_call(X, 20, 2.0, kernel=scale_inplace_kernel, out_shape=(), grid=2, BLOCK=16),
         ValueError,
         r"describes no outputs and no operand is a Ref",
     ),

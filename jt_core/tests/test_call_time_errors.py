@@ -20,6 +20,7 @@ import triton.language as tl
 import jt_core as jt
 from jt_core import errors
 from jt_core.errors import KernelCallTypeError, KernelCompileError, OutOfBoundsAccessError
+from jt_core.testing import scale_inplace_kernel
 
 
 @triton.jit
@@ -130,7 +131,7 @@ def test_wrong_operand_count_is_summed_up_first() -> None:
 
 def test_summary_counts_aliased_outputs_both_ways() -> None:
     with pytest.raises(KernelCallTypeError) as info:
-        jt.triton_call(X, kernel=k.inplace_scale_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3, BLOCK=16)
+        jt.triton_call(X, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3, BLOCK=16)
     assert (
         "takes 2 operands (x_ptr, n) and 1 output (factor), or 3 operands when its 1 aliased output have no pointer "
         "parameter of their own (current convention); the call gives 1 operand"
@@ -269,14 +270,14 @@ def test_64_bit_numpy_operand_is_passed_as_such_with_x64_on() -> None:
 
 def test_in_place_kernel_without_alias_suggests_input_output_aliases() -> None:
     with pytest.raises(KernelCallTypeError) as info:
-        jt.triton_call(X, 40, 3.0, kernel=k.inplace_scale_kernel, out_shape=X, grid=3, BLOCK=16)
+        jt.triton_call(X, 40, 3.0, kernel=scale_inplace_kernel, out_shape=X, grid=3, BLOCK=16)
     message = str(info.value)
     first = message.splitlines()[0]
     assert "and 1 output (factor)" not in first
     assert "the call's 3 operands (x_ptr, n, factor) fill them all, leaving none for the 1 output" in first
     assert "input_output_aliases={0: 0}" in message and "in place" in message
     out = jt.triton_call(
-        X, 40, 3.0, kernel=k.inplace_scale_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3, BLOCK=16
+        X, 40, 3.0, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3, BLOCK=16
     )
     np.testing.assert_allclose(out, np.asarray(X) * 3.0, rtol=1e-6)
 
@@ -284,11 +285,11 @@ def test_in_place_kernel_without_alias_suggests_input_output_aliases() -> None:
 def test_in_place_suggestion_names_the_operand_that_matches_the_output() -> None:
     ones = jnp.ones(8, jnp.int32)
     with pytest.raises(KernelCallTypeError) as info:
-        jt.triton_call(ones, kernel=k.inplace_scale_kernel, out_shape=X, grid=3, n=40, factor=3.0, BLOCK=16)
+        jt.triton_call(ones, kernel=scale_inplace_kernel, out_shape=X, grid=3, n=40, factor=3.0, BLOCK=16)
     assert "input_output_aliases={0" not in str(info.value)
     assert "no operand has the shape and dtype of output 0 (float32[40])" in str(info.value)
     with pytest.raises(KernelCallTypeError) as info:
-        jt.triton_call(X, kernel=k.inplace_scale_kernel, out_shape=X, grid=3, n=40, factor=3.0, BLOCK=16)
+        jt.triton_call(X, kernel=scale_inplace_kernel, out_shape=X, grid=3, n=40, factor=3.0, BLOCK=16)
     assert "input_output_aliases={0: 0}" in str(info.value)
 
 

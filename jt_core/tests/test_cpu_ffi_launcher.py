@@ -21,7 +21,7 @@ import jt_core as jt
 from jt_core import hooks
 from jt_core.interpreter import ffi_launcher
 from jt_core.interpreter.ffi_launcher import TARGET_NAME, CpuFfiLauncher
-from jt_core.testing import LauncherConformance
+from jt_core.testing import LauncherConformance, accumulate_kernel, scale_inplace_kernel
 
 BEHAVIOUR = Path(__file__).with_name("test_call_behaviour.py")
 RNG = np.random.default_rng(4321)
@@ -141,10 +141,10 @@ def test_aliased_ref_and_zeroed_outputs_write_into_xla_buffers() -> None:
     @jax.jit
     def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
         ref = jax.new_ref(x)
-        jt.triton_call(ref, 64, 2.0, kernel=k.inplace_scale_kernel, out_shape=(), grid=4, BLOCK=16, launcher="ffi")
+        jt.triton_call(ref, 64, 2.0, kernel=scale_inplace_kernel, out_shape=(), grid=4, BLOCK=16, launcher="ffi")
         total = jt.triton_call(
             ref,
-            kernel=k.accumulate_kernel,
+            kernel=accumulate_kernel,
             out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
             grid=4,
             n=64,

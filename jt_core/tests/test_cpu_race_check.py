@@ -23,6 +23,8 @@ from jt_core.errors import DataRaceError, UnwrittenOutputError, UnwrittenOutputW
 sys.path.insert(0, str(Path(__file__).parent))
 import core_kernels as k
 
+from jt_core.testing import scale_inplace_kernel
+
 
 def rand(n: int, seed: int = 0) -> jax.Array:
     return jnp.asarray(np.random.default_rng(seed).standard_normal(n), dtype=jnp.float32)
@@ -254,7 +256,7 @@ def test_correct_kernels_run_clean_and_right() -> None:
                     x,
                     100,
                     3.0,
-                    kernel=k.inplace_scale_kernel,
+                    kernel=scale_inplace_kernel,
                     out_shape=x,
                     input_output_aliases={0: 0},
                     grid=7,

@@ -22,6 +22,7 @@ import triton.language as tl
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, NoDeviceError
 from jt_core.gpu import jaxlib_call
+from jt_core.testing import scale_inplace_kernel
 from jt_core.triton_lib import JTJITFunction
 
 
@@ -125,12 +126,12 @@ def test_classic_alias_keys_count_arrays_only_as_in_0_3() -> None:
 def test_current_alias_keys_count_every_operand_as_in_0_4() -> None:
     x = rand(40, 12)
     out = jt.triton_call(
-        x, 40, 2.0, kernel=k.inplace_scale_kernel, out_type=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
+        x, 40, 2.0, kernel=scale_inplace_kernel, out_type=x, input_output_aliases={0: 0}, grid=3, BLOCK=16
     )
     np.testing.assert_allclose(out, np.asarray(x) * 2.0, rtol=1e-6)
     with pytest.raises(ValueError, match=r"key 2 names operand 'factor', a scalar"):
         jt.triton_call(
-            x, 40, 2.0, kernel=k.inplace_scale_kernel, out_type=x, input_output_aliases={2: 0}, grid=3, BLOCK=16
+            x, 40, 2.0, kernel=scale_inplace_kernel, out_type=x, input_output_aliases={2: 0}, grid=3, BLOCK=16
         )
 
 

@@ -175,19 +175,20 @@ def test_build_native_builds_every_library_and_plugins_says_so(tmp_path: Path) -
         for label, details in entry["provides"]["launcher_details"].items()
         if "native" in details
     }
-    assert {"cpu:ffi", "cuda:jt", "rocm:jt"} <= set(native)
+    # jt-core's own (the CPU backend's call target), and those of the installed plugins' launchers
+    assert "cpu:ffi" in native and native["cpu:ffi"]["library"] == "jt_cpu_interpreter_call"
     assert not any(status["built"] for status in native.values())
     built = _cli("build-native", JT_CACHE_DIR=str(tmp_path))
     assert built.returncode == 0, built.stderr
-    for name in ("jt_cpu_interpreter_call", "jt_cuda_launch", "jt_rocm_launch"):
+    for name in {status["library"] for status in native.values()}:
         assert f"{name}" in built.stdout and "building " + name in built.stderr
     after = json.loads(_cli("plugins", "--json", JT_CACHE_DIR=str(tmp_path)).stdout)
     built_now = [d["native"] for e in after for d in e["provides"]["launcher_details"].values() if "native" in d]
-    assert len(built_now) == 3 and all(str(status["path"]).startswith(str(tmp_path)) for status in built_now)
+    assert len(built_now) == len(native) and all(str(status["path"]).startswith(str(tmp_path)) for status in built_now)
     listed = _cli("plugins", JT_CACHE_DIR=str(tmp_path)).stdout
     assert f"cpu:ffi          jt_cpu_interpreter_call  built: {tmp_path / 'native'}" in listed
     again = _cli("build-native", JT_CACHE_DIR=str(tmp_path))
-    assert again.stdout.count("already built") == 3 and "building" not in again.stderr
+    assert again.stdout.count("already built") == len(native) and "building" not in again.stderr
 
 
 def test_without_a_compiler_plugins_says_what_happens(tmp_path: Path) -> None:

@@ -67,27 +67,45 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def test_cli_json_lists_every_plugin() -> None:
-    data = json.loads(_cli("plugins", "--json").stdout)
+def _with_working_plugin(folder: pathlib.Path) -> dict[str, str]:
+    """Installs the distribution ``jt-listed-example`` 0.3 in ``folder`` (its plugin ``listed`` loads and provides
+    nothing); returns the environment that puts it on the path."""
+    (folder / "jt_listed_example.py").write_text(
+        "from jt_core.plugin import API_VERSION as JT_PLUGIN_API, hookimpl\n\n"
+        "@hookimpl\ndef jt_register_backends(platform):\n    return []\n"
+    )
+    dist = folder / "jt_listed_example-0.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jt-listed-example\nVersion: 0.3\n")
+    (dist / "entry_points.txt").write_text("[jt]\nlisted = jt_listed_example\n")
+    return {"PYTHONPATH": str(folder)}
+
+
+def test_cli_json_lists_every_plugin(tmp_path: pathlib.Path) -> None:
+    import importlib.metadata
+
+    data = json.loads(_cli("plugins", "--json", env=_with_working_plugin(tmp_path)).stdout)
     by_name = {entry["name"]: entry for entry in data}
     assert by_name["cpu"]["status"] == "builtin"
     assert by_name["cpu"]["provides"]["platforms"] == ["cpu"]
     assert by_name["triton"]["provides"]["dialects"] == ["triton"]
-    for name in ("cuda", "rocm", "gluon"):
-        assert by_name[name]["distribution"] == f"jt-{name}"
-        assert by_name[name]["status"] == "loaded", by_name[name]
-        assert by_name[name]["version"] == jt_core.__version__
+    installed = {
+        (ep.name, ep.dist.metadata["Name"], ep.dist.version) for ep in importlib.metadata.entry_points(group="jt")
+    }
+    for name, distribution, version in installed | {("listed", "jt-listed-example", "0.3")}:
+        assert (by_name[name]["distribution"], by_name[name]["version"]) == (distribution, version)
+        assert by_name[name]["status"] == "loaded" and by_name[name]["error"] is None, by_name[name]
     assert set(by_name["cpu"]) == {"name", "distribution", "version", "status", "provides", "error", "faults"}
 
 
-def test_cli_text_shows_a_table_and_errors() -> None:
-    out = _cli("plugins", env={"JT_DISABLE_PLUGINS": "rocm"}).stdout
+def test_cli_text_shows_a_table_and_errors(tmp_path: pathlib.Path) -> None:
+    out = _cli("plugins", env={**_with_working_plugin(tmp_path), "JT_DISABLE_PLUGINS": "listed"}).stdout
     header, *rows = out.splitlines()
     assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES"]
     cpu = next(row for row in rows if row.startswith("cpu "))
     assert "builtin" in cpu and "backends: cpu" in cpu and "launchers: cpu:interpreter" in cpu
-    rocm = next(row for row in rows if row.startswith("rocm "))
-    assert "blocked" in rocm and rocm.endswith("nothing: listed in JT_DISABLE_PLUGINS")
+    listed = next(row for row in rows if row.startswith("listed "))
+    assert "blocked" in listed and listed.endswith("nothing: listed in JT_DISABLE_PLUGINS")
 
 
 def test_installed_broken_distribution_is_listed_and_cpu_still_works(tmp_path: pathlib.Path) -> None:

@@ -14,22 +14,7 @@ import triton.language as tl
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, OutOfBoundsAccessError
-
-
-@triton.jit
-def add_tiles_kernel(a_desc, b_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
-    """``out = a + b`` one (BM, BN) tile per program, all three through descriptors."""
-    m = tl.program_id(0) * BM
-    n = tl.program_id(1) * BN
-    out_desc.store([m, n], a_desc.load([m, n]) + b_desc.load([m, n]))
-
-
-@triton.jit
-def read_tile_kernel(desc, out_ptr, row, col, BM: tl.constexpr, BN: tl.constexpr):
-    """Copies the (BM, BN) tile of ``desc`` at (row, col), padding included, to a dense (BM, BN) output."""
-    tile = desc.load([row, col])
-    offsets = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-    tl.store(out_ptr + offsets, tile)
+from jt_core.testing import add_tiles_kernel, copy_tiles_kernel, load_tile, read_tile_kernel
 
 
 @triton.jit
@@ -307,21 +292,6 @@ def test_layout_on_a_triton_kernel_is_refused() -> None:
 # -- jax-triton 0.4's forms: from_array, and the dataclass form with explicit shape and strides -----------------
 
 
-def read_desc(desc: jt.TensorDescriptor, row: int, col: int) -> Any:
-    """The (BM, BN) tile of ``desc`` at (row, col), as its loads see it (padding included)."""
-    bm, bn = desc.block_shape
-    return jt.triton_call(
-        desc,
-        row=row,
-        col=col,
-        kernel=read_tile_kernel,
-        out_shape=jax.ShapeDtypeStruct((bm, bn), desc.dtype),
-        grid=1,
-        BM=bm,
-        BN=bn,
-    )
-
-
 def _values(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
     """Random values every dtype holds exactly (small integers for integer types)."""
     rng = np.random.default_rng(seed)
@@ -367,7 +337,7 @@ def test_every_tma_dtype_reads_a_ragged_tile_with_each_padding(dtype: Any, form:
         expected = np.full((8, bn), np.nan if padding == "nan" else 0, np.float64)
         inside = visible[8:12, col : col + bn].astype(np.float64)
         expected[: inside.shape[0], : inside.shape[1]] = inside
-        out = np.asarray(read_desc(desc, 8, col)).astype(np.float64)
+        out = np.asarray(load_tile(desc, 8, col)).astype(np.float64)
         np.testing.assert_array_equal(out, expected, err_msg=f"padding={padding}")
 
 
@@ -375,14 +345,7 @@ def test_view_with_a_row_stride_reads_every_other_row() -> None:
     data = _random((16, 16), np.float32, 21)
     # rows 0, 2, 4, ...: shape (8, 16), strides (32, 1) over the flat buffer
     desc = jt.TensorDescriptor(jnp.asarray(data).reshape(-1), (8, 16), (32, 1), (8, 16))
-    np.testing.assert_array_equal(np.asarray(read_desc(desc, 0, 0)), data[::2])
-
-
-@triton.jit
-def copy_tiles_kernel(src_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
-    m = tl.program_id(0) * BM
-    n = tl.program_id(1) * BN
-    out_desc.store([m, n], src_desc.load([m, n]))
+    np.testing.assert_array_equal(np.asarray(load_tile(desc, 0, 0)), data[::2])
 
 
 def test_store_through_a_view_writes_only_inside_it() -> None:
@@ -421,10 +384,10 @@ def test_round_f32_to_tf32_rounds_loaded_values(form: str) -> None:
         desc = jt.TensorDescriptor.from_array(jnp.asarray(data), [8, 16], round_f32_to_tf32=True)
     else:
         desc = jt.TensorDescriptor(jnp.asarray(data), (8, 16), (16, 1), (8, 16), round_f32_to_tf32=True)
-    out = np.asarray(read_desc(desc, 0, 0))
+    out = np.asarray(load_tile(desc, 0, 0))
     np.testing.assert_array_equal(out, tf32_reference(data))
     assert out[0, 0] == 1.0 and out[0, 1] == 1 + 2.0**-9
-    plain = np.asarray(read_desc(jt.TensorDescriptor.from_array(jnp.asarray(data), [8, 16]), 0, 0))
+    plain = np.asarray(load_tile(jt.TensorDescriptor.from_array(jnp.asarray(data), [8, 16]), 0, 0))
     np.testing.assert_array_equal(plain, data)
 
 

@@ -1,4 +1,4 @@
-"""jt_core.testing: markers, the --jt-require-gpu option, fixtures, and the observer hook."""
+"""jt_core.testing: markers (hardware, plugins), the --jt-require-gpu option, fixtures, and the observer hook."""
 
 from __future__ import annotations
 
@@ -47,6 +47,31 @@ def test_require_gpu_option_turns_skips_into_failures(pytester: pytest.Pytester)
     result = pytester.runpytest("-p", "jt_core.testing", "--jt-require-gpu")
     result.assert_outcomes(passed=1, errors=2)
     result.stdout.fnmatch_lines(["*--jt-require-gpu is set*"])
+
+
+PLUGIN_MARKED = """
+import pytest
+
+@pytest.mark.requires_plugin("marked")
+def test_needs_the_installed_plugin():
+    pass
+
+@pytest.mark.requires_plugin("marked", "jt_no_such_plugin")
+def test_needs_a_missing_plugin():
+    pass
+"""
+
+
+def test_requires_plugin_skips_unless_every_plugin_named_is_installed(pytester: pytest.Pytester) -> None:
+    dist = pytester.path / "jt_marked_example-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jt-marked-example\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[jt]\nmarked = jt_marked_example_never_imported\n")
+    pytester.syspathinsert()
+    pytester.makepyfile(PLUGIN_MARKED)
+    result = pytester.runpytest("-p", "jt_core.testing", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs the jt plugins ?'jt_no_such_plugin'?, which no installed distribution*"])
 
 
 def test_hook_recorder_sees_compile_requests(jt_hook_recorder: HookRecorder) -> None:

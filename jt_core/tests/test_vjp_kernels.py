@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from core_kernels import softmax_bwd_kernel, softmax_fwd_kernel
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError
@@ -52,26 +53,6 @@ def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_r
     c2 = tl.sum(g, axis=0) / n
     tl.store(dx_ptr + row * n + cols, (g - (xhat * c1 + c2)) * rstd, mask=mask)
     tl.store(dw_rows_ptr + row * n + cols, dy * xhat, mask=mask)
-
-
-@triton.jit
-def softmax_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n
-    x = tl.load(x_ptr + row * n + cols, mask=mask, other=-float("inf"))
-    e = tl.exp(x - tl.max(x, axis=0))
-    tl.store(y_ptr + row * n + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-@triton.jit
-def softmax_bwd_kernel(dy_ptr, y_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n
-    y = tl.load(y_ptr + row * n + cols, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + row * n + cols, mask=mask, other=0.0)
-    tl.store(dx_ptr + row * n + cols, y * (dy - tl.sum(dy * y, axis=0)), mask=mask)
 
 
 def layer_norm_forward(x: Any, w: Any, b: Any, *, eps: float) -> tuple[Any, Any]:

@@ -10,38 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-import triton.language as tl
+from core_kernels import softmax_bwd_kernel, softmax_fwd_kernel
 
 import jt_core as jt
+from jt_core.testing import sample_add_kernel
 
 pytestmark = pytest.mark.cuda
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-
-@triton.jit
-def softmax_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n
-    x = tl.load(x_ptr + row * n + cols, mask=mask, other=-float("inf"))
-    e = tl.exp(x - tl.max(x, axis=0))
-    tl.store(y_ptr + row * n + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-@triton.jit
-def softmax_bwd_kernel(dy_ptr, y_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n
-    y = tl.load(y_ptr + row * n + cols, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + row * n + cols, mask=mask, other=0.0)
-    tl.store(dx_ptr + row * n + cols, y * (dy - tl.sum(dy * y, axis=0)), mask=mask)
 
 
 def add(x: Any, y: Any, vmap: str = "auto") -> Any:
@@ -49,7 +23,7 @@ def add(x: Any, y: Any, vmap: str = "auto") -> Any:
         x,
         y,
         n=x.size,
-        kernel=add_kernel,
+        kernel=sample_add_kernel,
         out_shape=x,
         grid=lambda meta: (triton.cdiv(x.size, meta["BLOCK"]),),
         BLOCK=256,
@@ -58,7 +32,7 @@ def add(x: Any, y: Any, vmap: str = "auto") -> Any:
 
 
 def softmax_rows(x: Any, block: int) -> tuple[Any, Any]:
-    y = jt.triton_call(x, n=x.shape[1], kernel=softmax_kernel, out_shape=x, grid=(x.shape[0],), BLOCK=block)
+    y = jt.triton_call(x, n=x.shape[1], kernel=softmax_fwd_kernel, out_shape=x, grid=(x.shape[0],), BLOCK=block)
     return y, y
 
 
@@ -117,7 +91,7 @@ def test_partitioned_call_runs_per_gpu_without_gather(rng: np.random.Generator) 
                 a,
                 b,
                 n=a.size // 2,
-                kernel=add_kernel,
+                kernel=sample_add_kernel,
                 out_shape=a,
                 grid=lambda meta: (triton.cdiv(meta["x_ptr"].size, meta["BLOCK"]),),
                 BLOCK=256,

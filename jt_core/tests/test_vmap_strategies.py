@@ -15,16 +15,9 @@ import triton.language as tl
 import jt_core as jt
 from jt_core.batching import program_axes_read
 from jt_core.errors import KernelCallValueError
+from jt_core.testing import accumulate_kernel, sample_add_kernel, scale_inplace_kernel
 
 BLOCK = 32
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit
@@ -48,21 +41,6 @@ def dynamic_axis_kernel(x_ptr, out_ptr, axis):
 
 
 @triton.jit
-def inplace_scale_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
-
-
-@triton.jit
-def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    # Accumulates partial sums into a zeroed output.
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
-
-
-@triton.jit
 def pair_kernel(pair, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
@@ -83,7 +61,14 @@ def autotuned_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def add(x: Any, y: Any, vmap: str = "auto") -> Any:
     return jt.triton_call(
-        x, y, n=x.size, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, BLOCK),), BLOCK=BLOCK, vmap=vmap
+        x,
+        y,
+        n=x.size,
+        kernel=sample_add_kernel,
+        out_shape=x,
+        grid=(triton.cdiv(x.size, BLOCK),),
+        BLOCK=BLOCK,
+        vmap=vmap,
     )
 
 
@@ -282,7 +267,7 @@ def test_aliased_unbatched_input_gets_a_copy_per_element(rng: np.random.Generato
             a,
             a.size,
             2.5,
-            kernel=inplace_scale_kernel,
+            kernel=scale_inplace_kernel,
             out_shape=a,
             input_output_aliases={0: 0},
             grid=(triton.cdiv(a.size, BLOCK),),
@@ -301,7 +286,7 @@ def test_zeroed_outputs_are_zeroed_for_every_batch_element(rng: np.random.Genera
         return jt.triton_call(
             a,
             n=a.size,
-            kernel=sum_kernel,
+            kernel=accumulate_kernel,
             out_shape=jax.ShapeDtypeStruct((1,), a.dtype),
             zeroed_outputs=(0,),
             grid=(triton.cdiv(a.size, BLOCK),),
@@ -352,7 +337,7 @@ def test_refs_are_updated_per_batch_element(rng: np.random.Generator) -> None:
 
     def f(a: Any) -> Any:
         ref = jax.new_ref(a)
-        jt.triton_call(ref, a.size, 3.0, kernel=inplace_scale_kernel, out_shape=(), grid=(2,), BLOCK=BLOCK)
+        jt.triton_call(ref, a.size, 3.0, kernel=scale_inplace_kernel, out_shape=(), grid=(2,), BLOCK=BLOCK)
         return ref[...]
 
     np.testing.assert_allclose(jax.jit(jax.vmap(f))(x), x * 3.0, rtol=1e-6)

@@ -14,38 +14,6 @@ import triton.language as tl
 
 
 @triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """``out = x + y`` (classic order: inputs, output, scalar)."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
-
-
-@triton.jit
-def out_first_kernel(out_ptr, x_ptr, scale, n, BLOCK: tl.constexpr):
-    """``out = x * scale`` with the output pointer declared before the input pointer."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * scale, mask=mask)
-
-
-@triton.jit
-def scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    """``x *= factor`` through the input pointer (current convention, aliased output)."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
-
-
-@triton.jit
-def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """``out += sum(x)`` with atomics: the output must start at zero (``zeroed_outputs``)."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=mask, other=0.0), axis=0))
-
-
-@triton.jit
 def scalar_types_kernel(a, b, c, d, e, out_ptr, BLOCK: tl.constexpr):
     """Writes ``a + b + c + d + e`` (int8, int16, int64, float32, float64 scalars) as float32."""
     offsets = tl.arange(0, BLOCK)
@@ -83,22 +51,6 @@ def matmul_kernel(
     tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-@triton.autotune(
-    configs=[
-        triton.Config({"BLOCK": 128}, num_warps=4),
-        triton.Config({"BLOCK": 256}, num_warps=4),
-        triton.Config({"BLOCK": 512}, num_warps=8),
-    ],
-    key=["n"],
-)
-@triton.jit
-def autotuned_scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    """``x *= factor`` in place, with three candidate block sizes."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
-
-
 @triton.jit
 def big_shared_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     """A row reduction whose tile is staged through shared memory (scaled by ``BLOCK``)."""
@@ -112,59 +64,25 @@ def big_shared_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 
 def add_call(x: Any, y: Any, block: int = 128, **options: Any) -> Any:
-    """``triton_call`` of :func:`add_kernel` over all of ``x``."""
+    """``triton_call`` of ``sample_add_kernel`` over all of ``x``."""
     import jt_core as jt
+    from jt_core.testing import sample_add_kernel
 
     return jt.triton_call(
-        x, y, kernel=add_kernel, out_shape=x, grid=(triton.cdiv(x.size, block),), n=x.size, BLOCK=block, **options
+        x,
+        y,
+        kernel=sample_add_kernel,
+        out_shape=x,
+        grid=(triton.cdiv(x.size, block),),
+        n=x.size,
+        BLOCK=block,
+        **options,
     )
 
 
 def lower_for_cuda(fn: Callable[..., Any], *specs: Any, **jit_kwargs: Any) -> Any:
     """``jax.jit(fn)`` lowered for the ``cuda`` platform (works without a GPU)."""
     return jax.jit(fn, **jit_kwargs).trace(*specs).lower(lowering_platforms=("cuda",))
-
-
-def backend_config(operation: Any) -> dict[str, Any]:
-    """A typed-FFI custom call's attributes (``mhlo.backend_config``) as Python values."""
-    from jax._src.lib.mlir import ir
-
-    attrs = operation.attributes["mhlo.backend_config"]
-    out: dict[str, Any] = {}
-    for named in ir.DictAttr(attrs):
-        out[named.name] = attribute_value(named.attr)
-    return out
-
-
-def attribute_value(attr: Any) -> Any:
-    """Converts an MLIR attribute to ``bytes`` (strings), ``int`` or ``list[int]``."""
-    from jax._src.lib.mlir import ir
-
-    for kind, convert in (
-        (ir.StringAttr, lambda a: a.value_bytes),
-        (ir.IntegerAttr, lambda a: a.value),
-        (ir.DenseI64ArrayAttr, list),
-    ):
-        try:
-            typed = kind(attr)
-        except (ValueError, TypeError):
-            continue
-        return convert(typed)
-    return str(attr)
-
-
-def output_operand_aliases(operation: Any) -> list[tuple[int, int]]:
-    """``(operand index, output index)`` pairs of a custom call's ``output_operand_aliases``."""
-    import re
-
-    text = (
-        str(operation.attributes["output_operand_aliases"]) if "output_operand_aliases" in operation.attributes else ""
-    )
-    pairs = []
-    for match in re.finditer(r"output_tuple_indices = \[([0-9, ]*)\], operand_index = (\d+)", text):
-        outs = [int(v) for v in match.group(1).split(",") if v.strip()]
-        pairs.append((int(match.group(2)), outs[0] if outs else 0))
-    return sorted(pairs)
 
 
 def f32(shape: Sequence[int]) -> jax.ShapeDtypeStruct:

@@ -46,7 +46,8 @@ class TestXlaLauncherConformance(LauncherConformance):
 
 
 def test_launchers_are_ordered_by_priority() -> None:
-    from jt_core.registry import get_registry
+    import jt_core as jt
 
-    names = [launcher.name for _, launcher in get_registry().ensure_loaded().launchers["cuda"]]
-    assert names == ["jt", "jaxlib", "xla"]
+    (record,) = [r for r in jt.list_plugins() if r.name == "cuda"]
+    by_priority = sorted(record.launchers, key=lambda label: -record.launcher_details[label]["priority"])
+    assert by_priority == ["cuda:jt", "cuda:jaxlib", "cuda:xla"]

@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import pytest
 import triton
 import triton.language as tl
-from cuda_testlib import backend_config, lower_for_cuda
+from cuda_testlib import lower_for_cuda
 
 import jt_core as jt
 from jt_core import cache
-from jt_core.testing import custom_calls
+from jt_core.testing import backend_config, custom_calls
 
 
 @triton.jit

@@ -9,20 +9,14 @@ from typing import Any
 import jax
 import pytest
 import triton
-from cuda_testlib import (
-    add_call,
-    autotuned_scale_inplace_kernel,
-    backend_config,
-    f32,
-    lower_for_cuda,
-)
+from cuda_testlib import add_call, f32, lower_for_cuda
 from test_cuda_compile import bind, compile_call, small_matmul_call
 from triton.tools.disasm import get_sass
 
 import jt_core as jt
 from jt_core import cache
 from jt_core.gpu.attributes import ENTRY_WAIT
-from jt_core.testing import compile_request, custom_calls
+from jt_core.testing import autotuned_scale_inplace_kernel, backend_config, compile_request, custom_calls
 from jt_core.triton_dialect import TritonDialect
 from jt_cuda.backend import CudaBackend
 from jt_cuda.dependent_launch import insert_entry_wait

@@ -12,19 +12,16 @@ import pytest
 import triton
 import triton.language as tl
 from cuda_testlib import (
-    accumulate_kernel,
     add_call,
-    autotuned_scale_inplace_kernel,
     layer_norm_bwd_kernel,
     layer_norm_fwd_kernel,
     matmul_kernel,
-    out_first_kernel,
     scalar_types_kernel,
-    scale_inplace_kernel,
     softmax_kernel,
 )
 
 import jt_core as jt
+from jt_core.testing import accumulate_kernel, autotuned_scale_inplace_kernel, out_first_kernel, scale_inplace_kernel
 
 pytestmark = pytest.mark.cuda
 

@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from cuda_testlib import backend_config
 from test_cuda_gpu_record import counts_after
 from triton.language.extra.cuda import gdc_launch_dependents
 
 import jt_core as jt
-from jt_core.testing import custom_calls
+from jt_core.testing import backend_config, custom_calls, scale_inplace_kernel
 
 pytestmark = pytest.mark.cuda
 
@@ -50,13 +49,6 @@ def early_trigger_kernel(x_ptr, out_ptr, n, rounds, BLOCK: tl.constexpr):
     for i in range(rounds):
         busy += tl.sin(value + i)
     tl.store(out_ptr + offsets, value + 1.0 + 0.0 * busy, mask=mask)
-
-
-@triton.jit
-def scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
 
 
 @pytest.fixture(autouse=True)

@@ -14,15 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-from cuda_testlib import (
-    accumulate_kernel,
-    add_call,
-    autotuned_scale_inplace_kernel,
-    matmul_kernel,
-    scalar_types_kernel,
-)
+from cuda_testlib import add_call, matmul_kernel, scalar_types_kernel
 
 import jt_core as jt
+from jt_core.testing import accumulate_kernel, autotuned_scale_inplace_kernel
 from jt_cuda.launchers import HANDLER
 
 pytestmark = pytest.mark.cuda

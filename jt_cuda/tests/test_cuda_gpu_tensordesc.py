@@ -13,9 +13,10 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_into_view, read_desc, read_tile
+from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_into_view, read_tile
 
 import jt_core as jt
+from jt_core.testing import load_tile
 
 pytestmark = pytest.mark.cuda
 
@@ -118,7 +119,7 @@ def test_every_tma_dtype_reads_the_edge_tile_with_each_padding(dtype: Any, form:
                 desc = jt.TensorDescriptor.from_array(x, block_shape=[16, bn], padding=padding)
             else:
                 desc = jt.TensorDescriptor(x, (40, bn + aligned), (2 * bn, 1), (16, bn), padding=padding)
-            return read_desc(desc, 32, bn, launcher="jt")
+            return load_tile(desc, 32, bn, launcher="jt")
 
         visible = data if form == "from_array" else data[:, : bn + aligned]
         expected = np.full((16, bn), np.nan if padding == "nan" else 0, np.float64)
@@ -147,7 +148,7 @@ def test_round_f32_to_tf32_rounds_as_the_tma_unit_loads(form: str) -> None:
                 desc = jt.TensorDescriptor.from_array(x, [16, 32], round_f32_to_tf32=rounding)
             else:
                 desc = jt.TensorDescriptor(x, (64, 32), (64, 1), (16, 32), round_f32_to_tf32=rounding)
-            return read_desc(desc, 16, 0, launcher="jt")
+            return load_tile(desc, 16, 0, launcher="jt")
 
         return np.asarray(jax.jit(call)(jnp.asarray(data)))
 

@@ -11,17 +11,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-from cuda_testlib import (
-    accumulate_kernel,
-    add_call,
-    autotuned_scale_inplace_kernel,
-    out_first_kernel,
-    scale_inplace_kernel,
-)
+from cuda_testlib import add_call
 
 import jt_core as jt
 from jt_core.gpu.xla import TARGET_NAME, probe_records
-from jt_core.testing import custom_calls
+from jt_core.testing import (
+    accumulate_kernel,
+    autotuned_scale_inplace_kernel,
+    custom_calls,
+    out_first_kernel,
+    scale_inplace_kernel,
+)
 
 pytestmark = pytest.mark.cuda
 
@@ -120,7 +120,7 @@ def test_each_kernel_is_compiled_once_by_xla_on_its_own_and_recorded(private_cac
     x, y = rand(10), rand(11)
     jax.jit(lambda x, y: add_call(x, y, block=256, launcher="xla"))(x, y).block_until_ready()
     records = probe_records()
-    assert len(records) == 1 and records[0]["accepted"] and records[0]["kernel"] == "add_kernel"
+    assert len(records) == 1 and records[0]["accepted"] and records[0]["kernel"] == "sample_add_kernel"
     assert records[0]["seconds"] > 0
     jax.jit(lambda x, y: add_call(x, y, block=256, launcher="xla") * 1)(x, y).block_until_ready()
     assert len(probe_records()) == 1  # the same kernel again: the record answers

@@ -16,25 +16,22 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from cuda_testlib import (
-    accumulate_kernel,
-    add_call,
-    add_kernel,
-    autotuned_scale_inplace_kernel,
-    backend_config,
-    f32,
-    lower_for_cuda,
-    out_first_kernel,
-    output_operand_aliases,
-    scalar_types_kernel,
-    scale_inplace_kernel,
-)
+from cuda_testlib import add_call, f32, lower_for_cuda, scalar_types_kernel
 
 import jt_core as jt
 from jt_core.errors import JtError, KernelCallValueError, NoBackendError
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
-from jt_core.testing import custom_calls
+from jt_core.testing import (
+    accumulate_kernel,
+    autotuned_scale_inplace_kernel,
+    backend_config,
+    custom_calls,
+    out_first_kernel,
+    output_operand_aliases,
+    sample_add_kernel,
+    scale_inplace_kernel,
+)
 from jt_cuda.launchers import CudaJaxlibLauncher
 
 N = 1024
@@ -59,10 +56,10 @@ def test_default_launcher_is_the_jt_handler() -> None:
     assert len(op.operands) == 2 and len(op.results) == 1
     assert "mhlo.backend_config" in op.attributes  # typed FFI: attributes in a dictionary
     config = backend_config(op)
-    assert config["name"] == b"add_kernel"
+    assert config["name"] == b"sample_add_kernel"
     assert config["num_configs"] == 1
     assert config["binary_0"][:4] == b"\x7fELF"
-    assert config["symbol_0"] == b"add_kernel"
+    assert config["symbol_0"] == b"sample_add_kernel"
     # grid (8, 1, 1), 4 warps, no shared memory, no cluster, no scratch, not cooperative, a programmatic dependent
     # (sm90: the kernel waits at entry), no profile scratch
     assert config["launch_0"] == [8, 1, 1, 128, 0, 1, 0, 1, 0, 1, 0]
@@ -136,7 +133,7 @@ def test_autotuned_call_carries_every_config_and_the_buffers_to_restore() -> Non
 
     config = backend_config(jt_call_op(lower_for_cuda(f, f32((N,)))))
     assert config["num_configs"] == 3
-    assert [config[f"launch_{c}"][:4] for c in range(3)] == [[8, 1, 1, 128], [4, 1, 1, 128], [2, 1, 1, 256]]
+    assert [config[f"launch_{c}"][:4] for c in range(3)] == [[16, 1, 1, 32], [4, 1, 1, 128], [1, 1, 1, 256]]
     assert b"BLOCK=256" in config["label_1"]
     assert config["restore"] == [0]
 
@@ -241,7 +238,7 @@ def test_jaxlib_launcher_serialises_the_kernel_call() -> None:
     assert fields[4] == [b"my_add"]
     call = _fields(fields[1][0])
     kernel = _fields(call[1][0])
-    assert kernel[1] == [b"add_kernel"] and kernel[2] == [4] and kernel[6] == [90] and kernel[10] == [1]
+    assert kernel[1] == [b"sample_add_kernel"] and kernel[2] == [4] and kernel[6] == [90] and kernel[10] == [1]
     assert b".target sm_90a" in kernel[4][0]
     assert call[2] == [8] and call[3] == [1] and call[4] == [1]
     params = [_fields(p) for p in call[5]]
@@ -293,7 +290,7 @@ def test_jaxlib_launcher_autotunes_with_aliases_restored() -> None:
     autotuned = _fields(fields[2][0])
     assert len(autotuned[2]) == 3
     descriptions = [_fields(c)[2][0] for c in autotuned[2]]
-    assert b"BLOCK=128" in descriptions[0] and b"BLOCK=512" in descriptions[2]
+    assert b"BLOCK=64" in descriptions[0] and b"BLOCK=1024" in descriptions[2]
     # input buffer 0 aliases output buffer 1 (operands first, then results), 4 KiB to restore
     assert [_fields(a) for a in autotuned[3]] == [{1: [0], 2: [1], 3: [N * 4]}]
 
@@ -334,7 +331,7 @@ def test_lowering_is_identical_in_two_processes() -> None:
 
 def test_single_config_calls_use_the_preloaded_target(monkeypatch: pytest.MonkeyPatch) -> None:
     def f(x: Any) -> Any:
-        return jt.triton_call(x, x, kernel=add_kernel, out_shape=x, grid=N // BLOCK, n=N, BLOCK=BLOCK,
+        return jt.triton_call(x, x, kernel=sample_add_kernel, out_shape=x, grid=N // BLOCK, n=N, BLOCK=BLOCK,
                               compute_capability=90)  # fmt: skip
 
     spec = jax.ShapeDtypeStruct((N,), jnp.float32)

@@ -9,13 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_into_view, read_desc, read_tile
-from cuda_testlib import backend_config, lower_for_cuda
+from cuda_tensordesc_kernels import add_tiles, autotuned_add_tiles, copy_into_view, read_tile
+from cuda_testlib import lower_for_cuda
 
 import jt_core as jt
 from jt_core.errors import KernelCallValueError
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP
-from jt_core.testing import custom_calls
+from jt_core.testing import backend_config, custom_calls, load_tile
 from jt_cuda import _compat
 from jt_cuda.launchers import CudaJaxlibLauncher
 
@@ -147,7 +147,7 @@ def view_or_array(x: Any, form: str, block: tuple[int, int], **kwargs: Any) -> j
 
 def test_view_encodes_its_own_shape_and_the_base_row_stride() -> None:
     spec = jax.ShapeDtypeStruct((40, 96), jnp.float32)
-    lowered = lower_for_cuda(lambda x: read_desc(view_or_array(x, "view", BLOCK), 0, 0, compute_capability=90), spec)
+    lowered = lower_for_cuda(lambda x: load_tile(view_or_array(x, "view", BLOCK), 0, 0, compute_capability=90), spec)
     (operand,) = jt_op(lowered).operands
     assert str(operand.type) == "tensor<40x96xf32>"  # the whole base travels; the view is in the record
     config = backend_config(jt_op(lowered))
@@ -165,7 +165,7 @@ def test_round_f32_to_tf32_encodes_the_tfloat32_data_type(form: str) -> None:
 
     def data_type(rounding: bool) -> int:
         desc = lambda x: view_or_array(x, form, BLOCK, round_f32_to_tf32=rounding)  # noqa: E731
-        config = backend_config(jt_op(lower_for_cuda(lambda x: read_desc(desc(x), 0, 0, compute_capability=90), spec)))
+        config = backend_config(jt_op(lower_for_cuda(lambda x: load_tile(desc(x), 0, 0, compute_capability=90), spec)))
         ((_, _, code, *_),) = records(config)
         return code
 
@@ -177,7 +177,7 @@ def test_decomposed_descriptor_passes_the_tf32_flag_where_triton_takes_one() -> 
 
     def lower() -> Any:
         desc = lambda x: view_or_array(x, "view", BLOCK, padding="nan", round_f32_to_tf32=True)  # noqa: E731
-        return lower_for_cuda(lambda x: read_desc(desc(x), 0, 0, compute_capability=80), spec)
+        return lower_for_cuda(lambda x: load_tile(desc(x), 0, 0, compute_capability=80), spec)
 
     if _compat.decomposed_descriptor_flags() < 2:
         with pytest.raises(KernelCallValueError, match=r"'desc' asks for round_f32_to_tf32.*sm90"):
@@ -212,7 +212,7 @@ def test_every_tma_dtype_gets_the_driver_data_type_and_fill(dtype: Any, code: in
     for padding in ["zero", "nan"] if is_float and itemsize >= 2 else ["zero"]:
 
         def call(x: Any, padding: str = padding) -> Any:
-            return read_desc(view_or_array(x, form, block, padding=padding), 0, 0, compute_capability=90)
+            return load_tile(view_or_array(x, form, block, padding=padding), 0, 0, compute_capability=90)
 
         config = backend_config(jt_op(lower_for_cuda(call, spec)))
         ((_, _, data_type, rank, _swizzle, fill, *rest),) = records(config)

@@ -14,22 +14,21 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from cuda_testlib import (
-    add_call,
-    autotuned_scale_inplace_kernel,
-    backend_config,
-    f32,
-    lower_for_cuda,
-    out_first_kernel,
-    output_operand_aliases,
-    scale_inplace_kernel,
-)
+from cuda_testlib import add_call, f32, lower_for_cuda
 
 import jt_core as jt
 from jt_core.contracts import CompiledKernel
 from jt_core.gpu.xla import TARGET_NAME
 from jt_core.hookspecs import hookimpl
-from jt_core.testing import custom_calls
+from jt_core.testing import (
+    accumulate_kernel,
+    autotuned_scale_inplace_kernel,
+    backend_config,
+    custom_calls,
+    out_first_kernel,
+    output_operand_aliases,
+    scale_inplace_kernel,
+)
 
 N = 1024
 BLOCK = 128
@@ -60,7 +59,7 @@ def test_a_call_lowers_to_xlas_triton_call() -> None:
     )  # fmt: skip
     op = xla_op(lowered)
     config = backend_config(op)
-    assert config["name"] == b"add_kernel_xla"
+    assert config["name"] == b"sample_add_kernel_xla"
     assert (config["grid_x"], config["grid_y"], config["grid_z"]) == (N // BLOCK, 1, 1)
     assert config["num_warps"] == 2 and config["num_stages"] == 3 and config["debug"] == 0
     assert len(op.operands) == 2 and len(op.results) == 1
@@ -96,16 +95,10 @@ def test_an_aliased_output_is_the_operands_buffer() -> None:
     assert "tt.call @scale_inplace_kernel(%arg1," in entry_text(op)  # written through the result's buffer
 
 
-@triton.jit
-def _sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), axis=0))
-
-
 def test_a_zeroed_output_is_a_zero_filled_operand_aliased_to_it() -> None:
     def f(x: Any) -> Any:
         return jt.triton_call(
-            x, kernel=_sum_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32), zeroed_outputs=(0,),
+            x, kernel=accumulate_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32), zeroed_outputs=(0,),
             grid=N // BLOCK, n=N, BLOCK=BLOCK, compute_capability=90, launcher="xla",
         )  # fmt: skip
 
@@ -113,7 +106,7 @@ def test_a_zeroed_output_is_a_zero_filled_operand_aliased_to_it() -> None:
     op = xla_op(lowered)
     assert len(op.operands) == 2 and output_operand_aliases(op) == [(1, 0)]
     assert "stablehlo.constant dense<0.000000e+00>" in lowered.as_text()
-    assert "tt.call @_sum_kernel(%arg0, %arg2," in entry_text(op)
+    assert "tt.call @accumulate_kernel(%arg0, %arg2," in entry_text(op)
 
 
 @pytest.fixture
@@ -225,7 +218,7 @@ def test_export_carries_triton_ir_and_no_binary() -> None:
     )(f32((N,)), f32((N,)))
     restored = export.deserialize(exported.serialize())
     text = restored.mlir_module()
-    assert TARGET_NAME in text and "add_kernel_xla" in text
+    assert TARGET_NAME in text and "sample_add_kernel_xla" in text
     assert "jt_cuda_launch" not in text and "\\7FELF" not in text  # no cubin travels
     assert restored.platforms == ("cuda",)
     assert [a.shape for a in restored.in_avals] == [(N,), (N,)]

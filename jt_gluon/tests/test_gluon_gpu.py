@@ -24,7 +24,7 @@ from triton.experimental.gluon import language as gl
 
 import jt_core as jt
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.requires_plugin("cuda")]
 
 BLOCK = 256
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gluon_tensordesc_kernels import tma_add, tma_copy, tma_read_tile
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.requires_plugin("cuda")]
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,7 @@ def lowered_call(fn: Any, *specs: Any) -> tuple[Any, Any]:
     return eqn.params["call"], text
 
 
+@pytest.mark.requires_plugin("cuda")
 def test_signature_carries_the_shared_layout_like_gluon_writes_it() -> None:
     call, text = lowered_call(lambda a, b: tma_add(a, b, (32, 64), compute_capability=90), SPEC, SPEC)
     signature = call.specialization(call.configs[0]).signature
@@ -33,6 +34,7 @@ def test_signature_carries_the_shared_layout_like_gluon_writes_it() -> None:
     assert "tensormaps_0" in text and "jt_cuda_launch" in text
 
 
+@pytest.mark.requires_plugin("cuda")
 def test_copy_lowers_with_one_tensor_map_per_descriptor() -> None:
     _, text = lowered_call(lambda x: tma_copy(x, (32, 64), compute_capability=90), SPEC)
     match = re.search(r"tensormaps_0 = array<i64: ([-0-9, ]+)>", text)
@@ -66,6 +68,7 @@ def test_gluon_descriptor_call_on_the_cpu_is_refused() -> None:
         jax.jit(lambda a, b: tma_add(a, b, (32, 64)))(x, x)
 
 
+@pytest.mark.requires_plugin("cuda")
 @pytest.mark.parametrize(
     "dtype",
     [

@@ -13,10 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-import triton.language as tl
 
 import jt_core as jt
-from jt_core.testing import sample_add_kernel
+from jt_core.testing import (
+    accumulate_kernel,
+    autotuned_scale_inplace_kernel,
+    half_write_kernel,
+    out_first_kernel,
+    sample_add_kernel,
+)
 
 pytestmark = pytest.mark.rocm
 
@@ -63,21 +68,6 @@ def test_every_wavefront_of_a_program_runs(num_warps: int) -> None:
     np.testing.assert_array_equal(np.asarray(out), x + x)
 
 
-@triton.autotune(
-    configs=[
-        triton.Config({"BLOCK": 64}, num_warps=1),
-        triton.Config({"BLOCK": 256}, num_warps=4),
-        triton.Config({"BLOCK": 1024}, num_warps=8),
-    ],
-    key=["n"],
-)
-@triton.jit
-def _autotuned_scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
-
-
 def test_autotuning_restores_the_aliased_buffer_before_the_real_run() -> None:
     n = 100_000
     x = np.random.default_rng(7).standard_normal(n).astype(np.float32)
@@ -85,7 +75,7 @@ def test_autotuning_restores_the_aliased_buffer_before_the_real_run() -> None:
     def f(a: Any) -> Any:
         return jt.triton_call(
             a,
-            kernel=_autotuned_scale_inplace_kernel,
+            kernel=autotuned_scale_inplace_kernel,
             out_shape=a,
             grid=lambda m: (triton.cdiv(n, m["BLOCK"]),),
             n=n,
@@ -100,22 +90,10 @@ def test_autotuning_restores_the_aliased_buffer_before_the_real_run() -> None:
     np.testing.assert_allclose(again, x * 3.0, rtol=1e-6)
 
 
-@triton.jit
-def _half_write_kernel(out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.arange(0, BLOCK)
-    tl.store(out_ptr + offsets, tl.full((BLOCK,), 7.0, tl.float32), mask=offsets < n // 2)
-
-
-@triton.jit
-def _accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), axis=0))
-
-
 def test_zeroed_output_is_zero_where_the_kernel_does_not_write() -> None:
     out = jax.jit(
         lambda: jt.triton_call(
-            kernel=_half_write_kernel,
+            kernel=half_write_kernel,
             out_shape=jax.ShapeDtypeStruct((64,), jnp.float32),
             grid=1,
             n=64,
@@ -132,7 +110,7 @@ def test_zeroed_accumulator_is_cleared_on_every_execution() -> None:
     f = jax.jit(
         lambda a: jt.triton_call(
             a,
-            kernel=_accumulate_kernel,
+            kernel=accumulate_kernel,
             out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
             grid=20,
             n=5000,
@@ -145,18 +123,11 @@ def test_zeroed_accumulator_is_cleared_on_every_execution() -> None:
         np.testing.assert_allclose(np.asarray(f(x))[0], x.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
 
 
-@triton.jit
-def _out_first_kernel(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
-
-
 def test_output_parameter_before_input_gets_the_right_buffers() -> None:
     x = np.random.default_rng(1).standard_normal(300).astype(np.float32)
     out = jax.jit(
         lambda a: jt.triton_call(
-            kernel=_out_first_kernel, x_ptr=a, n=300, out_shape=a, grid=3, BLOCK=128, launcher="jt"
+            kernel=out_first_kernel, x_ptr=a, scale=2.0, n=300, out_shape=a, grid=3, BLOCK=128, launcher="jt"
         )
     )(x)
     np.testing.assert_array_equal(np.asarray(out), x * 2)

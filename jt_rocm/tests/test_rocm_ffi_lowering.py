@@ -14,13 +14,20 @@ import jax
 import jax.numpy as jnp
 import pytest
 import triton
-import triton.language as tl
-from rocm_testlib import backend_config, bound_call
+from rocm_testlib import add_one_kernel, bound_call
 
 import jt_core as jt
 from jt_core import registry
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
-from jt_core.testing import LauncherConformance, compile_request, custom_calls, make_registry, sample_add_kernel
+from jt_core.testing import (
+    LauncherConformance,
+    backend_config,
+    compile_request,
+    custom_calls,
+    make_registry,
+    out_first_kernel,
+    sample_add_kernel,
+)
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import HANDLER as handler
@@ -104,16 +111,9 @@ def test_parameters_are_described_by_index() -> None:
     assert config["num_configs"] == 1 and config["restore"] == [] and config["scratch_result"] == -1
 
 
-@triton.jit
-def _out_first_kernel(out_ptr, x_ptr, scale, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * scale, mask=mask)
-
-
 def test_output_declared_before_input_keeps_its_own_result_buffer() -> None:
     def f(x: Any) -> Any:
-        return jt.triton_call(kernel=_out_first_kernel, x_ptr=x, scale=2.5, n=64, out_shape=x, grid=2, BLOCK=32)
+        return jt.triton_call(kernel=out_first_kernel, x_ptr=x, scale=2.5, n=64, out_shape=x, grid=2, BLOCK=32)
 
     op = jt_call(lower(f, F32_64))
     # Unlike jaxlib's handler, no zero-filled operand is needed: the output is a result, addressed by index.
@@ -125,16 +125,9 @@ def test_output_declared_before_input_keeps_its_own_result_buffer() -> None:
     assert config["scalars"][:4] == jnp.float32(2.5).tobytes() and config["scalars"][8:12] == (64).to_bytes(4, "little")
 
 
-@triton.jit
-def _add_one_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
-
-
 _autotuned_add_one = triton.autotune(
     configs=[triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"]
-)(_add_one_kernel)
+)(add_one_kernel)
 
 
 def test_autotuned_call_lists_every_candidate_and_restores_the_aliased_buffer() -> None:

@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-import triton.language as tl
 from rocm_testlib import use_launcher
 
 import jt_core as jt
-from jt_core.testing import sample_add_kernel
+from jt_core.testing import half_write_kernel, out_first_kernel, sample_add_kernel
 
 pytestmark = pytest.mark.rocm
 
@@ -38,16 +37,10 @@ def test_add_matches_numpy(size: int) -> None:
     np.testing.assert_array_equal(np.asarray(f(x, y)), x + y)
 
 
-@triton.jit
-def _half_write_kernel(out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.arange(0, BLOCK)
-    tl.store(out_ptr + offsets, tl.full((BLOCK,), 7.0, tl.float32), mask=offsets < n // 2)
-
-
 def test_zeroed_output_is_zero_where_the_kernel_does_not_write() -> None:
     out = jax.jit(
         lambda: jt.triton_call(
-            kernel=_half_write_kernel,
+            kernel=half_write_kernel,
             out_shape=jax.ShapeDtypeStruct((64,), jnp.float32),
             grid=1,
             n=64,
@@ -58,14 +51,9 @@ def test_zeroed_output_is_zero_where_the_kernel_does_not_write() -> None:
     np.testing.assert_array_equal(np.asarray(out), np.r_[np.full(32, 7.0), np.zeros(32)].astype(np.float32))
 
 
-@triton.jit
-def _out_first_kernel(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
-
-
 def test_output_parameter_before_input_gets_the_right_buffers() -> None:
     x = np.random.default_rng(1).standard_normal(300).astype(np.float32)
-    out = jax.jit(lambda a: jt.triton_call(kernel=_out_first_kernel, x_ptr=a, n=300, out_shape=a, grid=3, BLOCK=128))(x)
+    out = jax.jit(
+        lambda a: jt.triton_call(kernel=out_first_kernel, x_ptr=a, scale=2.0, n=300, out_shape=a, grid=3, BLOCK=128)
+    )(x)
     np.testing.assert_array_equal(np.asarray(out), x * 2)

@@ -12,11 +12,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from rocm_testlib import bound_call, decode_opaque, use_launcher
+from rocm_testlib import bound_call, use_launcher
 
 import jt_core as jt
 from jt_core import files
-from jt_core.testing import compile_request, custom_calls, damage, failing_writes, sample_add_kernel
+from jt_core.testing import compile_request, custom_calls, damage, decode_jaxlib_call, failing_writes, sample_add_kernel
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import store_hsaco
@@ -59,7 +59,7 @@ def _module_path() -> Path:
 
     (op,) = custom_calls(jax.jit(add).trace(F32_64, F32_64).lower(lowering_platforms=("rocm",)))
     config = op.attributes["mhlo.backend_config"]
-    return Path(decode_opaque(bytes(config["opaque"].value_bytes))["kernel_call"]["module"])
+    return Path(decode_jaxlib_call(bytes(config["opaque"].value_bytes))["kernel_call"]["module"])
 
 
 @pytest.mark.parametrize("fault", ["corrupt", "truncate"])

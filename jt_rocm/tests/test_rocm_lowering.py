@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from rocm_testlib import bound_call, decode_opaque, use_launcher
+from rocm_testlib import add_one_kernel, bound_call, use_launcher
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.testing import compile_request, custom_calls, sample_add_kernel
+from jt_core.testing import compile_request, custom_calls, decode_jaxlib_call, out_first_kernel, sample_add_kernel
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 
@@ -46,7 +46,7 @@ def lower(f: Any, *specs: Any) -> Any:
 
 def opaque_of(op: Any) -> dict[str, Any]:
     config = op.attributes["mhlo.backend_config"]
-    return decode_opaque(bytes(config["opaque"].value_bytes))
+    return decode_jaxlib_call(bytes(config["opaque"].value_bytes))
 
 
 def add(x: Any, y: Any, **kwargs: Any) -> Any:
@@ -121,16 +121,9 @@ def test_lowering_is_deterministic_across_processes(tmp_path: Path) -> None:
     assert texts[0] == texts[1]
 
 
-@triton.jit
-def _out_first_kernel(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
-
-
 def test_output_declared_before_input_gets_its_own_buffer_in_parameter_order() -> None:
     def f(x: Any) -> Any:
-        return jt.triton_call(kernel=_out_first_kernel, x_ptr=x, n=64, out_shape=x, grid=2, BLOCK=32)
+        return jt.triton_call(kernel=out_first_kernel, x_ptr=x, scale=2.0, n=64, out_shape=x, grid=2, BLOCK=32)
 
     lowered = lower(f, F32_64)
     (op,) = custom_calls(lowered)
@@ -142,7 +135,7 @@ def test_output_declared_before_input_gets_its_own_buffer_in_parameter_order() -
     aliases = str(op.attributes["output_operand_aliases"])
     assert "operand_index = 0" in aliases
     launch = opaque_of(op)["kernel_call"]
-    assert launch["parameters"] == [("array", 0, 16), ("array", 0, 16), ("i32", 64)]
+    assert launch["parameters"] == [("array", 0, 16), ("array", 0, 16), ("f32", 2.0), ("i32", 64)]
     # The CPU interpreter agrees on what the kernel computes with these bindings.
     x = jnp.asarray(np.random.default_rng(0).standard_normal(64), jnp.float32)
     np.testing.assert_allclose(np.asarray(jax.jit(f)(x)), np.asarray(x) * 2)
@@ -155,17 +148,10 @@ def test_zeroed_output_is_cleared_by_the_handler() -> None:
     assert params[0] == ("array", 0, 16)
 
 
-@triton.jit
-def _add_one_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
-
-
 def test_aliased_output_shares_the_operand_buffer() -> None:
     def f(x: Any) -> Any:
         return jt.triton_call(
-            x, kernel=_add_one_kernel, out_shape=x, grid=2, n=64, BLOCK=32, input_output_aliases={0: 0}
+            x, kernel=add_one_kernel, out_shape=x, grid=2, n=64, BLOCK=32, input_output_aliases={0: 0}
         )
 
     (op,) = custom_calls(lower(f, F32_64))

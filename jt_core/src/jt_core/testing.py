@@ -9,6 +9,14 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
   ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
   accident);
+* the marker ``requires_plugin(name, ...)``, which skips a test unless the jt plugins it names are installed (a
+  test of one plugin that also needs another, so that each plugin's suite passes with only that plugin and jt-core);
+* kernels for tests (``sample_add_kernel``, ``scale_inplace_kernel``, ``autotuned_scale_inplace_kernel``,
+  ``out_first_kernel``, ``accumulate_kernel``, ``half_write_kernel``, and the tensor-descriptor kernels
+  ``add_tiles_kernel``, ``autotuned_add_tiles_kernel``, ``read_tile_kernel``, ``copy_tiles_kernel``);
+* for GPU plugins: :func:`custom_calls`, :func:`backend_config` and :func:`output_operand_aliases` (what a lowering
+  emits), :func:`decode_jaxlib_call` (jaxlib's kernel-call message), :func:`run_on_cpu_client` (jt's launch handler
+  on XLA's CPU client) and the conformance class :class:`LaunchHandlerConformance`;
 * :func:`run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine;
 * conformance classes :class:`BackendConformance`, :class:`LauncherConformance` and :class:`DialectConformance`
   that a plugin's test module subclasses, providing the object under test as a fixture.
@@ -39,11 +47,32 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-import triton
-import triton.language as tl
 
 from jt_core import frontend
 from jt_core import registry as registries
+from jt_core._testing_gpu import (  # noqa: F401 (re-exported)
+    HANDLER_HEADER,
+    HANDLER_STAGES,
+    LaunchHandlerConformance,
+    backend_config,
+    decode_jaxlib_call,
+    exported_symbols,
+    output_operand_aliases,
+    run_on_cpu_client,
+)
+from jt_core._testing_kernels import (  # noqa: F401 (re-exported)
+    accumulate_kernel,
+    add_tiles_kernel,
+    autotuned_add_tiles_kernel,
+    autotuned_scale_inplace_kernel,
+    copy_tiles_kernel,
+    half_write_kernel,
+    load_tile,
+    out_first_kernel,
+    read_tile_kernel,
+    sample_add_kernel,
+    scale_inplace_kernel,
+)
 from jt_core.api import triton_call
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, KernelCall
@@ -54,6 +83,8 @@ from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
 from jt_core.registry import Registry
 
 HARDWARE_MARKERS = ("cuda", "rocm", "gpu")
+#: The marker that names the jt plugins a test needs besides the one it tests.
+PLUGIN_MARKER = "requires_plugin"
 
 
 @functools.cache
@@ -75,14 +106,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def installed_plugins() -> set[str]:
+    """The names of the jt plugins installed here: the entry points of group ``jt`` (none is imported)."""
+    return {entry_point.name for entry_point in discover_entry_points()}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name in HARDWARE_MARKERS:
         config.addinivalue_line(
             "markers", f"{name}: needs a {name} device (skipped without one unless --jt-require-gpu)"
         )
+    config.addinivalue_line(
+        "markers", f"{PLUGIN_MARKER}(name, ...): needs the jt plugins named (skipped where one is not installed)"
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    wanted = [name for marker in item.iter_markers(PLUGIN_MARKER) for name in marker.args]
+    if wanted:
+        missing = sorted(set(wanted) - installed_plugins())
+        if missing:
+            pytest.skip(
+                f"needs the jt plugins {missing}, which no installed distribution provides (entry-point group 'jt')"
+            )
     for name in HARDWARE_MARKERS:
         if item.get_closest_marker(name) is None:
             continue
@@ -221,14 +267,6 @@ def jt_hook_recorder() -> Iterator[HookRecorder]:
 
 
 # -- sample kernels and calls --------------------------------------------------------------------------------
-
-
-@triton.jit
-def sample_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """``out = x + y`` over ``n`` elements: the kernel the conformance suites compile and run."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
 def distinct_kernels(folder: pathlib.Path, tag: str, count: int) -> list[Any]:
