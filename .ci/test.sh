@@ -19,7 +19,8 @@ run_pytest() {
 # run_separated PYTHON: each distribution's suite passes with only that distribution and jt-core installed, so no
 # test of one reaches into another: one virtualenv with the packages the suites need, at the versions PYTHON's
 # environment has, jt-core's wheel from dist/, and each plugin's wheel in turn (installed, tested, uninstalled).
-# The suites run with -P, so that the checkout's jt_* folders do not import as (empty) packages.
+# The suites run with -P, so that the checkout's jt_* folders do not import as (empty) packages, and with a cache
+# folder of their own (JT_CACHE_DIR), so that nothing compiled or built by another environment is served to them.
 run_separated() {
     local python="$1" venv="$ROOT/.ci-venv-separate" constraints dist installed rc
     if [ ! -x "$venv/bin/python" ]; then
@@ -42,7 +43,7 @@ run_separated() {
 print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("jt-"))))')"
         step "pytest $dist/tests with only $installed installed ($workers workers)"
         rc=0
-        JT_STRICT_PLUGINS=1 "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
+        JT_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
         if [ "$rc" -ne 0 ]; then status=1; fi
         if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; fi
         if [ "$dist" != jt_core ]; then

@@ -13,7 +13,8 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
   test of one plugin that also needs another, so that each plugin's suite passes with only that plugin and jt-core);
 * kernels for tests (``sample_add_kernel``, ``scale_inplace_kernel``, ``autotuned_scale_inplace_kernel``,
   ``out_first_kernel``, ``accumulate_kernel``, ``half_write_kernel``, and the tensor-descriptor kernels
-  ``add_tiles_kernel``, ``autotuned_add_tiles_kernel``, ``read_tile_kernel``, ``copy_tiles_kernel``);
+  ``add_tiles_kernel``, ``autotuned_add_tiles_kernel``, ``read_tile_kernel``, ``copy_tiles_kernel``, with
+  :func:`load_tile`, a call of ``read_tile_kernel``);
 * for GPU plugins: :func:`custom_calls`, :func:`backend_config` and :func:`output_operand_aliases` (what a lowering
   emits), :func:`decode_jaxlib_call` (jaxlib's kernel-call message), :func:`run_on_cpu_client` (jt's launch handler
   on XLA's CPU client) and the conformance class :class:`LaunchHandlerConformance`;
