@@ -36,9 +36,17 @@ def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
         return list(pool.map(hooks.compile_kernel, requests))
 
 
+#: The platforms whose launchers' libraries :func:`native_build_due` has asked about (the answer is then known).
+_asked: set[str] = set()
+
+
 def native_build_due(platform: str) -> bool:
     """Whether a launcher of ``platform`` would build its native library on first use (it is not built on this
-    machine, and a compiler is there to build it); asked once per library and process."""
+    machine, and a compiler is there to build it); asked once per platform and process, so later lowerings make
+    no library specs."""
+    if platform in _asked:
+        return False
+    _asked.add(platform)
     for launcher in hooks.launchers_for(platform):
         spec = hooks.serve(launcher, "native_library")
         if isinstance(spec, native.LibrarySpec) and native.build_due(spec):
