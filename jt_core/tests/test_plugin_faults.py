@@ -175,8 +175,13 @@ def test_ctrl_c_during_the_first_lowering_leaves_the_process_usable(tmp_path: pa
         )
     )
     _dist_info(site, "jt-sigint-example", "sigint = jt_sigint_example.plugin")
+    # Python turns SIGINT into KeyboardInterrupt only where it starts with the signal's default action; a process
+    # started with SIGINT ignored (a background job of a non-interactive shell, as CI may run the suite) keeps
+    # ignoring it. The script asks for Python's handler, as an interactive program has it.
     script = textwrap.dedent(
         """
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import jax, jax.numpy as jnp, numpy as np, jt_core as jt
         from jt_core.testing import sample_add_kernel
         x = jnp.asarray(np.random.default_rng().standard_normal(64), jnp.float32)

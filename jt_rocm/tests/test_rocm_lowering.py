@@ -23,7 +23,14 @@ from rocm_testlib import add_one_kernel, bound_call, use_launcher
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.testing import compile_request, custom_calls, decode_jaxlib_call, out_first_kernel, sample_add_kernel
+from jt_core.testing import (
+    compile_request,
+    custom_calls,
+    decode_jaxlib_call,
+    distinct_kernels,
+    out_first_kernel,
+    sample_add_kernel,
+)
 from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 
@@ -70,16 +77,24 @@ def test_lowers_to_jaxlibs_ffi_custom_call() -> None:
     assert launch["parameters"] == [("array", 0, 16), ("array", 0, 16), ("array", 0, 16), ("i32", 64)]
 
 
-def test_hsaco_travels_as_a_content_addressed_file(_hsaco_dir: Path) -> None:
-    launch = opaque_of(custom_calls(lower(add, F32_64, F32_64))[0])["kernel_call"]
+def test_hsaco_travels_as_a_content_addressed_file(_hsaco_dir: Path, tmp_path: Path) -> None:
+    # A kernel no cache has seen: a binary carries its source's file and lines, and a cache serves a kernel of the
+    # same text compiled from another file (another install, an older layout) as well, so the reference below must
+    # be compiled here, from this kernel.
+    (kernel,) = distinct_kernels(tmp_path, "hsaco", 1)
+
+    def scale(x: Any) -> Any:
+        return jt.triton_call(x, 64, kernel=kernel, out_shape=x, grid=2, BLOCK=32)
+
+    launch = opaque_of(custom_calls(lower(scale, F32_64))[0])["kernel_call"]
     path = Path(launch["module"])
     assert path.parent == _hsaco_dir
     backend = RocmBackend()
-    call = bound_call(backend_options={"arch": "gfx942"})
+    call = bound_call(kernel, args=(F32_64, 64), meta={"BLOCK": 32}, backend_options={"arch": "gfx942"})
     expected = backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))
     assert path.read_bytes() == expected.binary
     path.unlink()  # recent jaxlibs delete the file once loaded; the next lowering writes it again
-    lower(add, F32_64, F32_64)
+    lower(scale, F32_64)
     assert path.read_bytes() == expected.binary
 
 
