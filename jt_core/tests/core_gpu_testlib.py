@@ -59,7 +59,7 @@ class FakeGpuBackend(Backend):
     metadata: ClassVar[dict[str, Any]] = {}
     fields: ClassVar[dict[str, Any]] = {}
 
-    def target(self, call: Any, device: Any | None) -> Target:
+    def target(self) -> Target:
         return TARGET
 
     def cache_tag(self) -> str:
@@ -129,7 +129,7 @@ def bound_call(fn: Callable[..., Any], *specs: Any) -> Any:
 def compile_configs(call: Any) -> list[CompiledKernel]:
     """The fake backend's kernel for every configuration of ``call``."""
     backend = FakeGpuBackend()
-    requests = [CompileRequest.for_config(call, config, TARGET, backend, call.dialect) for config in call.configs]
+    requests = [CompileRequest.for_config(call, config, TARGET, backend) for config in call.configs]
     return [backend.compile(request) for request in requests]
 
 

@@ -18,7 +18,6 @@ import triton.language as tl
 from jt_core import cache, hooks
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.testing import compile_request, sample_add_kernel, sample_call
-from jt_core.triton_dialect import TritonDialect
 
 COMPILES: list[str] = []
 
@@ -30,8 +29,8 @@ class CountingBackend(Backend):
     cacheable = True
     tag = "tool-1"
 
-    def target(self, call: Any, device: Any) -> Target:
-        return Target("counting", int(call.compute_capability or 90), 32)
+    def target(self, backend_arguments: Any) -> Target:
+        return Target("counting", int(backend_arguments.get("compute_capability") or 90), 32)
 
     def cache_tag(self) -> str:
         return self.tag
@@ -63,7 +62,7 @@ def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pa
 def _compile(kernel: Any = None, backend: Backend | None = None, **meta: Any) -> CompiledKernel:
     backend = backend or CountingBackend()
     call = sample_call(kernel, compute_capability=meta.pop("cc", 90), **meta)
-    request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+    request = compile_request(backend, call)
     return cache.compile_cached(request)
 
 
@@ -231,7 +230,7 @@ def test_concurrent_writers_never_leave_a_torn_entry(private_cache: pathlib.Path
 def test_builtin_compile_hook_uses_the_disk_cache() -> None:
     call = sample_call(compute_capability=90)
     backend = CountingBackend()
-    request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+    request = compile_request(backend, call)
     hooks.compile_kernel(request)
     cache.clear_memory()
     hooks.compile_kernel(request)

@@ -25,7 +25,6 @@ from jt_core.call import CallOptions
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.gpu import xla
 from jt_core.testing import CACHE_FAULTS, bind, compile_request, damage, failing_writes, sample_call
-from jt_core.triton_dialect import TritonDialect
 
 sys.path.insert(0, str(Path(__file__).parent))
 import core_kernels as k
@@ -88,7 +87,7 @@ class FakeGpuBackend(Backend):
     def __init__(self, kind: KernelKind) -> None:
         self.kind = kind
 
-    def target(self, call: Any, device: Any) -> Target:
+    def target(self) -> Target:
         return Target("fake-gpu", 90, 32)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
@@ -113,7 +112,7 @@ class KernelKind(Kind):
         self.binary = rng.bytes(4096)
         backend = FakeGpuBackend(self)
         call = sample_call(BLOCK=int(rng.choice([16, 32, 64])))
-        self.request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+        self.request = compile_request(backend, call)
 
     def run(self) -> None:
         assert cache.compile_cached(self.request).binary == self.binary

@@ -143,7 +143,7 @@ _SLOW_BACKEND = """
         platform = "slow"
         cacheable = True
 
-        def target(self, call, device):
+        def target(self):
             return Target("slow", 90, 32)
 
         def compile(self, request):
@@ -158,7 +158,7 @@ _SLOW_BACKEND = """
         time.sleep(0.005)
     backend = SlowBackend()
     call = sample_call(BLOCK=64)
-    kernel = cache.compile_cached(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    kernel = cache.compile_cached(compile_request(backend, call))
     print(hashlib.sha256(kernel.binary).hexdigest())
 """
 

@@ -6,7 +6,6 @@ import errno
 import json
 import warnings
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +16,6 @@ import jt_core as jt
 from jt_core import hooks
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.testing import compile_request, failing_writes, sample_add_kernel, sample_call
-from jt_core.triton_dialect import TritonDialect
 
 
 class IrBackend(Backend):
@@ -26,7 +24,7 @@ class IrBackend(Backend):
     platform = "irplat"
     binary_suffix = "fakebin"
 
-    def target(self, call: Any, device: Any) -> Target:
+    def target(self) -> Target:
         return Target("irplat", "v1", 32)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
@@ -44,7 +42,7 @@ def test_every_ir_the_backend_kept_and_its_binary_are_dumped(tmp_path: Path, mon
     monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
     backend = IrBackend()
     call = sample_call()
-    request = compile_request(backend, call, backend.target(call, None), TritonDialect())
+    request = compile_request(backend, call)
     kernel = hooks.compile_kernel(request)
     hooks.compile_kernel(request)  # the same kernel again: files are replaced, not an error
     (folder,) = tmp_path.iterdir()
@@ -81,7 +79,7 @@ def test_no_dump_without_the_variable(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.chdir(tmp_path)
     backend = IrBackend()
     call = sample_call(BLOCK=16)
-    hooks.compile_kernel(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    hooks.compile_kernel(compile_request(backend, call))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -90,10 +88,7 @@ def test_a_dump_folder_that_takes_no_file_fails_no_compile(tmp_path: Path, monke
                                                            error: int) -> None:  # fmt: skip
     monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path / "dumps"))
     backend = IrBackend()
-    requests = [
-        compile_request(backend, call, backend.target(call, None), TritonDialect())
-        for call in (sample_call(), sample_call(BLOCK=16))
-    ]
+    requests = [compile_request(backend, call) for call in (sample_call(), sample_call(BLOCK=16))]
     with warnings.catch_warnings(record=True) as caught, failing_writes(tmp_path / "dumps", error):
         warnings.simplefilter("always")
         kernels = [hooks.compile_kernel(request) for request in requests]

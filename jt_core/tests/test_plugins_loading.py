@@ -24,7 +24,7 @@ from jt_core.testing import fake_entry_point, make_registry, sample_add_kernel
 class FakeBackend(Backend):
     platform = "fakeplat"
 
-    def target(self, call: Any, device: Any) -> Target:
+    def target(self) -> Target:
         return Target("fakeplat", "fake1", 16)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:

@@ -146,7 +146,7 @@ def test_installed_broken_distribution_is_listed_and_cpu_still_works(tmp_path: p
 class MinimalBackend(Backend):
     platform = "minimal"
 
-    def target(self, call: Any, device: Any) -> Target:
+    def target(self) -> Target:
         return Target("minimal", "m0", 8)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
@@ -203,7 +203,7 @@ def test_abc_refuses_a_backend_missing_a_method() -> None:
     class Incomplete(Backend):
         platform = "incomplete"
 
-        def target(self, call: Any, device: Any) -> Target:
+        def target(self) -> Target:
             return Target("incomplete", 0, 1)
 
     with pytest.raises(TypeError, match="compile"):

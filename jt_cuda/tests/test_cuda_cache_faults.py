@@ -19,7 +19,6 @@ from jt_core import cache, files
 from jt_core.call import CallOptions
 from jt_core.contracts import CompiledKernel, CompileRequest
 from jt_core.testing import bind, compile_request, damage, failing_writes, sample_add_kernel
-from jt_core.triton_dialect import TritonDialect
 from jt_cuda.backend import CudaBackend
 
 
@@ -40,7 +39,7 @@ def _request() -> CompileRequest:
         sample_add_kernel, (spec, spec), {"n": 256, "BLOCK": 64}, CallOptions(spec, grid=4, compute_capability=80)
     )
     backend = CudaBackend()
-    return compile_request(backend, call, backend.target(call, None), TritonDialect())
+    return compile_request(backend, call)
 
 
 @pytest.fixture(scope="module")

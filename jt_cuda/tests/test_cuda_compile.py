@@ -20,7 +20,6 @@ from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
 from jt_core.testing import bind as bind_kernel
 from jt_core.testing import compile_request, sample_add_kernel
-from jt_core.triton_dialect import TritonDialect
 from jt_cuda.backend import CudaBackend
 from jt_cuda.target import limits_for, parse_compute_capability
 
@@ -57,10 +56,7 @@ def compile_call(call: KernelCall, backend: CudaBackend | None = None) -> Compil
     """Compiles the call's first configuration as a lowering does: through the compile hook (jt's caches, dumps,
     IR printing)."""
     backend = backend or CudaBackend()
-    target = backend.target(call, None)
-    request = compile_request(backend, call, target, TritonDialect())
-    backend.validate_options(request.options, call, target)
-    return hooks.compile_kernel(request)
+    return hooks.compile_kernel(compile_request(backend, call))
 
 
 def small_matmul_call(cc: int, block: int, stages: int, dtype: Any = jnp.float16) -> KernelCall:

@@ -17,7 +17,6 @@ import jt_core as jt
 from jt_core import cache
 from jt_core.gpu.attributes import ENTRY_WAIT
 from jt_core.testing import autotuned_scale_inplace_kernel, backend_config, compile_request, custom_calls
-from jt_core.triton_dialect import TritonDialect
 from jt_cuda.backend import CudaBackend
 from jt_cuda.dependent_launch import insert_entry_wait
 from jt_cuda.launchers import CudaJaxlibLauncher
@@ -134,10 +133,10 @@ def test_the_switch_turns_the_wait_off_and_keys_the_caches(
     backend = CudaBackend()
     call = bind(compute_capability=90)
     waiting = compile_call(call, backend)
-    key_on = cache.compile_key(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    key_on = cache.compile_key(compile_request(backend, call))
     monkeypatch.setenv("JT_CUDA_PDL", "0")
     plain = compile_call(call, backend)
-    key_off = cache.compile_key(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    key_off = cache.compile_key(compile_request(backend, call))
     assert plain is not waiting and key_off != key_on
     assert "griddepcontrol" not in plain.asm["ptx"] and ENTRY_WAIT not in plain.metadata
     monkeypatch.delenv("JT_CUDA_PDL")

@@ -12,7 +12,6 @@ import pytest
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel
 from jt_core.testing import LaunchHandlerConformance, compile_request, sample_call
-from jt_core.triton_dialect import TritonDialect
 from jt_cuda.backend import CudaBackend
 from jt_cuda.launchers import HANDLER as handler
 from jt_cuda.launchers import CudaJtLauncher
@@ -32,7 +31,7 @@ class TestCudaHandlerConformance(LaunchHandlerConformance):
     def handler_call(self) -> tuple[KernelCall, list[CompiledKernel]]:
         call = sample_call(size=256, compute_capability=90, BLOCK=128)
         backend = CudaBackend()
-        return call, [backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))]
+        return call, [backend.compile(compile_request(backend, call))]
 
 
 _ABI_PROBE = r"""

@@ -106,8 +106,7 @@ def compile_rocm(call: KernelCall) -> CompiledKernel:
     from jt_rocm.backend import RocmBackend
 
     backend = RocmBackend()
-    target = backend.target(call, None)
-    return backend.compile(compile_request(backend, call, target, GluonDialect()))
+    return backend.compile(compile_request(backend, call))
 
 
 @pytest.mark.requires_plugin("rocm")
@@ -156,8 +155,7 @@ def test_gluon_call_lowers_for_rocm(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_gluon_compiles_and_lowers_through_the_cuda_backend() -> None:
     backend = hooks.backend_for("cuda")
     call = memcpy_call(32, compute_capability=90)
-    target = backend.target(call, None)
-    kernel = backend.compile(compile_request(backend, call, target, GluonDialect()))
+    kernel = backend.compile(compile_request(backend, call))
     assert kernel.binary[:4] == ELF_MAGIC
     assert kernel.name == "memcpy_kernel"
     assert "ttir" not in kernel.asm  # no plain-Triton stage ran

@@ -17,7 +17,6 @@ from jt_core import hooks
 from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
 from jt_core.testing import compile_request
-from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 
 ELF_MAGIC = b"\x7fELF"
@@ -29,9 +28,7 @@ def compile_for(arch: str, call=None) -> CompiledKernel:  # type: ignore[no-unty
     dumps)."""
     call = call if call is not None else bound_call(backend_options={"arch": arch})
     backend = RocmBackend()
-    target = backend.target(call, None)
-    backend.validate_options(call.configs[0].options, call, target)
-    return hooks.compile_kernel(compile_request(backend, call, target, TritonDialect()))
+    return hooks.compile_kernel(compile_request(backend, call))
 
 
 @pytest.mark.parametrize(("arch", "warp_size"), [("gfx942", 64), ("gfx90a", 64), ("gfx1100", 32)])

@@ -14,7 +14,6 @@ from rocm_testlib import bound_call
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel
 from jt_core.testing import LaunchHandlerConformance, compile_request
-from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import HANDLER as handler
 from jt_rocm.launchers import RocmJtLauncher
@@ -34,7 +33,7 @@ class TestRocmHandlerConformance(LaunchHandlerConformance):
     def handler_call(self) -> tuple[KernelCall, list[CompiledKernel]]:
         call = bound_call(backend_options={"arch": "gfx942"})
         backend = RocmBackend()
-        return call, [backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))]
+        return call, [backend.compile(compile_request(backend, call))]
 
 
 def _hip_include() -> Path:

@@ -28,7 +28,6 @@ from jt_core.testing import (
     out_first_kernel,
     sample_add_kernel,
 )
-from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import HANDLER as handler
 from jt_rocm.launchers import RocmJtLauncher
@@ -65,7 +64,7 @@ def add(x: Any, y: Any, **kwargs: Any) -> Any:
 def compiled_add(arch: str, **options: Any) -> Any:
     backend = RocmBackend()
     call = bound_call(backend_options={"arch": arch}, **options)
-    return backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    return backend.compile(compile_request(backend, call))
 
 
 def test_jt_handler_is_the_default_rocm_launcher() -> None:

@@ -17,7 +17,6 @@ from rocm_testlib import bound_call, use_launcher
 import jt_core as jt
 from jt_core import files
 from jt_core.testing import compile_request, custom_calls, damage, decode_jaxlib_call, failing_writes, sample_add_kernel
-from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import store_hsaco
 
@@ -38,7 +37,7 @@ def hsaco(triton_dir: Path) -> bytes:
     call = bound_call(backend_options={"arch": "gfx942"})
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_CACHE_DIR", str(triton_dir))
-        return backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect())).binary
+        return backend.compile(compile_request(backend, call)).binary
 
 
 @pytest.fixture

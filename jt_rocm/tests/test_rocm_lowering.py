@@ -31,7 +31,6 @@ from jt_core.testing import (
     out_first_kernel,
     sample_add_kernel,
 )
-from jt_core.triton_dialect import TritonDialect
 from jt_rocm.backend import RocmBackend
 
 F32_64 = jax.ShapeDtypeStruct((64,), jnp.float32)
@@ -91,7 +90,7 @@ def test_hsaco_travels_as_a_content_addressed_file(_hsaco_dir: Path, tmp_path: P
     assert path.parent == _hsaco_dir
     backend = RocmBackend()
     call = bound_call(kernel, args=(F32_64, 64), meta={"BLOCK": 32}, backend_options={"arch": "gfx942"})
-    expected = backend.compile(compile_request(backend, call, backend.target(call, None), TritonDialect()))
+    expected = backend.compile(compile_request(backend, call))
     assert path.read_bytes() == expected.binary
     path.unlink()  # recent jaxlibs delete the file once loaded; the next lowering writes it again
     lower(scale, F32_64)

@@ -10,7 +10,7 @@ from rocm_testlib import bound_call
 
 from jt_core.call import CompileOptions
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.testing import sample_call
+from jt_core.testing import compile_request, sample_call, target_of
 from jt_rocm.backend import RocmBackend
 from jt_rocm.target import parse_arch
 
@@ -49,45 +49,51 @@ def test_malformed_architecture_is_refused_naming_its_source(bad: str) -> None:
 def test_call_option_wins_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JT_ROCM_ARCH", "gfx90a")
     call = sample_call()
-    assert RocmBackend().target(call, None).arch == "gfx90a"
+    assert target_of(RocmBackend(), call).arch == "gfx90a"
     with_option = bound_call(backend_options={"arch": "gfx1100"})
-    target = RocmBackend().target(with_option, None)
+    target = target_of(RocmBackend(), with_option)
     assert (target.arch, target.warp_size) == ("gfx1100", 32)
 
 
 def test_environment_wins_over_device(monkeypatch: pytest.MonkeyPatch) -> None:
     device = types.SimpleNamespace(compute_capability="gfx942:sramecc+:xnack-", platform="rocm")
-    assert RocmBackend().target(sample_call(), device).arch == "gfx942"
+    assert target_of(RocmBackend(), sample_call(), device).arch == "gfx942"
     monkeypatch.setenv("JT_ROCM_ARCH", "gfx1100")
-    assert RocmBackend().target(sample_call(), device).arch == "gfx1100"
+    assert target_of(RocmBackend(), sample_call(), device).arch == "gfx1100"
 
 
 def test_no_device_and_no_override_says_what_to_set() -> None:
     with pytest.raises(KernelCallValueError, match=r"backend_options=\{'arch': 'gfx942'\}.*JT_ROCM_ARCH=gfx942"):
-        RocmBackend().target(sample_call(), None)
+        target_of(RocmBackend(), sample_call())
 
 
 def test_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JT_ROCM_ARCH", "mi300")
     with pytest.raises(KernelCallValueError, match="environment variable JT_ROCM_ARCH is 'mi300'"):
-        RocmBackend().target(sample_call(), None)
+        target_of(RocmBackend(), sample_call())
 
 
 def test_gfx_string_in_compute_capability_points_to_backend_options() -> None:
     call = sample_call(compute_capability="gfx942")  # type: ignore[arg-type]
     with pytest.raises(KernelCallTypeError, match=r"backend_options=\{'arch': 'gfx942'\}"):
-        RocmBackend().target(call, None)
+        target_of(RocmBackend(), call)
 
 
 def test_arch_must_be_a_string() -> None:
     with pytest.raises(KernelCallTypeError, match=r"backend_options\['arch'\] must be .* got int 942"):
-        RocmBackend().target(bound_call(backend_options={"arch": 942}), None)
+        target_of(RocmBackend(), bound_call(backend_options={"arch": 942}))
 
 
 def _validate(arch: str, **options: object) -> None:
     call = bound_call(backend_options={"arch": arch})
     backend = RocmBackend()
-    backend.validate_options(CompileOptions(**options), call, backend.target(call, None))  # type: ignore[arg-type]
+    backend.parse_options(
+        options=CompileOptions(**options),  # type: ignore[arg-type]
+        backend_arguments=dict(call.backend_arguments),
+        target=target_of(backend, call),
+        name=call.name,
+        label=call.configs[0].label,
+    )
 
 
 def test_too_many_threads_per_program_is_refused_per_wavefront_size() -> None:
@@ -108,15 +114,13 @@ def test_clusters_are_refused() -> None:
 
 def test_unknown_backend_option_is_refused_listing_valid_ones() -> None:
     call = bound_call(backend_options={"arch": "gfx942", "waves_per_euu": 2})
-    backend = RocmBackend()
-    options = call.configs[0].options
     with pytest.raises(KernelCallValueError, match=r"'waves_per_euu'.*valid options are .*'waves_per_eu'"):
-        backend.validate_options(options, call, backend.target(call, None))
+        compile_request(RocmBackend(), call)
 
 
 def test_known_backend_option_is_accepted() -> None:
     call = bound_call(backend_options={"arch": "gfx942", "waves_per_eu": 2})
-    backend = RocmBackend()
-    backend.validate_options(call.configs[0].options, call, backend.target(call, None))
-    assert dict(call.configs[0].options.extra)["waves_per_eu"] == 2
+    request = compile_request(RocmBackend(), call)
+    assert dict(request.options.triton)["waves_per_eu"] == 2  # type: ignore[attr-defined]
+    assert request.target.arch == "gfx942" and "arch" not in dict(request.options.triton)  # type: ignore[attr-defined]
     assert np.dtype(call.operand_avals[0].dtype) == np.float32

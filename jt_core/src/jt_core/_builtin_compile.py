@@ -49,7 +49,7 @@ def observe_compile(request: CompileRequest) -> Generator[None, CompiledKernel, 
     root = dumps.dump_dir()
     if root is not None and kernel is not None:
         dumps.write_dump(root, cache.compile_key(request), request, kernel)
-    if request.options.debug and kernel is not None:
+    if request.config.options.debug and kernel is not None:
         _print_irs(request, kernel)
     return kernel
 

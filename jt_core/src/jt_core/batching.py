@@ -38,7 +38,7 @@ from jax import tree_util
 from jax.interpreters import batching
 
 from jt_core import files
-from jt_core.call import INPUT, OUTPUT, KernelCall, KernelParam, LaunchConfig, kernel_name
+from jt_core.call import INPUT, OUTPUT, BatchInfo, KernelCall, KernelParam, LaunchConfig, kernel_name
 from jt_core.errors import KernelCallValueError
 from jt_core.primitive import triton_kernel_call_p
 
@@ -48,30 +48,6 @@ AXIS_LIMITS = (2**31 - 1, 65535, 65535)
 # Preferred order for the batch axis: the largest limit first.
 _AXIS_ORDER = (0, 2, 1)
 _PREFIX = "_jt_"
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchInfo:
-    """How a grid-batched call relates to the unbatched call it was made from.
-
-    Attributes:
-        base: The unbatched call (the user's kernel and parameters).
-        batch_shape: The batch dimensions, outermost first (one per ``vmap`` level).
-        operand_dims: For each operand, one flag per batch dimension: whether the operand has that dimension
-            (an operand without it is shared by the whole dimension, stride 0).
-        axis: The grid axis carrying the flattened batch index.
-    """
-
-    base: KernelCall
-    batch_shape: tuple[int, ...]
-    operand_dims: tuple[tuple[bool, ...], ...]
-    axis: int
-
-    def __repr__(self) -> str:
-        return (
-            f"BatchInfo(kernel={self.base.name!r}, batch_shape={self.batch_shape}, "
-            f"operand_dims={self.operand_dims}, axis={self.axis})"
-        )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -429,7 +405,7 @@ def batched_call(base: KernelCall, info: BatchInfo) -> KernelCall:
         for a, d in zip(base.operand_avals, info.operand_dims)
     )
     out_avals = tuple(jax.core.ShapedArray(batched_shape(tuple(a.shape), all_dims), a.dtype) for a in base.out_avals)
-    cost = base.cost_estimate
+    cost = base.launch.cost_estimate
     if cost is not None:
         cost = tuple((k, v * total if isinstance(v, (int, float)) else v) for k, v in cost)
     return dataclasses.replace(
@@ -440,7 +416,7 @@ def batched_call(base: KernelCall, info: BatchInfo) -> KernelCall:
         operand_avals=operand_avals,
         out_avals=out_avals,
         configs=tuple(configs),
-        cost_estimate=cost,
+        launch=dataclasses.replace(base.launch, cost_estimate=cost),
         batch=info,
     )
 
@@ -492,7 +468,7 @@ def batch_kernel_call(args: Sequence[Any], dims: Sequence[Any], *, call: KernelC
         KernelCallValueError: With ``vmap="grid"`` on a call the grid strategy cannot batch (says why).
     """
     size = next(int(a.shape[d]) for a, d in zip(args, dims) if d is not None)
-    if call.vmap == "sequential":
+    if call.launch.vmap == "sequential":
         return _batch_sequential(args, dims, call)
     if call.batch is not None:
         axis: int | None = call.batch.axis
@@ -505,7 +481,7 @@ def batch_kernel_call(args: Sequence[Any], dims: Sequence[Any], *, call: KernelC
         reason = f"the batch ({total} elements in all) exceeds the launch limit {AXIS_LIMITS[axis]} of grid axis {axis}"
         axis = None
     if axis is None:
-        if call.vmap == "grid":
+        if call.launch.vmap == "grid":
             raise KernelCallValueError(
                 f"triton_call {call.name!r} with vmap='grid': the batch cannot become a grid axis because {reason}. "
                 "Use vmap='sequential' (one launch per batch element) or vmap='auto'"

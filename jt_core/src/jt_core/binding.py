@@ -277,12 +277,6 @@ def bind_call(
         num_outputs=len(out_avals),
         slots=slots,
     )
-    restore = tuple(
-        op
-        for op, _ in aliases
-        if any(s.kind == INPUT and s.index == op and s.name in wrappers.restore_value for s in slots)
-    )
-
     call = KernelCall(
         kernel=kernel,
         fn=fn,
@@ -295,17 +289,11 @@ def bind_call(
         out_avals=tuple(out_avals),
         num_user_outputs=n_out,
         aliases=tuple(aliases),
+        convention=convention,
         configs=tuple(configs),
         autotune_keys=tuple(wrappers.keys),
-        restore_operands=restore,
-        convention=convention,
-        compute_capability=options.compute_capability,
-        has_side_effect=bool(options.has_side_effect),
-        launcher=options.launcher,
-        serialized_metadata=bytes(options.serialized_metadata),
-        cost_estimate=tuple(sorted(options.cost_estimate.items())) if options.cost_estimate else None,
-        checks=options.checks,
-        vmap=options.vmap,
+        launch=options.launch_options(),
+        backend_arguments=options.backend_arguments(),
     )
     _refuse_traced_scalars(call, signature)
     _refuse_float_sizes(call, signature, wrappers, user_meta)

@@ -2,9 +2,19 @@
 
 :class:`CallOptions` is what the caller asked for (``triton_call``'s keyword arguments, checked once).
 :class:`KernelCall` is the result of binding them to a kernel: the hashable, static description the primitive
-carries. It records, for every leaf of every non-constexpr parameter, where its value comes from (an input operand,
-an output buffer or a scalar) as a :class:`ParamSlot`, and one :class:`LaunchConfig` per autotuning candidate with
-its constexpr values, grid, :class:`CompileOptions` and zeroed outputs. :meth:`KernelCall.specialization` gives the
+carries. It holds four things:
+
+* the kernel: the object the caller passed, its function, the dialect that claimed it, its parameters;
+* the binding: for every leaf of every non-constexpr parameter, where its value comes from (an input operand, an
+  output buffer or a scalar) as a :class:`ParamSlot`, the operands' and outputs' avals and the aliases;
+* the configurations: one :class:`LaunchConfig` per autotuning candidate, with its constexpr values, grid, the
+  :class:`CompileOptions` every backend takes and the zeroed outputs;
+* the launch: :class:`LaunchOptions`, how the call becomes an operation whatever the platform.
+
+Nothing in it belongs to one backend: what a call gives the backend that compiles it (``backend_options=``,
+``compute_capability=``, the CPU checks in force) travels unopened in :attr:`KernelCall.backend_arguments`, and
+each backend reads what it owns there (:meth:`jt_core.contracts.Backend.target`,
+:meth:`jt_core.contracts.Backend.parse_options`). :meth:`KernelCall.specialization` gives the
 :class:`Specialization` a backend compiles.
 """
 
@@ -13,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jax import tree_util
 
@@ -21,18 +31,24 @@ from jt_core.checks import CpuChecks
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 from jt_core.tensordesc import TensorDescriptorSpec
 
+if TYPE_CHECKING:
+    from jt_core.contracts import Dialect
+
 __all__ = [
     "CLASSIC",
     "CURRENT",
+    "CPU_CHECKS",
     "INPUT",
     "OUTPUT",
     "SCALAR",
     "VMAP_STRATEGIES",
+    "BatchInfo",
     "CallOptions",
     "CompileOptions",
     "KernelCall",
     "KernelParam",
     "LaunchConfig",
+    "LaunchOptions",
     "ParamSlot",
     "Specialization",
     "kernel_name",
@@ -54,6 +70,10 @@ CURRENT = "current"
 
 #: Values of ``triton_call(vmap=...)``.
 VMAP_STRATEGIES = ("auto", "grid", "sequential")
+
+#: The key of :attr:`KernelCall.backend_arguments` under which a call carries the CPU checks in force when it was
+#: made (:func:`jt_core.cpu_checks`); the CPU backend reads it.
+CPU_CHECKS = "cpu_checks"
 
 #: The compiler options ``triton_call`` takes as arguments of its own.
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
@@ -205,6 +225,49 @@ class CallOptions:
         if self.vmap not in VMAP_STRATEGIES:
             raise KernelCallValueError(f"vmap= must be one of {list(VMAP_STRATEGIES)}, got {self.vmap!r}")
 
+    def launch_options(self) -> LaunchOptions:
+        """How the call becomes an operation, as the bound call carries it."""
+        cost = tuple(sorted(self.cost_estimate.items())) if self.cost_estimate else None
+        return LaunchOptions(
+            launcher=self.launcher,
+            has_side_effect=bool(self.has_side_effect),
+            serialized_metadata=bytes(self.serialized_metadata),
+            cost_estimate=cost,
+            vmap=self.vmap,
+        )
+
+    def backend_arguments(self) -> tuple[tuple[str, Any], ...]:
+        """What the call gives the backend that compiles it, by argument name, for
+        :attr:`KernelCall.backend_arguments`: ``backend_options`` (as sorted pairs) and ``compute_capability``
+        when given, and the CPU checks in force (:data:`CPU_CHECKS`) when they are not the defaults."""
+        arguments: dict[str, Any] = {}
+        if self.backend_options:
+            arguments["backend_options"] = tuple(sorted(self.backend_options.items()))
+        if self.compute_capability is not None:
+            arguments["compute_capability"] = self.compute_capability
+        if self.checks != CpuChecks():
+            arguments[CPU_CHECKS] = self.checks
+        return tuple(sorted(arguments.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """How a call becomes an operation, on any platform.
+
+    Attributes:
+        launcher: The ``launcher=`` argument (``None``: the platform's launcher by priority).
+        has_side_effect: Whether the call must never be removed.
+        serialized_metadata: Opaque bytes carried into the lowered call.
+        cost_estimate: ``(("bytes_accessed", n), ("flops", n), ...)`` or ``None``.
+        vmap: The batching strategy under ``jax.vmap``: ``"auto"``, ``"grid"`` or ``"sequential"``.
+    """
+
+    launcher: str | None = None
+    has_side_effect: bool = False
+    serialized_metadata: bytes = b""
+    cost_estimate: tuple[tuple[str, Any], ...] | None = None
+    vmap: str = "auto"
+
 
 @dataclasses.dataclass(frozen=True)
 class KernelParam:
@@ -286,7 +349,7 @@ class KernelCall:
     Attributes:
         kernel: The object the user passed (a ``JITFunction``, ``Heuristics`` or ``Autotuner``).
         fn: The underlying kernel function object (wrappers removed).
-        dialect: The dialect that claimed ``fn`` (:class:`jt_core.contracts.Dialect`), resolved once per call.
+        dialect: The dialect that claimed ``fn``, resolved once per call.
         name: The call's name (``name=`` or the kernel's).
         params: The kernel's parameters.
         slots: The non-constexpr parameter leaves in signature order.
@@ -295,24 +358,19 @@ class KernelCall:
         out_avals: The avals of the outputs (user outputs, then the hidden ones backing Refs).
         num_user_outputs: How many of ``out_avals`` the user asked for.
         aliases: ``(operand index, output index)`` pairs of buffers shared by an input and an output.
+        convention: :data:`CLASSIC` or :data:`CURRENT`.
         configs: The configurations; more than one only for autotuned kernels.
         autotune_keys: The autotuner's ``key`` names (empty if not autotuned).
-        restore_operands: Operand indices whose values autotuning trials must restore.
-        convention: :data:`CLASSIC` or :data:`CURRENT`.
-        compute_capability: The ``compute_capability=`` argument.
-        has_side_effect: Whether the call must never be removed.
-        launcher: The ``launcher=`` argument.
-        serialized_metadata: Opaque bytes carried into the lowered call.
-        cost_estimate: ``(("flops", n), ("bytes_accessed", n), ...)`` or ``None``.
-        checks: What the CPU backend checks while the kernel runs (:class:`jt_core.checks.CpuChecks`).
-        vmap: The batching strategy under ``jax.vmap``: ``"auto"``, ``"grid"`` or ``"sequential"``.
-        batch: For a call produced by the grid batching strategy, its :class:`jt_core.batching.BatchInfo`
-            (the unbatched call and the batch dimensions); ``None`` otherwise.
+        launch: How the call becomes an operation (:class:`LaunchOptions`).
+        backend_arguments: What the call gives the backend that compiles it, as sorted ``(argument, value)``
+            pairs, carried unopened (see :meth:`CallOptions.backend_arguments`); :meth:`backend_argument` reads one.
+        batch: For a call produced by the grid batching strategy, how it relates to the unbatched call
+            (:class:`BatchInfo`); ``None`` otherwise.
     """
 
     kernel: Any
     fn: Any
-    dialect: Any
+    dialect: Dialect
     name: str
     params: tuple[KernelParam, ...]
     slots: tuple[ParamSlot, ...]
@@ -321,18 +379,19 @@ class KernelCall:
     out_avals: tuple[Any, ...]
     num_user_outputs: int
     aliases: tuple[tuple[int, int], ...]
+    convention: str
     configs: tuple[LaunchConfig, ...]
     autotune_keys: tuple[str, ...]
-    restore_operands: tuple[int, ...]
-    convention: str
-    compute_capability: Any
-    has_side_effect: bool
-    launcher: str | None
-    serialized_metadata: bytes
-    cost_estimate: tuple[tuple[str, Any], ...] | None
-    checks: CpuChecks
-    vmap: str = "auto"
-    batch: Any = None
+    launch: LaunchOptions = LaunchOptions()
+    backend_arguments: tuple[tuple[str, Any], ...] = ()
+    batch: BatchInfo | None = None
+
+    def backend_argument(self, name: str, default: Any = None) -> Any:
+        """One of :attr:`backend_arguments` (``backend_options`` as a dict), or ``default``."""
+        for key, value in self.backend_arguments:
+            if key == name:
+                return dict(value) if key == "backend_options" else value
+        return default
 
     def signature_text(self) -> str:
         """The kernel's signature, for error messages."""
@@ -363,6 +422,30 @@ class KernelCall:
             tree = trees[param.index]
             signature[param.name] = types[0] if tree is None else tree_util.tree_unflatten(tree, types)
         return Specialization(signature=signature, constexprs=constexprs, attrs=attrs)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchInfo:
+    """How a grid-batched call relates to the unbatched call it was made from.
+
+    Attributes:
+        base: The unbatched call (the user's kernel and parameters).
+        batch_shape: The batch dimensions, outermost first (one per ``vmap`` level).
+        operand_dims: For each operand, one flag per batch dimension: whether the operand has that dimension
+            (an operand without it is shared by the whole dimension, stride 0).
+        axis: The grid axis carrying the flattened batch index.
+    """
+
+    base: KernelCall
+    batch_shape: tuple[int, ...]
+    operand_dims: tuple[tuple[bool, ...], ...]
+    axis: int
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchInfo(kernel={self.base.name!r}, batch_shape={self.batch_shape}, "
+            f"operand_dims={self.operand_dims}, axis={self.axis})"
+        )
 
 
 def kernel_name(fn: Any) -> str:

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from jt_core.call import CompileOptions, KernelCall, LaunchConfig, Specialization
@@ -38,40 +38,66 @@ class CompileRequest:
     """Everything needed to compile one configuration of one call.
 
     Attributes:
-        call: The bound call (kernel, parameters, outputs).
-        config: The configuration being compiled.
-        kernel: The underlying kernel function object (autotune/heuristics wrappers removed).
-        dialect: The dialect that claimed the kernel.
+        call: The bound call (its kernel function is :attr:`kernel`, its dialect :attr:`dialect`).
+        config: The configuration being compiled (its core options are ``config.options``).
         specialization: The parameter specialisation of this configuration.
         target: The compilation target.
-        options: The compiler options.
+        options: The configuration's options as the backend parsed them (:meth:`Backend.parse_options`): the
+            backend's own frozen type, carried by jt-core unopened.
         backend: The backend that compiles it.
     """
 
     call: KernelCall
     config: LaunchConfig
-    kernel: Any
-    dialect: Dialect
     specialization: Specialization
     target: Target
-    options: CompileOptions
+    options: Hashable
     backend: Backend
+
+    @property
+    def kernel(self) -> Any:
+        """The kernel function object (autotune/heuristics wrappers removed): ``call.fn``."""
+        return self.call.fn
+
+    @property
+    def dialect(self) -> Dialect:
+        """The dialect that claimed the kernel: ``call.dialect``."""
+        return self.call.dialect
 
     @classmethod
     def for_config(
-        cls, call: KernelCall, config: LaunchConfig, target: Target, backend: Backend, dialect: Dialect | None = None
+        cls, call: KernelCall, config: LaunchConfig, target: Target, backend: Backend, options: Hashable | None = None
     ) -> CompileRequest:
-        """The request for one configuration of a bound call (with the call's own dialect unless one is given)."""
+        """The request for one configuration of a bound call.
+
+        Args:
+            options: The configuration's options as ``backend`` parsed them; ``None`` asks it
+                (:meth:`Backend.parse_options`, with :meth:`option_arguments`).
+
+        Raises:
+            KernelCallValueError, KernelCallTypeError: For options the backend refuses.
+        """
+        if options is None:
+            options = invoke(backend, "parse_options", **cls.option_arguments(call, config, target))
         return cls(
             call=call,
             config=config,
-            kernel=call.fn,
-            dialect=dialect if dialect is not None else call.dialect,
             specialization=call.specialization(config),
             target=target,
-            options=config.options,
+            options=options,
             backend=backend,
         )
+
+    @staticmethod
+    def option_arguments(call: KernelCall, config: LaunchConfig, target: Target) -> dict[str, Any]:
+        """What :meth:`Backend.parse_options` is offered for one configuration of a call, by name."""
+        return {
+            "options": config.options,
+            "backend_arguments": dict(call.backend_arguments),
+            "target": target,
+            "name": call.name,
+            "label": config.label,
+        }
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -149,13 +175,16 @@ class Backend(ABC):
         return cached
 
     @abstractmethod
-    def target(self, call: KernelCall, device: Any | None) -> Target:
+    def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
         """The target a call compiles for.
 
         Args:
-            call: The bound call (carries ``compute_capability`` and backend options).
+            backend_arguments: What the call gives the backend (:attr:`KernelCall.backend_arguments` as a dict:
+                ``backend_options`` as a dict, ``compute_capability``, ... when given); read what this backend
+                owns.
             device: The JAX device the computation runs on, or ``None`` when lowering without one (export,
                 cross-platform lowering).
+            name: The call's name, for messages.
 
         Raises:
             KernelCallValueError: When no target can be determined, saying which argument or variable to set.
@@ -170,8 +199,34 @@ class Backend(ABC):
             KernelCallValueError: For resource limits exceeded (shared memory, cluster size).
         """
 
-    def validate_options(self, options: CompileOptions, call: KernelCall, target: Target) -> None:  # noqa: B027
-        """Refuses options this backend cannot honour. The default accepts everything."""
+    def parse_options(
+        self,
+        *,
+        options: CompileOptions,
+        backend_arguments: Mapping[str, Any],
+        target: Target,
+        name: str,
+        label: str,
+    ) -> Hashable:
+        """Turns one configuration's options into this backend's own options, refusing what it cannot honour.
+
+        Called once per configuration when a call is lowered, before anything compiles. What it returns reaches
+        :meth:`compile` as :attr:`CompileRequest.options` and keys jt's caches, unopened: make it a frozen
+        dataclass that holds the backend's defaults and checks (as Triton's ``BaseBackend.parse_options`` returns
+        ``CUDAOptions``). The default returns ``options`` as they are.
+
+        Args:
+            options: The options every backend takes (``num_warps``, ...) with ``options.extra``, the further
+                options of the configuration and of ``backend_options=``, as given.
+            backend_arguments: As for :meth:`target`.
+            target: The target chosen for the call.
+            name: The call's name, for messages.
+            label: The configuration's description, for messages.
+
+        Raises:
+            KernelCallValueError, KernelCallTypeError: For an option the backend refuses, naming it.
+        """
+        return options
 
 
 class Launcher(ABC):

@@ -11,6 +11,7 @@ dump is reported once and fails no call.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -32,6 +33,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "kernel"
 
 
+def _options_record(options: Any) -> dict[str, Any]:
+    """A backend's parsed options (a frozen dataclass, as :meth:`Backend.parse_options` asks) as JSON data."""
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return plain_metadata(dataclasses.asdict(options))
+    return {"value": repr(options)}
+
+
 def compile_info(request: CompileRequest, kernel: CompiledKernel) -> dict[str, Any]:
     """What ``compile_info.json`` holds: the call, configuration, target, options and compiled launch shape."""
     return {
@@ -45,7 +53,7 @@ def compile_info(request: CompileRequest, kernel: CompiledKernel) -> dict[str, A
             "arch": request.target.arch,
             "warp_size": request.target.warp_size,
         },
-        "options": plain_metadata(request.options.as_dict()),
+        "options": _options_record(request.options),
         "num_warps": kernel.num_warps,
         "shared_mem": kernel.shared_mem,
         "cluster_dims": list(kernel.cluster_dims),

@@ -299,7 +299,7 @@ def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
         name = eqn.primitive.name
         if name == "triton_kernel_call":
             call = eqn.params["call"]
-            launcher = hooks.launcher_for("cpu", call.launcher)
+            launcher = hooks.launcher_for("cpu", call.launch.launcher)
             if launcher.uses_host_callback:
                 job = distributed.job_of(tuple(mesh.devices.flat))
                 if job is not None:

@@ -17,8 +17,8 @@ What is here:
   :class:`Target`, :class:`CompileRequest`, :class:`CompiledKernel` (:func:`plain_metadata` makes compiler
   metadata JSON data);
 * the bound call they read: :class:`KernelCall`, its :class:`ParamSlot` leaves (kinds :data:`INPUT`,
-  :data:`OUTPUT`, :data:`SCALAR`), :class:`LaunchConfig`, :class:`CompileOptions`, :class:`Specialization`,
-  :class:`KernelParam`;
+  :data:`OUTPUT`, :data:`SCALAR`), :class:`LaunchConfig`, :class:`CompileOptions`, :class:`LaunchOptions`,
+  :class:`Specialization`, :class:`KernelParam`;
 * :data:`hookimpl`, and :data:`API_VERSION`;
 * the errors to raise (a user's mistake, a failed compile, a kernel a backend cannot run);
 * :mod:`settings` (environment switches read the way jt reads them), :mod:`files` (the per-machine cache
@@ -43,6 +43,7 @@ from jt_core.call import (
     KernelCall,
     KernelParam,
     LaunchConfig,
+    LaunchOptions,
     ParamSlot,
     Specialization,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "KernelCompileError",
     "KernelParam",
     "LaunchConfig",
+    "LaunchOptions",
     "Launcher",
     "LibrarySpec",
     "NativeBuildError",

@@ -39,7 +39,7 @@ def _abstract_eval(*avals: Any, call: KernelCall) -> tuple[list[Any], set[Any]]:
     for i, (aval, expected) in enumerate(zip(avals, call.operand_avals)):
         if tuple(aval.shape) != tuple(expected.shape) or aval.dtype != expected.dtype:
             raise TypeError(f"triton_kernel_call operand {i} is {aval.str_short()}, expected {expected.str_short()}")
-    effects = {kernel_side_effect} if call.has_side_effect else set()
+    effects = {kernel_side_effect} if call.launch.has_side_effect else set()
     return list(call.out_avals), effects
 
 

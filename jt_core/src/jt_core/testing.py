@@ -78,7 +78,7 @@ from jt_core.api import triton_call
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, KernelCall
 from jt_core.configs import unwrap_kernel
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target, invoke
 from jt_core.hookspecs import PLUGIN_API_VERSION
 from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
 from jt_core.registry import Registry
@@ -440,9 +440,16 @@ def bind(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: C
     return bind_call(kernel, wrappers, dialect, args, kwargs, options).call
 
 
-def compile_request(backend: Backend, call: KernelCall, target: Target, dialect: Dialect) -> CompileRequest:
-    """The request for the first configuration of ``call``."""
-    return CompileRequest.for_config(call, call.configs[0], target, backend, dialect)
+def target_of(backend: Backend, call: KernelCall, device: Any | None = None) -> Target:
+    """The target ``backend`` chooses for ``call`` (as lowering asks it, with the arguments its method names)."""
+    return invoke(backend, "target", backend_arguments=dict(call.backend_arguments), device=device, name=call.name)
+
+
+def compile_request(backend: Backend, call: KernelCall, target: Target | None = None) -> CompileRequest:
+    """The request for the first configuration of ``call``, with the options ``backend`` parses from it (for
+    ``target``, by default the one :func:`target_of` gives without a device)."""
+    chosen = target if target is not None else target_of(backend, call)
+    return CompileRequest.for_config(call, call.configs[0], chosen, backend)
 
 
 #: The lowerings :func:`custom_calls` walked last. An MLIR operation is freed with the lowering that owns it, and
@@ -477,10 +484,6 @@ def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
 
     visit(module.operation)
     return found
-
-
-def _triton_dialect() -> Dialect:
-    return registries.get_registry().dialect_for(sample_add_kernel)
 
 
 # -- cache faults --------------------------------------------------------------------------------------------
@@ -594,16 +597,16 @@ class BackendConformance:
         assert isinstance(backend.platform, str) and backend.platform
 
     def test_target_without_device(self, backend: Backend) -> None:
-        target = backend.target(sample_call(compute_capability=self.compute_capability), None)
+        target = target_of(backend, sample_call(compute_capability=self.compute_capability))
         assert isinstance(target, Target)
         assert target.platform == backend.platform
         assert target.warp_size >= 1
 
     def test_compiles_sample_kernel(self, backend: Backend) -> None:
         call = sample_call(compute_capability=self.compute_capability)
-        target = backend.target(call, None)
+        target = target_of(backend, call)
         with frontend.compiling():  # as every compile: never beside an interpreter run on another thread
-            compiled = backend.compile(compile_request(backend, call, target, _triton_dialect()))
+            compiled = backend.compile(compile_request(backend, call, target))
         assert isinstance(compiled, CompiledKernel)
         assert compiled.target == target
         assert compiled.name

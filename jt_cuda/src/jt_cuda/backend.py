@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from jt_core.plugin import (
@@ -9,7 +11,6 @@ from jt_core.plugin import (
     CompiledKernel,
     CompileOptions,
     CompileRequest,
-    KernelCall,
     KernelCallValueError,
     Target,
     plain_metadata,
@@ -28,11 +29,77 @@ KEPT_STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin")
 _RESERVED_OPTIONS = frozenset({"arch", "backend_name", "warp_size"})
 
 
-def _config_label(call: KernelCall, options: CompileOptions) -> str:
-    for config in call.configs:
-        if config.options is options or config.options == options:
-            return config.label
-    return f"num_warps={options.num_warps}, num_stages={options.num_stages}"
+@dataclasses.dataclass(frozen=True)
+class CudaOptions:
+    """The options one configuration compiles with for CUDA: what Triton's CUDA backend is given.
+
+    Built by :meth:`parse`, which checks them against the target; :meth:`triton_options` is the dict for
+    ``triton.compile`` (Triton's ``CUDAOptions`` fills in its own defaults for the options not set here).
+
+    Attributes:
+        num_warps: Warps per program.
+        num_stages: Software-pipelining stages.
+        num_ctas: Programs per cluster (sm90+).
+        enable_fp_fusion: Whether multiply-adds may be fused.
+        debug: Compile with Triton's debug checks.
+        triton: Further options of Triton's CUDA backend (``backend_options=``, a config's ``maxnreg``), as sorted
+            ``(name, value)`` pairs.
+    """
+
+    num_warps: int = CompileOptions.num_warps
+    num_stages: int = CompileOptions.num_stages
+    num_ctas: int = CompileOptions.num_ctas
+    enable_fp_fusion: bool = CompileOptions.enable_fp_fusion
+    debug: bool = CompileOptions.debug
+    triton: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, options: CompileOptions, target: Target, name: str, label: str) -> CudaOptions:
+        """The options of one configuration for ``target``.
+
+        Raises:
+            KernelCallValueError: For clusters before sm90, and for a ``backend_options`` entry that jt sets itself
+                or that Triton's CUDA backend does not know, naming it.
+        """
+        limits = limits_for(int(target.arch))
+        if options.num_ctas > 1 and not limits.supports_clusters:
+            raise KernelCallValueError(
+                f"triton_call {name!r} config [{label}]: num_ctas={options.num_ctas} needs thread-block "
+                f"clusters, which exist from sm90 (Hopper) on; the target is {limits.name}. Use num_ctas=1 or "
+                "compile for compute_capability >= 90"
+            )
+        known = _compat.cuda_option_names()
+        for key, _ in options.extra:
+            if key in _RESERVED_OPTIONS:
+                raise KernelCallValueError(
+                    f"triton_call {name!r}: backend_options[{key!r}] is set by jt from the target; remove it "
+                    "(use compute_capability= to choose the architecture)"
+                )
+            if key not in known:
+                raise KernelCallValueError(
+                    f"triton_call {name!r}: backend_options[{key!r}] is not an option of Triton's CUDA backend "
+                    f"(triton {_compat.triton_version()}); known options: {sorted(known - _RESERVED_OPTIONS)}"
+                )
+        return cls(
+            num_warps=options.num_warps,
+            num_stages=options.num_stages,
+            num_ctas=options.num_ctas,
+            enable_fp_fusion=options.enable_fp_fusion,
+            debug=options.debug,
+            triton=options.extra,
+        )
+
+    def triton_options(self) -> dict[str, Any]:
+        """The options as ``triton.compile`` takes them."""
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "triton"}
+        return {**fields, **dict(self.triton)}
+
+
+def _target_for(value: Any, source: str, name: str) -> Target:
+    try:
+        return Target(platform="cuda", arch=parse_compute_capability(value, source), warp_size=32)
+    except ValueError as exc:
+        raise KernelCallValueError(f"triton_call {name!r}: {exc}") from None
 
 
 class CudaBackend(Backend):
@@ -59,54 +126,29 @@ class CudaBackend(Backend):
 
     # -- target ----------------------------------------------------------------------------------------------
 
-    def target(self, call: KernelCall, device: Any | None) -> Target:
-        if call.compute_capability is not None:
-            try:
-                cc = parse_compute_capability(call.compute_capability, "compute_capability")
-            except ValueError as exc:
-                raise KernelCallValueError(f"triton_call {call.name!r}: {exc}") from None
-            return Target(platform="cuda", arch=cc, warp_size=32)
+    def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
+        requested = backend_arguments.get("compute_capability")
+        if requested is not None:
+            return _target_for(requested, "compute_capability", name)
         if device is not None:
             text = _compat.device_compute_capability(device)
             if text is not None:
                 return Target(platform="cuda", arch=parse_compute_capability(text, f"device {device}"), warp_size=32)
         env = settings.text(ARCH_VARIABLE)
         if env:
-            try:
-                cc = parse_compute_capability(env, ARCH_VARIABLE)
-            except ValueError as exc:
-                raise KernelCallValueError(f"triton_call {call.name!r}: {exc}") from None
-            return Target(platform="cuda", arch=cc, warp_size=32)
+            return _target_for(env, ARCH_VARIABLE, name)
         raise KernelCallValueError(
-            f"triton_call {call.name!r} is lowered for 'cuda' without a CUDA device to take the compute capability "
+            f"triton_call {name!r} is lowered for 'cuda' without a CUDA device to take the compute capability "
             f"from (export or cross-platform lowering); pass compute_capability= to triton_call (e.g. "
             f"compute_capability=90 for sm90) or set the environment variable {ARCH_VARIABLE}=90"
         )
 
     # -- options ---------------------------------------------------------------------------------------------
 
-    def validate_options(self, options: CompileOptions, call: KernelCall, target: Target) -> None:
-        cc = int(target.arch)
-        limits = limits_for(cc)
-        label = _config_label(call, options)
-        if options.num_ctas > 1 and not limits.supports_clusters:
-            raise KernelCallValueError(
-                f"triton_call {call.name!r} config [{label}]: num_ctas={options.num_ctas} needs thread-block "
-                f"clusters, which exist from sm90 (Hopper) on; the target is {limits.name}. Use num_ctas=1 or "
-                "compile for compute_capability >= 90"
-            )
-        known = _compat.cuda_option_names()
-        for key, _ in options.extra:
-            if key in _RESERVED_OPTIONS:
-                raise KernelCallValueError(
-                    f"triton_call {call.name!r}: backend_options[{key!r}] is set by jt from the target; remove it "
-                    "(use compute_capability= to choose the architecture)"
-                )
-            if key not in known:
-                raise KernelCallValueError(
-                    f"triton_call {call.name!r}: backend_options[{key!r}] is not an option of Triton's CUDA backend "
-                    f"(triton {_compat.triton_version()}); known options: {sorted(known - _RESERVED_OPTIONS)}"
-                )
+    def parse_options(
+        self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
+    ) -> CudaOptions:
+        return CudaOptions.parse(options, target, name, label)
 
     # -- compile ---------------------------------------------------------------------------------------------
 
@@ -115,7 +157,8 @@ class CudaBackend(Backend):
 
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         arch = int(request.target.arch)
-        options = request.options.as_dict()
+        assert isinstance(request.options, CudaOptions), request.options
+        options = request.options.triton_options()
         if dependent_launch.applies(arch, options):
             compiled = dependent_launch.compile_waiting(source, _compat.gpu_target(arch), options)
         else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from jt_core.plugin import (
@@ -9,7 +11,6 @@ from jt_core.plugin import (
     CompiledKernel,
     CompileOptions,
     CompileRequest,
-    KernelCall,
     KernelCallTypeError,
     KernelCallValueError,
     Target,
@@ -35,13 +36,73 @@ def _hip_option_names() -> frozenset[str]:
     return frozenset(HIPOptions.__dataclass_fields__) - _RESERVED_OPTIONS
 
 
-def _backend_options(call: KernelCall) -> dict[str, Any]:
-    return dict(call.configs[0].options.extra) if call.configs else {}
-
-
 def arch_of(target: Target) -> GfxArch:
     """The :class:`GfxArch` of a ROCm target."""
     return parse_arch(target.arch, "target.arch")
+
+
+@dataclasses.dataclass(frozen=True)
+class RocmOptions:
+    """The options one configuration compiles with for ROCm: what Triton's AMD backend is given.
+
+    Built by :meth:`parse`, which checks them against the target's architecture; :meth:`triton_options` is the
+    dict for ``triton.compile`` (Triton's ``HIPOptions`` fills in its own defaults for the options not set here).
+
+    Attributes:
+        num_warps: Wavefronts per program.
+        num_stages: Software-pipelining stages.
+        enable_fp_fusion: Whether multiply-adds may be fused.
+        debug: Compile with Triton's debug checks.
+        triton: Further options of Triton's AMD backend (``backend_options=`` less ``arch``, which chooses the
+            target), as sorted ``(name, value)`` pairs.
+    """
+
+    num_warps: int = CompileOptions.num_warps
+    num_stages: int = CompileOptions.num_stages
+    enable_fp_fusion: bool = CompileOptions.enable_fp_fusion
+    debug: bool = CompileOptions.debug
+    triton: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, options: CompileOptions, target: Target, name: str) -> RocmOptions:
+        """The options of one configuration for ``target``.
+
+        Raises:
+            KernelCallValueError: For more threads per program than AMD GPUs allow, for clusters, and for a
+                ``backend_options`` entry Triton's AMD backend does not know, naming it.
+        """
+        arch = arch_of(target)
+        warps = options.num_warps  # a power of two: CompileOptions checks that for every backend
+        if warps * arch.warp_size > MAX_THREADS_PER_BLOCK:
+            raise KernelCallValueError(
+                f"triton_call {name!r}: num_warps={warps} gives {warps * arch.warp_size} threads per program "
+                f"on {arch.name} ({arch.warp_size} threads per wavefront); AMD GPUs allow at most "
+                f"{MAX_THREADS_PER_BLOCK}, so use num_warps <= {MAX_THREADS_PER_BLOCK // arch.warp_size}"
+            )
+        if options.num_ctas != 1:
+            raise KernelCallValueError(
+                f"triton_call {name!r}: num_ctas={options.num_ctas} asks for thread-block clusters, which the "
+                "ROCm backend does not launch; use num_ctas=1"
+            )
+        allowed = _hip_option_names()
+        for key, _ in options.extra:
+            if key != ARCH_OPTION and key not in allowed:
+                raise KernelCallValueError(
+                    f"triton_call {name!r}: backend_options has {key!r}, which Triton's AMD backend does not "
+                    f"know; valid options are {sorted(allowed | {ARCH_OPTION})}"
+                )
+        return cls(
+            num_warps=options.num_warps,
+            num_stages=options.num_stages,
+            enable_fp_fusion=options.enable_fp_fusion,
+            debug=options.debug,
+            triton=tuple((key, value) for key, value in options.extra if key != ARCH_OPTION),
+        )
+
+    def triton_options(self) -> dict[str, Any]:
+        """The options as ``triton.compile`` takes them."""
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "triton"}
+        return {**fields, **dict(self.triton)}
 
 
 class RocmBackend(Backend):
@@ -58,52 +119,35 @@ class RocmBackend(Backend):
     def target_label(self, target: Target) -> str:
         return str(target.arch)
 
-    def target(self, call: KernelCall, device: Any | None) -> Target:
-        if isinstance(call.compute_capability, str):
+    def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
+        cuda_capability = backend_arguments.get("compute_capability")
+        if isinstance(cuda_capability, str):
             raise KernelCallTypeError(
-                f"triton_call {call.name!r}: compute_capability={call.compute_capability!r} is a CUDA argument "
+                f"triton_call {name!r}: compute_capability={cuda_capability!r} is a CUDA argument "
                 f"(an int such as 90); name an AMD GPU with backend_options={{{ARCH_OPTION!r}: "
-                f"{call.compute_capability!r}}} instead"
+                f"{cuda_capability!r}}} instead"
             )
-        arch = requested_arch(_backend_options(call))
+        arch = requested_arch(dict(backend_arguments.get("backend_options", ())))
         if arch is None and device is not None:
-            name = _compat.device_arch(device)
-            if name is not None:
-                arch = parse_arch(name, f"the architecture reported by device {device}")
+            reported = _compat.device_arch(device)
+            if reported is not None:
+                arch = parse_arch(reported, f"the architecture reported by device {device}")
         if arch is None:
-            raise no_arch_error(call.name)
+            raise no_arch_error(name)
         return Target(platform=self.platform, arch=arch.name, warp_size=arch.warp_size)
 
-    def validate_options(self, options: CompileOptions, call: KernelCall, target: Target) -> None:
-        arch = arch_of(target)
-        warps = options.num_warps  # a power of two: CompileOptions checks that for every backend
-        if warps * arch.warp_size > MAX_THREADS_PER_BLOCK:
-            raise KernelCallValueError(
-                f"triton_call {call.name!r}: num_warps={warps} gives {warps * arch.warp_size} threads per program "
-                f"on {arch.name} ({arch.warp_size} threads per wavefront); AMD GPUs allow at most "
-                f"{MAX_THREADS_PER_BLOCK}, so use num_warps <= {MAX_THREADS_PER_BLOCK // arch.warp_size}"
-            )
-        if options.num_ctas != 1:
-            raise KernelCallValueError(
-                f"triton_call {call.name!r}: num_ctas={options.num_ctas} asks for thread-block clusters, which the "
-                "ROCm backend does not launch; use num_ctas=1"
-            )
-        allowed = _hip_option_names()
-        for key, _ in options.extra:
-            if key == ARCH_OPTION:
-                continue
-            if key not in allowed:
-                raise KernelCallValueError(
-                    f"triton_call {call.name!r}: backend_options has {key!r}, which Triton's AMD backend does not "
-                    f"know; valid options are {sorted(allowed | {ARCH_OPTION})}"
-                )
+    def parse_options(
+        self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
+    ) -> RocmOptions:
+        return RocmOptions.parse(options, target, name)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
         import triton
         from triton.backends.compiler import GPUTarget
 
         arch = arch_of(request.target)
-        options = {k: v for k, v in request.options.as_dict().items() if k != ARCH_OPTION}
+        assert isinstance(request.options, RocmOptions), request.options
+        options = request.options.triton_options()
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         compiled = triton.compile(source, target=GPUTarget("hip", arch.name, arch.warp_size), options=options)
         metadata = _compat.metadata_dict(compiled.metadata)

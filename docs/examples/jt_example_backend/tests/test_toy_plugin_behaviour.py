@@ -8,16 +8,16 @@ import jax
 import jax.numpy as jnp
 import pytest
 from jt_example_backend import plugin
-from jt_example_backend.backend import CUSTOM_CALL_TARGET
+from jt_example_backend.backend import CUSTOM_CALL_TARGET, ToyOptions
 
 import jt_core as jt
 from jt_core.testing import fake_entry_point, sample_add_kernel
 
 
-def lower_for_toy(size: int = 96, block: int = 32) -> str:
+def lower_for_toy(size: int = 96, block: int = 32, **options) -> str:
     def add(x, y):
         return jt.triton_call(
-            x, y, kernel=sample_add_kernel, out_shape=x, grid=jt.cdiv(size, block), n=size, BLOCK=block
+            x, y, kernel=sample_add_kernel, out_shape=x, grid=jt.cdiv(size, block), n=size, BLOCK=block, **options
         )
 
     spec = jax.ShapeDtypeStruct((size,), jnp.float32)
@@ -70,3 +70,16 @@ def test_disabled_with_jt_disable_plugins(jt_fake_entry_points) -> None:
     assert {r.name: r.status for r in manager.list_plugins()}["toy"] == "blocked"
     with pytest.raises(Exception, match="no jt backend for platform 'toy'"):
         lower_for_toy()
+
+
+def test_the_backend_parses_its_own_options(jt_hook_recorder) -> None:
+    lower_for_toy(size=64, block=16, num_warps=2, backend_options={"unroll": 2})
+    (request,) = [kwargs["request"] for name, kwargs in jt_hook_recorder.calls if name == "jt_compile_kernel"]
+    assert request.options == ToyOptions(num_warps=2, unroll=2)
+
+
+def test_an_option_the_backend_does_not_take_is_refused_naming_it(jt_plugin_manager) -> None:
+    with pytest.raises(jt.KernelCallValueError, match=r"backend_options \['unrol'\] are not options of 'toy'"):
+        lower_for_toy(backend_options={"unrol": 2})
+    with pytest.raises(jt.KernelCallValueError, match=r"backend_options\['unroll'\] must be 1, 2 or 4 on 'toy', got 3"):
+        lower_for_toy(backend_options={"unroll": 3})

@@ -301,6 +301,6 @@ def ffi_attributes(
     remembered = tuning_file(call, device, platform)
     if remembered:
         attributes["tuning_file"] = _ir_str(remembered)
-    if call.serialized_metadata:
-        attributes["metadata"] = _ir_str(call.serialized_metadata)
+    if call.launch.serialized_metadata:
+        attributes["metadata"] = _ir_str(call.launch.serialized_metadata)
     return attributes, scratch_bytes

@@ -143,7 +143,7 @@ class HandlerLauncher(Launcher):
             result_types=result_types,
             operands=list(operands),
             backend_config=backend_config,
-            has_side_effect=call.has_side_effect,
+            has_side_effect=call.launch.has_side_effect,
             api_version=4,
             operand_output_aliases=dict(call.aliases),
             operand_layouts=[self.row_major(aval) for aval in call.operand_avals],
@@ -317,7 +317,7 @@ class JaxlibLauncher(Launcher):
                 for operand, result in plan.aliases
             ]
         opaque = jaxlib_call.encode_call(
-            call.name, launches, [config.label for config in call.configs], restore, call.serialized_metadata
+            call.name, launches, [config.label for config in call.configs], restore, call.launch.serialized_metadata
         )
         out_avals = [call.out_avals[i] for i in plan.result_order]
         target, api_version = self.custom_call_target()
@@ -326,7 +326,7 @@ class JaxlibLauncher(Launcher):
             result_types=[mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals],
             operands=call_operands,
             backend_config={"opaque": ir.StringAttr.get(opaque)} if api_version == 4 else opaque,
-            has_side_effect=call.has_side_effect,
+            has_side_effect=call.launch.has_side_effect,
             api_version=api_version,
             operand_output_aliases=dict(plan.aliases),
             operand_layouts=[self.row_major(aval) for aval in operand_avals],

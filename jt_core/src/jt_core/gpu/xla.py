@@ -380,4 +380,4 @@ class XlaTritonLauncher(Launcher):
         built = self._xla_kernel(call, kernels[0])
         assert not isinstance(built, str)
         log.info("triton_call %r: lowered to XLA's Triton call as %r", call.name, built.name)
-        return emit(ctx, call, built, operands, call.has_side_effect)
+        return emit(ctx, call, built, operands, call.launch.has_side_effect)

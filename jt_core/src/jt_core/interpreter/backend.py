@@ -7,14 +7,15 @@ import dataclasses
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from jax import tree_util
 
 from jt_core import _compat, frontend, settings, tuning
-from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.call import CPU_CHECKS, INPUT, OUTPUT, CompileOptions, KernelCall
+from jt_core.checks import CpuChecks
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
 from jt_core.interpreter import runner
@@ -35,6 +36,28 @@ def compile_check_enabled() -> bool:
     return settings.flag("JT_CPU_COMPILE_CHECK", default=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class CpuOptions:
+    """The options a kernel runs with on the CPU backend.
+
+    Attributes:
+        num_warps: Warps per program, as configured (the interpreter runs each program as one thread).
+        checks: The checks the run makes (the call's :func:`jt_core.cpu_checks` when it was made, else the
+            defaults).
+    """
+
+    num_warps: int = CompileOptions.num_warps
+    checks: CpuChecks = dataclasses.field(default_factory=CpuChecks)
+
+
+@dataclasses.dataclass(frozen=True)
+class InterpretedKernel:
+    """What a CPU kernel is once compiled: the Python function the interpreter runs, and its checks."""
+
+    fn: Any
+    checks: CpuChecks
+
+
 class CpuBackend(Backend):
     """Runs kernels on the host with Triton's interpreter."""
 
@@ -44,8 +67,13 @@ class CpuBackend(Backend):
     #: skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core host).
     cacheable = True
 
-    def target(self, call: KernelCall, device: Any | None) -> Target:
+    def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
         return CPU_TARGET
+
+    def parse_options(
+        self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
+    ) -> CpuOptions:
+        return CpuOptions(num_warps=options.num_warps, checks=backend_arguments.get(CPU_CHECKS, CpuChecks()))
 
     def cache_tag(self) -> str:
         return "checked" if compile_check_enabled() else "unchecked"
@@ -67,11 +95,13 @@ class CpuBackend(Backend):
     def _interpreted(request: CompileRequest) -> CompiledKernel:
         py_fn = request.kernel.fn
         runner.interpreted(py_fn)  # rewrite now: a kernel without source fails at lowering, not at run time
+        options = request.options
+        assert isinstance(options, CpuOptions), options
         return CompiledKernel(
             name=request.call.name,
             target=request.target,
-            num_warps=request.options.num_warps,
-            payload=py_fn,
+            num_warps=options.num_warps,
+            payload=InterpretedKernel(py_fn, options.checks),
         )
 
 
@@ -175,9 +205,10 @@ def execute_into(
             values = leaves[param.index]
             arguments[param.name] = values[0] if tree is None else tree_util.tree_unflatten(tree, values)
 
-    checks = call.checks
+    interpreted = kernel.payload
+    checks = interpreted.checks
     races = runner.run(
-        kernel.payload,
+        interpreted.fn,
         call.name,
         arguments,
         config.grid,
@@ -292,4 +323,4 @@ class CpuLauncher(Launcher):
             lowered.run([np.asarray(a) for a in arrays], outputs)
             return tuple(outputs)
 
-        return _compat.emit_python_callback(ctx, callback, operands, has_side_effect=call.has_side_effect)
+        return _compat.emit_python_callback(ctx, callback, operands, has_side_effect=call.launch.has_side_effect)

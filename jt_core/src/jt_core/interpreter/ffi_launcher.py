@@ -348,7 +348,7 @@ class CpuFfiLauncher(Launcher):
                 "call_id": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), call_id),
                 "name": ir.StringAttr.get(call.name),
             },
-            has_side_effect=call.has_side_effect,
+            has_side_effect=call.launch.has_side_effect,
             api_version=4,
             operand_output_aliases=dict(call.aliases),
             operand_layouts=[self.row_major(aval) for aval in call.operand_avals],

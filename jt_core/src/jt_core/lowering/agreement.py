@@ -28,7 +28,7 @@ def agree_on_lowering(
         ProcessAgreementError: When another process lowers it with another launcher or configuration.
     """
     passed_over: dict[str, str] = {}
-    if call.launcher is None and platform not in settings.launcher_overrides():  # chosen by priority
+    if call.launch.launcher is None and platform not in settings.launcher_overrides():  # chosen by priority
         for other in hooks.launchers_for(platform):
             if other is launcher or other.name in (refused or {}):
                 break

@@ -55,15 +55,26 @@ def _lower(
             "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
-    target = hooks.serve(backend, "target", call=call, device=device, needed=needed)
+    target = hooks.serve(
+        backend, "target", backend_arguments=dict(call.backend_arguments), device=device, name=call.name, needed=needed
+    )
 
     def requests(call: KernelCall) -> list[CompileRequest]:
-        for config in call.configs:
-            hooks.serve(backend, "validate_options", options=config.options, call=call, target=target, needed=needed)
-        return [CompileRequest.for_config(call, config, target, backend) for config in call.configs]
+        return [
+            CompileRequest.for_config(
+                call,
+                config,
+                target,
+                backend,
+                hooks.serve(
+                    backend, "parse_options", **CompileRequest.option_arguments(call, config, target), needed=needed
+                ),
+            )
+            for config in call.configs
+        ]
 
     with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):
-        launcher = hooks.launcher_for(platform, call.launcher)
+        launcher = hooks.launcher_for(platform, call.launch.launcher)
     if len(call.configs) > 1 and (launcher.single_config or exchange is not None):
         call = tune_ahead(call, platform, device, launcher, exchange)
     kernels = compiling.compile_all(requests(call))
@@ -77,7 +88,7 @@ def _lowering(ctx: Any, *operands: Any, call: KernelCall) -> Sequence[Any]:
     rules = {
         p: (lambda ctx_, *ops, call, _p=p: lower_for_platform(ctx_, *ops, call=call, platform=_p)) for p in platforms
     }
-    effects = {kernel_side_effect} if call.has_side_effect else set()
+    effects = {kernel_side_effect} if call.launch.has_side_effect else set()
     return mlir.lower_per_platform(ctx, "triton_kernel_call", rules, None, effects, *operands, call=call)
 
 

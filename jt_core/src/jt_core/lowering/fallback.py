@@ -40,7 +40,7 @@ def lower_with(
     """
     refused: dict[str, str] = {}
     while True:
-        needed = hooks.requested(platform, launcher, call.launcher)
+        needed = hooks.requested(platform, launcher, call.launch.launcher)
         reason = hooks.serve(launcher, "fallback_reason", call=call, kernels=kernels, device=device, needed=needed)
         if reason is None:
             if exchange is not None:

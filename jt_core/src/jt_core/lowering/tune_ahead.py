@@ -55,7 +55,7 @@ def _local_winner(call: KernelCall, platform: str, device: Any | None, launcher:
         tuner = hooks.next_launcher(platform, launcher) if launcher.single_config else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
         tuning.take_recent_choice(call)  # an earlier choice, on another device say, is not this run's
-        _run_on_scratch(dataclasses.replace(call, launcher=tuner.name), device)
+        _run_on_scratch(dataclasses.replace(call, launch=dataclasses.replace(call.launch, launcher=tuner.name)), device)
         index = tuning.take_recent_choice(call)
         if index is None:
             index = tuning.load_choice(key, len(call.configs))

@@ -1,21 +1,45 @@
 """The ``toy`` backend and launcher.
 
-``ToyBackend.compile`` runs Triton's real compiler front end (source to Triton IR, ``ttir``) for the kernel, as a
-GPU backend's first stage would; a real backend would continue to its device's binary. ``ToyLauncher.lower``
-emits an XLA FFI custom call named ``toy_triton_kernel`` whose attributes carry the kernel name and grid: what a
-real launcher's run-time handler would read.
+``ToyBackend.parse_options`` turns each configuration's options into the backend's own frozen ``ToyOptions``
+(its defaults and checks in one place). ``ToyBackend.compile`` runs Triton's real compiler front end (source to
+Triton IR, ``ttir``) for the kernel, as a GPU backend's first stage would; a real backend would continue to its
+device's binary. ``ToyLauncher.lower`` emits an XLA FFI custom call named ``toy_triton_kernel`` whose attributes
+carry the kernel name and grid: what a real launcher's run-time handler would read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jt_core.plugin import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.plugin import (
+    Backend,
+    CompiledKernel,
+    CompileOptions,
+    CompileRequest,
+    KernelCallValueError,
+    Launcher,
+    Target,
+)
 
 PLATFORM = "toy"
 CUSTOM_CALL_TARGET = "toy_triton_kernel"
 TOY_TARGET = Target(platform=PLATFORM, arch="toy1", warp_size=32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyOptions:
+    """What a kernel compiles with on the ``toy`` platform: the backend's own options, defaults and checks."""
+
+    num_warps: int = 4
+    enable_fp_fusion: bool = True
+    #: A toy option, given as ``backend_options={"unroll": 2}``.
+    unroll: int = 1
+
+    def __post_init__(self) -> None:
+        if self.unroll not in (1, 2, 4):
+            raise KernelCallValueError(f"backend_options['unroll'] must be 1, 2 or 4 on 'toy', got {self.unroll!r}")
 
 
 class ToyBackend(Backend):
@@ -23,9 +47,18 @@ class ToyBackend(Backend):
 
     platform = PLATFORM
 
-    def target(self, call: Any, device: Any | None) -> Target:
-        # A real backend asks the device (or the call's options) for its architecture.
+    def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
+        # A real backend asks the device (or the call's backend_options) for its architecture.
         return TOY_TARGET
+
+    def parse_options(
+        self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
+    ) -> ToyOptions:
+        extra = dict(options.extra)
+        unknown = sorted(set(extra) - {"unroll"})
+        if unknown:
+            raise KernelCallValueError(f"triton_call {name!r}: backend_options {unknown} are not options of 'toy'")
+        return ToyOptions(num_warps=options.num_warps, enable_fp_fusion=options.enable_fp_fusion, **extra)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
         import triton
@@ -36,7 +69,9 @@ class ToyBackend(Backend):
         # Triton's front end needs a target for its options; any supported GPU architecture will do for ttir.
         triton_target = GPUTarget("cuda", 80, 32)
         backend = make_backend(triton_target)
-        options = backend.parse_options(request.options.as_dict())
+        toy = request.options
+        assert isinstance(toy, ToyOptions)
+        options = backend.parse_options({"num_warps": toy.num_warps, "enable_fp_fusion": toy.enable_fp_fusion})
         context = triton._C.libtriton.ir.context()
         triton._C.libtriton.ir.load_dialects(context)
         backend.load_dialects(context)
@@ -47,8 +82,8 @@ class ToyBackend(Backend):
             name=request.call.name,
             target=request.target,
             asm={"ttir": str(module)},
-            metadata={"num_warps": request.options.num_warps},
-            num_warps=request.options.num_warps,
+            metadata={"num_warps": toy.num_warps, "unroll": toy.unroll},
+            num_warps=toy.num_warps,
         )
 
 
@@ -66,7 +101,7 @@ class ToyLauncher(Launcher):
         import numpy as np
 
         # A typed XLA FFI custom call; its attributes are what the run-time handler of a real platform reads.
-        rule = jax.ffi.ffi_lowering(CUSTOM_CALL_TARGET, has_side_effect=call.has_side_effect)
+        rule = jax.ffi.ffi_lowering(CUSTOM_CALL_TARGET, has_side_effect=call.launch.has_side_effect)
         return rule(
             ctx,
             *operands,
