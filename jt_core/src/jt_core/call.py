@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from jax import tree_util
 
@@ -51,6 +51,7 @@ __all__ = [
     "LaunchOptions",
     "ParamSlot",
     "Specialization",
+    "TritonOptions",
     "kernel_name",
     "kernel_params",
     "kernel_signature_text",
@@ -148,6 +149,46 @@ class CompileOptions:
         }
         out.update(self.extra)
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonOptions:
+    """A base for a backend's own options when it compiles with one of Triton's backends
+    (:meth:`jt_core.contracts.Backend.parse_options`): the options every backend takes, and the further ones for
+    Triton's backend, passed as given.
+
+    Attributes:
+        num_warps: Warps per program.
+        num_stages: Software-pipelining stages.
+        num_ctas: Programs per cluster.
+        enable_fp_fusion: Whether multiply-adds may be fused.
+        debug: Compile with Triton's debug checks.
+        triton: Further options of Triton's backend, as sorted ``(name, value)`` pairs.
+    """
+
+    num_warps: int = CompileOptions.num_warps
+    num_stages: int = CompileOptions.num_stages
+    num_ctas: int = CompileOptions.num_ctas
+    enable_fp_fusion: bool = CompileOptions.enable_fp_fusion
+    debug: bool = CompileOptions.debug
+    triton: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, options: CompileOptions, leave_out: frozenset[str] = frozenset()) -> Self:
+        """``options`` with their further options (``options.extra``) less the names in ``leave_out``."""
+        return cls(
+            num_warps=options.num_warps,
+            num_stages=options.num_stages,
+            num_ctas=options.num_ctas,
+            enable_fp_fusion=options.enable_fp_fusion,
+            debug=options.debug,
+            triton=tuple((key, value) for key, value in options.extra if key not in leave_out),
+        )
+
+    def triton_options(self) -> dict[str, Any]:
+        """The options as ``triton.compile`` takes them (Triton's backend fills in its defaults for the rest)."""
+        named = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "triton"}
+        return {**named, **dict(self.triton)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,8 @@ What is here:
   metadata JSON data);
 * the bound call they read: :class:`KernelCall`, its :class:`ParamSlot` leaves (kinds :data:`INPUT`,
   :data:`OUTPUT`, :data:`SCALAR`), :class:`LaunchConfig`, :class:`CompileOptions`, :class:`LaunchOptions`,
-  :class:`Specialization`, :class:`KernelParam`;
+  :class:`Specialization`, :class:`KernelParam`; :class:`TritonOptions`, a base for a backend's own options when it
+  compiles with one of Triton's backends;
 * :data:`hookimpl`, and :data:`API_VERSION`;
 * the errors to raise (a user's mistake, a failed compile, a kernel a backend cannot run);
 * :mod:`settings` (environment switches read the way jt reads them), :mod:`files` (the per-machine cache
@@ -46,6 +47,7 @@ from jt_core.call import (
     LaunchOptions,
     ParamSlot,
     Specialization,
+    TritonOptions,
 )
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target, plain_metadata
 from jt_core.errors import (
@@ -85,6 +87,7 @@ __all__ = [
     "ParamSlot",
     "Specialization",
     "Target",
+    "TritonOptions",
     "UnsupportedKernelError",
     "files",
     "hookimpl",

@@ -13,6 +13,7 @@ from jt_core.plugin import (
     CompileRequest,
     KernelCallValueError,
     Target,
+    TritonOptions,
     plain_metadata,
     settings,
 )
@@ -30,28 +31,10 @@ _RESERVED_OPTIONS = frozenset({"arch", "backend_name", "warp_size"})
 
 
 @dataclasses.dataclass(frozen=True)
-class CudaOptions:
-    """The options one configuration compiles with for CUDA: what Triton's CUDA backend is given.
-
-    Built by :meth:`parse`, which checks them against the target; :meth:`triton_options` is the dict for
-    ``triton.compile`` (Triton's ``CUDAOptions`` fills in its own defaults for the options not set here).
-
-    Attributes:
-        num_warps: Warps per program.
-        num_stages: Software-pipelining stages.
-        num_ctas: Programs per cluster (sm90+).
-        enable_fp_fusion: Whether multiply-adds may be fused.
-        debug: Compile with Triton's debug checks.
-        triton: Further options of Triton's CUDA backend (``backend_options=``, a config's ``maxnreg``), as sorted
-            ``(name, value)`` pairs.
-    """
-
-    num_warps: int = CompileOptions.num_warps
-    num_stages: int = CompileOptions.num_stages
-    num_ctas: int = CompileOptions.num_ctas
-    enable_fp_fusion: bool = CompileOptions.enable_fp_fusion
-    debug: bool = CompileOptions.debug
-    triton: tuple[tuple[str, Any], ...] = ()
+class CudaOptions(TritonOptions):
+    """The options one configuration compiles with for CUDA: what Triton's CUDA backend is given (its
+    ``CUDAOptions`` fills in its own defaults for the options not set here). Built by :meth:`parse`, which checks
+    them against the target."""
 
     @classmethod
     def parse(cls, options: CompileOptions, target: Target, name: str, label: str) -> CudaOptions:
@@ -80,19 +63,7 @@ class CudaOptions:
                     f"triton_call {name!r}: backend_options[{key!r}] is not an option of Triton's CUDA backend "
                     f"(triton {_compat.triton_version()}); known options: {sorted(known - _RESERVED_OPTIONS)}"
                 )
-        return cls(
-            num_warps=options.num_warps,
-            num_stages=options.num_stages,
-            num_ctas=options.num_ctas,
-            enable_fp_fusion=options.enable_fp_fusion,
-            debug=options.debug,
-            triton=options.extra,
-        )
-
-    def triton_options(self) -> dict[str, Any]:
-        """The options as ``triton.compile`` takes them."""
-        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "triton"}
-        return {**fields, **dict(self.triton)}
+        return cls.of(options)
 
 
 def _target_for(value: Any, source: str, name: str) -> Target:

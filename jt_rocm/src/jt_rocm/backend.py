@@ -14,6 +14,7 @@ from jt_core.plugin import (
     KernelCallTypeError,
     KernelCallValueError,
     Target,
+    TritonOptions,
     plain_metadata,
 )
 from jt_rocm import _compat
@@ -42,26 +43,10 @@ def arch_of(target: Target) -> GfxArch:
 
 
 @dataclasses.dataclass(frozen=True)
-class RocmOptions:
-    """The options one configuration compiles with for ROCm: what Triton's AMD backend is given.
-
-    Built by :meth:`parse`, which checks them against the target's architecture; :meth:`triton_options` is the
-    dict for ``triton.compile`` (Triton's ``HIPOptions`` fills in its own defaults for the options not set here).
-
-    Attributes:
-        num_warps: Wavefronts per program.
-        num_stages: Software-pipelining stages.
-        enable_fp_fusion: Whether multiply-adds may be fused.
-        debug: Compile with Triton's debug checks.
-        triton: Further options of Triton's AMD backend (``backend_options=`` less ``arch``, which chooses the
-            target), as sorted ``(name, value)`` pairs.
-    """
-
-    num_warps: int = CompileOptions.num_warps
-    num_stages: int = CompileOptions.num_stages
-    enable_fp_fusion: bool = CompileOptions.enable_fp_fusion
-    debug: bool = CompileOptions.debug
-    triton: tuple[tuple[str, Any], ...] = ()
+class RocmOptions(TritonOptions):
+    """The options one configuration compiles with for ROCm: what Triton's AMD backend is given (its ``HIPOptions``
+    fills in its own defaults for the options not set here), ``backend_options["arch"]`` left out (it chooses the
+    target). Built by :meth:`parse`, which checks them against the target's architecture."""
 
     @classmethod
     def parse(cls, options: CompileOptions, target: Target, name: str) -> RocmOptions:
@@ -91,18 +76,7 @@ class RocmOptions:
                     f"triton_call {name!r}: backend_options has {key!r}, which Triton's AMD backend does not "
                     f"know; valid options are {sorted(allowed | {ARCH_OPTION})}"
                 )
-        return cls(
-            num_warps=options.num_warps,
-            num_stages=options.num_stages,
-            enable_fp_fusion=options.enable_fp_fusion,
-            debug=options.debug,
-            triton=tuple((key, value) for key, value in options.extra if key != ARCH_OPTION),
-        )
-
-    def triton_options(self) -> dict[str, Any]:
-        """The options as ``triton.compile`` takes them."""
-        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "triton"}
-        return {**fields, **dict(self.triton)}
+        return cls.of(options, leave_out=frozenset({ARCH_OPTION}))
 
 
 class RocmBackend(Backend):
