@@ -360,7 +360,7 @@ def test_example_plugin_passes_its_own_tests(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "12 passed" in result.stdout, result.stdout
+    assert "14 passed" in result.stdout, result.stdout
 
 
 if __name__ == "__main__":

@@ -25,10 +25,9 @@ class NoDeviceLauncher(Launcher):
     platform = "nodevice"
     name = "nd"
     fallback_rules = ("calls the nodevice runtime refuses",)
-    without_native = "nothing runs"
 
     def native_library(self):
-        return LibrarySpec("jt_nodevice_launch", (), without_it=self.without_native)
+        return LibrarySpec("jt_nodevice_launch", (), without_it="nothing runs")
 
     def lower(self, ctx, call, kernels, operands, device):
         raise AssertionError("not lowered here")

@@ -53,10 +53,12 @@ class RocmBackend(Backend):
     """
 
     platform = "rocm"
-    binary_suffix = "hsaco"
 
     def target_label(self, target: Target) -> str:
         return str(target.arch)
+
+    def binary_file_suffix(self, kernel: CompiledKernel) -> str:
+        return "hsaco"
 
     def target(self, call: KernelCall, device: Any | None) -> Target:
         if isinstance(call.compute_capability, str):

@@ -15,7 +15,7 @@ from jax import tree_util
 
 from jt_core import _compat, frontend, settings, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
 from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
 from jt_core.interpreter import runner
 from jt_core.interpreter.races import RaceTracker, describe_elements
@@ -23,6 +23,9 @@ from jt_core.interpreter.races import RaceTracker, describe_elements
 CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 #: The device name autotuning results on the CPU are remembered under.
 CPU_DEVICE_NAME = "cpu-triton-interpreter"
+#: The dialects whose kernels Triton's interpreter runs: those written in ``triton.language`` (Gluon kernels name
+#: GPU layouts, which the interpreter has no model of).
+INTERPRETED_DIALECTS = ("triton",)
 
 
 def cpu_autotune_enabled() -> bool:
@@ -39,13 +42,23 @@ class CpuBackend(Backend):
     """Runs kernels on the host with Triton's interpreter."""
 
     platform = "cpu"
-    interprets = True
-    #: What the disk cache keeps of a CPU kernel is that Triton's front end accepted it, so that a warm first call
-    #: skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core host).
-    cacheable = True
 
     def target(self, call: KernelCall, device: Any | None) -> Target:
         return CPU_TARGET
+
+    def unsupported_dialect_reason(self, dialect: Dialect) -> str | None:
+        if dialect.name in INTERPRETED_DIALECTS:
+            return None
+        return (
+            "Triton's interpreter cannot execute them; run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' "
+            "(jt-rocm)"
+        )
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        # What the disk cache keeps of a CPU kernel is that Triton's front end accepted it, so that a warm first
+        # call skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core
+        # host).
+        return True
 
     def cache_tag(self) -> str:
         return "checked" if compile_check_enabled() else "unchecked"
@@ -274,8 +287,12 @@ class CpuLauncher(Launcher):
     platform = "cpu"
     name = "interpreter"
     priority = 0
-    supports_tensor_descriptors = True
-    uses_host_callback = True
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        return True
+
+    def runs_through_host_callback(self, call: KernelCall) -> bool:
+        return True
 
     def lower(
         self,
