@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 import jt_core as jt
 from jt_core import tuning
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
+from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 from jt_core.testing import sample_add_kernel
 
 assert "xla_force_host_platform_device_count=4" in os.environ.get("XLA_FLAGS", ""), "run with 4 host devices"
@@ -169,6 +170,32 @@ def test_partitioned_triton_call_through_host_callbacks_is_refused_clearly(mesh:
     with pytest.raises(Exception, match=r"cannot run on the CPU backend across several devices.*jax\.shard_map"):
         f(x, x)
     assert issubclass(UnsupportedKernelError, NotImplementedError)
+
+
+class CallbackFfiLauncher(CpuFfiLauncher):
+    """A plugin's CPU launcher that says the operation it lowers a call to runs through a JAX host callback."""
+
+    name = "says-callback"
+    priority = -1
+
+    def runs_through_host_callback(self, call: Any) -> bool:
+        return True
+
+
+class CallbackLauncherPlugin:
+    @jt.hookimpl
+    def jt_register_launchers(self, platform: str | None) -> list[Any]:
+        return [CallbackFfiLauncher()] if platform in (None, "cpu") else []
+
+
+def test_a_launcher_that_says_it_runs_through_a_host_callback_is_refused_across_devices(
+    mesh: Any, rng: np.random.Generator, jt_register_plugin: Any
+) -> None:
+    jt_register_plugin(CallbackLauncherPlugin())
+    x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(jt.partitioned(jt.Elementwise())(functools.partial(add, launcher="says-callback")))
+    with pytest.raises(Exception, match=r"across several devices with launcher 'says-callback': it runs kernels th"):
+        f(x, x)
 
 
 def test_partitioned_triton_call_given_a_global_size_is_refused_naming_local_sizes(

@@ -23,11 +23,13 @@ COMPILES: list[str] = []
 
 
 class CountingBackend(Backend):
-    """Compiles nothing real but records each compile, and is cacheable."""
+    """Compiles nothing real but records each compile, and lets the disk cache keep its kernels."""
 
     platform = "counting"
-    cacheable = True
     tag = "tool-1"
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        return True
 
     def target(self, backend_arguments: Any) -> Target:
         return Target("counting", int(backend_arguments.get("compute_capability") or 90), 32)
@@ -49,6 +51,19 @@ class CountingBackend(Backend):
         )
 
 
+class SelectiveBackend(CountingBackend):
+    """Lets the disk cache keep the kernels it compiles for sm90, not those for sm80."""
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        return request.target.arch == 90
+
+
+class ForgetfulBackend(CountingBackend):
+    """Leaves :meth:`Backend.may_keep_on_disk` at its default."""
+
+    may_keep_on_disk = Backend.may_keep_on_disk
+
+
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
     monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jtcache"))
@@ -64,6 +79,21 @@ def _compile(kernel: Any = None, backend: Backend | None = None, **meta: Any) ->
     call = sample_call(kernel, compute_capability=meta.pop("cc", 90), **meta)
     request = compile_request(backend, call)
     return cache.compile_cached(request)
+
+
+def test_a_backend_that_does_not_answer_keeps_nothing_on_disk(private_cache: pathlib.Path) -> None:
+    _compile(backend=ForgetfulBackend())
+    _compile(backend=ForgetfulBackend())
+    assert COMPILES == ["sample_add_kernel", "sample_add_kernel"]
+    assert cache.info()["kernels"] == 0
+
+
+def test_a_backend_answers_for_each_request_whether_its_kernel_is_kept() -> None:
+    for _ in range(2):
+        _compile(backend=SelectiveBackend(), cc=90)
+        _compile(backend=SelectiveBackend(), cc=80)
+    assert COMPILES == ["sample_add_kernel"] * 3  # sm90 once, sm80 twice
+    assert cache.info()["kernels"] == 1
 
 
 def test_second_compile_is_a_disk_hit_with_identical_contents() -> None:

@@ -79,10 +79,13 @@ class Kind:
 
 
 class FakeGpuBackend(Backend):
-    """A cacheable backend whose compile makes a binary of random bytes (the reference) and counts itself."""
+    """A backend whose kernels the disk cache keeps; its compile makes a binary of random bytes (the reference) and
+    counts itself."""
 
     platform = "fake-gpu"
-    cacheable = True
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        return True
 
     def __init__(self, kind: KernelKind) -> None:
         self.kind = kind

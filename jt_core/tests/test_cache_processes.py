@@ -19,7 +19,7 @@ import pytest
 
 import jt_core as jt
 from jt_core import cache, files, native
-from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+from jt_core.interpreter.ffi_launcher import WITHOUT_HANDLER
 from jt_core.testing import distinct_kernels
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
@@ -141,7 +141,9 @@ _SLOW_BACKEND = """
 
     class SlowBackend(Backend):
         platform = "slow"
-        cacheable = True
+
+        def may_keep_on_disk(self, request):
+            return True
 
         def target(self):
             return Target("slow", 90, 32)
@@ -216,7 +218,7 @@ def test_a_build_that_fails_says_so_once_and_plugins_shows_it(tmp_path: Path, ca
     assert len(lines) == 1, ran.stderr
     assert lines[0].startswith("jt: building jt_cpu_interpreter_call for this machine")
     assert "... failed (exit 3: probe.cc:1: error: the compiler was told to fail)" in lines[0]
-    assert f"; without it, {CpuFfiLauncher.without_native}" in lines[0]
+    assert f"; without it, {WITHOUT_HANDLER}" in lines[0]
     env = {**os.environ, "JT_CACHE_DIR": str(cache_root), "CXX": str(compiler)}
     listing = subprocess.run(
         [sys.executable, "-m", "jt_core", "plugins"], capture_output=True, text=True, env=env
@@ -241,7 +243,7 @@ def test_without_a_compiler_one_line_says_what_jt_does_instead(cache_root: Path)
     assert lines[0].startswith(
         "jt: cannot build jt_cpu_interpreter_call: CXX='/nonexistent/c++' does not name an executable compiler"
     )
-    assert lines[0].endswith(f"; without it, {CpuFfiLauncher.without_native}")
+    assert lines[0].endswith(f"; without it, {WITHOUT_HANDLER}")
 
 
 @needs_compiler

@@ -22,7 +22,6 @@ class IrBackend(Backend):
     """A backend that 'compiles' to two IR stages and a binary."""
 
     platform = "irplat"
-    binary_suffix = "fakebin"
 
     def target(self) -> Target:
         return Target("irplat", "v1", 32)
@@ -38,9 +37,16 @@ class IrBackend(Backend):
         )
 
 
+class FakebinBackend(IrBackend):
+    """Names the file of its binary."""
+
+    def binary_file_suffix(self, kernel: CompiledKernel) -> str:
+        return "fakebin"
+
+
 def test_every_ir_the_backend_kept_and_its_binary_are_dumped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
-    backend = IrBackend()
+    backend = FakebinBackend()
     call = sample_call()
     request = compile_request(backend, call)
     kernel = hooks.compile_kernel(request)
@@ -59,6 +65,15 @@ def test_every_ir_the_backend_kept_and_its_binary_are_dumped(tmp_path: Path, mon
     info = json.loads((folder / "compile_info.json").read_text())
     assert info["target"] == {"platform": "irplat", "arch": "v1", "warp_size": 32}
     assert info["config"] == call.configs[0].label and info["binary_bytes"] == len(kernel.binary)
+
+
+def test_a_binary_without_a_named_suffix_is_dumped_as_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
+    backend = IrBackend()
+    call = sample_call()
+    kernel = hooks.compile_kernel(compile_request(backend, call))
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "sample_add_kernel.bin").read_bytes() == kernel.binary
 
 
 def test_the_cpu_backend_dumps_its_compile_info(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

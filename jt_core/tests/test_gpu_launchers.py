@@ -176,8 +176,6 @@ def test_a_kernel_compiled_with_instrumentation_is_refused(monkeypatch: pytest.M
 class _DescriptorLauncher(FakeJtLauncher):
     """Passes a host-side tensor descriptor as a tensor map plus the base address and a scalar."""
 
-    supports_tensor_descriptors = True
-
     def descriptor_params(self) -> Any:
         def params(slot: Any, ordinal: int, kernels: Any) -> list[DescriptorParam]:
             shape = slot.descriptor.shape

@@ -25,10 +25,9 @@ class NoDeviceLauncher(Launcher):
     platform = "nodevice"
     name = "nd"
     fallback_rules = ("calls the nodevice runtime refuses",)
-    without_native = "nothing runs"
 
     def native_library(self):
-        return LibrarySpec("jt_nodevice_launch", (), without_it=self.without_native)
+        return LibrarySpec("jt_nodevice_launch", (), without_it="nothing runs")
 
     def lower(self, ctx, call, kernels, operands, device):
         raise AssertionError("not lowered here")
@@ -100,6 +99,7 @@ def test_the_table_says_why_a_plugin_failed_or_is_blocked(tmp_path: pathlib.Path
     _install(
         tmp_path, "jt-typo", "typo = jt_typo_plugin", {"jt_typo_plugin": PLUGIN.replace("launchers():", "launcher():")}
     )
+    _install(tmp_path, "jt-bare", "bare = jt_bare_plugin", {"jt_bare_plugin": PLUGIN.replace("@jt.hookimpl\n", "")})
     _install(tmp_path, "jt-nodevice", "nodevice = jt_nodevice_plugin", {"jt_nodevice_plugin": PLUGIN})
     rows = {row.split()[0]: row for row in _plugins(tmp_path, JT_DISABLE_PLUGINS="nodevice").splitlines() if row}
     assert rows["broken"].split()[1:4] == ["jt-broken-import", "1.0", "failed"]
@@ -112,5 +112,11 @@ def test_the_table_says_why_a_plugin_failed_or_is_blocked(tmp_path: pathlib.Path
         "  nothing: implements hooks that have no spec: jt_register_launcher (did you mean jt_register_launchers?). "
         "Correct the name in the plugin; set JT_DISABLE_PLUGINS=typo to skip it."
     ), rows["typo"]
+    assert rows["bare"].split()[3] == "failed"
+    assert rows["bare"].endswith(
+        "  nothing: defines the hook function jt_bare_plugin.jt_register_launchers without the @hookimpl decorator, "
+        "so jt would never call it. Decorate it with jt_core.plugin.hookimpl (`from jt_core.plugin import "
+        "hookimpl`, then `@hookimpl` above the def); set JT_DISABLE_PLUGINS=bare to skip the plugin."
+    ), rows["bare"]
     assert rows["nodevice"].split()[3] == "blocked"
     assert rows["nodevice"].endswith("  nothing: listed in JT_DISABLE_PLUGINS"), rows["nodevice"]

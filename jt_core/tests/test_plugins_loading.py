@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import types
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -197,6 +198,61 @@ def test_a_misspelled_hook_name_is_named_with_the_hook_it_misspells() -> None:
     strict = _manager([fake_entry_point("typo", MisspelledHookPlugin())], JT_STRICT_PLUGINS="1")
     with pytest.raises(PluginLoadError, match=r"'typo'.*jt_register_launcher \(did you mean jt_register_launchers\?\)"):
         strict.ensure_loaded()
+
+
+class UndecoratedHookPlugin:
+    @hookimpl
+    def jt_register_backends(self) -> list[Backend]:
+        return [FakeBackend()]
+
+    def jt_register_launchers(self) -> list[Launcher]:  # no @hookimpl: pluggy alone would never call it
+        return [FakeLauncher()]
+
+
+def test_a_hook_function_without_the_decorator_is_named_with_the_fix() -> None:
+    pm = _manager([fake_entry_point("bare", UndecoratedHookPlugin(), distribution="bare-dist", version="2.0")])
+    with pytest.warns(RuntimeWarning) as caught:
+        record = {r.name: r for r in pm.list_plugins()}["bare"]
+    assert record.status == FAILED and pm.launchers_for("fakeplat") == [] and "fakeplat" not in pm.backends
+    (message,) = [str(w.message) for w in caught if "'bare'" in str(w.message)]
+    function = f"{__name__}.UndecoratedHookPlugin.jt_register_launchers"
+    assert message == (
+        f"jt plugin 'bare' from bare-dist 2.0 defines the hook function {function} without the @hookimpl "
+        "decorator, so jt would never call it. Decorate it with jt_core.plugin.hookimpl (`from jt_core.plugin "
+        "import hookimpl`, then `@hookimpl` above the def); set JT_DISABLE_PLUGINS=bare to skip the plugin."
+    )
+    assert record.error is not None and record.error == message.removeprefix("jt plugin 'bare' from bare-dist 2.0 ")
+    strict = _manager([fake_entry_point("bare", UndecoratedHookPlugin())], JT_STRICT_PLUGINS="1")
+    with pytest.raises(PluginLoadError, match=r"'bare'.*jt_register_launchers without the @hookimpl decorator"):
+        strict.ensure_loaded()
+
+
+def test_every_undecorated_hook_function_of_a_module_is_named() -> None:
+    module = types.ModuleType("jt_bare_plugin")
+
+    def jt_register_backends() -> list[Backend]:
+        return [FakeBackend()]
+
+    def jt_register_dialects() -> list[Any]:
+        return []
+
+    def jt_register_helper() -> None:  # named like no hook: a helper, left alone
+        return None
+
+    for function in (jt_register_backends, jt_register_dialects, jt_register_helper):
+        function.__module__ = module.__name__
+        function.__qualname__ = function.__name__
+        setattr(module, function.__name__, function)
+    pm = _manager([fake_entry_point("bare", module)])
+    with pytest.warns(RuntimeWarning, match="'bare'") as caught:
+        record = {r.name: r for r in pm.list_plugins()}["bare"]
+    assert record.status == FAILED
+    assert record.error is not None and record.error.startswith(
+        "defines the hook functions jt_bare_plugin.jt_register_backends, jt_bare_plugin.jt_register_dialects "
+        "without the @hookimpl decorator, so jt would never call them. Decorate each with jt_core.plugin.hookimpl"
+    ), record.error
+    assert "jt_register_helper" not in record.error
+    assert len([w for w in caught if "'bare'" in str(w.message)]) == 1
 
 
 def test_a_hook_name_like_no_spec_gets_no_suggestion() -> None:

@@ -37,8 +37,13 @@ class TestGluonDialectConformance(DialectConformance):
         return sample_add_kernel
 
 
-def test_gluon_dialect_is_not_interpretable() -> None:
-    assert GluonDialect.interpretable is False
+def test_the_cpu_backend_says_it_cannot_run_gluon_kernels() -> None:
+    reason = hooks.serve(hooks.backend_for("cpu"), "unsupported_dialect_reason", dialect=GluonDialect())
+    assert isinstance(reason, str) and "Triton's interpreter cannot execute them" in reason
+
+
+def test_gluon_kernels_take_descriptors_with_their_shared_layout() -> None:
+    assert GluonDialect().requires_descriptor_layout(memcpy_kernel) is True
 
 
 def test_plain_triton_kernels_still_go_to_the_triton_dialect() -> None:

@@ -15,8 +15,8 @@ from typing import Any
 from jt_core import plugins
 
 
-def _native_launchers() -> list[tuple[str, Any, Any]]:
-    """``(platform:name, launcher, its library spec)`` for every registered launcher that builds a library."""
+def _native_launchers() -> list[tuple[str, Any]]:
+    """``(platform:name, its library spec)`` for every registered launcher that builds a library."""
     from jt_core.registry import SET_ASIDE, get_registry
 
     registry = get_registry().ensure_loaded()
@@ -25,13 +25,13 @@ def _native_launchers() -> list[tuple[str, Any, Any]]:
         for _, launcher in launchers:
             spec = registry.serve(launcher, "native_library")
             if spec is not None and spec is not SET_ASIDE:
-                found.append((f"{platform}:{launcher.name}", launcher, spec))
+                found.append((f"{platform}:{launcher.name}", spec))
     return found
 
 
 def _native_status() -> dict[str, dict[str, Any]]:
     statuses = {}
-    for label, launcher, spec in _native_launchers():
+    for label, spec in _native_launchers():
         status = spec.status()
         statuses[label] = {
             "library": spec.name,
@@ -40,7 +40,7 @@ def _native_status() -> dict[str, dict[str, Any]]:
             "compiler": status.compiler,
             "error": status.error,
             "failure": status.failure,
-            "without_it": launcher.without_native,
+            "without_it": spec.without_it,
         }
     return statuses
 
@@ -157,13 +157,13 @@ def _build_native(args: argparse.Namespace) -> int:
     from jt_core.native import NativeBuildError
 
     failed = 0
-    for label, launcher, spec in _native_launchers():
+    for label, spec in _native_launchers():
         started = time.perf_counter()
         try:
             built = spec.build()
         except NativeBuildError as exc:
             failed += 1
-            print(f"{label:16} {spec.name:24} FAILED: {exc}\n  without it, {launcher.without_native}")
+            print(f"{label:16} {spec.name:24} FAILED: {exc}\n  without it, {spec.without_it}")
             continue
         how = "built" if built.built else "already built"
         print(f"{label:16} {spec.name:24} {how} in {time.perf_counter() - started:.1f} s: {built.path}")

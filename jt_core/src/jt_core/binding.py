@@ -205,7 +205,7 @@ def bind_call(
                     "expected an array, a Ref, a jt.TensorDescriptor or a bool/int/float/NumPy scalar"
                 )
             leaf_index += 1
-    _check_descriptor_layouts(dialect, slots)
+    _check_descriptor_layouts(dialect, fn, slots)
 
     # Aliases. Keys count the flattened non-constexpr operands (arrays and scalars) in signature order, as
     # jax-triton 0.4 does; in the classic convention, which only calls written for jax-triton 0.3 use, they count
@@ -459,19 +459,22 @@ def _is_operand_leaf(value: Any) -> bool:
     return _compat.is_ref(value) or isinstance(value, TensorDescriptor)
 
 
-def _check_descriptor_layouts(dialect: Dialect, slots: Sequence[ParamSlot]) -> None:
+def _check_descriptor_layouts(dialect: Dialect, kernel: Any, slots: Sequence[ParamSlot]) -> None:
     """Refuses descriptors whose layout does not fit the kernel's dialect (Gluon needs one, Triton takes none)."""
     described = [s for s in slots if s.descriptor is not None]
+    if not described:
+        return
+    required = invoke(dialect, "requires_descriptor_layout", kernel=kernel)
     for slot in described:
         assert slot.descriptor is not None
         has_layout = slot.descriptor.layout is not None
-        if dialect.tensor_descriptor_layout and not has_layout:
+        if required and not has_layout:
             raise KernelCallValueError(
                 f"tensor descriptor argument {slot.name!r} has no layout, but {dialect.name} kernels need the block's "
                 "shared-memory layout: jt.TensorDescriptor(x, block_shape=..., layout=...) (for Gluon, e.g. "
                 "gl.NVMMASharedLayout.get_default_for(block_shape, gl.float16))"
             )
-        if has_layout and not dialect.tensor_descriptor_layout:
+        if has_layout and not required:
             raise KernelCallValueError(
                 f"tensor descriptor argument {slot.name!r} has layout={slot.descriptor.layout!r}, but {dialect.name} "
                 "kernels take descriptors without one (layout= is for Gluon kernels); drop layout="

@@ -1,9 +1,10 @@
 """Caches of compiled kernels: one in memory per process, one on disk per machine.
 
-The disk cache keeps every compiled kernel a backend marks :attr:`~jt_core.contracts.Backend.cacheable`, keyed on
-everything that changes the binary and nothing else: the kernel's source together with the sources of the
-``@triton.jit`` functions it calls (Triton's own ``cache_key``), its dialect, the specialisation, constants, target,
-options, the backend, and the Triton and jt versions.
+The disk cache keeps every compiled kernel its backend lets it keep
+(:meth:`~jt_core.contracts.Backend.may_keep_on_disk`), keyed on everything that changes the binary and nothing
+else: the kernel's source together with the sources of the ``@triton.jit`` functions it calls (Triton's own
+``cache_key``), its dialect, the specialisation, constants, target, options, the backend, and the Triton and jt
+versions.
 
 Configuration (read on every use, see :mod:`jt_core.settings`):
 
@@ -377,7 +378,7 @@ def compile_cached(request: CompileRequest) -> CompiledKernel:
     """Compiles through the disk cache when the backend allows it: one process of the machine compiles a kernel
     that several want at once, under the entry's lock, while the others wait and read its entry back."""
     backend = request.backend
-    if not backend.cacheable:
+    if not invoke(backend, "may_keep_on_disk", request=request):
         return invoke(backend, "compile", request=request)
     key = compile_key(request)
     cached = load(key)

@@ -150,17 +150,13 @@ def _plain(value: Any) -> Any:
 class Backend(ABC):
     """Compiles kernels for one JAX lowering platform.
 
-    Subclasses set :attr:`platform` and implement :meth:`target` and :meth:`compile`.
+    Subclasses set :attr:`platform` and implement :meth:`target` and :meth:`compile`. The other methods are
+    questions jt asks where it needs the answer, with the context of that place as named arguments; each has a
+    default, so a backend overrides only those whose default does not fit it.
     """
 
     #: The JAX lowering platform served (``"cpu"``, ``"cuda"``, ``"rocm"``, ...).
     platform: ClassVar[str]
-    #: Whether kernels must be interpretable (no GPU-only dialects): true for the CPU backend only.
-    interprets: ClassVar[bool] = False
-    #: Whether compiled kernels may be kept in jt's disk cache (their metadata must be JSON data).
-    cacheable: ClassVar[bool] = False
-    #: The file suffix of :attr:`CompiledKernel.binary` in ``JAX_TRITON_DUMP_DIR`` dumps (``"cubin"``, ``"hsaco"``).
-    binary_suffix: ClassVar[str] = "bin"
 
     def cache_tag(self) -> str:
         """Extra text for the disk-cache key: anything outside the request that changes the binary (tool versions)."""
@@ -169,6 +165,51 @@ class Backend(ABC):
     def target_label(self, target: Target) -> str:
         """A short name of a target for messages and IR listings (``"sm90"``, ``"gfx942"``)."""
         return f"{target.platform} {target.arch}"
+
+    def unsupported_dialect_reason(self, dialect: Dialect) -> str | None:
+        """Why this backend cannot compile and run kernels written in ``dialect``, or ``None`` when it can.
+
+        Asked when a call is lowered for the backend's platform, before its target or any compile. A reason fails
+        the call with an :class:`~jt_core.errors.UnsupportedKernelError` naming the call, the dialect and the
+        platform, followed by the reason: say why, and where such kernels run. The default runs every dialect.
+
+        Args:
+            dialect: The dialect that claimed the call's kernel.
+
+        Returns:
+            The reason, or ``None``.
+        """
+        return None
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        """Whether the kernel compiled for ``request`` may be kept in jt's disk cache, so that later processes on
+        this machine read it back instead of compiling it.
+
+        Asked before each compile that misses jt's in-memory cache. A backend that answers ``True`` returns
+        :attr:`CompiledKernel.metadata` as plain JSON values (:func:`plain_metadata`), and :meth:`restore` gets each
+        kernel read back. The default keeps nothing on disk: kernels are compiled once per process.
+
+        Args:
+            request: What is about to be compiled.
+
+        Returns:
+            Whether the compiled kernel may be stored and read back.
+        """
+        return False
+
+    def binary_file_suffix(self, kernel: CompiledKernel) -> str:
+        """The file suffix of ``kernel``'s :attr:`~CompiledKernel.binary` in ``JAX_TRITON_DUMP_DIR`` dumps.
+
+        Asked when a compiled kernel is dumped. A stage of :attr:`CompiledKernel.asm` of that name is dumped in the
+        binary's place. The default is ``"bin"``.
+
+        Args:
+            kernel: The compiled kernel being dumped.
+
+        Returns:
+            The suffix, without its dot (``"cubin"``, ``"hsaco"``).
+        """
+        return "bin"
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
         """Turns a kernel read back from the disk cache into what :meth:`compile` would have returned."""
@@ -232,7 +273,9 @@ class Backend(ABC):
 class Launcher(ABC):
     """Turns compiled kernels into an XLA operation on one platform.
 
-    Subclasses set :attr:`platform` and :attr:`name` and implement :meth:`lower`.
+    Subclasses set :attr:`platform` and :attr:`name` and implement :meth:`lower`. The other methods are questions
+    jt asks where it needs the answer, with the context of that place as named arguments; each has a default, so a
+    launcher overrides only those whose default does not fit it.
     """
 
     #: The platform served.
@@ -241,19 +284,9 @@ class Launcher(ABC):
     name: ClassVar[str]
     #: Higher wins when no launcher is named.
     priority: ClassVar[int] = 0
-    #: Whether it passes host-side tensor descriptors (:class:`jt_core.TensorDescriptor` arguments, slots with a
-    #: ``descriptor``); calls with one are refused by launchers that do not.
-    supports_tensor_descriptors: ClassVar[bool] = False
-    #: Whether the lowered call is a JAX host callback. JAX drops those inside ``custom_partitioning`` bodies, so
-    #: partition rules refuse such a launcher across several devices (:mod:`jt_core.partitioning`).
-    uses_host_callback: ClassVar[bool] = False
-    #: Whether it lowers one configuration only: an autotuned call is then tuned before it is lowered (with the
-    #: remembered winner, or by running the candidates through the platform's next launcher on scratch buffers).
-    single_config: ClassVar[bool] = False
-    #: What makes :meth:`fallback_reason` send a call to the next launcher, for ``python -m jt_core plugins``.
+    #: What makes :meth:`fallback_reason` send a call to the next launcher, in the words it uses, for
+    #: ``python -m jt_core plugins``.
     fallback_rules: ClassVar[tuple[str, ...]] = ()
-    #: What happens when the library of :meth:`native_library` cannot be built (no C++ compiler).
-    without_native: ClassVar[str] = ""
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used in this process, or ``None`` when it can."""
@@ -269,8 +302,58 @@ class Launcher(ABC):
 
     def native_library(self) -> Any | None:
         """The C++ library the launcher builds at first use, as a :class:`jt_core.native.LibrarySpec` (``None``:
-        it needs none). ``python -m jt_core build-native`` builds it ahead of time."""
+        it needs none). ``python -m jt_core build-native`` builds it ahead of time; the spec's ``without_it`` says
+        what happens where it cannot be built."""
         return None
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        """Whether it can pass ``call``'s host-side tensor descriptors (:class:`jt_core.TensorDescriptor`
+        arguments) to the kernel.
+
+        Asked when a call with such arguments is lowered: of the launcher about to lower it and, when that one
+        answers ``False``, of the platform's other launchers, so that the error names one that can. The default
+        passes none.
+
+        Args:
+            call: The bound call (its slots with a ``descriptor`` are the descriptors).
+            parameters: The names of the kernel parameters given a descriptor.
+
+        Returns:
+            Whether the launcher passes them.
+        """
+        return False
+
+    def runs_through_host_callback(self, call: KernelCall) -> bool:
+        """Whether the operation it lowers ``call`` to runs through a JAX host callback.
+
+        Asked by the partition rules (:mod:`jt_core.partitioning`) for each call of a ``custom_partitioning`` body
+        spread over several CPU devices: JAX drops the host callbacks made there, so such a call is refused with an
+        error naming the launchers that can run it, instead of failing when it runs. The default is ``False``.
+
+        Args:
+            call: The bound call.
+
+        Returns:
+            Whether the lowered call is a host callback.
+        """
+        return False
+
+    def needs_tuning_ahead(self, call: KernelCall) -> bool:
+        """Whether an autotuned ``call`` must be tuned before it is lowered: the launcher lowers one configuration
+        and cannot run the candidates itself.
+
+        Asked when a call with several configurations is lowered. On ``True`` jt chooses the configuration first
+        (the winner remembered for the device kind, else the winner of the candidates run on scratch buffers
+        through the platform's next launcher) and the launcher gets one compiled kernel. The default (``False``)
+        hands the launcher every configuration, and it chooses among them when the call runs.
+
+        Args:
+            call: The bound call, with its configurations.
+
+        Returns:
+            Whether the call is tuned before lowering.
+        """
+        return False
 
     @staticmethod
     def row_major(aval: Any) -> list[int]:
@@ -306,11 +389,6 @@ class Dialect(ABC):
 
     #: The dialect's name (``"triton"``, ``"gluon"``).
     name: ClassVar[str]
-    #: Whether Triton's interpreter can run kernels of this dialect.
-    interpretable: ClassVar[bool] = True
-    #: Whether host-side tensor descriptors passed to its kernels carry the block's shared-memory layout
-    #: (``TensorDescriptor(..., layout=...)``): required when true, refused when false.
-    tensor_descriptor_layout: ClassVar[bool] = False
 
     @abstractmethod
     def claims(self, kernel: Any) -> bool:
@@ -319,6 +397,54 @@ class Dialect(ABC):
     @abstractmethod
     def make_source(self, kernel: Any, specialization: Specialization, target: Target) -> Any:
         """Builds the source object ``triton.compile`` accepts (an ``ASTSource`` or a subclass)."""
+
+    def requires_descriptor_layout(self, kernel: Any) -> bool:
+        """Whether host-side tensor descriptors passed to ``kernel`` carry the block's shared-memory layout
+        (``jt.TensorDescriptor(..., layout=...)``).
+
+        Asked when a call with tensor descriptor arguments is bound. On ``True`` a descriptor without a layout is
+        refused; on ``False`` (the default) one with a layout is.
+
+        Args:
+            kernel: The kernel function object (autotune/heuristics wrappers removed).
+
+        Returns:
+            Whether the layout is required.
+        """
+        return False
+
+
+#: The class attributes of earlier contracts, each with the question that replaced it. jt no longer reads them, so
+#: a component that still sets one would lose what it declares without a word: the registry refuses it, naming
+#: the attribute and its replacement (:func:`retired_attributes`).
+RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, str]] = {
+    Backend: {
+        "interprets": "Backend.unsupported_dialect_reason(dialect)",
+        "cacheable": "Backend.may_keep_on_disk(request)",
+        "binary_suffix": "Backend.binary_file_suffix(kernel)",
+    },
+    Launcher: {
+        "supports_tensor_descriptors": "Launcher.passes_tensor_descriptors(call, parameters)",
+        "uses_host_callback": "Launcher.runs_through_host_callback(call)",
+        "single_config": "Launcher.needs_tuning_ahead(call)",
+        "without_native": "the without_it= of the LibrarySpec that Launcher.native_library() returns",
+    },
+    Dialect: {
+        "interpretable": "Backend.unsupported_dialect_reason(dialect), asked of the backend that cannot run it",
+        "tensor_descriptor_layout": "Dialect.requires_descriptor_layout(kernel)",
+    },
+}
+
+
+def retired_attributes(component: Any) -> list[tuple[str, str]]:
+    """The retired attributes (:data:`RETIRED_ATTRIBUTES`) that ``component`` or a class of it still sets, each
+    with what replaced it, as ``(attribute, replacement)`` pairs."""
+    found = []
+    owners = [getattr(component, "__dict__", {}), *(vars(cls) for cls in type(component).__mro__)]
+    for role, retired in RETIRED_ATTRIBUTES.items():
+        if isinstance(component, role):
+            found += [(name, new) for name, new in retired.items() if any(name in owner for owner in owners)]
+    return found
 
 
 def invoke(component: Any, method: str, **arguments: Any) -> Any:
@@ -343,6 +469,7 @@ def _named_parameters(function: Any) -> frozenset[str] | None:
 
 
 __all__ = [
+    "RETIRED_ATTRIBUTES",
     "Backend",
     "CompileRequest",
     "CompiledKernel",
@@ -351,4 +478,5 @@ __all__ = [
     "Target",
     "invoke",
     "plain_metadata",
+    "retired_attributes",
 ]

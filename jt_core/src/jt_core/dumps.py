@@ -3,8 +3,8 @@
 jt-core writes the dumps for every backend (from :class:`~jt_core.contracts.CompiledKernel`), from the builtin
 ``jt_compile_kernel`` wrapper, each time a kernel comes back from compilation or from a cache. One folder per
 kernel variant, ``<call name>-<key>``, holds ``<kernel>.<stage>`` for each IR the backend kept (``ttir``, ``ttgir``,
-``llir``, ``ptx`` or ``amdgcn`` ...), the binary as ``<kernel>.<suffix>`` (the backend's
-:attr:`~jt_core.contracts.Backend.binary_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
+``llir``, ``ptx`` or ``amdgcn`` ...), the binary as ``<kernel>.<suffix>`` (the backend's answer to
+:meth:`~jt_core.contracts.Backend.binary_file_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
 replaced atomically, so dumping the same kernel twice, or from two processes, is safe; a folder that cannot take a
 dump is reported once and fails no call.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jt_core import files, settings
-from jt_core.contracts import CompiledKernel, CompileRequest, plain_metadata
+from jt_core.contracts import CompiledKernel, CompileRequest, invoke, plain_metadata
 
 __all__ = ["dump_dir", "write_dump"]
 
@@ -88,7 +88,7 @@ def _write(root: Path, key: str, request: CompileRequest, kernel: CompiledKernel
     folder = root / f"{_safe(request.call.name)}-{key[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
     stem = _safe(kernel.name)
-    suffix = request.backend.binary_suffix
+    suffix = invoke(request.backend, "binary_file_suffix", kernel=kernel)
     for stage, value in kernel.asm.items():
         if stage == "source":
             continue

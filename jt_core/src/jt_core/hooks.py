@@ -17,6 +17,7 @@ from jt_core.registry import SET_ASIDE, get_registry
 __all__ = [
     "SET_ASIDE",
     "aside_reason",
+    "ask",
     "backend_for",
     "compile_kernel",
     "dialect_for",
@@ -63,6 +64,13 @@ def serve(component: Any, method: str, *, needed: str | None = None, **arguments
     """``component.method(...)`` with the ``arguments`` it names, or :data:`SET_ASIDE` when the plugin's component
     raised and the call does not need it (see :meth:`jt_core.registry.Registry.serve`)."""
     return get_registry().serve(component, method, needed=needed, **arguments)
+
+
+def ask(component: Any, question: str, *, otherwise: Any, needed: str | None = None, **arguments: Any) -> Any:
+    """A component's answer to one of the contract's questions (``component.question(...)`` with the ``arguments``
+    it names), or ``otherwise`` when the plugin's component raised and is set aside (:func:`serve`)."""
+    answer = serve(component, question, needed=needed, **arguments)
+    return otherwise if answer is SET_ASIDE else answer
 
 
 def aside_reason(component: Any) -> str:

@@ -137,8 +137,9 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
 
     Stops at the first non-None result. jt-core's builtin implementation runs last and calls
     ``request.backend.compile(request)`` through its caches (once per process per variant, once per machine for
-    cacheable backends); a plugin returns a :class:`~jt_core.contracts.CompiledKernel` to replace the compile (a
-    cache of its own), or ``None`` to let the others decide. Observers implement it as a wrapper
+    backends that let the disk cache keep their kernels); a plugin returns a
+    :class:`~jt_core.contracts.CompiledKernel` to replace the compile (a cache of its own), or ``None`` to let the
+    others decide. Observers implement it as a wrapper
     (``@hookimpl(wrapper=True)``) to time the compile or to look at its result; jt-core's own wrapper writes the
     ``JAX_TRITON_DUMP_DIR`` dumps and prints the IRs of ``debug=True`` calls, for every backend.
 

@@ -290,17 +290,19 @@ def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
     """Raises instead of crashing when a per-shard body would run something through a host callback (CPU).
 
     JAX drops the host callbacks of a ``custom_partitioning`` body (they live in a temporary module), so the
-    executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that does not use
-    host callbacks (``uses_host_callback = False``, such as the ``ffi`` launcher) run fine. In a multi-process job the
-    processes compare their launchers first, so that one whose launcher differs (a host without a C++ compiler)
-    fails on every process, naming itself, instead of on its own.
+    executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that answers ``False``
+    to :meth:`~jt_core.contracts.Launcher.runs_through_host_callback` (such as the ``ffi`` launcher) run fine; one
+    set aside for raising when asked counts as using them. In a multi-process job the processes compare their
+    launchers first, so that one whose launcher differs (a host without a C++ compiler) fails on every process,
+    naming itself, instead of on its own.
     """
     for eqn in equations:
         name = eqn.primitive.name
         if name == "triton_kernel_call":
             call = eqn.params["call"]
             launcher = hooks.launcher_for("cpu", call.launch.launcher)
-            if launcher.uses_host_callback:
+            needed = hooks.requested("cpu", launcher, call.launch.launcher)
+            if hooks.ask(launcher, "runs_through_host_callback", otherwise=True, needed=needed, call=call):
                 job = distributed.job_of(tuple(mesh.devices.flat))
                 if job is not None:
                     exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")

@@ -3,9 +3,10 @@
 Entry points of the group ``jt`` are enumerated when the loader is created (cheap: no plugin module is imported)
 and loaded on first use under a lock. Loading is jt's own loop, not pluggy's ``load_setuptools_entrypoints``, so
 that a plugin that fails to import (``sys.exit()`` included), fails pluggy's validation (a hook with no spec, a
-wrong signature) or raises inside a registration hook is recorded, warned about once and skipped, while every other
-plugin and the builtin CPU backend keep working. Blocked plugins are blocked in pluggy too (``set_blocked``). The
-registries built from the loaded plugins live in :mod:`jt_core.registry`.
+wrong signature), defines a function named like a hook without the ``hookimpl`` decorator (which pluggy would leave
+uncalled without a word) or raises inside a registration hook is recorded, warned about once and skipped, while
+every other plugin and the builtin CPU backend keep working. Blocked plugins are blocked in pluggy too
+(``set_blocked``). The registries built from the loaded plugins live in :mod:`jt_core.registry`.
 
 Loading is a transaction: when it is interrupted (``KeyboardInterrupt``) or fails (``JT_STRICT_PLUGINS``), every
 plugin it registered is unregistered again and the records are dropped, so the exception reaches the caller and
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
 import logging
 import os
 import re
@@ -354,6 +356,10 @@ class PluginLoader:
                 f"JT_DISABLE_PLUGINS={ep.name} to silence this.",
             )
             return
+        undecorated = self._undecorated_hooks(module)
+        if undecorated:
+            self.problem(record, _undecorated_problem(ep.name, undecorated))
+            return
         try:
             self.pm.register(module, name=ep.name)
             self.pm.check_pending()
@@ -370,6 +376,17 @@ class PluginLoader:
             )
             return
         self._trace(f"{ep.name}: loaded from {ep.distribution} {ep.version}")
+
+    def _undecorated_hooks(self, plugin: object) -> list[str]:
+        """The functions of ``plugin`` named exactly like a hook but not decorated with ``hookimpl``, as
+        ``module.qualname``: pluggy registers a plugin without them and never calls them."""
+        found = []
+        for hook in sorted(caller.name for caller in vars(self.pm.hook).values() if caller.has_spec()):
+            function = getattr(plugin, hook, None)
+            if inspect.isroutine(function) and self.pm.parse_hookimpl_opts(plugin, hook) is None:
+                module = getattr(function, "__module__", None) or getattr(plugin, "__name__", type(plugin).__name__)
+                found.append(f"{module}.{getattr(function, '__qualname__', hook)}")
+        return found
 
     def _invalid(self, name: str, unknown: Sequence[str], exc: pluggy.PluginValidationError) -> str:
         """What is wrong with a plugin pluggy refused: the hooks it implements that have no spec (each with the spec
@@ -476,6 +493,17 @@ class PluginLoader:
             self._warned_faults.add((fault.plugin, fault.where))
         if first:
             _warn(message)
+
+
+def _undecorated_problem(name: str, functions: Sequence[str]) -> str:
+    """What is wrong with a plugin whose hook functions lack the ``hookimpl`` decorator."""
+    one = len(functions) == 1
+    return (
+        f"defines {'the hook function' if one else 'the hook functions'} {', '.join(functions)} without the "
+        f"@hookimpl decorator, so jt would never call {'it' if one else 'them'}. Decorate "
+        f"{'it' if one else 'each'} with jt_core.plugin.hookimpl (`from jt_core.plugin import hookimpl`, then "
+        f"`@hookimpl` above the def); set JT_DISABLE_PLUGINS={name} to skip the plugin."
+    )
 
 
 def _machinery() -> tuple[str, ...]:

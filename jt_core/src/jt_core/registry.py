@@ -31,7 +31,7 @@ import traceback
 from typing import Any
 
 from jt_core import settings
-from jt_core.contracts import Backend, Dialect, Launcher, invoke
+from jt_core.contracts import Backend, Dialect, Launcher, invoke, retired_attributes
 from jt_core.errors import DuplicateBackendError, JtError, KernelCallTypeError, NoBackendError, PluginFaultError
 from jt_core.plugins import BLOCKED, BROKEN, BUILTIN, FAILED, PluginFault, PluginLoader, PluginRecord
 
@@ -133,6 +133,10 @@ class Registry:
                 self.loader.problem(
                     record, f"registered {item!r}, not a {what}. Fix the plugin, or set JT_DISABLE_PLUGINS={name}."
                 )
+                continue
+            retired = retired_attributes(item)
+            if retired:
+                self.loader.problem(record, _retired_problem(name, what, item, retired))
                 continue
             accepted.append((name, item))
         return accepted
@@ -470,6 +474,17 @@ class Registry:
         """Every plugin, builtin ones first, with status and what it provides."""
         self.ensure_loaded()
         return list(self.records.values())
+
+
+def _retired_problem(name: str, what: str, component: Any, retired: list[tuple[str, str]]) -> str:
+    """What is wrong with a registered component that still sets attributes of an earlier contract."""
+    cls = type(component)
+    described = "; ".join(f"{attribute}, replaced by {replacement}" for attribute, replacement in retired)
+    return (
+        f"registered the {what} {cls.__module__}.{cls.__qualname__}, which sets "
+        f"{'an attribute' if len(retired) == 1 else 'attributes'} jt-core no longer reads: {described}. Move what it "
+        f"declares to the replacement and drop the attribute; set JT_DISABLE_PLUGINS={name} to skip the plugin."
+    )
 
 
 def _label(component: Any) -> str:

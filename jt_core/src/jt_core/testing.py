@@ -78,7 +78,16 @@ from jt_core.api import triton_call
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, KernelCall
 from jt_core.configs import unwrap_kernel
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target, invoke
+from jt_core.contracts import (
+    Backend,
+    CompiledKernel,
+    CompileRequest,
+    Dialect,
+    Launcher,
+    Target,
+    invoke,
+    retired_attributes,
+)
 from jt_core.hookspecs import PLUGIN_API_VERSION
 from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
 from jt_core.registry import Registry
@@ -585,8 +594,9 @@ def failing_writes(folder: pathlib.Path, error: int) -> Iterator[None]:
 class BackendConformance:
     """Subclass and provide a ``backend`` fixture (and set ``compute_capability`` where the target needs one).
 
-    The suite checks the ABC contract, that a target can be made without a device when told the architecture,
-    and that the sample kernel compiles to a :class:`~jt_core.contracts.CompiledKernel`.
+    The suite checks the ABC contract (none of the class attributes the contract's questions replaced is set), that a
+    target can be made without a device when told the architecture, and that the sample kernel compiles to a
+    :class:`~jt_core.contracts.CompiledKernel`.
     """
 
     #: Passed as ``compute_capability=`` to the sample call (CUDA backends need it without a device).
@@ -595,6 +605,9 @@ class BackendConformance:
     def test_is_a_backend(self, backend: Backend) -> None:
         assert isinstance(backend, Backend)
         assert isinstance(backend.platform, str) and backend.platform
+
+    def test_sets_no_retired_attribute(self, backend: Backend) -> None:
+        assert retired_attributes(backend) == [], "jt-core asks these questions through methods now"
 
     def test_target_without_device(self, backend: Backend) -> None:
         target = target_of(backend, sample_call(compute_capability=self.compute_capability))
@@ -633,6 +646,9 @@ class LauncherConformance:
         assert isinstance(launcher.platform, str) and launcher.platform
         assert isinstance(launcher.priority, int)
 
+    def test_sets_no_retired_attribute(self, launcher: Launcher) -> None:
+        assert retired_attributes(launcher) == [], "jt-core asks these questions through methods now"
+
     def test_availability_is_explained(self, launcher: Launcher) -> None:
         reason = launcher.unavailable_reason()
         assert reason is None or (isinstance(reason, str) and reason)
@@ -668,6 +684,9 @@ class DialectConformance:
     def test_is_a_dialect(self, dialect: Dialect) -> None:
         assert isinstance(dialect, Dialect)
         assert isinstance(dialect.name, str) and dialect.name
+
+    def test_sets_no_retired_attribute(self, dialect: Dialect) -> None:
+        assert retired_attributes(dialect) == [], "jt-core asks these questions through methods now"
 
     def test_claims_its_kernels(self, dialect: Dialect, sample_kernel: Any) -> None:
         assert dialect.claims(sample_kernel)

@@ -16,7 +16,6 @@ class TritonDialect(Dialect):
     """Kernels written with ``@triton.jit``."""
 
     name = "triton"
-    interpretable = True
 
     def claims(self, kernel: Any) -> bool:
         from triton.runtime.jit import JITFunction

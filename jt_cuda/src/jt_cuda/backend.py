@@ -86,11 +86,15 @@ class CudaBackend(Backend):
     """
 
     platform = "cuda"
-    cacheable = True
-    binary_suffix = "cubin"
 
     def target_label(self, target: Target) -> str:
         return f"sm{target.arch}"
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        return True
+
+    def binary_file_suffix(self, kernel: CompiledKernel) -> str:
+        return "cubin"
 
     def cache_tag(self) -> str:
         return dependent_launch.cache_tag()

@@ -66,7 +66,6 @@ class CudaJtLauncher(HandlerLauncher):
 
     platform = "cuda"
     handler = HANDLER
-    supports_tensor_descriptors = True
 
     def descriptor_params(self) -> DescriptorParams:
         return descriptor_params

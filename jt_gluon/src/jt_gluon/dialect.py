@@ -20,8 +20,6 @@ class GluonDialect(Dialect):
     """
 
     name = "gluon"
-    interpretable = False
-    tensor_descriptor_layout = True
 
     def claims(self, kernel: Any) -> bool:
         # Only @gluon.jit makes a Gluon kernel, so none exists before the user has imported Gluon. Importing it here
@@ -29,6 +27,10 @@ class GluonDialect(Dialect):
         if _compat.GLUON_MODULE not in sys.modules:
             return False
         return isinstance(kernel, _compat.gluon_jit_function_class())
+
+    def requires_descriptor_layout(self, kernel: Any) -> bool:
+        """Always: a Gluon kernel takes its descriptors' shared layout from the caller."""
+        return True
 
     def make_source(self, kernel: Any, specialization: Specialization, target: Target) -> Any:
         source_cls = _compat.gluon_ast_source_class()

@@ -88,10 +88,12 @@ class RocmBackend(Backend):
     """
 
     platform = "rocm"
-    binary_suffix = "hsaco"
 
     def target_label(self, target: Target) -> str:
         return str(target.arch)
+
+    def binary_file_suffix(self, kernel: CompiledKernel) -> str:
+        return "hsaco"
 
     def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
         cuda_capability = backend_arguments.get("compute_capability")

@@ -21,7 +21,7 @@ from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.attributes import RUNTIME_NAMES, DescriptorParams, ffi_attributes, refuse_profile_scratch
-from jt_core.gpu.handler import WITHOUT_HANDLER, LaunchHandlerLibrary
+from jt_core.gpu.handler import LaunchHandlerLibrary
 from jt_core.native import LibrarySpec
 
 __all__ = [
@@ -83,10 +83,13 @@ class HandlerLauncher(Launcher):
     priority = 20
     #: The runtime's handler library.
     handler: ClassVar[LaunchHandlerLibrary]
-    without_native = WITHOUT_HANDLER
 
     def native_library(self) -> LibrarySpec:
         return self.handler.spec()
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        """Whether the runtime passes host-side tensor descriptors: when :meth:`descriptor_params` says how."""
+        return self.descriptor_params() is not None
 
     def unavailable_reason(self) -> str | None:
         if not devices_present(self.platform):

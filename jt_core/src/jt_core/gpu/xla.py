@@ -19,7 +19,7 @@ program. ``JT_XLA_PROBE=0`` skips the probe.
 What the call cannot express this way goes to the platform's next launcher, with the reason: host-side tensor
 descriptors, clusters (``num_ctas > 1``), global scratch memory, cooperative or dependent launches, kernels of another
 dialect than plain Triton (Gluon), and IR the bundled Triton rejects. Autotuned calls are tuned ahead of lowering
-(:attr:`~jt_core.contracts.Launcher.single_config`).
+(:meth:`~jt_core.contracts.Launcher.needs_tuning_ahead`).
 """
 
 from __future__ import annotations
@@ -310,7 +310,6 @@ class XlaTritonLauncher(Launcher):
 
     name = "xla"
     priority = 5
-    single_config = True
     #: What makes a call go to the next launcher, in the words :meth:`fallback_reason` uses.
     fallback_rules: ClassVar[tuple[str, ...]] = (
         "host-side tensor descriptors",
@@ -339,6 +338,10 @@ class XlaTritonLauncher(Launcher):
         with self._lock:
             self._last = (call, kernel, built)
         return built
+
+    def needs_tuning_ahead(self, call: KernelCall) -> bool:
+        """Always: XLA's Triton call runs one configuration."""
+        return True
 
     def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
         if len(kernels) != 1:

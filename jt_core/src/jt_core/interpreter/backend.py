@@ -16,7 +16,7 @@ from jax import tree_util
 from jt_core import _compat, frontend, settings, tuning
 from jt_core.call import CPU_CHECKS, INPUT, OUTPUT, CompileOptions, KernelCall
 from jt_core.checks import CpuChecks
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
+from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
 from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
 from jt_core.interpreter import runner
 from jt_core.interpreter.races import RaceTracker, describe_elements
@@ -24,6 +24,9 @@ from jt_core.interpreter.races import RaceTracker, describe_elements
 CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 #: The device name autotuning results on the CPU are remembered under.
 CPU_DEVICE_NAME = "cpu-triton-interpreter"
+#: The dialects whose kernels Triton's interpreter runs: those written in ``triton.language`` (Gluon kernels name
+#: GPU layouts, which the interpreter has no model of).
+INTERPRETED_DIALECTS = ("triton",)
 
 
 def cpu_autotune_enabled() -> bool:
@@ -62,10 +65,6 @@ class CpuBackend(Backend):
     """Runs kernels on the host with Triton's interpreter."""
 
     platform = "cpu"
-    interprets = True
-    #: What the disk cache keeps of a CPU kernel is that Triton's front end accepted it, so that a warm first call
-    #: skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core host).
-    cacheable = True
 
     def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
         return CPU_TARGET
@@ -74,6 +73,20 @@ class CpuBackend(Backend):
         self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
     ) -> CpuOptions:
         return CpuOptions(num_warps=options.num_warps, checks=backend_arguments.get(CPU_CHECKS, CpuChecks()))
+
+    def unsupported_dialect_reason(self, dialect: Dialect) -> str | None:
+        if dialect.name in INTERPRETED_DIALECTS:
+            return None
+        return (
+            "Triton's interpreter cannot execute them; run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' "
+            "(jt-rocm)"
+        )
+
+    def may_keep_on_disk(self, request: CompileRequest) -> bool:
+        # What the disk cache keeps of a CPU kernel is that Triton's front end accepted it, so that a warm first
+        # call skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core
+        # host).
+        return True
 
     def cache_tag(self) -> str:
         return "checked" if compile_check_enabled() else "unchecked"
@@ -305,8 +318,12 @@ class CpuLauncher(Launcher):
     platform = "cpu"
     name = "interpreter"
     priority = 0
-    supports_tensor_descriptors = True
-    uses_host_callback = True
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        return True
+
+    def runs_through_host_callback(self, call: KernelCall) -> bool:
+        return True
 
     def lower(
         self,

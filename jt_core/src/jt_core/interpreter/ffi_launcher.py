@@ -58,6 +58,12 @@ __all__ = [
 TARGET_NAME = "jt_cpu_interpreter_callback"
 #: The calling convention between the handler and :func:`_dispatch`; the library reports the one it implements.
 ABI_VERSION = 1
+#: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
+#: message and of its line in ``python -m jt_core plugins``).
+WITHOUT_HANDLER = (
+    "the CPU backend runs kernels through JAX host callbacks (launcher 'interpreter'), which calls partitioned "
+    "across several CPU devices cannot use"
+)
 
 _SOURCE = Path(__file__).parent / "csrc" / "jt_cpu_interpreter_call.cc"
 
@@ -255,7 +261,7 @@ def library_spec() -> LibrarySpec:
         "jt_cpu_interpreter_call",
         (_SOURCE,),
         include_dirs=(_compat.ffi_include_dir(),),
-        without_it=CpuFfiLauncher.without_native,
+        without_it=WITHOUT_HANDLER,
     )
 
 
@@ -307,14 +313,12 @@ class CpuFfiLauncher(Launcher):
     platform = "cpu"
     name = "ffi"
     priority = 10
-    supports_tensor_descriptors = True
-    without_native = (
-        "the CPU backend runs kernels through JAX host callbacks (launcher 'interpreter'), which calls partitioned "
-        "across several CPU devices cannot use"
-    )
 
     def native_library(self) -> LibrarySpec:
         return library_spec()
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        return True
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -49,10 +49,10 @@ def _lower(
     backend = hooks.backend_for(platform)
     needed = f"lowering triton_call {call.name!r} for platform {platform!r} needs"
     dialect = call.dialect
-    if backend.interprets and not dialect.interpretable:
+    refusal = hooks.serve(backend, "unsupported_dialect_reason", dialect=dialect, needed=needed)
+    if refusal is not None:
         raise UnsupportedKernelError(
-            f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend (Triton's "
-            "interpreter cannot execute them); run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+            f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend: {refusal}"
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
     target = hooks.serve(
@@ -75,8 +75,11 @@ def _lower(
 
     with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):
         launcher = hooks.launcher_for(platform, call.launch.launcher)
-    if len(call.configs) > 1 and (launcher.single_config or exchange is not None):
-        call = tune_ahead(call, platform, device, launcher, exchange)
+    if len(call.configs) > 1:
+        named = hooks.requested(platform, launcher, call.launch.launcher)
+        ahead = hooks.ask(launcher, "needs_tuning_ahead", otherwise=False, needed=named, call=call)
+        if ahead or exchange is not None:
+            call = tune_ahead(call, platform, device, launcher, exchange, through_next_launcher=ahead)
     kernels = compiling.compile_all(requests(call))
     return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
 

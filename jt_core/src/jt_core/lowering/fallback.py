@@ -46,7 +46,7 @@ def lower_with(
             if exchange is not None:
                 agree_on_lowering(exchange, call, platform, launcher, refused)
                 needed = needed or "the agreement between the processes of this jax.distributed job names"
-            _check_tensor_descriptors(call, platform, launcher)
+            _check_tensor_descriptors(call, platform, launcher, needed)
             emitted = _EmittedOperations()
             lowered = hooks.serve(
                 launcher, "lower", ctx=ctx, call=call, kernels=kernels, operands=operands, device=device, needed=needed
@@ -87,15 +87,21 @@ class _EmittedOperations:
             operation.erase()
 
 
-def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launcher) -> None:
-    """Refuses host-side tensor descriptors on a launcher that cannot pass them, naming those that can."""
+def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launcher, needed: str | None) -> None:
+    """Refuses host-side tensor descriptors on a launcher that cannot pass them, naming those that can (a launcher
+    set aside for raising while asked is left to its ``lower``, which hands the call on)."""
     described = [slot.name for slot in call.slots if slot.descriptor is not None]
-    if not described or launcher.supports_tensor_descriptors:
+    if not described:
+        return
+    question = "passes_tensor_descriptors"
+    if hooks.ask(launcher, question, otherwise=True, needed=needed, call=call, parameters=described):
         return
     able = [
         other.name
         for other in hooks.launchers_for(platform)
-        if other.supports_tensor_descriptors and hooks.unavailable_reason(other) is None
+        if other is not launcher
+        and hooks.ask(other, question, otherwise=False, call=call, parameters=described)
+        and hooks.unavailable_reason(other) is None
     ]
     hint = (
         f"use launcher={able[0]!r} (or JT_LAUNCHER_{platform.upper()}={able[0]})"

@@ -23,36 +23,39 @@ def tune_ahead(
     device: Any | None,
     launcher: Launcher,
     exchange: distributed.Exchange | None = None,
+    through_next_launcher: bool = False,
 ) -> KernelCall:
     """The call with its one configuration, chosen before lowering, for a launcher that lowers one or for a call of
     a computation that several processes share (``exchange``).
 
     The choice is the remembered winner for this device kind, else the winner of trials run now on scratch buffers
-    through the launcher (or, for one that lowers a single configuration, the platform's next launcher). In a job,
-    the first process sharing the computation chooses and every process runs its choice
-    (:func:`jt_core.tuning.agreed_config`). Returns ``call``
-    unchanged when no winner can be had outside a job (no device, tuning records disabled): the launcher then says
-    why it cannot express the call.
+    through the launcher, or ``through_next_launcher`` through the platform's next one (for a launcher that cannot
+    run the candidates itself: :meth:`~jt_core.contracts.Launcher.needs_tuning_ahead`). In a job, the first process
+    sharing the computation chooses and every process runs its choice (:func:`jt_core.tuning.agreed_config`).
+    Returns ``call`` unchanged when no winner can be had outside a job (no device, tuning records disabled): the
+    launcher then says why it cannot express the call.
     """
     if exchange is not None:
         index: int | None = tuning.agreed_config(
-            exchange, call, lambda: _local_winner(call, platform, device, launcher)
+            exchange, call, lambda: _local_winner(call, platform, device, launcher, through_next_launcher)
         )
     else:
-        index = _local_winner(call, platform, device, launcher)
+        index = _local_winner(call, platform, device, launcher, through_next_launcher)
     if index is None:
         return call
     return dataclasses.replace(call, configs=(call.configs[index],))
 
 
-def _local_winner(call: KernelCall, platform: str, device: Any | None, launcher: Launcher) -> int | None:
+def _local_winner(
+    call: KernelCall, platform: str, device: Any | None, launcher: Launcher, through_next_launcher: bool
+) -> int | None:
     kind = str(getattr(device, "device_kind", "") or "") if device is not None else ""
     if not kind:
         return None
     key = tuning.tuning_key(call, f"{platform}:{kind}")
     index = tuning.load_choice(key, len(call.configs))
     if index is None:
-        tuner = hooks.next_launcher(platform, launcher) if launcher.single_config else launcher
+        tuner = hooks.next_launcher(platform, launcher) if through_next_launcher else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
         tuning.take_recent_choice(call)  # an earlier choice, on another device say, is not this run's
         _run_on_scratch(dataclasses.replace(call, launch=dataclasses.replace(call.launch, launcher=tuner.name)), device)
