@@ -352,6 +352,22 @@ def test_every_retired_attribute_a_launcher_sets_is_named_and_strict_mode_raises
     ) in str(info.value)
 
 
+def test_a_backend_whose_target_takes_the_call_is_refused_naming_what_replaced_it(
+    jt_fake_entry_points: MakeRegistry,
+) -> None:
+    class OldBackend(QuietBackend):
+        def target(self, call: Any, device: Any) -> Target:  # type: ignore[override]
+            return Target("quiet", "q1", 1)
+
+    registry = _register(jt_fake_entry_points, OldBackend(), JT_STRICT_PLUGINS="1")
+    with pytest.raises(PluginLoadError) as info:
+        registry.ensure_loaded()
+    assert (
+        "sets an attribute jt-core no longer reads: target(call), replaced by Backend.target(backend_arguments, "
+        "device, name), offered instead of the call."
+    ) in str(info.value)
+
+
 def test_a_component_without_retired_attributes_is_registered(jt_fake_entry_points: MakeRegistry) -> None:
     registry = _register(jt_fake_entry_points, QuietBackend(), QuietLauncher(), QuietDialect(), JT_STRICT_PLUGINS="1")
     with warnings.catch_warnings():

@@ -422,6 +422,8 @@ RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, str]] = {
         "interprets": "Backend.unsupported_dialect_reason(dialect)",
         "cacheable": "Backend.may_keep_on_disk(request)",
         "binary_suffix": "Backend.binary_file_suffix(kernel)",
+        "validate_options": "Backend.parse_options(options, backend_arguments, target, name, label), which returns "
+        "the backend's own options",
     },
     Launcher: {
         "supports_tensor_descriptors": "Launcher.passes_tensor_descriptors(call, parameters)",
@@ -436,14 +438,26 @@ RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, str]] = {
 }
 
 
+#: Parameters that contract methods of earlier contracts took and jt no longer offers, each with what replaced it.
+RETIRED_PARAMETERS: Mapping[type, Mapping[str, Mapping[str, str]]] = {
+    Backend: {"target": {"call": "Backend.target(backend_arguments, device, name), offered instead of the call"}},
+}
+
+
 def retired_attributes(component: Any) -> list[tuple[str, str]]:
-    """The retired attributes (:data:`RETIRED_ATTRIBUTES`) that ``component`` or a class of it still sets, each
-    with what replaced it, as ``(attribute, replacement)`` pairs."""
+    """The retired attributes (:data:`RETIRED_ATTRIBUTES`) that ``component`` or a class of it still sets, and the
+    retired parameters (:data:`RETIRED_PARAMETERS`) its methods still take, each with what replaced it, as
+    ``(attribute, replacement)`` pairs."""
     found = []
     owners = [getattr(component, "__dict__", {}), *(vars(cls) for cls in type(component).__mro__)]
     for role, retired in RETIRED_ATTRIBUTES.items():
         if isinstance(component, role):
             found += [(name, new) for name, new in retired.items() if any(name in owner for owner in owners)]
+    for role, methods in RETIRED_PARAMETERS.items():
+        if isinstance(component, role):
+            for method, parameters in methods.items():
+                taken = inspect.signature(getattr(component, method)).parameters
+                found += [(f"{method}({name})", new) for name, new in parameters.items() if name in taken]
     return found
 
 
@@ -470,6 +484,7 @@ def _named_parameters(function: Any) -> frozenset[str] | None:
 
 __all__ = [
     "RETIRED_ATTRIBUTES",
+    "RETIRED_PARAMETERS",
     "Backend",
     "CompileRequest",
     "CompiledKernel",
