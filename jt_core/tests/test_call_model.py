@@ -41,7 +41,7 @@ def test_the_bound_call_has_no_field_that_one_backend_reads() -> None:
 def test_a_plain_call_gives_the_backend_no_arguments() -> None:
     call = _bound()
     assert call.backend_arguments == ()
-    assert call.backend_argument("backend_options") is None
+    assert call.arguments_for_backend() == {}
 
 
 def test_backend_arguments_carry_what_the_caller_gave_for_backends_by_argument_name() -> None:
@@ -53,8 +53,11 @@ def test_backend_arguments_carry_what_the_caller_gave_for_backends_by_argument_n
         ("compute_capability", 90),
         (CPU_CHECKS, CpuChecks(races=True)),
     )
-    assert call.backend_argument("backend_options") == {"arch": "gfx942", "waves_per_eu": 2}
-    assert call.backend_argument("compute_capability") == 90
+    assert call.arguments_for_backend() == {
+        "backend_options": {"arch": "gfx942", "waves_per_eu": 2},
+        "compute_capability": 90,
+        CPU_CHECKS: CpuChecks(races=True),
+    }
 
 
 def test_the_cpu_checks_in_force_travel_with_a_call_made_inside_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,8 +70,8 @@ def test_the_cpu_checks_in_force_travel_with_a_call_made_inside_the_block(monkey
     with jt.cpu_checks(races=True, unwritten="error"):
         inside = jax.make_jaxpr(add)(F32_64, F32_64).eqns[0].params["call"]
     outside = jax.make_jaxpr(add)(F32_64, F32_64).eqns[0].params["call"]
-    assert inside.backend_argument(CPU_CHECKS) == CpuChecks(races=True, unwritten="error")
-    assert outside.backend_argument(CPU_CHECKS, "absent") == "absent"
+    assert inside.arguments_for_backend()[CPU_CHECKS] == CpuChecks(races=True, unwritten="error")
+    assert CPU_CHECKS not in outside.arguments_for_backend()
 
 
 def test_launch_options_hold_how_the_call_becomes_an_operation() -> None:

@@ -89,7 +89,7 @@ def _validate(arch: str, **options: object) -> None:
     backend = RocmBackend()
     backend.parse_options(
         options=CompileOptions(**options),  # type: ignore[arg-type]
-        backend_arguments=dict(call.backend_arguments),
+        backend_arguments=call.arguments_for_backend(),
         target=target_of(backend, call),
         name=call.name,
         label=call.configs[0].label,

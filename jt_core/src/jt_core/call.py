@@ -404,7 +404,8 @@ class KernelCall:
         autotune_keys: The autotuner's ``key`` names (empty if not autotuned).
         launch: How the call becomes an operation (:class:`LaunchOptions`).
         backend_arguments: What the call gives the backend that compiles it, as sorted ``(argument, value)``
-            pairs, carried unopened (see :meth:`CallOptions.backend_arguments`); :meth:`backend_argument` reads one.
+            pairs, carried unopened (see :meth:`CallOptions.backend_arguments`); :meth:`arguments_for_backend` gives
+            them as a backend is offered them.
         batch: For a call produced by the grid batching strategy, how it relates to the unbatched call
             (:class:`BatchInfo`); ``None`` otherwise.
     """
@@ -427,12 +428,10 @@ class KernelCall:
     backend_arguments: tuple[tuple[str, Any], ...] = ()
     batch: BatchInfo | None = None
 
-    def backend_argument(self, name: str, default: Any = None) -> Any:
-        """One of :attr:`backend_arguments` (``backend_options`` as a dict), or ``default``."""
-        for key, value in self.backend_arguments:
-            if key == name:
-                return dict(value) if key == "backend_options" else value
-        return default
+    def arguments_for_backend(self) -> dict[str, Any]:
+        """:attr:`backend_arguments` as a backend is offered them (``backend_arguments=``): a dict, with
+        ``backend_options`` as a dict."""
+        return {key: dict(value) if key == "backend_options" else value for key, value in self.backend_arguments}
 
     def signature_text(self) -> str:
         """The kernel's signature, for error messages."""

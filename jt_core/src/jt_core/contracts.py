@@ -93,7 +93,7 @@ class CompileRequest:
         """What :meth:`Backend.parse_options` is offered for one configuration of a call, by name."""
         return {
             "options": config.options,
-            "backend_arguments": dict(call.backend_arguments),
+            "backend_arguments": call.arguments_for_backend(),
             "target": target,
             "name": call.name,
             "label": config.label,

@@ -451,7 +451,7 @@ def bind(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: C
 
 def target_of(backend: Backend, call: KernelCall, device: Any | None = None) -> Target:
     """The target ``backend`` chooses for ``call`` (as lowering asks it, with the arguments its method names)."""
-    return invoke(backend, "target", backend_arguments=dict(call.backend_arguments), device=device, name=call.name)
+    return invoke(backend, "target", backend_arguments=call.arguments_for_backend(), device=device, name=call.name)
 
 
 def compile_request(backend: Backend, call: KernelCall, target: Target | None = None) -> CompileRequest:

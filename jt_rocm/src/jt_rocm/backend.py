@@ -103,7 +103,7 @@ class RocmBackend(Backend):
                 f"(an int such as 90); name an AMD GPU with backend_options={{{ARCH_OPTION!r}: "
                 f"{cuda_capability!r}}} instead"
             )
-        arch = requested_arch(dict(backend_arguments.get("backend_options", ())))
+        arch = requested_arch(backend_arguments.get("backend_options", {}))
         if arch is None and device is not None:
             reported = _compat.device_arch(device)
             if reported is not None:

@@ -56,7 +56,7 @@ def _lower(
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
     target = hooks.serve(
-        backend, "target", backend_arguments=dict(call.backend_arguments), device=device, name=call.name, needed=needed
+        backend, "target", backend_arguments=call.arguments_for_backend(), device=device, name=call.name, needed=needed
     )
 
     def requests(call: KernelCall) -> list[CompileRequest]:
