@@ -363,8 +363,9 @@ def test_a_backend_whose_target_takes_the_call_is_refused_naming_what_replaced_i
     with pytest.raises(PluginLoadError) as info:
         registry.ensure_loaded()
     assert (
-        "sets an attribute jt-core no longer reads: target(call), replaced by Backend.target(backend_arguments, "
-        "device, name), offered instead of the call."
+        "has a method that takes an argument jt-core no longer offers: target(call), replaced by "
+        "Backend.target(backend_arguments, device, name), offered instead of the call. Take the arguments of the "
+        "replacement; set JT_DISABLE_PLUGINS=questions to skip the plugin."
     ) in str(info.value)
 
 

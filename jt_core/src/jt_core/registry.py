@@ -477,13 +477,27 @@ class Registry:
 
 
 def _retired_problem(name: str, what: str, component: Any, retired: list[tuple[str, str]]) -> str:
-    """What is wrong with a registered component that still sets attributes of an earlier contract."""
+    """What is wrong with a registered component that still sets attributes of an earlier contract, or whose
+    methods still take arguments jt no longer offers (``method(argument)``)."""
     cls = type(component)
-    described = "; ".join(f"{attribute}, replaced by {replacement}" for attribute, replacement in retired)
+    attributes = [(a, new) for a, new in retired if "(" not in a]
+    parameters = [(a, new) for a, new in retired if "(" in a]
+    parts = []
+    if attributes:
+        described = "; ".join(f"{attribute}, replaced by {replacement}" for attribute, replacement in attributes)
+        parts.append(
+            f"sets {'an attribute' if len(attributes) == 1 else 'attributes'} jt-core no longer reads: {described}. "
+            "Move what it declares to the replacement and drop the attribute"
+        )
+    if parameters:
+        described = "; ".join(f"{method}, replaced by {replacement}" for method, replacement in parameters)
+        parts.append(
+            f"has {'a method that takes an argument' if len(parameters) == 1 else 'methods that take arguments'} "
+            f"jt-core no longer offers: {described}. Take the arguments of the replacement"
+        )
     return (
-        f"registered the {what} {cls.__module__}.{cls.__qualname__}, which sets "
-        f"{'an attribute' if len(retired) == 1 else 'attributes'} jt-core no longer reads: {described}. Move what it "
-        f"declares to the replacement and drop the attribute; set JT_DISABLE_PLUGINS={name} to skip the plugin."
+        f"registered the {what} {cls.__module__}.{cls.__qualname__}, which {'; and '.join(parts)}; set "
+        f"JT_DISABLE_PLUGINS={name} to skip the plugin."
     )
 
 
