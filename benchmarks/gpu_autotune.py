@@ -9,6 +9,10 @@ Both launchers that tune are measured: ``jt`` tunes on the first execution (in i
 configuration, so it tunes while the call is lowered (through ``jt``, on scratch buffers) and its first execution
 runs the winner. Compare their first-call totals: compile (lowering included) plus first execution.
 
+The ``jt`` launcher is measured twice: on a new cache folder (the first call on a machine builds jt's launch handler
+while the configurations compile), and on a new cache folder whose handler was built ahead with ``python -m jt_core
+build-native`` (the build timed alone): what the configurations' compile costs by itself.
+
 Usage: ``python benchmarks/gpu_autotune.py [--json FILE]`` on a CUDA machine.
 """
 
@@ -85,15 +89,27 @@ def child(launcher: str) -> dict[str, float]:
     }
 
 
-def two_processes(launcher: str) -> tuple[dict[str, float], dict[str, float], int]:
+def two_processes(launcher: str, prebuilt: bool = False) -> tuple[dict[str, float], dict[str, float], int]:
+    """A first and a second process on one new cache folder; with ``prebuilt``, the launch handler is built into
+    that folder first (``python -m jt_core build-native``, timed as the first process's ``handler_build_s``), so the
+    first process's compile is the configurations' alone."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "JT_CACHE_DIR": os.path.join(tmp, "jt"), "TRITON_CACHE_DIR": os.path.join(tmp, "t")}
         env.pop("JT_DISABLE_CACHE", None)
+        built = None
+        if prebuilt:
+            start = time.perf_counter()
+            made = subprocess.run([sys.executable, "-m", "jt_core", "build-native"], env=env, capture_output=True,
+                                  text=True, check=True)  # fmt: skip
+            built = time.perf_counter() - start
+            print(made.stdout.rstrip())
         runs = []
         for _ in range(2):
             out = subprocess.run([sys.executable, __file__, "--child", launcher], env=env, capture_output=True,
                                  text=True, check=True)  # fmt: skip
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        if built is not None:
+            runs[0]["handler_build_s"] = built
         folder = os.path.join(tmp, "jt", "autotune")
         records = len(os.listdir(folder)) if os.path.isdir(folder) else 0
     return runs[0], runs[1], records
@@ -108,10 +124,12 @@ def main() -> None:
         print(json.dumps(child(args.child)))
         return
     results = {}
-    for launcher in ("jt", "xla"):
-        first, second, records = two_processes(launcher)
+    for launcher, prebuilt in (("jt", False), ("xla", False), ("jt (handler built ahead)", True)):
+        first, second, records = two_processes(launcher.split()[0], prebuilt)
         results[launcher] = {"first": first, "second": second, "records": records}
         print(f"launcher {launcher!r}: 8-config autotuned {SIZE}^3 fp16 matmul; tuning records: {records}")
+        if prebuilt:
+            print(f"python -m jt_core build-native, before the first process: {first['handler_build_s']:.3f} s")
         header = ("process", "compile s", "first run s", "steady ms", "tuning s", "first call s")
         print(f"{header[0]:8} {header[1]:>10} {header[2]:>12} {header[3]:>10} {header[4]:>9} {header[5]:>13}")
         for name, run in (("first", first), ("second", second)):

@@ -1,11 +1,13 @@
 """Pictures of the GPU benchmark results: PNG plots for the documentation's performance page.
 
 Reads the files ``benchmarks/run_gpu.sh`` leaves in its output folder (``launch.json``, ``throughput.json``,
-``compile_cache.json``, ``autotune.json`` and ``transformations.log``) and writes one PNG per figure:
+``compile_cache.json``, ``autotune.json`` and ``transformations.log``; those missing are skipped) and writes one PNG
+per figure:
 
 * ``launch_cost.png`` -- per-kernel and marginal launch cost of each launch path (median over rounds);
 * ``add_bandwidth.png`` -- bandwidth of the 64M-element add: jt's launchers, Triton on torch tensors, ``jnp``;
 * ``compile_cache.png`` -- lowering six kernels cold, from the caches, and without caching;
+* ``autotune.png`` -- the first call of an autotuned matmul in a first and a second process;
 * ``vmap_strategies.png`` -- vmap's grid and sequential strategies against ``jax.lax.map``.
 
 Usage: ``python benchmarks/plots.py RESULTS_DIR [--out docs/pages/img]``. Needs matplotlib (a development tool, not
@@ -51,16 +53,40 @@ def launch_cost(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
 
 
 def add_bandwidth(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
-    seconds = data["seconds"]["add_64M_f32"]
+    if "summary" in data:  # rounds: medians over the rounds
+        seconds = {path: row["median"] for path, row in data["summary"]["add_64M_f32"].items()}
+    else:
+        seconds = data["seconds"]["add_64M_f32"]
     moved = 3 * 4 * 64 * 1024 * 1024
     labels = list(seconds)
     rates = [moved / seconds[k] / 1e12 for k in labels]
     colors = ["#4c72b0" if k.startswith("jt") else "#8c8c8c" for k in labels]
-    fig, ax = plt.subplots(figsize=(7, 2.6))
-    _bar(ax, labels, rates, colors, "TB/s")
-    ax.set_title(f"64M-element f32 add: bytes read and written per second ({data['device']})")
+    traced = data.get("kernel_times") or {}
+    fig, axes = plt.subplots(1, 2 if traced else 1, figsize=(12 if traced else 7, 2.6), squeeze=False)
+    _bar(axes[0][0], labels, rates, colors, "TB/s")
+    axes[0][0].set_title("wall time of 21 chained calls, marginal per call")
+    if traced:
+        names = list(traced)
+        spans = [moved / (traced[k]["span_us"] * 1e-6) / 1e12 for k in names]
+        _bar(axes[0][1], names, spans, ["#4c72b0" if k.startswith("jt") else "#8c8c8c" for k in names], "TB/s")
+        axes[0][1].set_title("the GPU's timeline (CUPTI): span per call")
+    fig.suptitle(f"64M-element f32 add: bytes read and written per second ({data['device']})")
     fig.tight_layout()
     fig.savefig(out / "add_bandwidth.png", dpi=110)
+    plt.close(fig)
+
+
+def autotune(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
+    labels, values = [], []
+    for name, runs in data.items():
+        for process in ("first", "second"):
+            labels.append(f"{name}, {process} process")
+            values.append(runs[process]["first_call_s"])
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    _bar(ax, labels, values, ["#c44e52" if "first" in label else "#55a868" for label in labels], "s")
+    ax.set_title("First call of an 8-config autotuned 4096³ fp16 matmul, new cache folder", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "autotune.png", dpi=110)
     plt.close(fig)
 
 
@@ -108,11 +134,16 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     args.out.mkdir(parents=True, exist_ok=True)
-    launch_cost(json.loads((args.results / "launch.json").read_text()), args.out, plt)
-    add_bandwidth(json.loads((args.results / "throughput.json").read_text()), args.out, plt)
-    compile_cache(json.loads((args.results / "compile_cache.json").read_text()), args.out, plt)
-    vmap_strategies((args.results / "transformations.log").read_text(), args.out, plt)
-    print(f"wrote {sorted(p.name for p in args.out.glob('*.png'))} to {args.out}")
+    drawn = []
+    for name, draw in (("launch.json", launch_cost), ("throughput.json", add_bandwidth),
+                       ("compile_cache.json", compile_cache), ("autotune.json", autotune)):  # fmt: skip
+        if (args.results / name).exists():
+            draw(json.loads((args.results / name).read_text()), args.out, plt)
+            drawn.append(name)
+    if (args.results / "transformations.log").exists():
+        vmap_strategies((args.results / "transformations.log").read_text(), args.out, plt)
+        drawn.append("transformations.log")
+    print(f"drew {drawn} into {args.out}; missing files were skipped")
 
 
 if __name__ == "__main__":
