@@ -98,7 +98,9 @@ def triton_call(
         debug: Compile with Triton's debug checks and print the IRs; on the CPU also checks integer overflow.
         name: A name for the call (errors, profiles, IR dumps); defaults to the kernel's.
         serialized_metadata: Opaque bytes carried into the lowered call.
-        cost_estimate: ``{"flops": ..., "bytes_accessed": ...}`` for profilers.
+        cost_estimate: ``{"flops": ..., "bytes_accessed": ...}``: accepted and kept with the call (``jax.vmap``
+            scales it by the batch), but no launcher hands it to XLA, whose custom calls have no place for it; Pallas's
+            Triton lowering drops it too.
         has_side_effect: Keep the call even when its outputs are unused.
         launcher: Name of the launcher to use on the platform (see ``python -m jt_core plugins``).
         vmap: How ``jax.vmap`` batches the call: ``"grid"`` (one launch, the batch on a free grid axis),
