@@ -146,7 +146,7 @@ fi
 # -- benchmarks --------------------------------------------------------------------------------------------------
 if [ $BENCH -eq 1 ]; then
   if [ $QUICK -eq 1 ]; then LAUNCH_ARGS=(--reps 100 --rounds 1); TP_ARGS=(--reps 10); FC_ARGS=(--count 2);
-  else LAUNCH_ARGS=(--reps 300 --rounds 3); TP_ARGS=(--reps 30); FC_ARGS=(--count 5); fi
+  else LAUNCH_ARGS=(--reps 300 --rounds 9); TP_ARGS=(--reps 30 --rounds 5 --kernel-times); FC_ARGS=(--count 5); fi
   run_bench() {  # name, script, arguments...
     local name=$1 script=$2; shift 2
     if timeout 300 "$PY" -P "benchmarks/$script" "$@" --json "$OUT/$name.json" >"$SCRATCH/$name.log" 2>&1; then
@@ -181,7 +181,9 @@ for line in "${SUMMARY[@]}"; do echo "  $line"; done
 grep -sE "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/gpu-tests-xla.log" "$OUT/cpu-tests.log" | head -20
 if [ -f "$OUT/xla_matrix.log" ]; then echo "-- xla matrix"; sed -n '/^kernel /,$p' "$OUT/xla_matrix.log"; fi
 for bench in launch launch_no_graphs throughput first_call autotune compile_cache transformations; do
-  if [ -f "$SCRATCH/$bench.log" ]; then echo "-- $bench"; grep -vE "Warning|warn\(|^ +[a-z]+ = " "$SCRATCH/$bench.log" | tail -12; fi
+  if [ -f "$SCRATCH/$bench.log" ]; then
+    echo "-- $bench"; grep -vE "Warning|warn\(|^ +[a-z]+ = |_warn_once|torch.from_numpy" "$SCRATCH/$bench.log" | tail -24
+  fi
 done
 # At most a few files come back from a remote run: pack the logs and results into one archive.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
