@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,59 @@ def test_concurrent_processes_build_a_library_once_and_all_load_it(tmp_path: Pat
     assert sorted(built for _, built, _ in outputs) == ["False", "False", "True"]
     assert sum(err.count("jt: building probe") for _, err in results) == 1
     assert len(list(cache.glob("*.so"))) == 1
+
+
+def _rendezvous_compiler(tmp_path: Path, parties: int) -> Path:
+    """A compiler that, before it compiles, notes its start and waits (at most 10 s) until ``parties`` compiles
+    have started; it writes whether they all met into ``met`` files."""
+    real = shutil.which("c++") or shutil.which("g++")
+    compiler = tmp_path / "rendezvous-c++"
+    compiler.write_text(
+        f"""#!/bin/sh
+if [ "$1" = "--version" ]; then exec {real} --version; fi
+touch {tmp_path}/started.$$
+i=0
+while [ "$(ls {tmp_path} | grep -c '^started\\.')" -lt {parties} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+ls {tmp_path} | grep -c '^started\\.' > {tmp_path}/met.$$
+exec {real} "$@"
+"""
+    )
+    compiler.chmod(0o755)
+    return compiler
+
+
+def _threads(*calls: Any) -> list[Any]:
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
+
+
+def test_threads_build_different_libraries_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two libraries wanted by two threads of one process compile side by side (``python -m jt_core build-native``
+    builds every library that way), not one after the other."""
+    monkeypatch.setenv("CXX", str(_rendezvous_compiler(tmp_path, 2)))
+    sources = []
+    for name, factor in (("probe_a", 3), ("probe_b", 5)):
+        source = tmp_path / f"{name}.cc"
+        source.write_text(SOURCE.replace("jt_native_probe", f"jt_{name}").replace("* 3", f"* {factor}"))
+        sources.append((name, source))
+    built = _threads(
+        *[
+            lambda n=name, s=source: build_shared_library(n, [s], directory=tmp_path / "cache")
+            for name, source in sources
+        ]
+    )
+    assert all(library.built for library in built)
+    assert sorted(p.read_text().strip() for p in tmp_path.glob("met.*")) == ["2", "2"]
+    assert ctypes.CDLL(str(built[1].path)).jt_probe_b(5) == 26
+
+
+def test_threads_wanting_one_library_build_it_once(tmp_path: Path) -> None:
+    source = tmp_path / "probe.cc"
+    source.write_text(SOURCE)
+    built = _threads(*[lambda: build_shared_library("probe", [source], directory=tmp_path / "cache")] * 4)
+    assert sum(library.built for library in built) == 1 and len({library.path for library in built}) == 1
 
 
 def test_compile_failure_shows_the_compiler_output(tmp_path: Path) -> None:
@@ -180,8 +234,10 @@ def test_build_native_builds_every_library_and_plugins_says_so(tmp_path: Path) -
     assert not any(status["built"] for status in native.values())
     built = _cli("build-native", JT_CACHE_DIR=str(tmp_path))
     assert built.returncode == 0, built.stderr
-    for name in {status["library"] for status in native.values()}:
-        assert f"{name}" in built.stdout and "building " + name in built.stderr
+    for label, status in native.items():
+        assert re.search(rf"^{re.escape(label)} +{status['library']} +built in [0-9.]+ s: ", built.stdout, re.M), built
+    # the builds run side by side, so the command reports them itself rather than line by line on stderr
+    assert "jt: building" not in built.stderr and "built side by side" in built.stdout
     after = json.loads(_cli("plugins", "--json", JT_CACHE_DIR=str(tmp_path)).stdout)
     built_now = [d["native"] for e in after for d in e["provides"]["launcher_details"].values() if "native" in d]
     assert len(built_now) == len(native) and all(str(status["path"]).startswith(str(tmp_path)) for status in built_now)

@@ -120,7 +120,7 @@ class LibrarySpec:
     libraries: tuple[str, ...] = ()
     without_it: str = ""
 
-    def build(self) -> NativeLibrary:
+    def build(self, *, announce: bool = True) -> NativeLibrary:
         """Builds the library (or finds it in the cache); see :func:`build_shared_library`."""
         return build_shared_library(
             self.name,
@@ -130,6 +130,7 @@ class LibrarySpec:
             flags=self.flags,
             libraries=self.libraries,
             without_it=self.without_it,
+            announce=announce,
         )
 
     def load(self) -> ctypes.CDLL:
@@ -226,7 +227,15 @@ def _failure_path(target: Path) -> Path:
     return target.with_name(target.name + ".failed.json")
 
 
-_lock = threading.Lock()
+_locks_guard = threading.Lock()
+_locks: dict[Path, threading.Lock] = {}
+
+
+def _build_lock(target: Path) -> threading.Lock:
+    """The lock of one library file for this process's threads (the file lock serves other processes, whose locks
+    do not exclude threads): builds of different libraries run at once."""
+    with _locks_guard:
+        return _locks.setdefault(target, threading.Lock())
 
 
 def cache_dir() -> Path:
@@ -282,6 +291,7 @@ def build_shared_library(
     libraries: Sequence[str] = (),
     directory: str | os.PathLike[str] | None = None,
     without_it: str = "",
+    announce: bool = True,
 ) -> NativeLibrary:
     """Builds (or finds in the cache, checked against its integrity record) a shared library from C++ sources.
 
@@ -295,6 +305,8 @@ def build_shared_library(
         libraries: ``-l`` libraries to link (e.g. ``dl``).
         directory: Where to keep the library; defaults to :func:`cache_dir`.
         without_it: What jt does when the library cannot be built; ends the message of a failed build.
+        announce: Whether a build says on stderr that it runs, how long it took or why it failed (one line); off
+            where the caller reports builds itself (``python -m jt_core build-native``, whose builds run at once).
 
     Returns:
         The built library's path and cache key.
@@ -319,14 +331,15 @@ def build_shared_library(
         compiler = find_compiler()
         identity = _compiler_identity(compiler)
     except NativeBuildError as exc:
-        _say_once(name, f"jt: cannot build {name}: {exc}{_instead(spec)}\n")
+        if announce:
+            _say_once(name, f"jt: cannot build {name}: {exc}{_instead(spec)}\n")
         raise
     key = spec._key(identity)
     folder = _library_folder(directory)
     target = folder / _file_name(name, key)
     if files.integrity_problem(target) is None:
         return NativeLibrary(name, target, key, built=False, compiler=identity)
-    with _lock, files.file_lock(files.lock_path(target)):
+    with _build_lock(target), files.file_lock(files.lock_path(target)):
         problem = files.integrity_problem(target)  # built by another process while this one waited?
         if problem is None:
             return NativeLibrary(name, target, key, built=False, compiler=identity)
@@ -339,7 +352,7 @@ def build_shared_library(
             )
             files.discard(target)
         files.remove_stale_temporaries(folder, prefix=f".lib{name}-{key}.")
-        target = _compile(spec, compiler, identity, target)
+        target = _compile(spec, compiler, identity, target, announce)
     return NativeLibrary(name, target, key, built=True, compiler=identity)
 
 
@@ -389,7 +402,7 @@ def _temporary(folder: Path, target: Path) -> str:
     return temporary
 
 
-def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path) -> Path:
+def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path, announce: bool = True) -> Path:
     """Runs the compiler into a temporary file, renames it to ``target`` and records its integrity; returns where
     the library lies (``target``, or the scratch folder when the cache folder cannot take it)."""
     folder = target.parent
@@ -405,17 +418,19 @@ def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path
         temporary,
         *[f"-l{lib}" for lib in spec.libraries],
     ]
-    sys.stderr.write(f"jt: building {spec.name} for this machine (once; kept in {folder})... ")
-    sys.stderr.flush()
+    if announce:
+        sys.stderr.write(f"jt: building {spec.name} for this machine (once; kept in {folder})... ")
+        sys.stderr.flush()
     started = time.perf_counter()
     try:
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise _failed(spec, target, identity, f"the compiler did not run to the end: {exc}", command) from exc
+            what = f"the compiler did not run to the end: {exc}"
+            raise _failed(spec, target, identity, what, command, announce=announce) from exc
         if result.returncode != 0:
             output = (result.stderr or result.stdout).strip()
-            raise _failed(spec, target, identity, f"exit {result.returncode}", command, output)
+            raise _failed(spec, target, identity, f"exit {result.returncode}", command, output, announce)
         os.chmod(temporary, 0o755)
         placed = _place(Path(temporary), target)
     finally:
@@ -426,7 +441,8 @@ def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path
     except OSError as exc:
         files.report_fault(placed.parent, exc)
     files.discard(_failure_path(placed))
-    sys.stderr.write(f"done in {time.perf_counter() - started:.1f} s with {identity}\n")
+    if announce:
+        sys.stderr.write(f"done in {time.perf_counter() - started:.1f} s with {identity}\n")
     return placed
 
 
@@ -445,13 +461,20 @@ def _place(temporary: Path, target: Path) -> Path:
 
 
 def _failed(
-    spec: LibrarySpec, target: Path, identity: str, what: str, command: list[str], output: str = ""
+    spec: LibrarySpec,
+    target: Path,
+    identity: str,
+    what: str,
+    command: list[str],
+    output: str = "",
+    announce: bool = True,
 ) -> NativeBuildError:
-    """Ends the build's line with why it failed and what jt does instead, records the failure for
-    ``python -m jt_core plugins``, and returns the error to raise."""
+    """Ends the build's line with why it failed and what jt does instead (when ``announce``), records the failure
+    for ``python -m jt_core plugins``, and returns the error to raise."""
     lines = [line for line in output.splitlines() if "error" in line.lower()] or output.splitlines()
     summary = f"{what}: {lines[0].strip()[:300]}" if lines else what
-    sys.stderr.write(f"failed ({summary}){_instead(spec)}. `python -m jt_core plugins` shows it again\n")
+    if announce:
+        sys.stderr.write(f"failed ({summary}){_instead(spec)}. `python -m jt_core plugins` shows it again\n")
     message = f"building native library {spec.name!r} failed ({what}).\ncommand: {shlex.join(command)}\n"
     files.write_record(_failure_path(target), {"error": summary, "compiler": identity, "time": time.time()})
     return NativeBuildError((message + output[-4000:]).rstrip())
