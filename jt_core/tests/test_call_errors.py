@@ -58,6 +58,12 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("grid of floats", lambda: scale(grid=(2.0,)), TypeError, r"grid axis 0 must be an int, got 2\.0"),
     ("grid of wrong type", lambda: scale(grid="2"), TypeError, r"grid must be an int or a tuple of up to 3 ints"),
     (
+        "grid axis 1 past its launch limit",
+        lambda: scale(grid=(2, 70000)),
+        ValueError,
+        r"grid axis 1 is 70000, above the launch limit 65535 of that axis .* put the large extent on axis 0",
+    ),
+    (
         "grid callable returning garbage",
         lambda: scale(grid=lambda meta: "many"),
         TypeError,
@@ -220,6 +226,60 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         )(X),
         ValueError,
         r"input_output_aliases cannot be combined with Ref operands",
+    ),
+    (
+        "dict out_shape whose keys name other outputs",
+        lambda: jt.triton_call(
+            X, kernel=k.two_outputs_kernel, out_shape={"sum": SPEC, "diff": SPEC}, grid=2, n=20, BLOCK=16
+        ),
+        ValueError,
+        r"'diff' -> sum_ptr, 'sum' -> diff_ptr\. Entry 'diff' names diff_ptr but would fill sum_ptr\. Pass "
+        r"out_shape as a tuple or list in the order of the output parameters \(sum_ptr, diff_ptr\)",
+    ),
+    ("has_side_effect not a bool", lambda: scale(has_side_effect="no"), TypeError, r"has_side_effect must be True or"),
+    ("debug not a bool", lambda: scale(debug="yes"), TypeError, r"debug must be True or False, got 'yes' \(str\)"),
+    ("enable_fp_fusion of 2", lambda: scale(enable_fp_fusion=2), TypeError, r"enable_fp_fusion must be True or"),
+    ("name not a str", lambda: scale(name=5), TypeError, r"name must be a str \(or None for the kernel's\), got 5"),
+    ("metadata as text", lambda: scale(serialized_metadata="m"), TypeError, r"serialized_metadata must be bytes"),
+    ("cost estimate as text", lambda: scale(cost_estimate="x"), TypeError, r"cost_estimate must be a dict of numbers"),
+    ("zeroed by name", lambda: scale(zeroed_outputs=["a"]), TypeError, r"zeroed_outputs must hold output indices"),
+    (
+        "zeroed callable raising",
+        lambda: scale(zeroed_outputs=lambda meta: meta["missing"]),
+        ValueError,
+        r"zeroed_outputs callable raised KeyError: 'missing' \(it is called with a dict of the metaparameters",
+    ),
+    (
+        "out_shape with a shape of text",
+        lambda: scale(out_shape=type("Spec", (), {"shape": "abc", "dtype": jnp.float32})()),
+        TypeError,
+        r"out_shape\[0\] has a shape that is not a tuple of ints: 'abc'",
+    ),
+    (
+        "kernel given positionally",
+        lambda: jt.triton_call(k.scale_kernel, X, out_shape=X, grid=2, n=20, factor=2.0, BLOCK=16),
+        TypeError,
+        r"got a Triton kernel as positional argument 0; .* pass the kernel as kernel=",
+    ),
+    (
+        "traced grid",
+        lambda: jax.jit(lambda x, g: scale(args=(x,), grid=g))(X, 2),
+        TypeError,
+        r"grid must be an int or a tuple of up to 3 ints, got .*: a traced value.*static_argnums",
+    ),
+    (
+        "kernel_vjp static_argnums of text",
+        lambda: jt.kernel_vjp(lambda x: (x, None), lambda r, g: g, static_argnums="a"),
+        TypeError,
+        r"static_argnums must be an int or a sequence of ints",
+    ),
+    (
+        "scalar given where the kernel takes a pointer",
+        lambda: jt.triton_call(X, X, 20, kernel=k.add_current_kernel, out_shape=X, grid=2),
+        jt.KernelCompileError,
+        r"(?s)The call gave the kernel's parameters: x_ptr: operand 0 \(\*fp32\), y_ptr: operand 1 \(\*fp32\), "
+        r"out_ptr: 20 \(i32\), n: output 0 \(\*fp32\)\.\nParameter 'out_ptr' got a scalar: .* pass scalars by "
+        r"keyword",
     ),
     (
         "no outputs at all",

@@ -37,6 +37,44 @@ def test_lone_access_in_a_gap_blames_the_nearest_argument() -> None:
     assert "argument 'x_ptr' at element 11 (past its end;" in _message([1044])
 
 
+def test_an_address_far_from_every_argument_names_the_nearest_as_only_the_nearest() -> None:
+    """From its address alone an access far from every buffer cannot be told apart: it went through some pointer
+    whose base is unknown here. The message says it lies far outside and which argument is nearest."""
+    message = _message([401_000])  # y_ptr starts at 1064: element (401000 - 1064) / 4
+    assert "an address far outside every argument; the nearest is 'y_ptr', at its element 99984 (past its end;" in (
+        message
+    )
+
+
+def test_arguments_that_hold_no_element_are_named() -> None:
+    only_empty = AccessChecker("k", [Buffer("x_ptr", 1000, 1000, False), Buffer("out_ptr", 1000, 1000, True, 0)])
+    with pytest.raises(OutOfBoundsAccessError) as raised:
+        only_empty.check(np.array([1000, 1004], dtype=np.uint64), None, 4, "load")
+    message = str(raised.value)
+    assert "from an address outside every argument (none holds an element); 2 offending addresses" in message
+    assert "Arguments 'x_ptr', 'out_ptr' hold no elements (zero-size)" in message
+    with_empty = AccessChecker("k", [*BUFFERS, Buffer("z_ptr", 5000, 5000, False)])
+    with pytest.raises(OutOfBoundsAccessError, match=r"Argument 'z_ptr' holds no elements \(zero-size\)"):
+        with_empty.check(np.array([900_000], dtype=np.uint64), None, 4, "load")
+
+
+def test_a_kernel_reading_a_zero_size_input_is_stopped_and_told_why() -> None:
+    empty = jnp.zeros((0,), jnp.float32)
+    out = jax.ShapeDtypeStruct((16,), jnp.float32)
+    for spec in (out, empty):  # the output holds elements, or nothing at all holds one
+        with pytest.raises(Exception) as raised:
+            jax.block_until_ready(
+                jax.jit(
+                    lambda x, spec=spec: jt.triton_call(
+                        x, kernel=shifted_load_kernel, out_shape=spec, grid=1, BLOCK=16, has_side_effect=True
+                    )
+                )(empty)
+            )
+        error = jt.errors.from_runtime_error(raised.value)
+        assert isinstance(error, OutOfBoundsAccessError), raised.value
+        assert "'x_ptr'" in str(error) and "no elements (zero-size)" in str(error)
+
+
 def test_access_past_the_end_names_the_element_and_the_size() -> None:
     message = _message([1000 + 4 * i for i in range(12)], op="store")
     assert "out-of-bounds store of 4 bytes from argument 'x_ptr' at element 10 (past its end;" in message

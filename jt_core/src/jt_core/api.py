@@ -123,7 +123,7 @@ def triton_call(
         NoBackendError: When lowering for a platform no installed plugin serves.
     """
     if kernel is _MISSING or grid is _MISSING:
-        _refuse_missing(kernel, grid, metaparams)
+        _refuse_missing(kernel, grid, metaparams, args)
     wrappers = unwrap_kernel(kernel)
     _refuse_misspelled_options(wrappers.fn, metaparams)
     if out_shape is not _MISSING and out_type is not _MISSING:
@@ -179,11 +179,19 @@ def _own_keywords() -> list[str]:
     return [p.name for p in inspect.signature(triton_call).parameters.values() if p.kind is p.KEYWORD_ONLY]
 
 
-def _refuse_missing(kernel: Any, grid: Any, metaparams: dict[str, Any]) -> None:
-    """Names a required keyword that is missing, and the misspelling that probably stands for it."""
+def _refuse_missing(kernel: Any, grid: Any, metaparams: dict[str, Any], args: tuple[Any, ...]) -> None:
+    """Names a required keyword that is missing, and the misspelling, or the kernel given positionally, that
+    probably stands for it."""
     for name, value in (("kernel", kernel), ("grid", grid)):
         if value is not _MISSING:
             continue
+        if name == "kernel":
+            positional = [i for i, arg in enumerate(args) if _looks_like_a_kernel(arg)]
+            if positional:
+                raise KernelCallTypeError(
+                    f"triton_call got a Triton kernel as positional argument {positional[0]}; positional arguments "
+                    "are the kernel's operands: pass the kernel as kernel=..."
+                )
         close = [key for key in metaparams if suggest(key, [name])]
         if close:
             raise KernelCallTypeError(
@@ -191,6 +199,12 @@ def _refuse_missing(kernel: Any, grid: Any, metaparams: dict[str, Any]) -> None:
                 f"({name}= is required: {_REQUIRED[name]})"
             )
         raise KernelCallTypeError(f"triton_call needs {name}=: {_REQUIRED[name]}")
+
+
+def _looks_like_a_kernel(value: Any) -> bool:
+    """Whether ``value`` is a Triton kernel (``@triton.jit``, or its autotune/heuristics wrappers), without
+    importing Triton."""
+    return type(value).__module__.startswith("triton.") and hasattr(value, "run")
 
 
 def _refuse_misspelled_options(fn: Any, metaparams: dict[str, Any]) -> None:

@@ -39,12 +39,10 @@ from jax.interpreters import batching
 
 from jt_core import files
 from jt_core.call import INPUT, OUTPUT, BatchInfo, KernelCall, KernelParam, LaunchConfig, kernel_name
+from jt_core.configs import AXIS_LIMITS
 from jt_core.errors import KernelCallValueError
 from jt_core.primitive import triton_kernel_call_p
 
-# Launch limits of the grid axes (CUDA's; ROCm's are at least as large). The CPU backend keeps them too, so a
-# program that batches on the CPU batches the same way on a GPU.
-AXIS_LIMITS = (2**31 - 1, 65535, 65535)
 # Preferred order for the batch axis: the largest limit first.
 _AXIS_ORDER = (0, 2, 1)
 _PREFIX = "_jt_"

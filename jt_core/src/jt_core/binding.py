@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -130,6 +131,7 @@ def bind_call(
         aliased_outs = set(aliases_in.values())
         outputs_for_params = [o for o in range(n_out) if o not in aliased_outs]
     out_param_of = {p.name: o for p, o in zip(missing, outputs_for_params)}
+    _refuse_crossed_output_names(options.out_spec, out_param_of)
 
     # Slots, operands, scalars.
     bound = _Bound()
@@ -525,6 +527,40 @@ def _scalar_slot(path: tuple[int, ...], name: str, value: Any, param: KernelPara
     )
 
 
+def _refuse_crossed_output_names(out_spec: Any, out_param_of: dict[str, int]) -> None:
+    """Refuses a dict ``out_shape`` whose keys name output parameters other than the ones they fill.
+
+    JAX orders a dict's entries by key, and outputs fill the kernel's output parameters in that order, so
+    ``{"mean": ..., "max": ...}`` for ``mean_ptr, max_ptr`` would put the max into ``mean_ptr``: a result under the
+    wrong name with no error. A key names parameter ``p`` when it is ``p`` or ``p`` without ``_ptr``.
+
+    Raises:
+        KernelCallValueError: Naming where each entry goes and the fix.
+    """
+    if not isinstance(out_spec, Mapping) or not all(isinstance(key, str) for key in out_spec):
+        return
+    keys = sorted(out_spec)
+    if len(keys) != len(tree_util.tree_leaves(out_spec, is_leaf=lambda x: hasattr(x, "shape"))):
+        return  # nested entries: outputs do not map one per key
+    param_of = {output: name for name, output in out_param_of.items()}
+    named = {name: name for name in out_param_of} | {
+        name[: -len("_ptr")]: name for name in out_param_of if name.endswith("_ptr")
+    }
+    crossed = [
+        (key, param_of[index], named[key])
+        for index, key in enumerate(keys)
+        if index in param_of and key in named and named[key] != param_of[index]
+    ]
+    if crossed:
+        goes = ", ".join(f"{key!r} -> {param_of[i]}" for i, key in enumerate(keys) if i in param_of)
+        key, filled, meant = crossed[0]
+        raise KernelCallValueError(
+            f"out_shape is a dict, whose entries JAX orders by key, so they fill the kernel's output parameters in "
+            f"that order: {goes}. Entry {key!r} names {meant} but would fill {filled}. Pass out_shape as a tuple or "
+            f"list in the order of the output parameters ({', '.join(param_of[i] for i in sorted(param_of))})"
+        )
+
+
 def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         raise KernelCallTypeError(
@@ -532,9 +568,11 @@ def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
             f"got {short_repr(value)}"
         )
     try:
-        shape = tuple(int(d) for d in value.shape)
+        shape = tuple(operator.index(d) for d in value.shape)
     except TypeError:
-        raise KernelCallTypeError(f"{what} has a non-integer shape {value.shape!r}") from None
+        raise KernelCallTypeError(
+            f"{what} has a shape that is not a tuple of ints: {short_repr(value.shape)}"
+        ) from None
     if any(d < 0 for d in shape):
         raise KernelCallValueError(f"{what} has a negative dimension: shape {shape}")
     triton_scalar_type(value.dtype, what=what)

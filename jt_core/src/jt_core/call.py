@@ -25,6 +25,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
 from jax import tree_util
 
 from jt_core.checks import CpuChecks
@@ -135,7 +136,7 @@ class CompileOptions:
         known = {key: values[key] for key in OPTION_NAMES if key in values}
         for flag in ("enable_fp_fusion", "debug"):
             if flag in known:
-                known[flag] = bool(known[flag])
+                known[flag] = flag_value(flag, known[flag])
         return cls(**known, extra=tuple(sorted(extra.items())))
 
     def as_dict(self) -> dict[str, Any]:
@@ -216,6 +217,17 @@ class Specialization:
         )
 
 
+def flag_value(name: str, value: Any) -> bool:
+    """``value`` as the bool it must be: ``True``, ``False`` (NumPy's too), or the ints 1 and 0.
+
+    Raises:
+        KernelCallTypeError: For anything else (a string such as ``"no"`` would otherwise read as true), naming it.
+    """
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise KernelCallTypeError(f"{name} must be True or False, got {short_repr(value)} ({type(value).__name__})")
+
+
 def _typed(value: Any) -> Any:
     """``value`` with the type of each of its parts, so that values equal across types key apart."""
     if isinstance(value, (tuple, list)):
@@ -265,6 +277,23 @@ class CallOptions:
             raise KernelCallTypeError(f"compile_options names {unknown}; known: {list(OPTION_NAMES)}")
         if self.vmap not in VMAP_STRATEGIES:
             raise KernelCallValueError(f"vmap= must be one of {list(VMAP_STRATEGIES)}, got {self.vmap!r}")
+        object.__setattr__(self, "has_side_effect", flag_value("has_side_effect", self.has_side_effect))
+        if self.name is not None and not isinstance(self.name, str):
+            raise KernelCallTypeError(f"name must be a str (or None for the kernel's), got {short_repr(self.name)}")
+        if not isinstance(self.serialized_metadata, (bytes, bytearray, memoryview)):
+            raise KernelCallTypeError(
+                f"serialized_metadata must be bytes, got {short_repr(self.serialized_metadata)} "
+                f"({type(self.serialized_metadata).__name__}); encode text first (e.g. text.encode())"
+            )
+        cost = self.cost_estimate
+        if cost is not None and not (
+            isinstance(cost, Mapping)
+            and all(isinstance(k, str) and isinstance(v, (int, float, np.number)) for k, v in cost.items())
+        ):
+            raise KernelCallTypeError(
+                "cost_estimate must be a dict of numbers by name ({'flops': ..., 'bytes_accessed': ...}), got "
+                f"{short_repr(cost)}"
+            )
 
     def launch_options(self) -> LaunchOptions:
         """How the call becomes an operation, as the bound call carries it."""
@@ -432,6 +461,19 @@ class KernelCall:
         """:attr:`backend_arguments` as a backend is offered them (``backend_arguments=``): a dict, with
         ``backend_options`` as a dict."""
         return {key: dict(value) if key == "backend_options" else value for key, value in self.backend_arguments}
+
+    def binding_text(self) -> str:
+        """What each runtime parameter was given, for messages: ``x_ptr: operand 0 (*fp32), n: 100 (i32), out_ptr:
+        output 0 (*fp32)``."""
+
+        def given(slot: ParamSlot) -> str:
+            if slot.kind == INPUT:
+                return f"operand {slot.index} ({slot.type_str})"
+            if slot.kind == OUTPUT:
+                return f"output {slot.index} ({slot.type_str})"
+            return f"{short_repr(slot.value)} ({slot.type_str})"
+
+        return ", ".join(f"{slot.name}: {given(slot)}" for slot in self.slots)
 
     def signature_text(self) -> str:
         """The kernel's signature, for error messages."""

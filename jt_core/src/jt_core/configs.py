@@ -201,11 +201,8 @@ def expand_configs(
         options = _options(explicit_options, backend_options, options_from_config)
         meta_view = {**named_values, **meta, **options.as_dict()}
         grid3 = normalize_grid(grid, meta_view)
-        zeroed = zeroed_outputs(meta_view) if callable(zeroed_outputs) else zeroed_outputs
-        try:
-            zeroed_list = sorted({int(i) for i in zeroed} | set(zero_names))
-        except TypeError:
-            raise KernelCallTypeError(f"zeroed_outputs must be a sequence of output indices, got {zeroed!r}") from None
+        zeroed = _zeroed(zeroed_outputs, meta_view)
+        zeroed_list = sorted(set(zeroed) | set(zero_names))
         for index in zeroed_list:
             if not 0 <= index < num_outputs:
                 raise KernelCallValueError(
@@ -222,6 +219,52 @@ def expand_configs(
         )
         configs.append(LaunchConfig(constexprs, grid3, options, tuple(zeroed_list), label))
     return configs
+
+
+#: Launch limits of the grid axes (CUDA's; ROCm's are at least as large). Every backend keeps them, the CPU's too,
+#: so that a call that runs on the CPU launches the same way on a GPU.
+AXIS_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+def _zeroed(zeroed_outputs: Any, metaparams: Mapping[str, Any]) -> list[int]:
+    """The output indices ``zeroed_outputs`` names (a sequence, or a callable of the metaparameters returning one).
+
+    Raises:
+        KernelCallTypeError: For entries that are not ints, or a callable that raises or returns something else.
+    """
+    source = "zeroed_outputs"
+    zeroed = zeroed_outputs
+    if callable(zeroed_outputs):
+        try:
+            zeroed = zeroed_outputs(dict(metaparams))
+        except Exception as exc:
+            raise KernelCallValueError(
+                f"zeroed_outputs callable raised {type(exc).__name__}: {exc} (it is called with a dict of the "
+                f"metaparameters: {sorted(metaparams)})"
+            ) from exc
+        source = "zeroed_outputs callable's result"
+    if isinstance(zeroed, (str, bytes)) or not isinstance(zeroed, (Sequence, set, frozenset)):
+        raise KernelCallTypeError(f"{source} must be a sequence of output indices (ints), got {short_repr(zeroed)}")
+    bad = [i for i in zeroed if isinstance(i, bool) or not isinstance(i, (int, np.integer))]
+    if bad:
+        raise KernelCallTypeError(
+            f"{source} must hold output indices (ints), got {short_repr(bad[0])} in {short_repr(zeroed)}; an output "
+            "is named by its position among the outputs (0 for the first)"
+        )
+    return [int(i) for i in zeroed]
+
+
+def _traced_hint(value: Any) -> str:
+    """For a value ``jax.jit`` traced, why it cannot size a launch and how to make it static; else ``""``."""
+    import jax
+
+    if not isinstance(value, jax.core.Tracer):
+        return ""
+    return (
+        ": a traced value, which the launch cannot be sized by. A value passed into a jax.jit function is traced "
+        "unless it is marked static (jax.jit(f, static_argnums=...) or static_argnames=...); or compute the grid "
+        "from shapes (x.shape[0]), which are static"
+    )
 
 
 def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -244,17 +287,25 @@ def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, 
     if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
         grid = (int(grid),)
     if not isinstance(grid, (tuple, list)):
-        raise KernelCallTypeError(f"{source} must be an int or a tuple of up to 3 ints, got {grid!r}")
+        raise KernelCallTypeError(
+            f"{source} must be an int or a tuple of up to 3 ints, got {short_repr(grid)}{_traced_hint(grid)}"
+        )
     if len(grid) > 3:
         raise KernelCallValueError(f"{source} has {len(grid)} axes, {tuple(grid)}; Triton grids have at most 3")
     axes = []
     for axis, size in enumerate(grid):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            raise KernelCallTypeError(f"{source} axis {axis} must be an int, got {size!r} in {tuple(grid)}")
+            raise KernelCallTypeError(
+                f"{source} axis {axis} must be an int, got {short_repr(size)} in {short_repr(tuple(grid))}"
+                f"{_traced_hint(size)}"
+            )
         if size < 0:
             raise KernelCallValueError(f"{source} axis {axis} is negative: {tuple(grid)}")
-        if size >= 2**31:
-            raise KernelCallValueError(f"{source} axis {axis} is {size}, above the launch limit 2**31-1")
+        if size > AXIS_LIMITS[axis]:
+            raise KernelCallValueError(
+                f"{source} axis {axis} is {size}, above the launch limit {AXIS_LIMITS[axis]} of that axis (GPUs "
+                f"launch at most {AXIS_LIMITS} programs along the three axes); put the large extent on axis 0"
+            )
         axes.append(int(size))
     while len(axes) < 3:
         axes.append(1)

@@ -35,6 +35,14 @@ from jax import tree_util
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 
 
+def _iterable(value: Any) -> tuple[Any, ...]:
+    """``value``'s items, or one item (which the caller refuses) where it is not iterable."""
+    try:
+        return tuple(value)
+    except TypeError:
+        return (value,)
+
+
 def kernel_vjp(
     forward: Callable[..., tuple[Any, Any]],
     backward: Callable[..., Any],
@@ -64,10 +72,14 @@ def kernel_vjp(
     """
     if not callable(forward) or not callable(backward):
         raise KernelCallTypeError(f"kernel_vjp(forward, backward) takes two callables, got {forward!r}, {backward!r}")
-    try:
-        static = tuple(sorted({int(i) for i in static_argnums}))
-    except TypeError:
-        raise KernelCallTypeError(f"static_argnums must be a sequence of ints, got {static_argnums!r}") from None
+    items = (static_argnums,) if isinstance(static_argnums, int) else _iterable(static_argnums)
+    if isinstance(static_argnums, (str, bytes)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in items
+    ):
+        raise KernelCallTypeError(
+            f"static_argnums must be an int or a sequence of ints (positions of arguments), got {static_argnums!r}"
+        )
+    static = tuple(sorted(set(items)))
     name = getattr(forward, "__name__", "forward")
 
     @functools.wraps(forward)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jt_core import frontend
+from jt_core.call import SCALAR, KernelCall
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 from jt_core.errors import JtError, KernelCompileError
 from jt_core.plugins import BROKEN
@@ -83,6 +84,18 @@ def dialect_for(kernel: Any) -> Dialect:
     return get_registry().dialect_for(kernel)
 
 
+def _placement_hint(call: KernelCall) -> str:
+    """Where a scalar went to a parameter named as a pointer (``*_ptr``): how values reach parameters."""
+    misplaced = [slot.name for slot in call.slots if slot.kind == SCALAR and slot.name.endswith("_ptr")]
+    if not misplaced:
+        return ""
+    return (
+        f".\nParameter {misplaced[0]!r} got a scalar: positional values fill the kernel's parameters in order and "
+        "outputs take the parameters left over, so pass scalars by keyword (e.g. n_elements=x.size) to put them "
+        "where they belong"
+    )
+
+
 def compile_kernel(request: CompileRequest) -> CompiledKernel:
     """Compiles one configuration through the ``jt_compile_kernel`` hook (caches and observers included).
 
@@ -109,7 +122,8 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
             raise KernelCompileError(
                 f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
                 f"{request.target.platform} {request.target.arch} with config [{request.config.label}] failed:\n"
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}\nThe call gave the kernel's parameters: {request.call.binding_text()}"
+                f"{_placement_hint(request.call)}"
             ) from exc
     if result is None:
         raise KernelCompileError(f"no plugin compiled {request.call.name!r} for {request.target.platform}")

@@ -3,7 +3,8 @@
 Triton's interpreter reads and writes raw addresses, so a kernel that strays outside its arguments would read
 garbage or crash the process. Every load, store and atomic is checked first; an access outside every buffer, or a
 store into an input, becomes :class:`~jt_core.errors.OutOfBoundsAccessError` naming the argument the access was
-meant for: the one holding the access's other addresses, else the nearest one. An access past the end of an output
+meant for: the one holding the access's other addresses, else the nearest one (said to be only the nearest when the
+address lies far from it), and the arguments that hold no element. An access past the end of an output
 also names the output's shape as ``out_shape`` gives it and the furthest element reached: the mistake may be
 ``out_shape``'s rather than the kernel's.
 """
@@ -67,6 +68,8 @@ class AccessChecker:
         self.kernel_name = kernel_name
         ordered = sorted((b for b in buffers if b.end > b.start), key=lambda b: b.start)
         self.buffers = ordered
+        #: The arguments that hold no element: any access through them lands outside every buffer.
+        self.empty = [b for b in buffers if b.end <= b.start]
         self.starts = np.array([b.start for b in ordered], dtype=np.uint64)
         self.ends = np.array([b.end for b in ordered], dtype=np.uint64)
         self.writable = np.array([b.writable for b in ordered], dtype=bool)
@@ -88,6 +91,9 @@ class AccessChecker:
             addrs = addrs.reshape(-1)
         if addrs.size == 0:
             return None
+        if not self.buffers:
+            bad, furthest = int(addrs[0]), int(addrs.max())
+            raise OutOfBoundsAccessError(self._describe(bad, furthest, itemsize, op, addrs.size, None))
         # Fast path: every address falls in the buffer holding the lowest one (the usual case: one argument).
         low, high = int(addrs.min()), int(addrs.max())
         first = int(np.searchsorted(self.starts, np.uint64(low), side="right")) - 1
@@ -129,17 +135,18 @@ class AccessChecker:
         advice = f"Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
         reached = ""
         if target is None:
-            where = "with no buffer passed at all"
+            where = "an address outside every argument (none holds an element)"
         else:
             buffer = self.buffers[target]
             size = buffer.end - buffer.start
             offset = addr - buffer.start
             position = f"{-offset} bytes before its start" if offset < 0 else "past its end"
             held = "" if buffer.output is None else f" (output {buffer.output})"
-            where = (
-                f"argument {buffer.name!r}{held} at element {offset // itemsize} ({position}; it holds "
-                f"{size // itemsize} elements, {size} bytes)"
-            )
+            place = f"element {offset // itemsize} ({position}; it holds {size // itemsize} elements, {size} bytes)"
+            if -size <= offset < 2 * size:
+                where = f"argument {buffer.name!r}{held} at {place}"
+            else:  # far from every buffer: which pointer the access went through cannot be told from its address
+                where = f"an address far outside every argument; the nearest is {buffer.name!r}{held}, at its {place}"
             if buffer.output is not None and offset >= 0 and buffer.shape is not None:
                 # Past the end of an output: out_shape may be what is wrong.
                 last = (furthest - buffer.start) // itemsize
@@ -149,6 +156,13 @@ class AccessChecker:
                     f"the kernel is right to reach element {last}, out_shape is too small (make it hold at least "
                     f"{last + 1} elements). Otherwise mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
                 )
+        if self.empty:
+            names = ", ".join(repr(b.name) for b in self.empty)
+            which = f"Arguments {names} hold" if len(self.empty) > 1 else f"Argument {names} holds"
+            advice += (
+                f" {which} no elements (zero-size): any access through them is out of bounds, so mask it off or "
+                "skip the call for empty arrays."
+            )
         return (
             f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes from {where}; {count} offending "
             f"addresses{reached}. {advice} (Checked by jt's CPU backend; JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
