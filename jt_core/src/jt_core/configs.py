@@ -226,23 +226,30 @@ def expand_configs(
 AXIS_LIMITS = (2**31 - 1, 65535, 65535)
 
 
+def _resolved(name: str, value: Any, metaparams: Mapping[str, Any]) -> tuple[Any, str]:
+    """``value``, or what it returns when it is a callable of the metaparameters, with how messages call it.
+
+    Raises:
+        KernelCallValueError: When the callable raises, naming the argument and what it is called with.
+    """
+    if not callable(value):
+        return value, name
+    try:
+        return value(dict(metaparams)), f"{name} callable's result"
+    except Exception as exc:
+        raise KernelCallValueError(
+            f"{name} callable raised {type(exc).__name__}: {exc} (it is called with a dict of the metaparameters: "
+            f"{sorted(metaparams)})"
+        ) from exc
+
+
 def _zeroed(zeroed_outputs: Any, metaparams: Mapping[str, Any]) -> list[int]:
     """The output indices ``zeroed_outputs`` names (a sequence, or a callable of the metaparameters returning one).
 
     Raises:
         KernelCallTypeError: For entries that are not ints, or a callable that raises or returns something else.
     """
-    source = "zeroed_outputs"
-    zeroed = zeroed_outputs
-    if callable(zeroed_outputs):
-        try:
-            zeroed = zeroed_outputs(dict(metaparams))
-        except Exception as exc:
-            raise KernelCallValueError(
-                f"zeroed_outputs callable raised {type(exc).__name__}: {exc} (it is called with a dict of the "
-                f"metaparameters: {sorted(metaparams)})"
-            ) from exc
-        source = "zeroed_outputs callable's result"
+    zeroed, source = _resolved("zeroed_outputs", zeroed_outputs, metaparams)
     if isinstance(zeroed, (str, bytes)) or not isinstance(zeroed, (Sequence, set, frozenset)):
         raise KernelCallTypeError(f"{source} must be a sequence of output indices (ints), got {short_repr(zeroed)}")
     bad = [i for i in zeroed if isinstance(i, bool) or not isinstance(i, (int, np.integer))]
@@ -274,16 +281,7 @@ def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, 
         KernelCallTypeError: For a grid of the wrong type, or a callable returning one.
         KernelCallValueError: For more than three axes or negative sizes.
     """
-    source = "grid"
-    if callable(grid):
-        try:
-            grid = grid(dict(metaparams))
-        except Exception as exc:
-            raise KernelCallValueError(
-                f"grid callable raised {type(exc).__name__}: {exc} (it is called with a dict of the "
-                f"metaparameters: {sorted(metaparams)})"
-            ) from exc
-        source = "grid callable's result"
+    grid, source = _resolved("grid", grid, metaparams)
     if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
         grid = (int(grid),)
     if not isinstance(grid, (tuple, list)):
