@@ -250,6 +250,12 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"zeroed_outputs callable raised KeyError: 'missing' \(it is called with a dict of the metaparameters",
     ),
     (
+        "64-bit output with x64 off",
+        lambda: scale(out_shape=jax.ShapeDtypeStruct((20,), np.float64)),
+        TypeError,
+        r"out_shape\[0\] has dtype float64, a 64-bit type, but jax_enable_x64 is off",
+    ),
+    (
         "out_shape with a shape of text",
         lambda: scale(out_shape=type("Spec", (), {"shape": "abc", "dtype": jnp.float32})()),
         TypeError,

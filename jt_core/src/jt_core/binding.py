@@ -208,6 +208,7 @@ def bind_call(
                 )
             leaf_index += 1
     _check_descriptor_layouts(dialect, fn, slots)
+    _refuse_64_bit_outputs(out_structs)
 
     # Aliases. Keys count the flattened non-constexpr operands (arrays and scalars) in signature order, as
     # jax-triton 0.4 does; in the classic convention, which only calls written for jax-triton 0.3 use, they count
@@ -577,3 +578,18 @@ def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
         raise KernelCallValueError(f"{what} has a negative dimension: shape {shape}")
     triton_scalar_type(value.dtype, what=what)
     return jax.ShapeDtypeStruct(shape, value.dtype)
+
+
+def _refuse_64_bit_outputs(out_structs: Sequence[jax.ShapeDtypeStruct]) -> None:
+    """Refuses a 64-bit output while ``jax_enable_x64`` is off, when JAX keeps no 64-bit arrays (checked after
+    the operands, whose own 64-bit message says more)."""
+    if jax.config.jax_enable_x64:
+        return
+    for index, struct in enumerate(out_structs):
+        dtype = np.dtype(struct.dtype)
+        if dtype.itemsize == 8 and dtype.kind in "iuf":
+            raise KernelCallTypeError(
+                f"out_shape[{index}] has dtype {dtype}, a 64-bit type, but jax_enable_x64 is off, so JAX keeps no "
+                "64-bit arrays (jax.pure_callback refuses them too): enable it (jax.config.update('jax_enable_x64', "
+                "True)) or give the output a 32-bit dtype"
+            )
