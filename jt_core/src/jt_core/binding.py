@@ -448,8 +448,8 @@ def _refuse_narrowed(array: Any, name: str, signature: str) -> None:
     if isinstance(array, (jax.Array, jax.core.Tracer)):
         return  # JAX's own: already of the type the kernel gets
     dtype = np.dtype(array.dtype)
-    passed = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    if passed != dtype:
+    passed = _narrowed(dtype)
+    if passed is not None:
         raise KernelCallTypeError(
             f"argument {name!r} of kernel {signature} is a {dtype} NumPy array, but JAX's 64-bit mode is off "
             f"(jax_enable_x64), so JAX would pass it as {passed}: the kernel would read {passed} values through a "
@@ -580,16 +580,22 @@ def _to_shape_dtype(value: Any, what: str) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(shape, value.dtype)
 
 
+def _narrowed(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
+    """The dtype JAX turns ``dtype`` into (a 64-bit type while ``jax_enable_x64`` is off), or ``None`` when JAX
+    keeps it."""
+    passed = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    return None if passed == dtype else passed
+
+
 def _refuse_64_bit_outputs(out_structs: Sequence[jax.ShapeDtypeStruct]) -> None:
     """Refuses a 64-bit output while ``jax_enable_x64`` is off, when JAX keeps no 64-bit arrays (checked after
     the operands, whose own 64-bit message says more)."""
-    if jax.config.jax_enable_x64:
-        return
     for index, struct in enumerate(out_structs):
         dtype = np.dtype(struct.dtype)
-        if dtype.itemsize == 8 and dtype.kind in "iuf":
+        passed = _narrowed(dtype)
+        if passed is not None:
             raise KernelCallTypeError(
                 f"out_shape[{index}] has dtype {dtype}, a 64-bit type, but jax_enable_x64 is off, so JAX keeps no "
                 "64-bit arrays (jax.pure_callback refuses them too): enable it (jax.config.update('jax_enable_x64', "
-                "True)) or give the output a 32-bit dtype"
+                f"True)) or give the output dtype {passed}"
             )

@@ -252,13 +252,25 @@ def _zeroed(zeroed_outputs: Any, metaparams: Mapping[str, Any]) -> list[int]:
     zeroed, source = _resolved("zeroed_outputs", zeroed_outputs, metaparams)
     if isinstance(zeroed, (str, bytes)) or not isinstance(zeroed, (Sequence, set, frozenset)):
         raise KernelCallTypeError(f"{source} must be a sequence of output indices (ints), got {short_repr(zeroed)}")
-    bad = [i for i in zeroed if isinstance(i, bool) or not isinstance(i, (int, np.integer))]
+    bad = [i for i in zeroed if not _is_index(i)]
     if bad:
         raise KernelCallTypeError(
             f"{source} must hold output indices (ints), got {short_repr(bad[0])} in {short_repr(zeroed)}; an output "
             "is named by its position among the outputs (0 for the first)"
         )
     return [int(i) for i in zeroed]
+
+
+#: How a value passed into a ``jax.jit`` function becomes static, for messages about traced values.
+_MAKE_STATIC = (
+    "A value passed into a jax.jit function is traced unless it is marked static: jax.jit(f, static_argnums=...) or "
+    "jax.jit(f, static_argnames=...), or fix it before jax.jit with functools.partial(f, ...)"
+)
+
+
+def _is_index(value: Any) -> bool:
+    """Whether ``value`` is an int (Python's or NumPy's), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _traced_hint(value: Any) -> str:
@@ -268,9 +280,8 @@ def _traced_hint(value: Any) -> str:
     if not isinstance(value, jax.core.Tracer):
         return ""
     return (
-        ": a traced value, which the launch cannot be sized by. A value passed into a jax.jit function is traced "
-        "unless it is marked static (jax.jit(f, static_argnums=...) or static_argnames=...); or compute the grid "
-        "from shapes (x.shape[0]), which are static"
+        f": a traced value, which the launch cannot be sized by. {_MAKE_STATIC}; or compute the grid from shapes "
+        "(x.shape[0]), which are static"
     )
 
 
@@ -282,7 +293,7 @@ def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, 
         KernelCallValueError: For more than three axes or negative sizes.
     """
     grid, source = _resolved("grid", grid, metaparams)
-    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
+    if _is_index(grid):
         grid = (int(grid),)
     if not isinstance(grid, (tuple, list)):
         raise KernelCallTypeError(
@@ -292,7 +303,7 @@ def normalize_grid(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, 
         raise KernelCallValueError(f"{source} has {len(grid)} axes, {tuple(grid)}; Triton grids have at most 3")
     axes = []
     for axis, size in enumerate(grid):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+        if not _is_index(size):
             raise KernelCallTypeError(
                 f"{source} axis {axis} must be an int, got {short_repr(size)} in {short_repr(tuple(grid))}"
                 f"{_traced_hint(size)}"
@@ -329,9 +340,7 @@ def check_constexpr_value(name: str, value: Any, signature: str, source: str = "
     if isinstance(value, jax.core.Tracer):
         raise KernelCallTypeError(
             f"{given} is a traced value ({short_repr(value)}): a constexpr is compiled into the kernel, so its value "
-            "must be static, known when the function is traced. A value passed into a jax.jit function is traced "
-            "unless it is marked static: jax.jit(f, static_argnums=...) or jax.jit(f, static_argnames=...), or fix "
-            "it before jax.jit with functools.partial(f, ...)"
+            f"must be static, known when the function is traced. {_MAKE_STATIC}"
         )
     if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
         raise KernelCallTypeError(
