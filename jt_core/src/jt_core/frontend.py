@@ -22,11 +22,13 @@ import functools
 import threading
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["check", "compiling", "interpreting", "refusal", "release_frames"]
+T = TypeVar("T")
+
+__all__ = ["build", "check", "compiling", "interpreting", "refusal", "release_frames"]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
 _ARCH = 90
@@ -130,14 +132,17 @@ def _backend() -> tuple[Any, Any, Any, Any]:
 
     target = GPUTarget("cuda", _ARCH, 32)
     backend = make_backend(target)
-    options = backend.parse_options({"enable_fp_fusion": True})
+    # tl.dot on float32 without an input_precision computes in float32 on the CPU (the interpreter's and NumPy's
+    # answer), where GPUs default to TF32; a kernel asking for "tf32" gets it on both.
+    options = backend.parse_options({"enable_fp_fusion": True, "default_dot_input_precision": "ieee"})
     codegen = dict(backend.get_codegen_implementation(options))
     codegen["min_dot_size"] = lambda lhs, rhs: (1, 1, 1)
     return target, backend, options, codegen
 
 
-def check(source: Any) -> None:
-    """Runs Triton's front end on an ``ASTSource`` (what a dialect's ``make_source`` returns).
+def build(source: Any, visit: Callable[[Any], T]) -> T:
+    """Runs Triton's front end on an ``ASTSource`` (what a dialect's ``make_source`` returns) and hands the module it
+    makes (the kernel's TTIR) to ``visit``, whose result it returns; the module lives only for that call.
 
     Raises:
         Exception: Triton's own (``CompilationError`` with the source line), for a kernel the front end refuses.
@@ -149,7 +154,17 @@ def check(source: Any) -> None:
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)
-        source.make_ir(target, options, codegen, backend.get_module_map(), context)
+        module = source.make_ir(target, options, codegen, backend.get_module_map(), context)
+        return visit(module)
+
+
+def check(source: Any) -> None:
+    """Runs Triton's front end on an ``ASTSource``, for what it refuses.
+
+    Raises:
+        Exception: Triton's own (``CompilationError`` with the source line), for a kernel the front end refuses.
+    """
+    build(source, lambda module: None)
 
 
 def refusal(source: Any) -> str | None:

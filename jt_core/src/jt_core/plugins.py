@@ -97,7 +97,7 @@ KEPT_FAULTS = 5
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("core", "jt_core._builtin_compile"),
     ("triton", "jt_core.triton_dialect"),
-    ("cpu", "jt_core.interpreter.plugin"),
+    ("cpu", "jt_core.cpu.plugin"),
 )
 
 

@@ -1,5 +1,5 @@
-"""The CPU backend and launcher: compile checks the kernel with Triton's front end, the launch is a host callback
-running the interpreter."""
+"""Running a CPU call in Triton's interpreter: on host buffers (:func:`execute`), with the configuration chosen at the
+first run (:class:`LoweredCall`), and the launcher that does so through a JAX host callback (:class:`CpuLauncher`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import dataclasses
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat, frontend, settings, tuning
-from jt_core.call import CPU_CHECKS, INPUT, OUTPUT, CompileOptions, KernelCall
-from jt_core.checks import CpuChecks
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
+from jt_core import _compat, settings, tuning
+from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.contracts import CompiledKernel, Launcher, Target
 from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
 from jt_core.interpreter import runner
 from jt_core.interpreter.races import RaceTracker, describe_elements
@@ -37,85 +36,6 @@ def cpu_autotune_enabled() -> bool:
 def compile_check_enabled() -> bool:
     """Whether lowering for the CPU checks kernels with Triton's front end (``JT_CPU_COMPILE_CHECK``, default on)."""
     return settings.flag("JT_CPU_COMPILE_CHECK", default=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class CpuOptions:
-    """The options a kernel runs with on the CPU backend.
-
-    Attributes:
-        num_warps: Warps per program, as configured (the interpreter runs each program as one thread).
-        checks: The checks the run makes (the call's :func:`jt_core.cpu_checks` when it was made, else the
-            defaults).
-    """
-
-    num_warps: int = CompileOptions.num_warps
-    checks: CpuChecks = dataclasses.field(default_factory=CpuChecks)
-
-
-@dataclasses.dataclass(frozen=True)
-class InterpretedKernel:
-    """What a CPU kernel is once compiled: the Python function the interpreter runs, and its checks."""
-
-    fn: Any
-    checks: CpuChecks
-
-
-class CpuBackend(Backend):
-    """Runs kernels on the host with Triton's interpreter."""
-
-    platform = "cpu"
-
-    def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
-        return CPU_TARGET
-
-    def parse_options(
-        self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
-    ) -> CpuOptions:
-        return CpuOptions(num_warps=options.num_warps, checks=backend_arguments.get(CPU_CHECKS, CpuChecks()))
-
-    def unsupported_dialect_reason(self, dialect: Dialect) -> str | None:
-        if dialect.name in INTERPRETED_DIALECTS:
-            return None
-        return (
-            "Triton's interpreter cannot execute them; run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' "
-            "(jt-rocm)"
-        )
-
-    def may_keep_on_disk(self, request: CompileRequest) -> bool:
-        # What the disk cache keeps of a CPU kernel is that Triton's front end accepted it, so that a warm first
-        # call skips the front end (whose import alone, which brings in the Gluon language, is 25-50 ms on a 2-core
-        # host).
-        return True
-
-    def cache_tag(self) -> str:
-        return "checked" if compile_check_enabled() else "unchecked"
-
-    def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
-        return self._interpreted(request)
-
-    def compile(self, request: CompileRequest) -> CompiledKernel:
-        """Rewrites the kernel for the interpreter and, unless ``JT_CPU_COMPILE_CHECK=0``, runs Triton's front end
-        on it (about 6 ms per configuration for a vector add, 15 to 35 ms for a matrix product), so that what
-        Triton refuses (a block size that is not a power of two, a pointer used as a number, an unknown name) fails
-        when the call is lowered, with Triton's message, rather than in the middle of a run."""
-        compiled = self._interpreted(request)
-        if compile_check_enabled():
-            frontend.check(request.dialect.make_source(request.kernel, request.specialization, request.target))
-        return compiled
-
-    @staticmethod
-    def _interpreted(request: CompileRequest) -> CompiledKernel:
-        py_fn = request.kernel.fn
-        runner.interpreted(py_fn)  # rewrite now: a kernel without source fails at lowering, not at run time
-        options = request.options
-        assert isinstance(options, CpuOptions), options
-        return CompiledKernel(
-            name=request.call.name,
-            target=request.target,
-            num_warps=options.num_warps,
-            payload=InterpretedKernel(py_fn, options.checks),
-        )
 
 
 def poison(array: np.ndarray) -> None:

@@ -1,4 +1,4 @@
-"""Builtin plugin ``cpu``: registers the interpreter backend and its launchers."""
+"""Builtin plugin ``cpu``: registers the CPU backend and its launchers."""
 
 from __future__ import annotations
 
@@ -12,20 +12,22 @@ JT_PLUGIN_API = PLUGIN_API_VERSION
 
 @hookimpl
 def jt_register_backends(platform: str | None) -> Sequence[Backend]:
-    """Registers the CPU backend (Triton's interpreter)."""
+    """Registers the CPU backend."""
     if platform not in (None, "cpu"):
         return []  # another platform's call: nothing to import
-    from jt_core.interpreter.backend import CpuBackend
+    from jt_core.cpu.backend import CpuBackend
 
     return [CpuBackend()]
 
 
 @hookimpl
 def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
-    """Registers the CPU launchers: jt's FFI handler (preferred where it builds) and the host callback."""
+    """Registers the CPU launchers: the compiled path (preferred where it takes the kernel), then Triton's
+    interpreter through jt's FFI handler (where it builds) or through a host callback."""
     if platform not in (None, "cpu"):
         return []  # another platform's call: nothing to import
+    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
     from jt_core.interpreter.backend import CpuLauncher
     from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 
-    return [CpuLauncher(), CpuFfiLauncher()]
+    return [CpuCompiledLauncher(), CpuLauncher(), CpuFfiLauncher()]

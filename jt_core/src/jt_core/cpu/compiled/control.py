@@ -1,0 +1,202 @@
+"""``scf.for``, ``scf.if`` and ``scf.while`` as JAX's ``fori_loop``, ``cond`` and ``while_loop``.
+
+What a loop or branch carries must be arrays of fixed types: numbers are carried as their TTIR type, pointers as
+their offsets (int64) with the buffer they point into kept aside, since it cannot change from one iteration to the
+next (a loop that moves a pointer to another argument is refused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled.memory import Pointer, State
+from jt_core.cpu.compiled.program import Block, Operation, TensorType
+from jt_core.cpu.compiled.values import BlockPointer, Unsupported
+
+if TYPE_CHECKING:
+    from jt_core.cpu.compiled.trace import _Kernel
+
+__all__ = ["scf_for", "scf_if", "scf_while"]
+
+_WRITES = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas"}
+
+
+def _pack(value: Any, ty: TensorType) -> Any:
+    """A value as the arrays a loop carries."""
+
+    if isinstance(value, Pointer):
+        return jnp.asarray(value.offset, jnp.int64)
+    if isinstance(value, BlockPointer):
+        fields = (value.base, *value.shape, *value.strides, *value.offsets)
+        return tuple(jnp.asarray(f, jnp.int64) for f in fields)
+    return lang.as_array(value, ty)
+
+
+def _unpack(template: Any, carried: Any) -> Any:
+    """The value a loop's carried arrays hold, shaped like ``template`` (its value before the loop)."""
+
+    if isinstance(template, Pointer):
+        return Pointer(template.buffer, carried, template.pointee)
+    if isinstance(template, BlockPointer):
+        rank = len(template.block)
+        base, rest = carried[0], carried[1:]
+        return dataclasses.replace(
+            template,
+            base=base,
+            shape=tuple(rest[:rank]),
+            strides=tuple(rest[rank : 2 * rank]),
+            offsets=tuple(rest[2 * rank :]),
+        )
+    return carried
+
+
+def _same_target(template: Any, value: Any, line: str | None) -> None:
+
+    for kind in (Pointer, BlockPointer):
+        if isinstance(template, kind) != isinstance(value, kind):
+            raise Unsupported("a loop or branch value that is a pointer on one path only", line)
+    if isinstance(template, (Pointer, BlockPointer)) and template.buffer != value.buffer:
+        raise Unsupported("a pointer moved to another argument inside a loop or branch", line)
+
+
+def _packed(
+    values: Sequence[Any], types: Sequence[TensorType], templates: Sequence[Any], line: str | None
+) -> list[Any]:
+    out = []
+    for value, ty, template in zip(values, types, templates, strict=True):
+        _same_target(template, value, line)
+        out.append(_pack(value, ty))
+    return out
+
+
+def scf_for(k: _Kernel, op: Operation, state: State) -> State:
+    """``scf.for``: a ``fori_loop`` over the iterations, with the trip count XLA sees when the bounds are known."""
+    lower, upper, step = (k.get(v) for v in op.operands[:3])
+    inits = [k.get(v) for v in op.operands[3:]]
+    types = [k.type(v) for v in op.results]
+    body = op.regions[0][0]
+    iv_type = k.type(body.arguments[0])
+    static = all(lang.is_static(v) for v in (lower, upper, step))
+    if static:
+        count = max(0, lang.ceil_div(int(upper) - int(lower), int(step))) if int(step) > 0 else None
+        if count is None:
+            raise Unsupported("a loop whose step is not positive", op.line)
+        if count == 0:
+            for value, init in zip(op.results, inits, strict=True):
+                k.env[value] = init
+            return state
+    iv_dtype = lang.dtype_of(iv_type.element)
+
+    def iteration(i: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
+        arrays, st = carry
+        if static:
+            iv = (jnp.asarray(lower, jnp.int64) + i.astype(jnp.int64) * int(step)).astype(iv_dtype)
+        else:
+            iv = (lang.as_array(lower, iv_type).astype(jnp.int64) + i.astype(jnp.int64) * step_array).astype(iv_dtype)
+        values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
+        yields, st = k.run_block(body, [iv, *values], st)
+        return _packed(yields, types, inits, op.line), st
+
+    initial = _packed(inits, types, inits, op.line)
+    if static:
+        arrays, state = lax.fori_loop(0, count, iteration, (initial, state))
+    else:
+        lower_array = lang.as_array(lower, iv_type).astype(jnp.int64)
+        upper_array = lang.as_array(upper, iv_type).astype(jnp.int64)
+        step_array = lang.as_array(step, iv_type).astype(jnp.int64)
+        trips = jnp.maximum(0, (upper_array - lower_array + step_array - 1) // jnp.maximum(step_array, 1))
+        arrays, state = lax.fori_loop(jnp.int64(0), trips, iteration, (initial, state))
+    for value, template, array in zip(op.results, inits, arrays, strict=True):
+        k.env[value] = _unpack(template, array)
+    return state
+
+
+def scf_if(k: _Kernel, op: Operation, state: State) -> State:
+    """``scf.if``: the branch itself when its condition is known at trace time, else a ``lax.cond``."""
+    condition = k.get(op.operands[0])
+    then_block = op.regions[0][0]
+    else_block = op.regions[1][0] if len(op.regions) > 1 and op.regions[1] else None
+    if lang.is_static(condition):
+        chosen = then_block if condition else else_block
+        if chosen is None:
+            return state
+        results, state = k.run_block(chosen, [], state)
+        for value, result in zip(op.results, results, strict=True):
+            k.env[value] = result
+        return state
+    types = [k.type(v) for v in op.results]
+    templates: dict[str, list[Any]] = {}
+
+    def branch(name: str, block: Block | None) -> Any:
+        def run(st: State) -> tuple[list[Any], State]:
+            if block is None:
+                return [], st
+            results, st = k.run_block(block, [], st)
+            templates[name] = results
+            return _packed(results, types, results, op.line), st
+
+        return run
+
+    arrays, state = lax.cond(
+        jnp.asarray(k.array(op.operands[0])).astype(bool), branch("then", then_block), branch("else", else_block), state
+    )
+    chosen = templates.get("then", [])
+    for mine, theirs in zip(chosen, templates.get("else", chosen), strict=True):
+        _same_target(mine, theirs, op.line)
+    for value, template, array in zip(op.results, chosen, arrays, strict=False):
+        k.env[value] = _unpack(template, array)
+    return state
+
+
+def _writes(k: _Kernel, block: Block, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether running ``block`` may store (through the functions it calls too)."""
+    for op in block.operations:
+        if op.name in _WRITES:
+            return True
+        if op.name == "tt.call":
+            callee = str(op.attr("callee"))
+            function = k.ir.functions.get(callee)
+            if function is None or callee in seen or _writes(k, function.body[0], seen | {callee}):
+                return True
+        if any(_writes(k, b, seen) for region in op.regions for b in region):
+            return True
+    return False
+
+
+def scf_while(k: _Kernel, op: Operation, state: State) -> State:
+    """``scf.while``: a ``lax.while_loop`` whose condition runs the ``before`` region."""
+
+    before, after = op.regions[0][0], op.regions[1][0]
+    if _writes(k, before):
+        raise Unsupported("a while loop whose condition stores", op.line)
+    inits = [k.get(v) for v in op.operands]
+    arg_types = [k.type(v) for v in before.arguments]
+
+    def forwarded(arrays: list[Any], st: State) -> tuple[Any, list[Any], State]:
+        values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
+        handed, st = k.run_block(before, values, st)
+        return handed[0], handed[1:], st
+
+    def condition(carry: tuple[list[Any], State]) -> jax.Array:
+        arrays, st = carry
+        cond, _, _ = forwarded(arrays, st)
+        return jnp.asarray(cond).astype(bool)
+
+    def body(carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
+        arrays, st = carry
+        _, values, st = forwarded(arrays, st)
+        yields, st = k.run_block(after, values, st)
+        return _packed(yields, arg_types, inits, op.line), st
+
+    arrays, state = lax.while_loop(condition, body, (_packed(inits, arg_types, inits, op.line), state))
+    _, values, state = forwarded(arrays, state)
+    for value, result in zip(op.results, values, strict=True):
+        k.env[value] = result
+    return state

@@ -1,0 +1,631 @@
+"""Triton's element-wise operations in JAX: what each ``arith``, ``math`` and value-level ``tt`` operation of a
+kernel's TTIR computes, on JAX arrays.
+
+TTIR's integers are signless: ``i32`` holds both ``int32`` and ``uint32`` values, and the operation says how to
+read them (``arith.divui``, ``arith.cmpi ult``, ``arith.extui``). Here every integer is held as JAX's signed type of
+its width and reinterpreted as unsigned where an operation asks; ``i1`` is ``bool``.
+
+Scalars whose value is known when the kernel is traced (the call's integer arguments, constants, what is computed
+from them alone) stay Python ints (:func:`fold`), so that loop bounds and branch conditions built from them are
+known to XLA too; everything else is a JAX array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax import lax
+
+from jt_core.cpu.compiled.program import TensorType
+from jt_core.errors import UnsupportedKernelError
+
+__all__ = ["ELEMENTWISE", "as_array", "constant", "convert_float", "dtype_of", "fold", "is_static"]
+
+_DTYPES: dict[str, Any] = {
+    "i1": np.bool_,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "f32": np.float32,
+    "f64": np.float64,
+    "f8E4M3FN": ml_dtypes.float8_e4m3fn,
+    "f8E5M2": ml_dtypes.float8_e5m2,
+    "f8E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
+    "f8E5M2FNUZ": ml_dtypes.float8_e5m2fnuz,
+    "f8E4M3B11FNUZ": ml_dtypes.float8_e4m3b11fnuz,
+}
+_UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+#: Float8 formats with a single zero, whose bits 0x80 are NaN.
+_UNSIGNED_ZERO = {np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)}
+
+
+def dtype_of(element: str) -> np.dtype:
+    """The NumPy/JAX type holding values of a TTIR element type (signed for integers)."""
+    try:
+        return np.dtype(_DTYPES[element])
+    except KeyError:
+        raise UnsupportedKernelError(f"values of type {element}") from None
+
+
+def is_static(value: Any) -> bool:
+    """Whether ``value`` is known when the kernel is traced (a Python scalar)."""
+    return isinstance(value, (bool, int, float))
+
+
+def _width(element: str) -> int:
+    return 1 if element == "i1" else int(element[1:])
+
+
+def _wrap(value: int, element: str) -> int | bool:
+    """A Python int as the signed value of a TTIR integer type holds it."""
+    if element == "i1":
+        return bool(value & 1)
+    bits = _width(element)
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _unsigned(value: int, element: str) -> int:
+    return int(value) & ((1 << _width(element)) - 1)
+
+
+def as_array(value: Any, ty: TensorType) -> jax.Array:
+    """``value`` as a JAX array of type ``ty``'s element type (scalars broadcast to its shape)."""
+    dtype = dtype_of(ty.element)
+    if is_static(value):
+        if ty.element.startswith("i"):
+            value = _wrap(int(value), ty.element)
+        array = jnp.asarray(np.asarray(value, dtype=dtype))
+        return jnp.broadcast_to(array, ty.shape) if ty.shape else array
+    array = jnp.asarray(value)
+    if array.dtype != dtype:
+        array = array.astype(dtype)
+    return array
+
+
+def constant(text: str | None, value: Any, ty: TensorType) -> Any:
+    """The value of an ``arith.constant``: a Python scalar for a scalar, an array for a tensor.
+
+    Args:
+        text: The value as printed (``2.000000e+00``, ``0x7F800000``, ``dense<1.0>``, ``dense<[1, 2]>``).
+        value: The value as Triton's bindings read it (``None`` where they cannot).
+        ty: Its type.
+    """
+    dtype = dtype_of(ty.element)
+    if text is not None:
+        body = text
+        if body.startswith("dense<") and body.endswith(">"):
+            body = body[len("dense<") : -1]
+        if body.startswith("["):
+            items = [_scalar(part, ty.element, dtype) for part in body.replace("[", " ").replace("]", " ").split(",")]
+            return jnp.asarray(np.asarray(items, dtype=dtype).reshape(ty.shape))
+        scalar = _scalar(body, ty.element, dtype)
+    elif value is not None:
+        scalar = _wrap(int(value), ty.element) if ty.element.startswith("i") else value
+    else:
+        raise UnsupportedKernelError(f"a constant of type {ty.text} whose value cannot be read")
+    if ty.shape:
+        return jnp.full(ty.shape, np.asarray(scalar, dtype=dtype))
+    return scalar
+
+
+def _scalar(text: str, element: str, dtype: np.dtype) -> Any:
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    if element.startswith("i"):
+        return _wrap(int(text, 0), element)
+    if text.lower().startswith("0x"):
+        bits = int(text, 16)
+        return float(np.asarray(bits, dtype=_UNSIGNED[dtype.itemsize * 8]).view(dtype).astype(np.float64))
+    return float(text)
+
+
+# -- folding scalars known at trace time ----------------------------------------------------------------------
+
+
+def _cmp(predicate: int, a: int, b: int, element: str) -> bool:
+    if predicate >= 6:  # ult, ule, ugt, uge
+        a, b = _unsigned(a, element), _unsigned(b, element)
+    return [a == b, a != b, a < b, a <= b, a > b, a >= b, a < b, a <= b, a > b, a >= b][predicate]
+
+
+def _div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _rem(a: int, b: int) -> int:
+    return a - _div(a, b) * b
+
+
+def fold(name: str, args: Sequence[Any], types: Sequence[TensorType], result: TensorType, attr: Any) -> Any:
+    """The value of an integer operation on scalars known at trace time, or ``None`` when it is not one of those.
+
+    Args:
+        name: The operation.
+        args: Its operands (all static).
+        types: The operands' types.
+        result: The result's type.
+        attr: The predicate, for comparisons.
+    """
+    if result.shape or any(t.shape for t in types) or not all(t.element.startswith("i") for t in types):
+        return None
+    if not (result.element.startswith("i")):
+        return None
+    element = types[0].element if types else result.element
+    a = [int(v) for v in args]
+    if name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
+        return _wrap(a[0], result.element)
+    if name in ("arith.extui", "arith.index_castui"):
+        return _wrap(_unsigned(a[0], element), result.element)
+    if name == "arith.cmpi":
+        return _cmp(int(attr), a[0], a[1], element)
+    if name == "arith.select":
+        return args[1] if args[0] else args[2]
+    if name in ("arith.divsi", "arith.remsi", "arith.divui", "arith.remui", "arith.ceildivsi", "arith.floordivsi"):
+        if a[1] == 0:
+            return None  # left to run time, as on the device
+        if name.endswith("ui"):
+            x, y = _unsigned(a[0], element), _unsigned(a[1], element)
+            return _wrap(x // y if name == "arith.divui" else x % y, element)
+        if name == "arith.ceildivsi":
+            return _wrap(-((-a[0]) // a[1]), element)
+        if name == "arith.floordivsi":
+            return _wrap(a[0] // a[1], element)
+        return _wrap(_div(a[0], a[1]) if name == "arith.divsi" else _rem(a[0], a[1]), element)
+    binary: dict[str, Callable[[int, int], int]] = {
+        "arith.addi": lambda x, y: x + y,
+        "arith.subi": lambda x, y: x - y,
+        "arith.muli": lambda x, y: x * y,
+        "arith.andi": lambda x, y: x & y,
+        "arith.ori": lambda x, y: x | y,
+        "arith.xori": lambda x, y: x ^ y,
+        "arith.maxsi": max,
+        "arith.minsi": min,
+        "arith.maxui": lambda x, y: x if _unsigned(x, element) >= _unsigned(y, element) else y,
+        "arith.minui": lambda x, y: x if _unsigned(x, element) <= _unsigned(y, element) else y,
+    }
+    if name in binary:
+        return _wrap(binary[name](a[0], a[1]), element)
+    if name in ("arith.shli", "arith.shrsi", "arith.shrui"):
+        shift = a[1]
+        if not 0 <= shift < _width(element):
+            return None
+        if name == "arith.shli":
+            return _wrap(a[0] << shift, element)
+        if name == "arith.shrsi":
+            return _wrap(a[0] >> shift, element)
+        return _wrap(_unsigned(a[0], element) >> shift, element)
+    return None
+
+
+# -- element-wise operations on arrays --------------------------------------------------------------------------
+
+
+def _as_unsigned(x: jax.Array) -> jax.Array:
+    if x.dtype == jnp.bool_:
+        return x
+    return lax.bitcast_convert_type(x, _UNSIGNED[x.dtype.itemsize * 8])
+
+
+def _as_signed(x: jax.Array, dtype: np.dtype) -> jax.Array:
+    if x.dtype == dtype:
+        return x
+    return lax.bitcast_convert_type(x, dtype)
+
+
+def _unsigned_op(fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+    def apply(*xs: jax.Array) -> jax.Array:
+        dtype = xs[0].dtype
+        return _as_signed(fn(*(_as_unsigned(x) for x in xs)), dtype)
+
+    return apply
+
+
+def _int_div(x: jax.Array, y: jax.Array) -> jax.Array:
+    # Division by zero is undefined on the device; XLA's answer (-1 or the dividend's remainder) is kept.
+    return lax.div(x, y)
+
+
+def _shift(fn: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    def apply(x: jax.Array, y: jax.Array) -> jax.Array:
+        return fn(x, y.astype(x.dtype))
+
+    return apply
+
+
+def _cmpf(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
+    def nan() -> jax.Array:
+        return jnp.isnan(a) | jnp.isnan(b)
+
+    def constant(value: bool) -> jax.Array:
+        return jnp.full(jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b)), value)
+
+    table: list[Callable[[], jax.Array]] = [
+        lambda: constant(False),
+        lambda: a == b,
+        lambda: a > b,
+        lambda: a >= b,
+        lambda: a < b,
+        lambda: a <= b,
+        lambda: (a != b) & ~nan(),
+        lambda: ~nan(),
+        lambda: (a == b) | nan(),
+        lambda: (a > b) | nan(),
+        lambda: (a >= b) | nan(),
+        lambda: (a < b) | nan(),
+        lambda: (a <= b) | nan(),
+        lambda: a != b,
+        nan,
+        lambda: constant(True),
+    ]
+    return table[predicate]()
+
+
+_INT_COMPARE: list[Callable[[jax.Array, jax.Array], jax.Array]] = [
+    lax.eq,
+    lax.ne,
+    lax.lt,
+    lax.le,
+    lax.gt,
+    lax.ge,
+    lax.lt,
+    lax.le,
+    lax.gt,
+    lax.ge,
+]
+
+
+def _cmpi(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
+    if predicate >= 6:
+        a, b = _as_unsigned(a), _as_unsigned(b)
+    a, b = jnp.broadcast_arrays(a, b)
+    return _INT_COMPARE[predicate](a, b)
+
+
+def convert_float(x: jax.Array, dtype: np.dtype, rounding: str | None) -> jax.Array:
+    """A float conversion as the device makes it: to nearest even (or toward zero with ``rounding="RTZ"``),
+    float8 results saturated to their largest finite value (``cvt.rn.satfinite``)."""
+    if x.dtype == dtype:
+        return x
+    is_fp8 = dtype.itemsize == 1
+    if is_fp8:
+        limit = float(ml_dtypes.finfo(dtype).max)
+        wide = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
+        saturated = jnp.where(jnp.isnan(wide), wide, jnp.clip(wide, -limit, limit))
+        converted = saturated.astype(dtype)
+        if rounding != "RTZ":
+            return converted
+        back = converted.astype(saturated.dtype)
+        over = jnp.isfinite(back) & (jnp.abs(back) > jnp.abs(saturated))
+        bits = lax.bitcast_convert_type(converted, jnp.uint8)
+        stepped = jnp.where(over, bits - jnp.uint8(1), bits)
+        if dtype in _UNSIGNED_ZERO:
+            stepped = jnp.where(over & (stepped == 0x80), jnp.uint8(0), stepped)
+        return lax.bitcast_convert_type(stepped, dtype)
+    converted = x.astype(dtype)
+    if rounding == "RTZ" and dtype.itemsize < x.dtype.itemsize:
+        back = converted.astype(x.dtype)
+        over = jnp.isfinite(back) & (jnp.abs(back) > jnp.abs(x))
+        bits = lax.bitcast_convert_type(converted, _UNSIGNED[dtype.itemsize * 8])
+        converted = lax.bitcast_convert_type(jnp.where(over, bits - 1, bits), dtype)
+    return converted
+
+
+def _widen_fp8(x: jax.Array) -> jax.Array:
+    return x.astype(jnp.float16) if x.dtype.itemsize == 1 and jnp.issubdtype(x.dtype, jnp.floating) else x
+
+
+def _float_cast(out: np.dtype, x: jax.Array) -> jax.Array:
+    return convert_float(x, out, None)
+
+
+def _int_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
+    return x.astype(out)
+
+
+def _uint_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
+    return _as_unsigned(x).astype(out)
+
+
+def _float_to_int(out: np.dtype, x: jax.Array) -> jax.Array:
+    return x.astype(out)
+
+
+def _float_to_uint(out: np.dtype, x: jax.Array) -> jax.Array:
+    return _as_signed(x.astype(_UNSIGNED[out.itemsize * 8]), out) if out != np.bool_ else x.astype(out)
+
+
+def _extui(out: np.dtype, x: jax.Array) -> jax.Array:
+    if x.dtype == jnp.bool_:
+        return x.astype(out)
+    return _as_signed(_as_unsigned(x).astype(_UNSIGNED[out.itemsize * 8]), out)
+
+
+def _int_cast(out: np.dtype, x: jax.Array) -> jax.Array:
+    if out == np.bool_:
+        return (x & 1).astype(bool)
+    return x.astype(out)
+
+
+def _bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
+    if x.dtype == out:
+        return x
+    if x.dtype == jnp.bool_ or out == np.bool_:
+        return x.astype(out)
+    return lax.bitcast_convert_type(x, out)
+
+
+def _mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
+    wide = {4: jnp.uint64, 2: jnp.uint32, 1: jnp.uint16}[x.dtype.itemsize]
+    product = _as_unsigned(x).astype(wide) * _as_unsigned(y).astype(wide)
+    high = (product >> (x.dtype.itemsize * 8)).astype(_UNSIGNED[x.dtype.itemsize * 8])
+    return _as_signed(high, x.dtype)
+
+
+def _fma(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
+    wide = jnp.float64 if x.dtype.itemsize <= 4 else x.dtype
+    return (x.astype(wide) * y.astype(wide) + z.astype(wide)).astype(x.dtype)
+
+
+def _rsqrt(x: jax.Array) -> jax.Array:
+    return lax.rsqrt(x)
+
+
+def _round_half_away(x: jax.Array) -> jax.Array:
+    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
+
+
+def _clz(x: jax.Array) -> jax.Array:
+    return lax.clz(x)
+
+
+def _cttz(x: jax.Array) -> jax.Array:
+    bits = x.dtype.itemsize * 8
+    low = x & -x
+    return jnp.where(x == 0, bits, bits - 1 - lax.clz(low)).astype(x.dtype)
+
+
+def _popcount(x: jax.Array) -> jax.Array:
+    return lax.population_count(x)
+
+
+def _fmax(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.fmax(x, y)
+
+
+def _fmin(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.fmin(x, y)
+
+
+#: Element-wise operations: name -> (function of the operand arrays, whether it takes the result dtype first).
+ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
+    "arith.addf": (lax.add, False),
+    "arith.subf": (lax.sub, False),
+    "arith.mulf": (lax.mul, False),
+    "arith.divf": (lax.div, False),
+    "arith.remf": (lax.rem, False),
+    "arith.negf": (lax.neg, False),
+    "arith.addi": (lax.add, False),
+    "arith.subi": (lax.sub, False),
+    "arith.muli": (lax.mul, False),
+    "arith.divsi": (_int_div, False),
+    "arith.remsi": (lax.rem, False),
+    "arith.divui": (_unsigned_op(lax.div), False),
+    "arith.remui": (_unsigned_op(lax.rem), False),
+    "arith.andi": (lax.bitwise_and, False),
+    "arith.ori": (lax.bitwise_or, False),
+    "arith.xori": (lax.bitwise_xor, False),
+    "arith.shli": (_shift(lax.shift_left), False),
+    "arith.shrsi": (_shift(lax.shift_right_arithmetic), False),
+    "arith.shrui": (_shift(lax.shift_right_logical), False),
+    "arith.maxsi": (lax.max, False),
+    "arith.minsi": (lax.min, False),
+    "arith.maxui": (_unsigned_op(lax.max), False),
+    "arith.minui": (_unsigned_op(lax.min), False),
+    "arith.maxnumf": (_fmax, False),
+    "arith.minnumf": (_fmin, False),
+    "arith.maximumf": (jnp.maximum, False),
+    "arith.minimumf": (jnp.minimum, False),
+    "arith.extf": (_float_cast, True),
+    "arith.truncf": (_float_cast, True),
+    "arith.sitofp": (_int_to_float, True),
+    "arith.uitofp": (_uint_to_float, True),
+    "arith.fptosi": (_float_to_int, True),
+    "arith.fptoui": (_float_to_uint, True),
+    "arith.extsi": (_int_cast, True),
+    "arith.extui": (_extui, True),
+    "arith.trunci": (_int_cast, True),
+    "arith.index_cast": (_int_cast, True),
+    "arith.index_castui": (_extui, True),
+    "arith.bitcast": (_bitcast, True),
+    "tt.bitcast": (_bitcast, True),
+    "tt.mulhiui": (_mulhi, False),
+    "tt.precise_sqrt": (lax.sqrt, False),
+    "tt.precise_divf": (lax.div, False),
+    "math.exp": (jnp.exp, False),
+    "math.exp2": (jnp.exp2, False),
+    "math.expm1": (jnp.expm1, False),
+    "math.log": (jnp.log, False),
+    "math.log2": (jnp.log2, False),
+    "math.log10": (jnp.log10, False),
+    "math.log1p": (jnp.log1p, False),
+    "math.sqrt": (lax.sqrt, False),
+    "math.rsqrt": (_rsqrt, False),
+    "math.cbrt": (jnp.cbrt, False),
+    "math.sin": (jnp.sin, False),
+    "math.cos": (jnp.cos, False),
+    "math.tan": (jnp.tan, False),
+    "math.asin": (jnp.arcsin, False),
+    "math.acos": (jnp.arccos, False),
+    "math.atan": (jnp.arctan, False),
+    "math.atan2": (jnp.arctan2, False),
+    "math.sinh": (jnp.sinh, False),
+    "math.cosh": (jnp.cosh, False),
+    "math.tanh": (jnp.tanh, False),
+    "math.asinh": (jnp.arcsinh, False),
+    "math.acosh": (jnp.arccosh, False),
+    "math.atanh": (jnp.arctanh, False),
+    "math.erf": (lax.erf, False),
+    "math.floor": (jnp.floor, False),
+    "math.ceil": (jnp.ceil, False),
+    "math.trunc": (jnp.trunc, False),
+    "math.round": (_round_half_away, False),
+    "math.roundeven": (jnp.round, False),
+    "math.absf": (jnp.abs, False),
+    "math.absi": (jnp.abs, False),
+    "math.copysign": (jnp.copysign, False),
+    "math.powf": (jnp.power, False),
+    "math.fma": (_fma, False),
+    "math.ctlz": (_clz, False),
+    "math.cttz": (_cttz, False),
+    "math.ctpop": (_popcount, False),
+}
+
+#: The functions ``tt.extern_elementwise`` calls (libdevice, the ROCm device library), by name less their prefix
+#: and type suffix: what each computes.
+EXTERN: dict[str, Callable[..., jax.Array]] = {
+    name: fn
+    for name, fn in {
+        "exp": jnp.exp,
+        "exp2": jnp.exp2,
+        "exp10": lambda x: jnp.power(jnp.asarray(10, x.dtype), x),
+        "expm1": jnp.expm1,
+        "log": jnp.log,
+        "log2": jnp.log2,
+        "log10": jnp.log10,
+        "log1p": jnp.log1p,
+        "sqrt": lax.sqrt,
+        "rsqrt": lax.rsqrt,
+        "cbrt": jnp.cbrt,
+        "sin": jnp.sin,
+        "cos": jnp.cos,
+        "tan": jnp.tan,
+        "asin": jnp.arcsin,
+        "acos": jnp.arccos,
+        "atan": jnp.arctan,
+        "atan2": jnp.arctan2,
+        "sinh": jnp.sinh,
+        "cosh": jnp.cosh,
+        "tanh": jnp.tanh,
+        "asinh": jnp.arcsinh,
+        "acosh": jnp.arccosh,
+        "atanh": jnp.arctanh,
+        "erf": lax.erf,
+        "erfc": lax.erfc,
+        "erfinv": lax.erf_inv,
+        "lgamma": lax.lgamma,
+        "floor": jnp.floor,
+        "ceil": jnp.ceil,
+        "trunc": jnp.trunc,
+        "round": _round_half_away,
+        "rint": jnp.round,
+        "nearbyint": jnp.round,
+        "fabs": jnp.abs,
+        "abs": jnp.abs,
+        "llabs": jnp.abs,
+        "pow": jnp.power,
+        "powf": jnp.power,
+        "fmod": lax.rem,
+        "fmax": jnp.fmax,
+        "fmin": jnp.fmin,
+        "fma": _fma,
+        "copysign": jnp.copysign,
+        "isnan": lambda x: jnp.isnan(x).astype(jnp.int32),
+        "isinf": lambda x: jnp.isinf(x).astype(jnp.int32),
+        "signbit": lambda x: jnp.signbit(x).astype(jnp.int32),
+        "nextafter": jnp.nextafter,
+        "hypot": jnp.hypot,
+        "div_rn": lax.div,
+        "fdiv_rn": lax.div,
+        "ddiv_rn": lax.div,
+        "sqrt_rn": lax.sqrt,
+        "fsqrt_rn": lax.sqrt,
+        "dsqrt_rn": lax.sqrt,
+        "clz": lax.clz,
+        "clzll": lax.clz,
+        "popc": lax.population_count,
+        "popcll": lax.population_count,
+        "mulhi": _mulhi,
+        "umulhi": _mulhi,
+    }.items()
+}
+
+
+def extern_function(symbol: str) -> Callable[..., jax.Array] | None:
+    """The function a ``tt.extern_elementwise`` symbol names (``__nv_expf``, ``__ocml_exp_f32``), or ``None``."""
+    name = symbol
+    for prefix in ("__nv_fast_", "__nv_", "__ocml_native_", "__ocml_", "__triton_hip_"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    for suffix in ("_f64", "_f32", "_f16", ""):
+        if suffix and not name.endswith(suffix):
+            continue
+        base = name[: len(name) - len(suffix)] if suffix else name
+        for candidate in (base, base[:-1] if base.endswith("f") else None, base[:-2] if base.endswith("ll") else None):
+            if candidate and candidate in EXTERN:
+                return EXTERN[candidate]
+    return None
+
+
+def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: Any) -> jax.Array:
+    """Applies the element-wise operation ``name`` to arrays (broadcast as JAX does).
+
+    Raises:
+        UnsupportedKernelError: For an operation that is not element-wise, or not known here.
+    """
+    out = dtype_of(result.element)
+    if name == "arith.cmpi":
+        return _cmpi(int(attr), args[0], args[1])
+    if name == "arith.cmpf":
+        return _cmpf(int(attr), args[0], args[1])
+    if name == "arith.select":
+        return jnp.where(args[0], args[1], args[2])
+    if name == "tt.clampf":
+        x, low, high = args
+        clamped = jnp.minimum(jnp.maximum(x, low), high)
+        return clamped if attr in ("ALL", 65535) else jnp.where(jnp.isnan(x), jnp.fmin(jnp.fmax(x, low), high), clamped)
+    if name == "arith.truncf" or name == "tt.fp_to_fp":
+        return convert_float(_widen_fp8_source(args[0], out), out, attr if isinstance(attr, str) else None)
+    entry = ELEMENTWISE.get(name)
+    if entry is None:
+        raise UnsupportedKernelError(f"the operation {name}")
+    fn, takes_dtype = entry
+    return fn(out, *args) if takes_dtype else fn(*args)
+
+
+def _widen_fp8_source(x: jax.Array, out: np.dtype) -> jax.Array:
+    # float8 -> float8 goes through float32, which holds every float8 value exactly.
+    if x.dtype.itemsize == 1 and out.itemsize == 1:
+        return x.astype(jnp.float32)
+    return x
+
+
+def widen_for_dot(x: jax.Array) -> jax.Array:
+    """``tl.dot``'s float8 operands widened to float16 (which holds every float8 value), as the interpreter does."""
+    return _widen_fp8(x)
+
+
+def round_to_tf32(x: jax.Array) -> jax.Array:
+    """Float32 values rounded to TensorFloat-32 (10 mantissa bits), to nearest with ties away from zero, as the
+    device's ``cvt.rna.tf32.f32`` rounds ``tl.dot`` operands with ``input_precision="tf32"``."""
+    if x.dtype != jnp.float32:
+        return x
+    bits = lax.bitcast_convert_type(x, jnp.uint32)
+    rounded = (bits + jnp.uint32(0x1000)) & jnp.uint32(0xFFFFE000)
+    return jnp.where(jnp.isfinite(x), lax.bitcast_convert_type(rounded, jnp.float32), x)
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up (``b`` > 0)."""
+    return -(-a // b)

@@ -1,0 +1,226 @@
+"""The ``compiled`` CPU launcher: a call's kernel, traced from its TTIR into JAX operations that XLA compiles with the
+rest of the computation.
+
+The kernel runs at the speed of compiled code, with no host callback, so it works wherever XLA runs the
+computation: inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. What it cannot
+express (:func:`~jt_core.cpu.compiled.trace.unsupported_operation`, or a construct found while tracing) it says in
+one line, and the call runs in the interpreter (the platform's next launcher): a kernel is never refused only
+because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
+made with one of them on goes there.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.contracts import CompiledKernel, Launcher
+from jt_core.cpu.compiled import checking
+from jt_core.cpu.compiled.memory import BufferSpec, Memory, Pointer, State, no_error
+from jt_core.cpu.compiled.program import Program
+from jt_core.cpu.compiled.trace import run_grid, unsupported_operation
+from jt_core.cpu.compiled.values import Unsupported
+from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter.backend import cpu_autotune_enabled
+
+__all__ = ["CpuCompiledLauncher", "kernel_function"]
+
+
+def _poison(aval: Any) -> jax.Array:
+    """A fresh output's contents before the kernel runs: NaN for floats, 0xA5 bytes otherwise (as the
+    interpreter fills them)."""
+    dtype = np.dtype(aval.dtype)
+    if np.issubdtype(dtype, np.floating) or "float" in dtype.name:
+        return jnp.full(aval.shape, jnp.nan, dtype)
+    if dtype == np.bool_:
+        return jnp.ones(aval.shape, bool)
+    return jnp.full(aval.shape, np.frombuffer(b"\xa5" * dtype.itemsize, dtype)[0], dtype)
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def kernel_function(call: KernelCall, kernel: CompiledKernel, config_index: int) -> Callable[..., list[jax.Array]]:
+    """The function of the call's operands that runs one configuration of it and returns its outputs.
+
+    Raises:
+        UnsupportedKernelError: When the kernel has no TTIR, or uses what the compiled path cannot express (before
+            tracing; more is found when the function is traced).
+    """
+    payload = kernel.payload
+    program: Program | None = getattr(payload, "program", None)
+    if program is None:
+        raise Unsupported(getattr(payload, "why_not", None) or "its Triton IR is not available")
+    refused = unsupported_operation(program)
+    if refused is not None:
+        raise refused
+    config = call.configs[config_index]
+    checks = payload.checks
+    aliased = dict(call.aliases)
+    zeroed = set(config.zeroed_outputs)
+    entry = program.functions[program.entry]
+    parameters = entry.body[0].arguments
+
+    keys: dict[tuple[str, int], int] = {}
+    specs: list[BufferSpec] = []
+    arguments_plan: list[tuple[str, Any]] = []
+    for slot in call.slots:
+        if slot.kind in (INPUT, OUTPUT):
+            output = slot.index if slot.kind == OUTPUT else aliased.get(slot.index)
+            key = ("out", output) if output is not None else ("in", slot.index)
+            if key not in keys:
+                aval = call.out_avals[output] if output is not None else call.operand_avals[slot.index]
+                keys[key] = len(specs)
+                specs.append(BufferSpec(slot.name, np.dtype(aval.dtype), tuple(aval.shape), output is not None, output))
+            arguments_plan.append(("pointer", keys[key]))
+        elif slot.type_str != "constexpr":
+            arguments_plan.append(("scalar", _scalar(slot.value)))
+    if len(arguments_plan) != len(parameters):
+        raise Unsupported(
+            f"the kernel's TTIR takes {len(parameters)} arguments where the call passes {len(arguments_plan)}"
+        )
+    arguments: list[Any] = []
+    for (kind, value), parameter in zip(arguments_plan, parameters, strict=True):
+        ty = program.type_of(parameter)
+        if kind == "pointer":
+            if not ty.is_pointer or ty.pointee is None:
+                raise Unsupported(f"a pointer passed where the kernel's TTIR takes {ty.text}")
+            arguments.append(Pointer(value, 0, ty.pointee))
+        else:
+            arguments.append(value)
+    for output in range(len(call.out_avals)):
+        if ("out", output) not in keys:  # an output the kernel has no pointer to: returned as initialised
+            keys[("out", output)] = len(specs)
+            aval = call.out_avals[output]
+            specs.append(BufferSpec(f"output {output}", np.dtype(aval.dtype), tuple(aval.shape), True, output))
+
+    def run(*operands: jax.Array) -> list[jax.Array]:
+        initial: dict[int, jax.Array] = {}
+        for (where, index), buffer in keys.items():
+            if where != "out":
+                continue
+            aval = call.out_avals[index]
+            source = next((op for op, dst in call.aliases if dst == index), None)
+            if source is not None:
+                value = jnp.reshape(operands[source], aval.shape).astype(aval.dtype)
+                initial[buffer] = jnp.zeros(aval.shape, aval.dtype) if index in zeroed else value
+            elif index in zeroed:
+                initial[buffer] = jnp.zeros(aval.shape, aval.dtype)
+            else:
+                initial[buffer] = _poison(aval)
+        constants = [
+            None
+            if spec.writable
+            else jnp.ravel(operands[next(i for (w, i), b in keys.items() if b == n and w == "in")])
+            for n, spec in enumerate(specs)
+        ]
+        memory = Memory(specs, constants, checks.bounds)
+        state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
+        state = run_grid(program, memory, config.grid, arguments, state)
+        finals = dict(zip(memory.writable, memory.final(state), strict=True))
+        outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
+        if checks.bounds or any(a.op != "load" for a in memory.accesses if not specs[a.buffer].writable):
+            text = checking.description(call.name, config.grid, specs, memory.accesses)
+            outputs = checking.checked(outputs, state.error, call.name, text, call.launch.has_side_effect)
+        elif call.launch.has_side_effect:
+            outputs = checking.checked(outputs, state.error, call.name, "{}", True)
+        return outputs
+
+    return run
+
+
+class _Traced:
+    """A call's kernel traced for its operands, kept between the launcher's question and its lowering."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+    def get(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
+        """The closed jaxpr of the call (an :class:`UnsupportedKernelError` for a kernel it cannot express)."""
+        key = (call, tuple(id(k) for k in kernels))
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        try:
+            fn = kernel_function(call, kernels[0], 0)  # the first configuration, unless tuned ahead
+            with jax.enable_x64(True):
+                traced: Any = jax.make_jaxpr(fn)(*call.operand_avals)
+        except UnsupportedKernelError as exc:
+            traced = exc
+        with self._lock:
+            self._entries[key] = traced
+            while len(self._entries) > 32:  # asked right before its lowering: a few suffice
+                self._entries.popitem(last=False)
+        return traced
+
+
+_traced = _Traced()
+
+
+class CpuCompiledLauncher(Launcher):
+    """Lowers a call to XLA operations traced from its kernel's TTIR."""
+
+    platform = "cpu"
+    name = "compiled"
+    priority = 20
+    fallback_rules = (
+        "a kernel using what the compiled path cannot express (inline asm, device printing or assertions, "
+        "pointers made from integers) runs in the interpreter",
+        "a call made with the race check on (JT_CPU_RACE_CHECK=1, jt.cpu_checks(races=True)) runs in the "
+        "interpreter, which keeps it",
+        "debug=True runs in the interpreter (overflow checks, device assertions)",
+        "host-side tensor descriptors (jt.TensorDescriptor) run in the interpreter",
+    )
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        return False
+
+    def needs_tuning_ahead(self, call: KernelCall) -> bool:
+        # One configuration is compiled into the computation: with JT_CPU_AUTOTUNE=1 the candidates are timed first.
+        return cpu_autotune_enabled()
+
+    def runs_through_host_callback(self, call: KernelCall) -> bool:
+        return any(config.options.debug for config in call.configs) or not checking.handler_available()
+
+    def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
+        checks = getattr(kernels[0].payload, "checks", None)
+        if checks is not None and checks.races:
+            return "the race check runs in the interpreter"
+        if any(config.options.debug for config in call.configs):
+            return "debug=True runs in the interpreter"
+        if any(slot.descriptor is not None for slot in call.slots):
+            return "host-side tensor descriptors run in the interpreter"
+        traced = _traced.get(call, kernels)
+        if isinstance(traced, Unsupported):
+            where = f" at {traced.line}" if traced.line else ""
+            return f"the compiled path cannot express {traced.what}{where}"
+        if isinstance(traced, UnsupportedKernelError):
+            return f"the compiled path cannot express it: {traced}"
+        return None
+
+    def lower(
+        self,
+        ctx: Any,
+        call: KernelCall,
+        kernels: Sequence[CompiledKernel],
+        operands: Sequence[Any],
+        device: Any | None,
+    ) -> Sequence[Any]:
+        from jax._src import core
+        from jax._src.interpreters import mlir
+
+        traced = _traced.get(call, kernels)
+        if isinstance(traced, BaseException):
+            raise traced
+        with jax.enable_x64(True):
+            return mlir.lower_fun(core.jaxpr_as_fun(traced), multiple_results=True)(ctx, *operands)

@@ -1,0 +1,322 @@
+"""The buffers a compiled CPU kernel reads and writes, and its loads, stores and atomics as gathers and scatters.
+
+Every pointer of the kernel is a :class:`Pointer`: the buffer it was derived from (known when the kernel is traced,
+since a pointer can only come from a pointer argument) and its offset in elements, an integer array. Buffers the
+kernel may write (its outputs, and inputs aliased to them) are carried through the grid's loop in the
+:class:`State`; inputs it only reads are constants of the loop.
+
+Unless the bounds check is off, every masked-in lane of every access is compared with its buffer's size, and the
+first access that strays (in program order, then lane order) is kept in the state's error record, which the
+launcher turns into :class:`~jt_core.errors.OutOfBoundsAccessError` after the kernel ran
+(:mod:`jt_core.cpu.compiled.checking`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jt_core.cpu.compiled.lang import dtype_of, is_static
+from jt_core.errors import UnsupportedKernelError
+
+__all__ = ["Access", "BufferSpec", "Memory", "Pointer", "State", "no_error"]
+
+#: The error record's fields (an int64 vector): what went wrong (0 = nothing), the program (linear index), the
+#: access (:class:`Access` index), the first offending element, the furthest one, and how many lanes strayed.
+ERROR_FIELDS = ("kind", "program", "access", "first", "furthest", "count")
+#: :data:`ERROR_FIELDS` ``kind`` values.
+NO_ERROR, OUT_OF_BOUNDS, INTO_INPUT = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+    """One array a kernel reaches through its pointer arguments.
+
+    Attributes:
+        name: The kernel parameter it is passed as (the first, when several share it).
+        dtype: The array's element type, as XLA holds it.
+        shape: The array's shape.
+        writable: Whether the kernel may write it (an output, or an input aliased to one).
+        output: The output it is (its index in ``out_shape``), or ``None`` for an input.
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    writable: bool
+    output: int | None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """One load, store or atomic of the kernel, as error messages name it."""
+
+    op: str
+    buffer: int
+    itemsize: int
+    line: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pointer:
+    """A pointer value: the buffer it points into, and the offset (in elements of the buffer) of each lane."""
+
+    buffer: int
+    offset: Any
+    pointee: str
+
+
+class State(NamedTuple):
+    """What the grid's loop carries: the writable buffers (flattened, in buffer order) and the error record."""
+
+    buffers: tuple[jax.Array, ...]
+    error: jax.Array
+
+
+def no_error() -> jax.Array:
+    """An error record saying nothing went wrong."""
+    return jnp.zeros((len(ERROR_FIELDS),), jnp.int64)
+
+
+def _storage(spec: BufferSpec) -> np.dtype:
+    # Boolean arrays are held as bytes: Triton reads and writes them through int8 pointers.
+    return np.dtype(np.int8) if spec.dtype == np.bool_ else spec.dtype
+
+
+def _to_value(array: jax.Array, storage: np.dtype, value: np.dtype) -> jax.Array:
+    if storage == value:
+        return array
+    if storage.itemsize != value.itemsize:
+        raise UnsupportedKernelError(f"a {value} access to a buffer of {storage}")
+    if value == np.bool_:
+        return array != 0
+    return lax.bitcast_convert_type(array, value)
+
+
+def _to_storage(array: jax.Array, storage: np.dtype) -> jax.Array:
+    if array.dtype == storage:
+        return array
+    if array.dtype == jnp.bool_:
+        return array.astype(storage)
+    if array.dtype.itemsize != storage.itemsize:
+        raise UnsupportedKernelError(f"a {array.dtype} store to a buffer of {storage}")
+    return lax.bitcast_convert_type(array, storage)
+
+
+class Memory:
+    """The buffers of one traced kernel, and the accesses it makes to them.
+
+    Args:
+        specs: The buffers, by index.
+        constants: The flattened arrays of the read-only buffers (``None`` for writable ones).
+        bounds_check: Whether accesses are checked against their buffer.
+    """
+
+    def __init__(self, specs: Sequence[BufferSpec], constants: Sequence[jax.Array | None], bounds_check: bool) -> None:
+        self.specs = tuple(specs)
+        self.constants = tuple(constants)
+        self.bounds_check = bounds_check
+        self.accesses: list[Access] = []
+        self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
+        self.program: Any = 0
+
+    # -- state -------------------------------------------------------------------------------------------------
+
+    def initial(self, arrays: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+        """The writable buffers as the state holds them, from the arrays of :attr:`writable`."""
+        return tuple(jnp.ravel(a).astype(_storage(self.specs[i])) for i, a in zip(self.writable, arrays, strict=True))
+
+    def final(self, state: State) -> list[jax.Array]:
+        """The writable buffers' arrays (their shapes and types) after the kernel ran."""
+        out = []
+        for i, flat in zip(self.writable, state.buffers, strict=True):
+            spec = self.specs[i]
+            array = flat != 0 if spec.dtype == np.bool_ else flat
+            out.append(array.reshape(spec.shape))
+        return out
+
+    def _array(self, state: State, buffer: int) -> jax.Array:
+        constant = self.constants[buffer]
+        if constant is not None:
+            return constant
+        return state.buffers[self.writable.index(buffer)]
+
+    def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
+        slot = self.writable.index(buffer)
+        buffers = state.buffers[:slot] + (array,) + state.buffers[slot + 1 :]
+        return State(buffers, state.error)
+
+    # -- checks ------------------------------------------------------------------------------------------------
+
+    def _access(self, op: str, pointer: Pointer, line: str | None) -> int:
+        itemsize = dtype_of(pointer.pointee).itemsize if pointer.pointee in _ELEMENTS else 1
+        self.accesses.append(Access(op, pointer.buffer, itemsize, line))
+        return len(self.accesses) - 1
+
+    def _record(self, state: State, kind: int, access: int, bad: jax.Array, offsets: jax.Array) -> State:
+        flat_bad = jnp.ravel(bad)
+        flat = jnp.ravel(jnp.broadcast_to(offsets, bad.shape)).astype(jnp.int64)
+        any_bad = jnp.any(flat_bad)
+        lanes = lax.iota(jnp.int64, flat.size)
+        first_lane = jnp.min(jnp.where(flat_bad, lanes, flat.size)) if flat.size else jnp.int64(0)
+        first = flat[jnp.minimum(first_lane, max(flat.size - 1, 0))] if flat.size else jnp.int64(0)
+        furthest = jnp.max(jnp.where(flat_bad, flat, jnp.iinfo(jnp.int64).min)) if flat.size else jnp.int64(0)
+        count = jnp.sum(flat_bad, dtype=jnp.int64)
+        record = jnp.stack(
+            [jnp.int64(kind), jnp.asarray(self.program, jnp.int64), jnp.int64(access), first, furthest, count]
+        )
+        keep = (state.error[0] == NO_ERROR) & any_bad
+        return State(state.buffers, jnp.where(keep, record, state.error))
+
+    def _lanes(
+        self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...], line: str | None
+    ) -> tuple[jax.Array, jax.Array, State]:
+        """The offsets of an access and which lanes it makes (masked in and inside the buffer), recording the
+        lanes that stray."""
+        spec = self.specs[pointer.buffer]
+        offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
+        inside = (offsets >= 0) & (offsets < spec.size)
+        wanted = jnp.ones(shape, bool) if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
+        if op != "load" and not spec.writable:
+            access = self._access(op, pointer, line)
+            state = self._record(state, INTO_INPUT, access, wanted, offsets)
+            return offsets, jnp.zeros(shape, bool), state
+        if self.bounds_check:
+            access = self._access(op, pointer, line)
+            state = self._record(state, OUT_OF_BOUNDS, access, wanted & ~inside, offsets)
+        return offsets, wanted & inside, state
+
+    # -- accesses ----------------------------------------------------------------------------------------------
+
+    def load(
+        self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...], line: str | None
+    ) -> tuple[jax.Array, State]:
+        """``tt.load``: the values at ``pointer`` where ``mask`` is on, ``other`` (or zero) elsewhere."""
+        spec = self.specs[pointer.buffer]
+        value_type = dtype_of(pointer.pointee)
+        offsets, active, state = self._lanes(state, "load", pointer, mask, shape, line)
+        array = self._array(state, pointer.buffer)
+        index = jnp.where(active, offsets, 0)
+        values = _to_value(array.at[index].get(mode="clip"), _storage(spec), value_type)
+        fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
+        return jnp.where(active, values, fill), state
+
+    def store(
+        self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], line: str | None
+    ) -> State:
+        """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on."""
+        spec = self.specs[pointer.buffer]
+        offsets, active, state = self._lanes(state, "store", pointer, mask, shape, line)
+        if not spec.writable:
+            return state
+        array = self._array(state, pointer.buffer)
+        values = jnp.broadcast_to(_to_storage(jnp.asarray(value).astype(dtype_of(pointer.pointee)), array.dtype), shape)
+        index = jnp.where(active, offsets, spec.size)
+        return self._replace(state, pointer.buffer, array.at[index].set(values, mode="drop"))
+
+    def atomic(
+        self,
+        state: State,
+        kind: str,
+        pointer: Pointer,
+        values: Sequence[Any],
+        mask: Any,
+        shape: tuple[int, ...],
+        result_used: bool,
+        line: str | None,
+    ) -> tuple[jax.Array, State]:
+        """An atomic read-modify-write (``kind`` as Triton names it: ``FADD``, ``MAX``, ..., or ``CAS``), made lane
+        after lane in order, as the interpreter makes it; returns the values the lanes found."""
+        spec = self.specs[pointer.buffer]
+        value_type = dtype_of(pointer.pointee)
+        offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape, line)
+        if not spec.writable:
+            return jnp.zeros(shape, value_type), state
+        storage = _storage(spec)
+        array = self._array(state, pointer.buffer)
+        operands = [jnp.broadcast_to(jnp.asarray(v).astype(value_type), shape) for v in values]
+        scatter = _SCATTER.get(kind)
+        if not result_used and scatter is not None:
+            index = jnp.where(active, offsets, spec.size)
+            updated = scatter(array, index, _to_storage(operands[0], storage))
+            return jnp.zeros(shape, value_type), self._replace(state, pointer.buffer, updated)
+        combine = _COMBINE[kind]
+        flat_offsets = jnp.ravel(offsets)
+        flat_active = jnp.ravel(active)
+        flat_operands = [jnp.ravel(v) for v in operands]
+
+        def lane(i: Any, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            memory, found = carry
+            where = jnp.clip(flat_offsets[i], 0, max(spec.size - 1, 0))
+            old = _to_value(memory[where], storage, value_type)
+            new = combine(old, *(v[i] for v in flat_operands))
+            stored = jnp.where(flat_active[i], _to_storage(new, storage), memory[where])
+            return memory.at[where].set(stored), found.at[i].set(
+                jnp.where(flat_active[i], old, jnp.zeros((), value_type))
+            )
+
+        count = int(np.prod(shape, dtype=np.int64))
+        memory, found = lax.fori_loop(0, count, lane, (array, jnp.zeros((count,), value_type)))
+        return found.reshape(shape), self._replace(state, pointer.buffer, memory)
+
+
+_ELEMENTS = {"i1", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"} | {
+    "f8E4M3FN",
+    "f8E5M2",
+    "f8E4M3FNUZ",
+    "f8E5M2FNUZ",
+    "f8E4M3B11FNUZ",
+}
+
+
+def _unsigned(x: jax.Array) -> jax.Array:
+    return lax.bitcast_convert_type(x, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize])
+
+
+def _umax(old: jax.Array, value: jax.Array) -> jax.Array:
+    return jnp.where(_unsigned(old) >= _unsigned(value), old, value)
+
+
+def _umin(old: jax.Array, value: jax.Array) -> jax.Array:
+    return jnp.where(_unsigned(old) <= _unsigned(value), old, value)
+
+
+def _cas(old: jax.Array, compare: jax.Array, value: jax.Array) -> jax.Array:
+    return jnp.where(old == compare, value, old)
+
+
+_COMBINE = {
+    "ADD": lambda old, v: old + v,
+    "FADD": lambda old, v: old + v,
+    "AND": lambda old, v: old & v,
+    "OR": lambda old, v: old | v,
+    "XOR": lambda old, v: old ^ v,
+    "XCHG": lambda old, v: v,
+    "MAX": jnp.maximum,
+    "MIN": jnp.minimum,
+    "UMAX": _umax,
+    "UMIN": _umin,
+    "CAS": _cas,
+}
+
+#: Atomics whose final memory does not depend on the order of their lanes, when nobody reads what they return.
+_SCATTER = {
+    "ADD": lambda array, index, v: array.at[index].add(v, mode="drop"),
+    "MAX": lambda array, index, v: array.at[index].max(v, mode="drop"),
+    "MIN": lambda array, index, v: array.at[index].min(v, mode="drop"),
+}
+
+
+def static_offset(value: Any) -> bool:
+    """Whether a pointer's offset is known when the kernel is traced."""
+    return is_static(value)
