@@ -362,17 +362,22 @@ def test_autotune_config_pre_hook_is_refused_clearly() -> None:
         jt.triton_call(x, kernel=k.pre_hook_kernel, out_shape=x, grid=1, n=16)
 
 
-def test_side_effecting_call_is_kept_when_its_output_is_unused() -> None:
+@pytest.mark.parametrize(("launcher", "marker"), [("compiled", "jt_cpu_kernel_check"), ("interpreter", "callback")])
+def test_side_effecting_call_is_kept_when_its_output_is_unused(launcher: str, marker: str) -> None:
     x = rand(16)
 
     def f(x: jax.Array, effect: bool) -> jax.Array:
-        jt.triton_call(x, kernel=k.copy_kernel, out_shape=x, grid=1, n=16, BLOCK=16, has_side_effect=effect)
+        jt.triton_call(
+            x, kernel=k.copy_kernel, out_shape=x, grid=1, n=16, BLOCK=16, has_side_effect=effect, launcher=launcher
+        )
         return x + 1
 
     kept = jax.jit(lambda x: f(x, True)).lower(x).as_text()
     dropped = jax.jit(lambda x: f(x, False)).lower(x).as_text()
-    assert "callback" in kept
-    assert "callback" not in dropped
+    assert marker in kept
+    assert marker not in dropped
+    if launcher == "compiled":
+        assert "iota" in kept and "iota" not in dropped  # the kernel's own work, as XLA operations
 
 
 def test_all_call_options_are_accepted_on_cpu() -> None:

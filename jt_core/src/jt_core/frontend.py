@@ -24,9 +24,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 __all__ = ["build", "check", "compiling", "interpreting", "refusal", "release_frames"]
 
@@ -140,7 +138,7 @@ def _backend() -> tuple[Any, Any, Any, Any]:
     return target, backend, options, codegen
 
 
-def build(source: Any, visit: Callable[[Any], T]) -> T:
+def build[T](source: Any, visit: Callable[[Any], T]) -> T:
     """Runs Triton's front end on an ``ASTSource`` (what a dialect's ``make_source`` returns) and hands the module it
     makes (the kernel's TTIR) to ``visit``, whose result it returns; the module lives only for that call.
 

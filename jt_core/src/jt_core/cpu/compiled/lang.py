@@ -585,6 +585,9 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
         UnsupportedKernelError: For an operation that is not element-wise, or not known here.
     """
     out = dtype_of(result.element)
+    if name not in _PICKS_FLOAT8 and any(_is_float8(a.dtype) for a in args):
+        # Triton's GPU compilers cannot compile arithmetic on float8 values; the interpreter says so, naming the fix.
+        raise UnsupportedKernelError(f"{name} on float8 values")
     if name == "arith.cmpi":
         return _cmpi(int(attr), args[0], args[1])
     if name == "arith.cmpf":
@@ -602,6 +605,14 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
         raise UnsupportedKernelError(f"the operation {name}")
     fn, takes_dtype = entry
     return fn(out, *args) if takes_dtype else fn(*args)
+
+
+#: Operations that take float8 values: conversions, and picking values without computing on them.
+_PICKS_FLOAT8 = {"arith.select", "arith.bitcast", "tt.bitcast", "arith.extf", "arith.truncf", "tt.fp_to_fp", "math.absf"}
+
+
+def _is_float8(dtype: Any) -> bool:
+    return np.dtype(dtype).itemsize == 1 and bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def _widen_fp8_source(x: jax.Array, out: np.dtype) -> jax.Array:

@@ -153,7 +153,7 @@ class Memory:
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
         slot = self.writable.index(buffer)
-        buffers = state.buffers[:slot] + (array,) + state.buffers[slot + 1 :]
+        buffers = (*state.buffers[:slot], array, *state.buffers[slot + 1:])
         return State(buffers, state.error)
 
     # -- checks ------------------------------------------------------------------------------------------------
@@ -205,10 +205,12 @@ class Memory:
         spec = self.specs[pointer.buffer]
         value_type = dtype_of(pointer.pointee)
         offsets, active, state = self._lanes(state, "load", pointer, mask, shape, line)
+        fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
+        if spec.size == 0:  # nothing to read: every lane is masked off or out of bounds
+            return jnp.broadcast_to(fill, shape), state
         array = self._array(state, pointer.buffer)
         index = jnp.where(active, offsets, 0)
         values = _to_value(array.at[index].get(mode="clip"), _storage(spec), value_type)
-        fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
         return jnp.where(active, values, fill), state
 
     def store(
@@ -217,7 +219,7 @@ class Memory:
         """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on."""
         spec = self.specs[pointer.buffer]
         offsets, active, state = self._lanes(state, "store", pointer, mask, shape, line)
-        if not spec.writable:
+        if not spec.writable or spec.size == 0:
             return state
         array = self._array(state, pointer.buffer)
         values = jnp.broadcast_to(_to_storage(jnp.asarray(value).astype(dtype_of(pointer.pointee)), array.dtype), shape)
@@ -240,7 +242,7 @@ class Memory:
         spec = self.specs[pointer.buffer]
         value_type = dtype_of(pointer.pointee)
         offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape, line)
-        if not spec.writable:
+        if not spec.writable or spec.size == 0:
             return jnp.zeros(shape, value_type), state
         storage = _storage(spec)
         array = self._array(state, pointer.buffer)
