@@ -103,8 +103,8 @@ def test_a_truncated_library_is_built_again_by_the_next_process(tmp_path: Path, 
 @needs_compiler
 def test_an_emptied_cpu_handler_is_built_again_not_skipped(cache_root: Path) -> None:
     """The CPU backend's handler library, emptied between two processes: the second process builds it again and
-    uses it, instead of silently falling back to host callbacks. (Garbage of the right size is in the fault
-    matrix of test_cache_faults.)"""
+    uses it, instead of silently falling back to the interpreter through host callbacks. (Garbage of the right size
+    is in the fault matrix of test_cache_faults.)"""
     x = np.random.default_rng().standard_normal(32).astype(np.float32)
     np.save(cache_root.parent / "x.npy", x)
     script = f"""
@@ -120,13 +120,13 @@ def test_an_emptied_cpu_handler_is_built_again_not_skipped(cache_root: Path) -> 
         print(get_registry().launcher("cpu").name)
     """
     first = _python(script, cache_root)
-    assert first.returncode == 0 and first.stdout.split()[-1] == "ffi", first.stderr
+    assert first.returncode == 0 and first.stdout.split()[-1] == "compiled", first.stderr
     (library,) = (cache_root / "native").glob("libjt_cpu_interpreter_call-*.so")
     size = library.stat().st_size
     library.write_bytes(b"")
     second = _python(script, cache_root)
     assert second.returncode == 0, second.stderr
-    assert second.stdout.split()[-1] == "ffi", second.stderr
+    assert second.stdout.split()[-1] == "compiled", second.stderr
     assert "is unusable" in second.stderr and "jt: building jt_cpu_interpreter_call" in second.stderr
     assert library.stat().st_size == size
 

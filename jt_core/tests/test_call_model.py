@@ -14,7 +14,7 @@ import jt_core as jt
 from jt_core.call import CPU_CHECKS, CallOptions, KernelCall, LaunchOptions
 from jt_core.checks import CpuChecks
 from jt_core.contracts import CompileRequest
-from jt_core.interpreter.backend import CpuBackend, CpuOptions, InterpretedKernel
+from jt_core.cpu.backend import CpuBackend, CpuKernel, CpuOptions
 from jt_core.testing import bind, compile_request, sample_add_kernel, target_of
 
 F32_64 = jax.ShapeDtypeStruct((64,), np.float32)
@@ -97,7 +97,7 @@ def test_the_cpu_backend_parses_its_options_with_the_checks_of_the_call() -> Non
     assert request.options == CpuOptions(num_warps=8, checks=CpuChecks(bounds=False))
     assert request.kernel is call.fn and request.dialect is call.dialect
     kernel = CpuBackend().compile(request)
-    assert kernel.payload == InterpretedKernel(call.fn.fn, CpuChecks(bounds=False))
+    assert kernel.payload == CpuKernel(call.fn.fn, CpuChecks(bounds=False))
 
 
 def test_parsed_options_key_the_request() -> None:

@@ -49,15 +49,16 @@ class TestCpuFfiLauncherConformance(LauncherConformance):
         return CpuFfiLauncher()
 
 
-def test_ffi_launcher_is_preferred_when_its_library_builds() -> None:
+def test_the_compiled_launcher_comes_first_and_the_ffi_launcher_next_when_their_library_builds() -> None:
     assert CpuFfiLauncher().unavailable_reason() is None
     assert hooks.launcher_for("cpu", "ffi").name == "ffi"
     if "JT_LAUNCHER_CPU" not in os.environ:
-        assert hooks.launcher_for("cpu").name == "ffi"
+        assert hooks.launcher_for("cpu").name == "compiled"
+        assert hooks.next_launcher("cpu", hooks.launcher_for("cpu")).name == "ffi"
     assert ffi_launcher.source_path().is_file()
 
 
-@pytest.mark.parametrize("launcher", ["ffi", "interpreter"])
+@pytest.mark.parametrize("launcher", ["compiled", "ffi", "interpreter"])
 def test_call_behaviour_suite_passes_with_each_cpu_launcher(launcher: str) -> None:
     env = {**os.environ, "JT_LAUNCHER_CPU": launcher, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(

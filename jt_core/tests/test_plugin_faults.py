@@ -105,7 +105,7 @@ def test_interrupt_inside_a_registration_hook_is_retried_cleanly(jt_fake_entry_p
     _check_add()
     records = _records()
     assert records["cpu"].platforms == ["cpu"], "registrations are collected once, not once per attempt"
-    assert records["cpu"].launchers == ["cpu:interpreter", "cpu:ffi"]
+    assert records["cpu"].launchers == ["cpu:compiled", "cpu:interpreter", "cpu:ffi"]
     assert records["once"].status == LOADED
 
 
@@ -144,7 +144,7 @@ def test_strict_mode_duplicate_platform_raises_again_on_retry() -> None:
     class CpuAgain:
         @hookimpl
         def jt_register_backends(self) -> list[Backend]:
-            from jt_core.interpreter.backend import CpuBackend
+            from jt_core.cpu.backend import CpuBackend
 
             return [CpuBackend()]
 

@@ -94,7 +94,7 @@ def test_builtin_plugins_provide_the_cpu_backend_and_triton_dialect() -> None:
     records = {r.name: r for r in _manager([]).list_plugins()}
     assert records["cpu"].status == BUILTIN
     assert records["cpu"].platforms == ["cpu"]
-    assert records["cpu"].launchers == ["cpu:interpreter", "cpu:ffi"]
+    assert records["cpu"].launchers == ["cpu:compiled", "cpu:interpreter", "cpu:ffi"]
     assert records["triton"].dialects == ["triton"]
 
 
@@ -139,7 +139,10 @@ def test_launcher_of_a_plugin_that_failed_to_load_names_the_failure() -> None:
     with pytest.raises(NoBackendError) as info:
         pm.launcher("cpu", "fast")
     message = str(info.value)
-    assert "launcher= names launcher 'fast', but platform 'cpu' has launchers ['ffi', 'interpreter']" in message
+    assert (
+        "launcher= names launcher 'fast', but platform 'cpu' has launchers ['compiled', 'ffi', 'interpreter']"
+        in message
+    )
     assert "'fastcpu' (jt-fastcpu 0.0.0) failed" in message and "fastcpu_ext" in message
     assert "python -m jt_core plugins" in message
 
@@ -147,7 +150,10 @@ def test_launcher_of_a_plugin_that_failed_to_load_names_the_failure() -> None:
 def test_unknown_launcher_with_every_plugin_loaded_lists_the_launchers_only() -> None:
     with pytest.raises(NoBackendError) as info:
         _manager([]).launcher("cpu", "fast")
-    assert str(info.value) == "launcher= names launcher 'fast', but platform 'cpu' has launchers ['ffi', 'interpreter']"
+    assert (
+        str(info.value)
+        == "launcher= names launcher 'fast', but platform 'cpu' has launchers ['compiled', 'ffi', 'interpreter']"
+    )
 
 
 def test_broken_plugin_is_named_in_no_backend_error() -> None:
@@ -408,15 +414,18 @@ def test_lowering_for_a_platform_without_backend_lists_plugins(jt_fake_entry_poi
 
 
 def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
     from jt_core.interpreter.backend import CpuLauncher
     from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 
+    monkeypatch.setattr(CpuCompiledLauncher, "fallback_reason", lambda self, call, kernels, device: "no xla today")
     monkeypatch.setattr(CpuFfiLauncher, "fallback_reason", lambda self, call, kernels, device: "no ffi today")
     monkeypatch.setattr(CpuLauncher, "fallback_reason", lambda self, call, kernels, device: "no callbacks today")
     x = jnp.arange(64, dtype=jnp.float32)
     with pytest.raises(jt.UnsupportedKernelError, match=r"no launcher for platform 'cpu' can express it") as info:
         jax.jit(lambda x: _add(x, x) + 2)(x)
-    assert "'ffi': no ffi today" in str(info.value) and "'interpreter': no callbacks today" in str(info.value)
+    assert "'compiled': no xla today" in str(info.value) and "'ffi': no ffi today" in str(info.value)
+    assert "'interpreter': no callbacks today" in str(info.value)
 
 
 class PlatformAware:

@@ -15,7 +15,8 @@ import pytest
 import jt_core
 from jt_core import hookspecs
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
-from jt_core.interpreter.backend import CpuBackend, CpuLauncher
+from jt_core.cpu.backend import CpuBackend
+from jt_core.interpreter.backend import CpuLauncher
 from jt_core.testing import BackendConformance, DialectConformance, LauncherConformance, fake_entry_point
 from jt_core.triton_dialect import TritonDialect
 
@@ -103,7 +104,7 @@ def test_cli_text_shows_a_table_and_errors(tmp_path: pathlib.Path) -> None:
     header, *rows = out.splitlines()
     assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES"]
     cpu = next(row for row in rows if row.startswith("cpu "))
-    assert "builtin" in cpu and "backends: cpu" in cpu and "launchers: cpu:interpreter" in cpu
+    assert "builtin" in cpu and "backends: cpu" in cpu and "launchers: cpu:compiled,cpu:interpreter" in cpu
     listed = next(row for row in rows if row.startswith("listed "))
     assert "blocked" in listed and listed.endswith("nothing: listed in JT_DISABLE_PLUGINS")
 

@@ -166,10 +166,12 @@ def _build_native(args: argparse.Namespace) -> int:
 
     launchers = _native_launchers()
     started = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(launchers))) as pool:
-        futures = [pool.submit(build, spec) for _, spec in launchers]
+    unique = {spec.name: spec for _, spec in launchers}  # launchers may share a library: it is built once
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(unique))) as pool:
+        futures = {name: pool.submit(build, spec) for name, spec in unique.items()}
     failed = 0
-    for (label, spec), future in zip(launchers, futures):
+    for label, spec in launchers:
+        future = futures[spec.name]
         try:
             built, seconds = future.result()
         except NativeBuildError as exc:
@@ -179,7 +181,7 @@ def _build_native(args: argparse.Namespace) -> int:
         how = "built" if built.built else "already built"
         print(f"{label:16} {spec.name:24} {how} in {seconds:.1f} s: {built.path}")
     if launchers:
-        count = f"{len(launchers)} librar{'ies' if len(launchers) > 1 else 'y'}"
+        count = f"{len(unique)} librar{'ies' if len(unique) > 1 else 'y'}"
         print(f"{count} in {time.perf_counter() - started:.1f} s, built side by side")
     return 1 if failed else 0
 

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from jt_core import frontend
+from jt_core import frontend, settings
 from jt_core.call import CPU_CHECKS, CompileOptions
 from jt_core.checks import CpuChecks
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Target
@@ -19,6 +19,8 @@ from jt_core.interpreter.backend import CPU_TARGET, INTERPRETED_DIALECTS, compil
 
 __all__ = ["PROGRAM_FORMAT", "CpuBackend", "CpuKernel", "CpuOptions"]
 
+#: The launchers that run a call in Triton's interpreter.
+INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
 #: The version of what the disk cache keeps of a CPU kernel (its TTIR as :meth:`Program.to_bytes` writes it).
 PROGRAM_FORMAT = 1
 
@@ -54,6 +56,12 @@ class CpuKernel:
     why_not: str | None = None
 
 
+def _interpreter_chosen(request: CompileRequest) -> bool:
+    """Whether the call names one of the interpreter's launchers (``launcher=`` or ``JT_LAUNCHER_CPU``)."""
+    named = request.call.launch.launcher or settings.launcher_overrides().get("cpu")
+    return named in INTERPRETER_LAUNCHERS
+
+
 class CpuBackend(Backend):
     """Runs kernels on the host: compiled by XLA from their TTIR, or with Triton's interpreter."""
 
@@ -71,8 +79,8 @@ class CpuBackend(Backend):
         if dialect.name in INTERPRETED_DIALECTS:
             return None
         return (
-            "the CPU backend runs kernels written in triton.language only; run it on a GPU platform such as 'cuda' "
-            "(jt-cuda) or 'rocm' (jt-rocm)"
+            "neither the compiled CPU path nor Triton's interpreter can execute them (they name GPU layouts); run it "
+            "on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
 
     def may_keep_on_disk(self, request: CompileRequest) -> bool:
@@ -98,6 +106,8 @@ class CpuBackend(Backend):
         (a block size that is not a power of two, a pointer used as a number, an unknown name) fails the call when
         it is lowered, with Triton's message, rather than in the middle of a run."""
         runner.interpreted(request.kernel.fn)  # rewrite now: a kernel without source fails at lowering, not at run
+        if not compile_check_enabled() and _interpreter_chosen(request):
+            return self._compiled(request, None, "the call runs in the interpreter, without the front end's checks")
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         names = enum_names()
 

@@ -67,8 +67,8 @@ ABI_VERSION = 2
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
 #: message and of its line in ``python -m jt_core plugins``).
 WITHOUT_HANDLER = (
-    "the CPU backend runs kernels through JAX host callbacks (launcher 'interpreter'), which calls partitioned "
-    "across several CPU devices cannot use"
+    "the CPU backend runs kernels through JAX host callbacks (launcher 'interpreter'): in Triton's interpreter, "
+    "not compiled, and not in calls partitioned across several CPU devices"
 )
 
 _SOURCE = Path(__file__).parent / "csrc" / "jt_cpu_interpreter_call.cc"

@@ -4,26 +4,23 @@ The kernel's loads, stores and atomics keep the first access that strayed in an 
 (:mod:`jt_core.cpu.compiled.memory`). After the kernel, one custom call of jt's CPU handler library takes the record
 and the outputs (passed through untouched, aliased); when the record holds an error, the handler asks
 :func:`describe` for the message (the same words the interpreter uses, with the kernel source line) and fails the
-computation with it. Where that library is not available, a host callback does the same, except inside
-``custom_partitioning`` bodies, where JAX drops host callbacks (the launcher says so before lowering).
+computation with it. No host callback is involved, so the check works inside ``custom_partitioning`` bodies and in
+every process of a ``jax.distributed`` job.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from jt_core.cpu.compiled.memory import INTO_INPUT, Access, BufferSpec
 from jt_core.errors import OutOfBoundsAccessError
 from jt_core.interpreter import ffi_launcher
 from jt_core.interpreter.access import Buffer, describe_out_of_bounds, describe_store_into_input
 
-__all__ = ["checked", "describe", "description", "handler_available"]
+__all__ = ["checked", "describe", "description", "handler_ready"]
 
 
 def description(name: str, grid: Sequence[int], buffers: Sequence[BufferSpec], accesses: Sequence[Access]) -> str:
@@ -60,14 +57,15 @@ def describe(text: str, record: Sequence[int]) -> OutOfBoundsAccessError:
     return OutOfBoundsAccessError(f"{message} [program_id {program_id}{where}]")
 
 
-def handler_available() -> bool:
-    """Whether jt's CPU handler library (which raises the errors without a host callback) is loaded here."""
-    try:
-        ffi_launcher.ensure_registered()
-    except RuntimeError:
-        return False
+def handler_ready() -> None:
+    """Loads jt's CPU handler library (building it where it is not built yet) and installs :func:`describe` as its
+    reporter.
+
+    Raises:
+        RuntimeError: When the library cannot be built or loaded here.
+    """
+    ffi_launcher.ensure_registered()
     ffi_launcher.set_reporter(describe)
-    return True
 
 
 def checked(
@@ -82,22 +80,12 @@ def checked(
         text: What :func:`description` says of the kernel.
         has_side_effect: Whether the check must run even when nothing reads the outputs.
     """
-    if handler_available():
-        types = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
-        call = jax.ffi.ffi_call(
-            ffi_launcher.CHECK_TARGET_NAME,
-            types,
-            has_side_effect=has_side_effect or not outputs,
-            input_output_aliases={i + 1: i for i in range(len(outputs))},
-        )
-        return list(call(error, *outputs, name=name, description=text))
-
-    def raise_recorded(record: Any) -> None:
-        fields = np.asarray(record).tolist()
-        if fields[0]:
-            raise describe(text, fields)
-
-    from jax.experimental import io_callback
-
-    io_callback(raise_recorded, None, error.astype(jnp.int64), ordered=False)
-    return list(outputs)
+    handler_ready()
+    types = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
+    call = jax.ffi.ffi_call(
+        ffi_launcher.CHECK_TARGET_NAME,
+        types,
+        has_side_effect=has_side_effect or not outputs,
+        input_output_aliases={i + 1: i for i in range(len(outputs))},
+    )
+    return list(call(error, *outputs, name=name, description=text))

@@ -608,7 +608,15 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
 
 
 #: Operations that take float8 values: conversions, and picking values without computing on them.
-_PICKS_FLOAT8 = {"arith.select", "arith.bitcast", "tt.bitcast", "arith.extf", "arith.truncf", "tt.fp_to_fp", "math.absf"}
+_PICKS_FLOAT8 = {
+    "arith.select",
+    "arith.bitcast",
+    "tt.bitcast",
+    "arith.extf",
+    "arith.truncf",
+    "tt.fp_to_fp",
+    "math.absf",
+}
 
 
 def _is_float8(dtype: Any) -> bool:

@@ -6,13 +6,15 @@ computation: inside ``custom_partitioning`` bodies and in every process of a ``j
 express (:func:`~jt_core.cpu.compiled.trace.unsupported_operation`, or a construct found while tracing) it says in
 one line, and the call runs in the interpreter (the platform's next launcher): a kernel is never refused only
 because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
-made with one of them on goes there.
+made with one of them on goes there. An autotuned call runs its first configuration, or with ``JT_CPU_AUTOTUNE=1``
+the fastest, timed compiled when the call is lowered.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jt_core import tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.cpu.compiled import checking
@@ -28,6 +31,7 @@ from jt_core.cpu.compiled.program import Program
 from jt_core.cpu.compiled.trace import run_grid, unsupported_operation
 from jt_core.cpu.compiled.values import Unsupported
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import ffi_launcher
 from jt_core.interpreter.backend import cpu_autotune_enabled
 
 __all__ = ["CpuCompiledLauncher", "kernel_function"]
@@ -48,8 +52,17 @@ def _scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def kernel_function(call: KernelCall, kernel: CompiledKernel, config_index: int) -> Callable[..., list[jax.Array]]:
+def kernel_function(
+    call: KernelCall, kernel: CompiledKernel, config_index: int, fuse: bool = True
+) -> Callable[..., list[jax.Array]]:
     """The function of the call's operands that runs one configuration of it and returns its outputs.
+
+    Args:
+        call: The call.
+        kernel: The configuration's compiled kernel.
+        config_index: Which configuration.
+        fuse: Whether products and sums may be fused into multiply-adds where the configuration's
+            ``enable_fp_fusion`` allows it (as GPUs fuse them); ``False`` rounds each as the interpreter does.
 
     Raises:
         UnsupportedKernelError: When the kernel has no TTIR, or uses what the compiled path cannot express (before
@@ -124,7 +137,7 @@ def kernel_function(call: KernelCall, kernel: CompiledKernel, config_index: int)
         ]
         memory = Memory(specs, constants, checks.bounds)
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
-        state = run_grid(program, memory, config.grid, arguments, state)
+        state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
         if checks.bounds or any(a.op != "load" for a in memory.accesses if not specs[a.buffer].writable):
@@ -152,9 +165,9 @@ class _Traced:
                 self._entries.move_to_end(key)
                 return self._entries[key]
         try:
-            fn = kernel_function(call, kernels[0], 0)  # the first configuration, unless tuned ahead
+            index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
-                traced: Any = jax.make_jaxpr(fn)(*call.operand_avals)
+                traced: Any = jax.make_jaxpr(kernel_function(call, kernels[index], index))(*call.operand_avals)
         except UnsupportedKernelError as exc:
             traced = exc
         with self._lock:
@@ -165,6 +178,37 @@ class _Traced:
 
 
 _traced = _Traced()
+
+#: The device name the compiled path's autotuning winners are remembered under.
+COMPILED_DEVICE_NAME = "cpu-xla"
+
+
+def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
+    """The configuration an autotuned call runs: the first, or with ``JT_CPU_AUTOTUNE=1`` the fastest compiled
+    (remembered per machine like every autotuning winner)."""
+    if len(call.configs) == 1 or not cpu_autotune_enabled():
+        return 0
+    rng = np.random.default_rng(0)
+    scratch = []
+    for aval in call.operand_avals:
+        dtype = np.dtype(aval.dtype)
+        if jnp.issubdtype(dtype, jnp.floating):
+            scratch.append(jnp.asarray(rng.standard_normal(aval.shape).astype(dtype)))
+        else:
+            scratch.append(jnp.asarray(rng.integers(0, 2 if dtype == np.bool_ else 8, aval.shape).astype(dtype)))
+
+    def trial(index: int) -> float:
+        try:
+            with jax.enable_x64(True):
+                fn = jax.jit(kernel_function(call, kernels[index], index))
+                jax.block_until_ready(fn(*scratch))
+                start = time.perf_counter()
+                jax.block_until_ready(fn(*scratch))
+        except UnsupportedKernelError:
+            return float("inf")
+        return time.perf_counter() - start
+
+    return tuning.choose_config(call, COMPILED_DEVICE_NAME, trial)
 
 
 class CpuCompiledLauncher(Launcher):
@@ -185,12 +229,20 @@ class CpuCompiledLauncher(Launcher):
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
         return False
 
-    def needs_tuning_ahead(self, call: KernelCall) -> bool:
-        # One configuration is compiled into the computation: with JT_CPU_AUTOTUNE=1 the candidates are timed first.
-        return cpu_autotune_enabled()
+    def native_library(self) -> Any:
+        # The check that raises a kernel's out-of-bounds error after it ran is a handler of this library.
+        return ffi_launcher.library_spec()
 
-    def runs_through_host_callback(self, call: KernelCall) -> bool:
-        return any(config.options.debug for config in call.configs) or not checking.handler_available()
+    def unavailable_reason(self) -> str | None:
+        try:
+            checking.handler_ready()
+        except RuntimeError as exc:
+            return (
+                f"jt's CPU handler library, which raises the compiled kernels' errors, could not be built or loaded "
+                f"({exc}); it is built with the machine's C++ compiler at first use, or ahead of time by "
+                "`python -m jt_core build-native`"
+            )
+        return None
 
     def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
         checks = getattr(kernels[0].payload, "checks", None)
@@ -222,5 +274,11 @@ class CpuCompiledLauncher(Launcher):
         traced = _traced.get(call, kernels)
         if isinstance(traced, BaseException):
             raise traced
+        # The kernel was traced on plain avals: inside shard_map, the operands' avals also say which mesh axes they
+        # vary over, which the kernel's own constants would not match.
+        plain = ctx.replace(
+            avals_in=[core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in],
+            avals_out=[core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out],
+        )
         with jax.enable_x64(True):
-            return mlir.lower_fun(core.jaxpr_as_fun(traced), multiple_results=True)(ctx, *operands)
+            return mlir.lower_fun(core.jaxpr_as_fun(traced), multiple_results=True)(plain, *operands)

@@ -153,7 +153,7 @@ class Memory:
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
         slot = self.writable.index(buffer)
-        buffers = (*state.buffers[:slot], array, *state.buffers[slot + 1:])
+        buffers = (*state.buffers[:slot], array, *state.buffers[slot + 1 :])
         return State(buffers, state.error)
 
     # -- checks ------------------------------------------------------------------------------------------------

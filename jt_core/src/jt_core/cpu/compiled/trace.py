@@ -98,8 +98,9 @@ def unsupported_operation(program: Program) -> Unsupported | None:
 class _Kernel:
     """Traces one program of a kernel; the grid loop calls :meth:`program` once, with traced program ids."""
 
-    def __init__(self, program: Program, memory: Memory, grid: tuple[int, int, int]) -> None:
+    def __init__(self, program: Program, memory: Memory, grid: tuple[int, int, int], fuse: bool) -> None:
         self.ir = program
+        self.fuse = fuse
         self.memory = memory
         self.grid = grid
         self.pids: tuple[Any, Any, Any] = (0, 0, 0)
@@ -180,6 +181,10 @@ class _Kernel:
             out = fn(*arrays).astype(lang.dtype_of(result.element))
         else:
             out = lang.elementwise(op.name, arrays, result, attr)
+            if op.name == "arith.mulf" and not self.fuse:
+                # XLA's CPU compiler contracts a product and a sum into one fused multiply-add, as GPUs do with
+                # enable_fp_fusion=True; without it the product is rounded on its own.
+                out = lax.optimization_barrier(out)
         self.env[op.results[0]] = out
 
     def pointer_arithmetic(self, op: Operation, args: Sequence[Any]) -> None:
@@ -641,6 +646,7 @@ def run_grid(
     grid: tuple[int, int, int],
     arguments: Sequence[Any],
     state: State,
+    fuse: bool = True,
 ) -> State:
     """Runs every program of ``grid`` in order, each on the state the previous one left.
 
@@ -650,8 +656,9 @@ def run_grid(
         grid: The grid, three axes.
         arguments: The entry function's arguments: :class:`Pointer` for pointers, Python scalars for scalars.
         state: The initial state.
+        fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
     """
-    kernel = _Kernel(program, memory, grid)
+    kernel = _Kernel(program, memory, grid, fuse)
     entry = program.functions[program.entry]
     total = grid[0] * grid[1] * grid[2]
 
