@@ -18,7 +18,7 @@ import numpy as np
 
 from jt_core.errors import OutOfBoundsAccessError
 
-__all__ = ["AccessChecker", "Buffer", "Located", "describe_out_of_bounds", "describe_store_into_input"]
+__all__ = ["AccessChecker", "Buffer", "Located"]
 
 
 #: How each kind of access is masked, for out-of-bounds messages.
@@ -125,86 +125,45 @@ class AccessChecker:
         return int(np.argmin(distances))
 
     def _refuse_store(self, index: int, op: str) -> None:
-        raise OutOfBoundsAccessError(describe_store_into_input(self.kernel_name, op, self.buffers[index].name))
+        name = self.buffers[index].name
+        raise OutOfBoundsAccessError(
+            f"kernel {self.kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
+            "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
+        )
 
     def _describe(self, addr: int, furthest: int, itemsize: int, op: str, count: int, target: int | None) -> str:
-        buffer = None if target is None else self.buffers[target]
-        return describe_out_of_bounds(
-            self.kernel_name,
-            op,
-            itemsize,
-            buffer,
-            None if buffer is None else addr - buffer.start,
-            None if buffer is None else furthest - buffer.start,
-            count,
-            [b.name for b in self.empty],
-            known=False,
-        )
-
-
-def describe_out_of_bounds(
-    kernel_name: str,
-    op: str,
-    itemsize: int,
-    buffer: Buffer | None,
-    offset: int | None,
-    furthest: int | None,
-    count: int,
-    empty: Sequence[str],
-    known: bool,
-) -> str:
-    """The message of an out-of-bounds access.
-
-    Args:
-        kernel_name: The kernel.
-        op: ``"load"``, ``"store"`` or ``"atomic"``.
-        itemsize: The size of the accessed elements.
-        buffer: The argument the access was meant for (``None``: none holds an element).
-        offset: The first offending byte, from the start of ``buffer``.
-        furthest: The furthest offending byte, from the start of ``buffer``.
-        count: How many lanes strayed.
-        empty: The arguments that hold no element.
-        known: Whether the access is known to go through ``buffer``'s pointer (else it is only the nearest one
-            when it lies far from it).
-    """
-    advice = f"Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
-    reached = ""
-    if buffer is None or offset is None:
-        where = "an address outside every argument (none holds an element)"
-    else:
-        size = buffer.end - buffer.start
-        position = f"{-offset} bytes before its start" if offset < 0 else "past its end"
-        held = "" if buffer.output is None else f" (output {buffer.output})"
-        place = f"element {offset // itemsize} ({position}; it holds {size // itemsize} elements, {size} bytes)"
-        if known or -size <= offset < 2 * size:
-            where = f"argument {buffer.name!r}{held} at {place}"
-        else:  # far from every buffer: which pointer the access went through cannot be told from its address
-            where = f"an address far outside every argument; the nearest is {buffer.name!r}{held}, at its {place}"
-        if buffer.output is not None and offset >= 0 and buffer.shape is not None and furthest is not None:
-            # Past the end of an output: out_shape may be what is wrong.
-            last = furthest // itemsize
-            reached = f", up to element {last}"
-            advice = (
-                f"out_shape gives output {buffer.output} the shape {buffer.shape}, {size // itemsize} elements: if "
-                f"the kernel is right to reach element {last}, out_shape is too small (make it hold at least "
-                f"{last + 1} elements). Otherwise mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
+        advice = f"Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
+        reached = ""
+        if target is None:
+            where = "an address outside every argument (none holds an element)"
+        else:
+            buffer = self.buffers[target]
+            size = buffer.end - buffer.start
+            offset = addr - buffer.start
+            position = f"{-offset} bytes before its start" if offset < 0 else "past its end"
+            held = "" if buffer.output is None else f" (output {buffer.output})"
+            place = f"element {offset // itemsize} ({position}; it holds {size // itemsize} elements, {size} bytes)"
+            if -size <= offset < 2 * size:
+                where = f"argument {buffer.name!r}{held} at {place}"
+            else:  # far from every buffer: which pointer the access went through cannot be told from its address
+                where = f"an address far outside every argument; the nearest is {buffer.name!r}{held}, at its {place}"
+            if buffer.output is not None and offset >= 0 and buffer.shape is not None:
+                # Past the end of an output: out_shape may be what is wrong.
+                last = (furthest - buffer.start) // itemsize
+                reached = f", up to element {last}"
+                advice = (
+                    f"out_shape gives output {buffer.output} the shape {buffer.shape}, {size // itemsize} elements: if "
+                    f"the kernel is right to reach element {last}, out_shape is too small (make it hold at least "
+                    f"{last + 1} elements). Otherwise mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
+                )
+        if self.empty:
+            names = ", ".join(repr(b.name) for b in self.empty)
+            which = f"Arguments {names} hold" if len(self.empty) > 1 else f"Argument {names} holds"
+            advice += (
+                f" {which} no elements (zero-size): any access through them is out of bounds, so mask it off or "
+                "skip the call for empty arrays."
             )
-    if empty:
-        names = ", ".join(repr(name) for name in empty)
-        which = f"Arguments {names} hold" if len(empty) > 1 else f"Argument {names} holds"
-        advice += (
-            f" {which} no elements (zero-size): any access through them is out of bounds, so mask it off or "
-            "skip the call for empty arrays."
+        return (
+            f"kernel {self.kernel_name!r}: out-of-bounds {op} of {itemsize} bytes from {where}; {count} offending "
+            f"addresses{reached}. {advice} (Checked by jt's CPU backend; JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
         )
-    return (
-        f"kernel {kernel_name!r}: out-of-bounds {op} of {itemsize} bytes from {where}; {count} offending "
-        f"addresses{reached}. {advice} (Checked by jt's CPU backend; JT_CPU_BOUNDS_CHECK=0 turns the check off.)"
-    )
-
-
-def describe_store_into_input(kernel_name: str, op: str, name: str) -> str:
-    """The message of a store or atomic into an input that is not an output."""
-    return (
-        f"kernel {kernel_name!r} {op}s into input {name!r}, which is not an output: its buffer "
-        "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
-    )

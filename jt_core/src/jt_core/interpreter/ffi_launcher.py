@@ -52,17 +52,15 @@ __all__ = [
     "RegisteredCall",
     "ensure_registered",
     "registry",
-    "set_reporter",
     "source_path",
 ]
 
 #: The custom-call target the launcher emits (the handler calls back into Python's interpreter).
 TARGET_NAME = "jt_cpu_interpreter_callback"
 #: The custom-call target of a compiled CPU kernel's check (:mod:`jt_core.cpu.compiled.checking`), in the same
-#: library.
+#: library: on a stray access it runs the call again in the interpreter, through :func:`_dispatch`.
 CHECK_TARGET_NAME = "jt_cpu_kernel_check"
-#: The calling convention between the handlers and :func:`_dispatch` / :func:`set_reporter`'s function; the
-#: library reports the one it implements.
+#: The calling convention between the handlers and :func:`_dispatch`; the library reports the one it implements.
 ABI_VERSION = 2
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
 #: message and of its line in ``python -m jt_core plugins``).
@@ -90,42 +88,6 @@ _DISPATCHER = ctypes.CFUNCTYPE(
     ctypes.c_void_p,  # message buffer
     ctypes.c_int64,  # its capacity
 )
-
-
-_REPORTER = ctypes.CFUNCTYPE(
-    ctypes.c_int32,
-    ctypes.c_void_p,  # description (JSON text)
-    ctypes.c_int64,  # its size
-    ctypes.POINTER(ctypes.c_int64),  # the error record
-    ctypes.c_int64,  # its length
-    ctypes.c_void_p,  # message buffer
-    ctypes.c_int64,  # its capacity
-)
-
-#: The Python function that writes a compiled kernel's error message: (description, record) -> exception.
-_describe_error: Any = None
-
-
-def set_reporter(describe: Any) -> None:
-    """Installs the function that turns a compiled CPU kernel's error record into the exception to report:
-    ``describe(description: str, record: list[int]) -> BaseException``."""
-    global _describe_error
-    _describe_error = describe
-
-
-def _report_check(
-    description: int | None, size: int, record: Any, length: int, message: int | None, capacity: int
-) -> int:
-    # Called by the check handler on an XLA thread with the GIL held; nothing may escape.
-    try:
-        text = ctypes.string_at(description, size).decode("utf-8", errors="replace") if description else "{}"
-        fields = [int(record[i]) for i in range(length)]
-        describe = _describe_error
-        if describe is None:
-            raise RuntimeError(f"a compiled CPU kernel failed (record {fields})")
-        return _report(describe(text, fields), message, capacity)
-    except BaseException as exc:
-        return _report(exc, message, capacity)
 
 
 def source_path() -> Path:
@@ -287,7 +249,6 @@ def _dispatch(
 
 
 _dispatcher = _DISPATCHER(_dispatch)  # kept alive for the life of the process
-_reporter = _REPORTER(_report_check)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -318,9 +279,6 @@ def _load() -> ctypes.CDLL:
     lib.jt_cpu_interpreter_set_dispatcher.restype = None
     lib.jt_cpu_interpreter_set_dispatcher.argtypes = (_DISPATCHER,)
     lib.jt_cpu_interpreter_set_dispatcher(_dispatcher)
-    lib.jt_cpu_kernel_check_set_reporter.restype = None
-    lib.jt_cpu_kernel_check_set_reporter.argtypes = (_REPORTER,)
-    lib.jt_cpu_kernel_check_set_reporter(_reporter)
     _compat.register_host_ffi_target(TARGET_NAME, lib.jt_cpu_interpreter_callback)
     _compat.register_host_ffi_target(CHECK_TARGET_NAME, lib.jt_cpu_kernel_check)
     atexit.register(_detach, lib)
@@ -331,7 +289,6 @@ def _detach(lib: ctypes.CDLL) -> None:
     # A computation still running when the interpreter shuts down gets an error instead of calling into a
     # finalised Python.
     lib.jt_cpu_interpreter_set_dispatcher(_DISPATCHER())  # a NULL function pointer
-    lib.jt_cpu_kernel_check_set_reporter(_REPORTER())
 
 
 def ensure_registered() -> ctypes.CDLL:

@@ -13,6 +13,7 @@ the fastest, timed compiled when the call is lowered.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jt_core import tuning
+from jt_core import _compat, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
-from jt_core.cpu.compiled import checking
+from jt_core.cpu.compiled import checking, differential
 from jt_core.cpu.compiled.memory import BufferSpec, Memory, Pointer, State, no_error
 from jt_core.cpu.compiled.program import Program
 from jt_core.cpu.compiled.trace import run_grid, unsupported_operation
@@ -33,6 +34,7 @@ from jt_core.cpu.compiled.values import Unsupported
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter import ffi_launcher
 from jt_core.interpreter.backend import cpu_autotune_enabled
+from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 
 __all__ = ["CpuCompiledLauncher", "kernel_function"]
 
@@ -115,6 +117,8 @@ def kernel_function(
             aval = call.out_avals[output]
             specs.append(BufferSpec(f"output {output}", np.dtype(aval.dtype), tuple(aval.shape), True, output))
 
+    call_id = checking.register(call, kernel, config_index)
+
     def run(*operands: jax.Array) -> list[jax.Array]:
         initial: dict[int, jax.Array] = {}
         for (where, index), buffer in keys.items():
@@ -140,12 +144,7 @@ def kernel_function(
         state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
-        if checks.bounds or any(a.op != "load" for a in memory.accesses if not specs[a.buffer].writable):
-            text = checking.description(call.name, config.grid, specs, memory.accesses)
-            outputs = checking.checked(outputs, state.error, call.name, text, call.launch.has_side_effect)
-        elif call.launch.has_side_effect:
-            outputs = checking.checked(outputs, state.error, call.name, "{}", True)
-        return outputs
+        return checking.checked(outputs, state.strayed, operands, call_id, call.name, call.launch.has_side_effect)
 
     return run
 
@@ -158,8 +157,10 @@ class _Traced:
         self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 
     def get(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
-        """The closed jaxpr of the call (an :class:`UnsupportedKernelError` for a kernel it cannot express)."""
-        key = (call, tuple(id(k) for k in kernels))
+        """``(configuration index, closed jaxpr)`` of the call, or an :class:`UnsupportedKernelError` for a kernel
+        the compiled path cannot express."""
+        fuse = not differential.enabled()
+        key = (call, tuple(id(k) for k in kernels), fuse)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -167,7 +168,8 @@ class _Traced:
         try:
             index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
-                traced: Any = jax.make_jaxpr(kernel_function(call, kernels[index], index))(*call.operand_avals)
+                jaxpr = jax.make_jaxpr(kernel_function(call, kernels[index], index, fuse))(*call.operand_avals)
+            traced: Any = (index, jaxpr)
         except UnsupportedKernelError as exc:
             traced = exc
         with self._lock:
@@ -246,7 +248,7 @@ class CpuCompiledLauncher(Launcher):
 
     def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
         checks = getattr(kernels[0].payload, "checks", None)
-        if checks is not None and checks.races:
+        if checks is not None and checks.races and not differential.enabled():
             return "the race check runs in the interpreter"
         if any(config.options.debug for config in call.configs):
             return "debug=True runs in the interpreter"
@@ -274,6 +276,7 @@ class CpuCompiledLauncher(Launcher):
         traced = _traced.get(call, kernels)
         if isinstance(traced, BaseException):
             raise traced
+        index, jaxpr = traced
         # The kernel was traced on plain avals: inside shard_map, the operands' avals also say which mesh axes they
         # vary over, which the kernel's own constants would not match.
         plain = ctx.replace(
@@ -281,4 +284,30 @@ class CpuCompiledLauncher(Launcher):
             avals_out=[core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out],
         )
         with jax.enable_x64(True):
-            return mlir.lower_fun(core.jaxpr_as_fun(traced), multiple_results=True)(plain, *operands)
+            results = mlir.lower_fun(core.jaxpr_as_fun(jaxpr), multiple_results=True)(plain, *operands)
+        if not differential.enabled():
+            return results
+        return self._compared(ctx, call, kernels[index], index, operands, results, device)
+
+    @staticmethod
+    def _compared(
+        ctx: Any,
+        call: KernelCall,
+        kernel: CompiledKernel,
+        index: int,
+        operands: Sequence[Any],
+        results: Sequence[Any],
+        device: Any | None,
+    ) -> Sequence[Any]:
+        """The compiled ``results``, after a host callback that compares them with the interpreter's."""
+        one = dataclasses.replace(call, configs=(call.configs[index],))
+        reference = CpuFfiLauncher().lower(ctx, one, [kernel], operands, device)
+        bitwise = differential.exact(kernel.payload.program)
+
+        def compare(*arrays: Any) -> tuple[Any, ...]:
+            count = len(call.out_avals)
+            differential.compare(call.name, bitwise, arrays[:count], arrays[count:])
+            return tuple(np.asarray(a) for a in arrays[:count])
+
+        both = ctx.replace(avals_in=[*ctx.avals_out, *ctx.avals_out])
+        return _compat.emit_python_callback(both, compare, [*results, *reference], has_side_effect=False)

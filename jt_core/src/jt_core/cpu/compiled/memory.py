@@ -5,10 +5,10 @@ since a pointer can only come from a pointer argument) and its offset in element
 kernel may write (its outputs, and inputs aliased to them) are carried through the grid's loop in the
 :class:`State`; inputs it only reads are constants of the loop.
 
-Unless the bounds check is off, every masked-in lane of every access is compared with its buffer's size, and the
-first access that strays (in program order, then lane order) is kept in the state's error record, which the
-launcher turns into :class:`~jt_core.errors.OutOfBoundsAccessError` after the kernel ran
-(:mod:`jt_core.cpu.compiled.checking`).
+Unless the bounds check is off, every masked-in lane of every access is compared with its buffer's size (an access
+that strays is dropped: a load reads zero, a store writes nothing), and the state's flag says whether any strayed;
+after the kernel ran, a set flag makes the interpreter run the call again to name the access
+(:mod:`jt_core.cpu.compiled.checking`). A store into an input that is not an output sets it too.
 """
 
 from __future__ import annotations
@@ -25,13 +25,7 @@ from jax import lax
 from jt_core.cpu.compiled.lang import dtype_of, is_static
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["Access", "BufferSpec", "Memory", "Pointer", "State", "no_error"]
-
-#: The error record's fields (an int64 vector): what went wrong (0 = nothing), the program (linear index), the
-#: access (:class:`Access` index), the first offending element, the furthest one, and how many lanes strayed.
-ERROR_FIELDS = ("kind", "program", "access", "first", "furthest", "count")
-#: :data:`ERROR_FIELDS` ``kind`` values.
-NO_ERROR, OUT_OF_BOUNDS, INTO_INPUT = 0, 1, 2
+__all__ = ["BufferSpec", "Memory", "Pointer", "State", "no_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +52,6 @@ class BufferSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class Access:
-    """One load, store or atomic of the kernel, as error messages name it."""
-
-    op: str
-    buffer: int
-    itemsize: int
-    line: str | None
-
-
-@dataclasses.dataclass(frozen=True)
 class Pointer:
     """A pointer value: the buffer it points into, and the offset (in elements of the buffer) of each lane."""
 
@@ -77,15 +61,16 @@ class Pointer:
 
 
 class State(NamedTuple):
-    """What the grid's loop carries: the writable buffers (flattened, in buffer order) and the error record."""
+    """What the grid's loop carries: the writable buffers (flattened, in buffer order), and whether an access
+    strayed outside its buffer (or stored into an input)."""
 
     buffers: tuple[jax.Array, ...]
-    error: jax.Array
+    strayed: jax.Array
 
 
 def no_error() -> jax.Array:
-    """An error record saying nothing went wrong."""
-    return jnp.zeros((len(ERROR_FIELDS),), jnp.int64)
+    """The flag of a run in which no access strayed (yet)."""
+    return jnp.zeros((), bool)
 
 
 def _storage(spec: BufferSpec) -> np.dtype:
@@ -126,7 +111,6 @@ class Memory:
         self.specs = tuple(specs)
         self.constants = tuple(constants)
         self.bounds_check = bounds_check
-        self.accesses: list[Access] = []
         self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
         self.program: Any = 0
 
@@ -154,32 +138,15 @@ class Memory:
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
         slot = self.writable.index(buffer)
         buffers = (*state.buffers[:slot], array, *state.buffers[slot + 1 :])
-        return State(buffers, state.error)
+        return State(buffers, state.strayed)
 
     # -- checks ------------------------------------------------------------------------------------------------
 
-    def _access(self, op: str, pointer: Pointer, line: str | None) -> int:
-        itemsize = dtype_of(pointer.pointee).itemsize if pointer.pointee in _ELEMENTS else 1
-        self.accesses.append(Access(op, pointer.buffer, itemsize, line))
-        return len(self.accesses) - 1
-
-    def _record(self, state: State, kind: int, access: int, bad: jax.Array, offsets: jax.Array) -> State:
-        flat_bad = jnp.ravel(bad)
-        flat = jnp.ravel(jnp.broadcast_to(offsets, bad.shape)).astype(jnp.int64)
-        any_bad = jnp.any(flat_bad)
-        lanes = lax.iota(jnp.int64, flat.size)
-        first_lane = jnp.min(jnp.where(flat_bad, lanes, flat.size)) if flat.size else jnp.int64(0)
-        first = flat[jnp.minimum(first_lane, max(flat.size - 1, 0))] if flat.size else jnp.int64(0)
-        furthest = jnp.max(jnp.where(flat_bad, flat, jnp.iinfo(jnp.int64).min)) if flat.size else jnp.int64(0)
-        count = jnp.sum(flat_bad, dtype=jnp.int64)
-        record = jnp.stack(
-            [jnp.int64(kind), jnp.asarray(self.program, jnp.int64), jnp.int64(access), first, furthest, count]
-        )
-        keep = (state.error[0] == NO_ERROR) & any_bad
-        return State(state.buffers, jnp.where(keep, record, state.error))
+    def _record(self, state: State, bad: jax.Array) -> State:
+        return State(state.buffers, state.strayed | jnp.any(bad))
 
     def _lanes(
-        self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...], line: str | None
+        self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, jax.Array, State]:
         """The offsets of an access and which lanes it makes (masked in and inside the buffer), recording the
         lanes that stray."""
@@ -188,43 +155,37 @@ class Memory:
         inside = (offsets >= 0) & (offsets < spec.size)
         wanted = jnp.ones(shape, bool) if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if op != "load" and not spec.writable:
-            access = self._access(op, pointer, line)
-            state = self._record(state, INTO_INPUT, access, wanted, offsets)
-            return offsets, jnp.zeros(shape, bool), state
+            return offsets, jnp.zeros(shape, bool), self._record(state, wanted)
         if self.bounds_check:
-            access = self._access(op, pointer, line)
-            state = self._record(state, OUT_OF_BOUNDS, access, wanted & ~inside, offsets)
+            state = self._record(state, wanted & ~inside)
         return offsets, wanted & inside, state
 
     # -- accesses ----------------------------------------------------------------------------------------------
 
     def load(
-        self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...], line: str | None
+        self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, State]:
         """``tt.load``: the values at ``pointer`` where ``mask`` is on, ``other`` (or zero) elsewhere."""
         spec = self.specs[pointer.buffer]
         value_type = dtype_of(pointer.pointee)
-        offsets, active, state = self._lanes(state, "load", pointer, mask, shape, line)
+        offsets, active, state = self._lanes(state, "load", pointer, mask, shape)
         fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
         if spec.size == 0:  # nothing to read: every lane is masked off or out of bounds
             return jnp.broadcast_to(fill, shape), state
         array = self._array(state, pointer.buffer)
-        index = jnp.where(active, offsets, 0)
-        values = _to_value(array.at[index].get(mode="clip"), _storage(spec), value_type)
+        values = _to_value(_gather(array, jnp.where(active, offsets, 0)), _storage(spec), value_type)
         return jnp.where(active, values, fill), state
 
-    def store(
-        self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], line: str | None
-    ) -> State:
+    def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
         """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on."""
         spec = self.specs[pointer.buffer]
-        offsets, active, state = self._lanes(state, "store", pointer, mask, shape, line)
+        offsets, active, state = self._lanes(state, "store", pointer, mask, shape)
         if not spec.writable or spec.size == 0:
             return state
         array = self._array(state, pointer.buffer)
         values = jnp.broadcast_to(_to_storage(jnp.asarray(value).astype(dtype_of(pointer.pointee)), array.dtype), shape)
         index = jnp.where(active, offsets, spec.size)
-        return self._replace(state, pointer.buffer, array.at[index].set(values, mode="drop"))
+        return self._replace(state, pointer.buffer, _scatter(lax.scatter, array, index, values))
 
     def atomic(
         self,
@@ -235,13 +196,12 @@ class Memory:
         mask: Any,
         shape: tuple[int, ...],
         result_used: bool,
-        line: str | None,
     ) -> tuple[jax.Array, State]:
         """An atomic read-modify-write (``kind`` as Triton names it: ``FADD``, ``MAX``, ..., or ``CAS``), made lane
         after lane in order, as the interpreter makes it; returns the values the lanes found."""
         spec = self.specs[pointer.buffer]
         value_type = dtype_of(pointer.pointee)
-        offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape, line)
+        offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape)
         if not spec.writable or spec.size == 0:
             return jnp.zeros(shape, value_type), state
         storage = _storage(spec)
@@ -270,6 +230,29 @@ class Memory:
         count = int(np.prod(shape, dtype=np.int64))
         memory, found = lax.fori_loop(0, count, lane, (array, jnp.zeros((count,), value_type)))
         return found.reshape(shape), self._replace(state, pointer.buffer, memory)
+
+
+_GATHER = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+_SCATTER_DIMS = lax.ScatterDimensionNumbers(
+    update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+)
+
+
+def _gather(array: jax.Array, index: jax.Array) -> jax.Array:
+    """``array[index]`` for indices known to lie inside ``array`` (one flat dimension)."""
+    return lax.gather(
+        array,
+        index[..., None],
+        _GATHER,
+        slice_sizes=(1,),
+        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+    )
+
+
+def _scatter(op: Any, array: jax.Array, index: jax.Array, values: jax.Array) -> jax.Array:
+    """``array`` with ``values`` written (or combined by ``op``: ``lax.scatter_add``, ...) at ``index``; indices
+    outside ``array`` write nothing."""
+    return op(array, index[..., None], values, _SCATTER_DIMS, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 _ELEMENTS = {"i1", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"} | {
@@ -313,9 +296,9 @@ _COMBINE = {
 
 #: Atomics whose final memory does not depend on the order of their lanes, when nobody reads what they return.
 _SCATTER = {
-    "ADD": lambda array, index, v: array.at[index].add(v, mode="drop"),
-    "MAX": lambda array, index, v: array.at[index].max(v, mode="drop"),
-    "MIN": lambda array, index, v: array.at[index].min(v, mode="drop"),
+    "ADD": lambda array, index, v: _scatter(lax.scatter_add, array, index, v),
+    "MAX": lambda array, index, v: _scatter(lax.scatter_max, array, index, v),
+    "MIN": lambda array, index, v: _scatter(lax.scatter_min, array, index, v),
 }
 
 

@@ -325,7 +325,7 @@ def _ptr_bitcast(k: _Kernel, op: Operation, state: State) -> State:
     if isinstance(value, Pointer):
         pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
         if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(value.pointee).itemsize:
-            raise Unsupported("a pointer cast to elements of another size", op.line)
+            raise Unsupported("a pointer cast to elements of another size")
         k.env[op.results[0]] = Pointer(value.buffer, value.offset, pointee)
         return state
     k.elementwise(op)
@@ -348,13 +348,13 @@ def _load(k: _Kernel, op: Operation, state: State) -> State:
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
         padding = op.attr("padding")
         other = jnp.nan if padding == 2 else None
-        value, state = k.memory.load(state, pointer, mask, other, ty.shape, op.line)
+        value, state = k.memory.load(state, pointer, mask, other, ty.shape)
         k.env[op.results[0]] = value
         return state
     pointer = _pointer_operand(k, op)
     mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
-    value, state = k.memory.load(state, pointer, mask, other, ty.shape, op.line)
+    value, state = k.memory.load(state, pointer, mask, other, ty.shape)
     k.env[op.results[0]] = value
     return state
 
@@ -364,11 +364,11 @@ def _store(k: _Kernel, op: Operation, state: State) -> State:
     value = k.array(op.operands[1])
     if isinstance(target, BlockPointer):
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
-        return k.memory.store(state, pointer, value, mask, tuple(target.block), op.line)
+        return k.memory.store(state, pointer, value, mask, tuple(target.block))
     pointer = _pointer_operand(k, op)
     shape = k.type(op.operands[1]).shape
     mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
-    return k.memory.store(state, pointer, value, mask, shape, op.line)
+    return k.memory.store(state, pointer, value, mask, shape)
 
 
 def _atomic_rmw(k: _Kernel, op: Operation, state: State) -> State:
@@ -378,7 +378,7 @@ def _atomic_rmw(k: _Kernel, op: Operation, state: State) -> State:
     mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
     kind = str(op.attr("atomic_rmw_op"))
     used = op.results[0] in k.used
-    found, state = k.memory.atomic(state, kind, pointer, [value], mask, shape, used, op.line)
+    found, state = k.memory.atomic(state, kind, pointer, [value], mask, shape, used)
     k.env[op.results[0]] = found
     return state
 
@@ -387,7 +387,7 @@ def _atomic_cas(k: _Kernel, op: Operation, state: State) -> State:
     pointer = _pointer_operand(k, op)
     shape = k.type(op.results[0]).shape
     compare, value = k.array(op.operands[1]), k.array(op.operands[2])
-    found, state = k.memory.atomic(state, "CAS", pointer, [compare, value], None, shape, True, op.line)
+    found, state = k.memory.atomic(state, "CAS", pointer, [compare, value], None, shape, True)
     k.env[op.results[0]] = found
     return state
 
@@ -489,7 +489,7 @@ def _region_function(k: _Kernel, op: Operation) -> Callable[..., Any]:
     return combine
 
 
-_NO_STATE = State((), np.zeros((0,), np.int64))  # type: ignore[arg-type]
+_NO_STATE = State((), np.zeros((), bool))  # type: ignore[arg-type]
 
 
 def _reduce(k: _Kernel, op: Operation, state: State) -> State:
