@@ -5,8 +5,9 @@ since a pointer can only come from a pointer argument) and its offset in element
 kernel may write (its outputs, and inputs aliased to them) are carried through the grid's loop in the
 :class:`State`; inputs it only reads are constants of the loop.
 
-Unless the bounds check is off, every masked-in lane of every access is compared with its buffer's size (an access
-that strays is dropped: a load reads zero, a store writes nothing), and the state's flag says whether any strayed;
+Unless the bounds check is off, every masked-in lane of every access is compared with its buffer's size (a lane
+that strays is dropped: a load reads its ``other`` value, or zero, and a store writes nothing), and the state's flag
+says whether any strayed;
 after the kernel ran, a set flag makes the interpreter run the call again to name the access
 (:mod:`jt_core.cpu.compiled.checking`). A store into an input that is not an output sets it too.
 """

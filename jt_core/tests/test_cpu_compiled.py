@@ -1,0 +1,318 @@
+"""The compiled CPU path: a kernel's TTIR run as XLA operations, with compiled Triton's meaning, the interpreter's
+checks and errors, and the interpreter where it cannot take a kernel."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+
+import jt_core as jt
+from jt_core.cpu.compiled import differential
+from jt_core.errors import OutOfBoundsAccessError
+
+exp = tl.exp  # a module-level alias of a builtin: compiled Triton resolves it when it compiles
+
+
+def run(kernel: Any, *args: Any, launcher: str = "compiled", **kwargs: Any) -> Any:
+    return jax.jit(lambda *a: jt.triton_call(*a, kernel=kernel, launcher=launcher, **kwargs))(*args)
+
+
+def both(kernel: Any, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The results of the compiled path and of the interpreter."""
+    compiled = run(kernel, *args, launcher="compiled", **kwargs)
+    interpreted = run(kernel, *args, launcher="ffi", **kwargs)
+    return np.asarray(compiled), np.asarray(interpreted)
+
+
+@triton.jit
+def bool_ops_kernel(out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    a = i >= 2
+    b = i < 6
+    tl.store(out_ptr + i, (a and b).to(tl.int32) + 2 * (a or b).to(tl.int32) + 4 * (not_(a)).to(tl.int32))
+
+
+@triton.jit
+def not_(x):
+    return x == 0
+
+
+def test_and_or_on_tensors_are_elementwise_as_compiled_triton_makes_them() -> None:
+    out = np.asarray(run(bool_ops_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.int32), grid=1, BLOCK=8))
+    i = np.arange(8)
+    a, b = i >= 2, i < 6
+    np.testing.assert_array_equal(out, (a & b) + 2 * (a | b) + 4 * ~a)
+    np.testing.assert_array_equal((a & b).astype(int), [0, 0, 1, 1, 1, 1, 0, 0])
+
+
+@triton.jit
+def alias_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, exp(tl.load(x_ptr + i)))
+
+
+def test_a_module_level_alias_of_a_builtin_runs() -> None:
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(run(alias_kernel, x, out_shape=x, grid=1, BLOCK=16)), np.exp(x), rtol=1e-6)
+
+
+@triton.jit
+def masked_read_kernel(x_ptr, out_ptr, n, shift, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.load(x_ptr + i + shift, mask=i < n, other=-1.0), mask=i < n)
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "ffi"])
+def test_an_out_of_bounds_load_names_the_argument_the_element_and_the_program(launcher: str) -> None:
+    x = np.arange(40, dtype=np.float32)
+    with pytest.raises(Exception) as raised:
+        jax.block_until_ready(
+            run(masked_read_kernel, x, out_shape=x, grid=3, n=40, shift=3, BLOCK=16, launcher=launcher)
+        )
+    error = jt.errors.from_runtime_error(raised.value)
+    assert isinstance(error, OutOfBoundsAccessError), raised.value
+    message = str(error)
+    assert "out-of-bounds load of 4 bytes from argument 'x_ptr' at element 40 (past its end;" in message
+    assert "[program_id (2, 0, 0)]" in message
+
+
+def test_the_compiled_path_raises_the_interpreters_error_word_for_word() -> None:
+    x = np.arange(40, dtype=np.float32)
+    messages = []
+    for launcher in ("compiled", "ffi"):
+        with pytest.raises(Exception) as raised:
+            jax.block_until_ready(
+                run(masked_read_kernel, x, out_shape=x, grid=3, n=40, shift=5, BLOCK=16, launcher=launcher)
+            )
+        messages.append(str(jt.errors.from_runtime_error(raised.value)))
+    assert messages[0] == messages[1]
+
+
+def test_with_the_bounds_check_off_a_stray_lane_reads_the_loads_other_value_and_the_call_runs() -> None:
+    x = np.arange(40, dtype=np.float32)
+    with jt.cpu_checks(bounds=False):
+        out = np.asarray(run(masked_read_kernel, x, out_shape=x, grid=3, n=40, shift=3, BLOCK=16))
+    np.testing.assert_array_equal(out[:37], x[3:])
+    np.testing.assert_array_equal(out[37:], -1)
+
+
+@triton.jit
+def store_into_input_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i) + 1)
+    tl.store(out_ptr + i, tl.load(x_ptr + i))
+
+
+def test_a_store_into_an_input_is_refused_as_the_interpreter_refuses_it() -> None:
+    x = np.arange(16, dtype=np.float32)
+    with pytest.raises(Exception) as raised:
+        jax.block_until_ready(run(store_into_input_kernel, x, out_shape=x, grid=1, BLOCK=16))
+    error = jt.errors.from_runtime_error(raised.value)
+    assert isinstance(error, OutOfBoundsAccessError) and "stores into input 'x_ptr'" in str(error)
+
+
+@triton.jit
+def printing_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i)
+    tl.device_print("x", x)
+    tl.store(out_ptr + i, x * 2)
+
+
+def test_a_kernel_the_compiled_path_cannot_take_runs_in_the_interpreter_with_one_line_saying_why(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    x = np.arange(4, dtype=np.float32)
+    with caplog.at_level(logging.INFO, logger="jt_core"):
+        out = jax.jit(lambda x: jt.triton_call(x, kernel=printing_kernel, out_shape=x, grid=1, BLOCK=4))(x)
+        np.testing.assert_array_equal(np.asarray(out), 2 * x)
+    lines = [r.getMessage() for r in caplog.records if "launcher 'compiled'" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "device printing (tl.device_print / print) at " in lines[0] and "test_cpu_compiled.py:" in lines[0]
+    assert "using 'ffi'" in lines[0]
+
+
+@triton.jit
+def atomic_kernel(counter_ptr, seen_ptr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    old = tl.atomic_add(counter_ptr + (i % 3), 1)
+    tl.store(seen_ptr + i, old)
+
+
+def test_atomics_keep_the_interpreters_order_and_return_what_each_lane_found() -> None:
+    counters = jax.ShapeDtypeStruct((3,), jnp.int32)
+    seen = jax.ShapeDtypeStruct((32,), jnp.int32)
+    compiled, interpreted = (
+        run(atomic_kernel, out_shape=(counters, seen), grid=4, BLOCK=8, zeroed_outputs=(0,), launcher=launcher)
+        for launcher in ("compiled", "ffi")
+    )
+    np.testing.assert_array_equal(np.asarray(compiled[0]), [11, 11, 10])
+    for a, b in zip(compiled, interpreted):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # lane after lane, program after program: lane i finds i // 3 earlier lanes on its counter
+    np.testing.assert_array_equal(np.asarray(compiled[1]), np.arange(32) // 3)
+
+
+@triton.jit
+def float_atomic_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr + (i % 5), tl.load(x_ptr + i))
+
+
+def test_float_atomic_sums_match_the_interpreter_bit_for_bit() -> None:
+    x = np.random.default_rng(0).standard_normal(64).astype(np.float32) * 1e3
+    compiled, interpreted = both(
+        float_atomic_kernel, x, out_shape=jax.ShapeDtypeStruct((5,), jnp.float32), grid=4, BLOCK=16, zeroed_outputs=(0,)
+    )
+    np.testing.assert_array_equal(compiled, interpreted)
+
+
+@triton.jit
+def fma_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.load(x_ptr + i) * tl.load(y_ptr + i) + tl.load(z_ptr + i))
+
+
+def test_enable_fp_fusion_chooses_between_a_fused_multiply_add_and_two_roundings() -> None:
+    rng = np.random.default_rng(1)
+    x, y, z = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
+    fused = np.asarray(run(fma_kernel, x, y, z, out_shape=x, grid=1, BLOCK=4096))
+    unfused = np.asarray(run(fma_kernel, x, y, z, out_shape=x, grid=1, BLOCK=4096, enable_fp_fusion=False))
+    np.testing.assert_array_equal(unfused, x * y + z)  # NumPy rounds the product, then the sum
+    np.testing.assert_array_equal(fused, (x.astype(np.float64) * y + z).astype(np.float32))
+    assert (fused != unfused).any()
+
+
+@triton.jit
+def control_flow_kernel(x_ptr, n_ptr, out_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    i = tl.arange(0, BLOCK)
+    count = tl.load(n_ptr + pid)  # a loop bound known only at run time
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for k in range(count):
+        acc += tl.load(x_ptr + pid * BLOCK + i) * k
+    j = 0
+    while j < count:
+        j += 2
+    if tl.sum(acc) > 0:  # a branch on loaded values
+        acc = acc + j
+    else:
+        acc = acc - j
+    tl.store(out_ptr + pid * BLOCK + i, acc)
+
+
+def test_loops_and_branches_that_depend_on_loaded_values_run_compiled() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(32).astype(np.float32)
+    n = np.array([3, 0, 5, 2], np.int32)
+    compiled, interpreted = both(control_flow_kernel, x, n, out_shape=x, grid=4, BLOCK=8)
+    want = []
+    for p in range(4):
+        acc = sum(x[p * 8 : p * 8 + 8] * k for k in range(n[p])) + np.zeros(8, np.float32)
+        j = 2 * ((int(n[p]) + 1) // 2)
+        want.append(acc + j if acc.sum() > 0 else acc - j)
+    np.testing.assert_allclose(compiled, np.concatenate(want), rtol=1e-5)
+    np.testing.assert_allclose(compiled, interpreted, rtol=1e-5)
+
+
+@triton.jit
+def reductions_kernel(x_ptr, out_ptr, idx_ptr, cum_ptr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    r = tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, COLS)[None, :]
+    x = tl.load(x_ptr + r * COLS + c)
+    tl.store(out_ptr + tl.arange(0, ROWS), tl.max(x, axis=1) - tl.sum(x, axis=1))
+    tl.store(idx_ptr + tl.arange(0, ROWS), tl.argmax(x, axis=1))
+    tl.store(cum_ptr + r * COLS + c, tl.cumsum(x, axis=1))
+
+
+def test_reductions_and_scans_match_numpy() -> None:
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    outs = run(
+        reductions_kernel,
+        x,
+        out_shape=(jax.ShapeDtypeStruct((8,), jnp.float32), jax.ShapeDtypeStruct((8,), jnp.int32), x),
+        grid=1,
+        ROWS=8,
+        COLS=16,
+    )
+    np.testing.assert_allclose(np.asarray(outs[0]), x.max(axis=1) - x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(outs[1]), x.argmax(axis=1))
+    np.testing.assert_allclose(np.asarray(outs[2]), np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, out_ptr, PRECISION: tl.constexpr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    a = tl.load(a_ptr + i[:, None] * N + i[None, :])
+    b = tl.load(b_ptr + i[:, None] * N + i[None, :])
+    tl.store(out_ptr + i[:, None] * N + i[None, :], tl.dot(a, b, input_precision=PRECISION))
+
+
+def test_dot_honours_input_precision() -> None:
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+    exact = np.asarray(a, np.float64) @ b
+    ieee = np.asarray(run(dot_kernel, a, b, out_shape=a, grid=1, PRECISION="ieee", N=32))
+    tf32 = np.asarray(run(dot_kernel, a, b, out_shape=a, grid=1, PRECISION="tf32", N=32))
+    assert np.abs(ieee - exact).max() < 1e-4
+    assert 1e-4 < np.abs(tf32 - exact).max() < 0.1  # 10 mantissa bits, as the device's tf32
+
+
+@triton.jit
+def fp8_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr, RTZ: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i)
+    if RTZ:
+        y = x.to(tl.float8e4nv, fp_downcast_rounding="rtz")
+    else:
+        y = x.to(tl.float8e4nv)
+    tl.store(out_ptr + i, y.to(tl.float32))
+
+
+@pytest.mark.parametrize("rtz", [False, True])
+def test_float8_conversions_round_as_the_interpreter_rounds(rtz: bool) -> None:
+    x = np.concatenate(
+        [
+            np.linspace(-500, 500, 240),
+            [np.nan, np.inf, -np.inf, 0, -0.0, 1e-9, 31.3, 448.5, 464, 1e6, -1e6, 0.0019, 240, 241, 239, 250],
+        ]
+    ).astype(np.float32)[:256]
+    compiled, interpreted = both(fp8_kernel, x, out_shape=x, grid=1, BLOCK=256, RTZ=rtz)
+    np.testing.assert_array_equal(compiled, interpreted)
+
+
+def test_every_call_through_both_paths_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JT_CPU_DIFFERENTIAL", "1")
+    x = np.random.default_rng(5).standard_normal(64).astype(np.float32)
+    out = run(masked_read_kernel, x, out_shape=x, grid=4, n=64, shift=0, BLOCK=16)
+    np.testing.assert_array_equal(np.asarray(out), x)
+
+
+def test_a_difference_between_the_two_paths_fails_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jt_core.cpu.compiled import lang
+
+    monkeypatch.setenv("JT_CPU_DIFFERENTIAL", "1")
+    monkeypatch.setitem(lang.ELEMENTWISE, "arith.mulf", (lambda a, b: a * b * 1.0000001, False))
+    x = np.random.default_rng(6).standard_normal(16).astype(np.float32) + 3
+    with pytest.raises(Exception) as raised:
+        jax.block_until_ready(run(fma_kernel, x, x, x, out_shape=x, grid=1, BLOCK=16, name="mul_add"))
+    assert "triton_call 'mul_add': the compiled CPU path and Triton's interpreter disagree bit for bit" in str(
+        raised.value
+    ), raised.value
+
+
+def test_the_comparison_is_bitwise_unless_the_kernel_sums_or_calls_transcendentals() -> None:
+    np_nan = np.array([np.nan, 1.0], np.float32)
+    differential.compare("k", True, [np_nan], [np_nan.copy()])
+    with pytest.raises(differential.DifferentialMismatchError, match="bit for bit"):
+        differential.compare(
+            "k", True, [np.array([1.0], np.float32)], [np.array([np.nextafter(np.float32(1), np.float32(2))])]
+        )
+    differential.compare("k", False, [np.array([1.0], np.float32)], [np.array([1.0 + 1e-7], np.float32)])
