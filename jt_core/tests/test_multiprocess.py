@@ -12,6 +12,7 @@ import json
 import shutil
 import time
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from jt_core.testing import run_job
 WORKER = Path(__file__).with_name("core_multiprocess_worker.py")
 #: Seconds a whole job may take (two cold processes: JAX start, distributed start-up, compiles, trials).
 JOB_SECONDS = 150
+#: Seconds a job whose calls are refused may take, start-up included: every process ends, none waits for another.
+REFUSED_JOB_SECONDS = 60
 
 
 def private_folder(path: Path) -> Path:
@@ -32,12 +35,15 @@ def private_folder(path: Path) -> Path:
 
 
 def with_cpu_handler(cache: Path) -> Path:
-    """A cache folder holding the CPU FFI handler this machine built (so each process need not build it again)."""
+    """A cache folder holding the CPU FFI handler this machine built, with its integrity record (so each process
+    need not build it again)."""
+    from jt_core import files
     from jt_core.interpreter import ffi_launcher
 
     built = ffi_launcher.library_spec().build()
     native = private_folder(private_folder(cache) / "native")
-    shutil.copy2(built.path, native / built.path.name)
+    for path in (built.path, files.integrity_path(built.path)):
+        shutil.copy2(path, native / path.name)
     return cache
 
 
@@ -47,22 +53,25 @@ def run_scenario(
     platform: str = "cpu",
     launcher: str | None = None,
     env: dict[str, str] | None = None,
-    per_process: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+    per_process: Sequence[dict[str, str]] = ({}, {}),
+    seconds: float = JOB_SECONDS,
 ) -> list[dict[str, Any]]:
-    """Runs ``scenario`` in a 2-process job, each process with its own cache folder; returns each one's findings."""
+    """Runs ``scenario`` in a job of one process per ``per_process`` entry (its variables), each process with its own
+    cache folder; returns each one's findings. A job that takes more than ``seconds`` fails the test."""
     caches = []
-    for index in (0, 1):
+    for index in range(len(per_process)):
         cache = private_folder(tmp_path / f"cache{index}")
         if platform == "cpu" and "CXX" not in per_process[index]:
             with_cpu_handler(cache)
         caches.append({"JT_CACHE_DIR": str(cache), **per_process[index]})
-    results = [tmp_path / f"result{index}.json" for index in (0, 1)]
+    results = [tmp_path / f"result{index}.json" for index in range(len(per_process))]
     finished = run_job(
         [str(WORKER), scenario, platform, launcher or ""],
+        processes=len(per_process),
         platform=platform,
         env={"JT_DISTRIBUTED_TIMEOUT": "60", **(env or {})},
         per_process=[{**cache, "RESULT_FILE": str(result)} for cache, result in zip(caches, results)],
-        timeout=JOB_SECONDS,
+        timeout=seconds,
         cwd=WORKER.parent,
     )
     outputs = "\n".join(f"--- process {p.index} (exit {p.returncode}):\n{p.output[-6000:]}" for p in finished)
@@ -123,6 +132,28 @@ def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path
         assert "process 1 (host" in outcome and "launcher 'interpreter'" in outcome, outcome
         assert f"CXX={missing!r}" in outcome and "python -m jt_core build-native" in outcome, outcome
         assert found["seconds"] < 20, found  # without agreement: 30 s in gloo, then an error about gloo
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_every_lowering_is_compared_and_a_refused_job_ends_on_every_process_in_time(
+    tmp_path: Path, processes: int
+) -> None:
+    # The last process's host has no C++ compiler and no built handler. Each computation is called twice: JAX keeps
+    # no failed lowering, so the second call lowers it again. That lowering used to skip the comparison and run
+    # another launcher on each process, and the job hung until JAX's shutdown barrier gave up, minutes later. With
+    # 3 processes, process 1 (which agrees with process 0) must stop too, not wait for the others in a collective.
+    no_compiler = {"CXX": str(tmp_path / "no-such-compiler"), "PATH": str(private_folder(tmp_path / "empty-bin"))}
+    per_process = [{} for _ in range(processes - 1)] + [no_compiler]
+    started = time.monotonic()
+    results = run_scenario(tmp_path, "no_compiler_again", per_process=per_process, seconds=REFUSED_JOB_SECONDS)
+    assert time.monotonic() - started < REFUSED_JOB_SECONDS
+    for found in results:
+        attempts = found["outcomes"]
+        assert [attempt["computation"] for attempt in attempts] == ["partitioned"] * 2 + ["shard_map"] * 2, found
+        for attempt in attempts:
+            outcome = attempt["outcome"]
+            assert "ProcessAgreementError" in outcome, attempt
+            assert "launcher 'ffi'" in outcome and "launcher 'interpreter'" in outcome, attempt
 
 
 def test_lowering_device_is_one_this_process_drives() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from typing import Any
@@ -78,3 +79,17 @@ def distributed_state() -> tuple[int, int, Any]:
 
     state = distributed.global_state
     return int(state.process_id), int(state.num_processes), state.client
+
+
+@functools.cache
+def _boolean_operand_check() -> Any:
+    from triton.compiler import code_generator
+
+    return getattr(code_generator, "_is_dynamic_boolean_operand", None) or code_generator._is_triton_tensor
+
+
+def lowered_boolean_operand(value: Any) -> bool:
+    """Whether Triton's code generator gives ``and``, ``or`` and ``not`` on ``value`` a run-time meaning
+    (``logical_and``, ``logical_or``, the logical not) rather than Python's truth value: in Triton 3.9 any Triton
+    value but a constexpr or a tuple (``_is_dynamic_boolean_operand``), in Triton 3.6 a tensor."""
+    return bool(_boolean_operand_check()(value))

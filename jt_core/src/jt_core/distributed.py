@@ -11,14 +11,18 @@ one ``jax.distributed`` runs; jt has no transport of its own):
 * :meth:`Exchange.decide`: the leader (process 0, or the first of the processes sharing the computation) decides
   (tunes, say) and publishes the decision; the others wait for it and use it;
 * :meth:`Exchange.compare`: each process publishes how it lowers the call (launcher, configuration); the leader
-  compares every other process's record with its own and each other process compares its own with the leader's, so
-  a difference is an :class:`~jt_core.errors.ProcessAgreementError` on both sides, naming both, instead of a hang;
+  compares every other process's record with its own and publishes its verdict, and each other process compares its
+  own with the leader's and waits for the verdict, so a difference is an
+  :class:`~jt_core.errors.ProcessAgreementError` on every process, naming two that differ, instead of a hang.
+  Every lowering is compared: only a record the whole job was found to share is not exchanged again (a refused
+  lowering tried again is compared again);
 * :meth:`Exchange.reporting`: a process that fails while lowering the call publishes its error, so the processes
   waiting for its records fail at once with it instead of waiting.
 
 Records are keyed by :func:`call_digest`, the call's content (the same on every process whatever the order in which
-the processes lowered their computations), and exchanged once per process and call. A process waits only while
-lowering, for the others to lower the same call, never while a computation runs (a wait inside a running
+the processes lowered their computations), and by how many times this process lowered the call before (every
+process lowers the same computations, so the n-th lowering on one meets the n-th on the others). A process waits
+only while lowering, for the others to lower the same call, never while a computation runs (a wait inside a running
 computation could keep it from a collective the others wait in), and for at most ``JT_DISTRIBUTED_TIMEOUT`` seconds
 (default 600). Computations whose devices all belong to one process (a ``jax.jit`` on a local device) involve no
 other process and exchange nothing.
@@ -148,10 +152,13 @@ def _canonical(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 # Exchanging records.
 
-#: What this process exchanged, by (exchange key, topic): the records it published, in order (a call lowered again
-#: the same way exchanges nothing; lowered another way, it is exchanged again under the next round), or the
-#: leader's decision.
-_exchanged: dict[tuple[str, str], list[dict[str, Any]]] = {}
+#: The leader's decisions this process received or made, by (exchange key, topic).
+_decided: dict[tuple[str, str], dict[str, Any]] = {}
+#: The records of each (exchange key, topic) that every process of the job was found to share: a call lowered again
+#: that way is not compared again.
+_agreed: dict[tuple[str, str], list[dict[str, Any]]] = {}
+#: How many times this process started lowering each call (exchange key): the number of the next lowering.
+_lowerings: dict[str, int] = {}
 #: One lock per (exchange key, topic): threads lowering the same call at once exchange it once.
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_lock = threading.Lock()
@@ -174,6 +181,11 @@ class Exchange:
         # The same call shared by other sets of processes is another exchange.
         sharing = hashlib.sha256(",".join(map(str, job.processes)).encode()).hexdigest()[:16]
         self.key = f"{digest}/{sharing}"
+        # Every process lowers the same computations in the same order, so the n-th lowering of a call on one
+        # process meets the n-th on the others: its records, and the error it may end with, carry that number.
+        with _locks_lock:
+            self.lowering = _lowerings.get(self.key, 0)
+            _lowerings[self.key] = self.lowering + 1
 
     def _key(self, topic: str, process: int) -> str:
         return f"{_KEY_PREFIX}/{self.key}/{topic}/{process}"
@@ -212,7 +224,7 @@ class Exchange:
 
     def _raise_error_of(self, process: int) -> None:
         try:
-            value = self.job.client.key_value_try_get(self._key("error", process))
+            value = self.job.client.key_value_try_get(self._key(f"error.{self.lowering}", process))
         except Exception:
             return  # none published
         record = json.loads(value)
@@ -227,15 +239,15 @@ class Exchange:
         runs ``decide()`` and publishes what it returns (JSON values); every other process waits for it. Decided
         once per process and call: later lowerings reuse it."""
         with self._lock(topic):
-            done = _exchanged.get((self.key, topic))
-            if done:
-                return dict(done[0])
+            done = _decided.get((self.key, topic))
+            if done is not None:
+                return dict(done)
             if self.job.leads:
                 decision = dict(decide())
                 self._publish(topic, decision)
             else:
                 decision = self._receive(topic, self.job.leader)
-            _exchanged[(self.key, topic)] = [decision]
+            _decided[(self.key, topic)] = decision
             return dict(decision)
 
     def compare(
@@ -246,10 +258,14 @@ class Exchange:
         describe: Callable[[Mapping[str, Any]], str],
         hint: str = "",
     ) -> None:
-        """Publishes how this process lowers the call and compares it with the others.
+        """Publishes how this process lowers the call and compares it with the others; returns once every process
+        of the job is known to lower it the same way.
 
-        The leader compares the record of every other process with its own; each other process compares its own
-        with the leader's. Records differing in one of ``fields`` raise on both sides.
+        The leader compares the record of every other process with its own and publishes its verdict; each other
+        process compares its own with the leader's, then waits for the verdict, so that a difference between any
+        two processes stops all of them. A record the whole job agreed on is not exchanged again when the call is
+        lowered again that way; any other lowering, a refused one's included, is exchanged again (under the
+        lowering's number): every lowering is compared.
 
         Args:
             topic: What is compared (``"lowering"``).
@@ -259,31 +275,79 @@ class Exchange:
             hint: How to make the processes agree, for the message.
 
         Raises:
-            ProcessAgreementError: Naming both processes, their hosts and their records.
+            ProcessAgreementError: On every process, naming two processes that differ, their hosts and records.
         """
         record = dict(mine)
-        with self._lock(topic):
-            rounds = _exchanged.setdefault((self.key, topic), [])
-            if record in rounds:
+        with self._lock(topic):  # threads lowering the call at once: the others find the first one's agreement
+            agreed = _agreed.setdefault((self.key, topic), [])
+            if record in agreed:
                 return
-            name = f"{topic}.{len(rounds)}"
-            rounds.append(record)
-        self._publish(name, record)
-        for process in self.job.processes[1:] if self.job.leads else (self.job.leader,):
-            theirs = self._receive(name, process)
-            differing = [field for field in fields if theirs.get(field) != record.get(field)]
-            if not differing:
-                continue
-            sides = sorted(
-                [(self.job.process_index, {**record, "host": host_name()}), (process, theirs)], key=lambda s: s[0]
-            )
-            described = "; ".join(f"process {p} (host {r.get('host', '?')!r}): {describe(r)}" for p, r in sides)
-            verb = "differ" if len(differing) > 1 else "differs"
+            name = f"{topic}.{self.lowering}"
+            self._publish(name, record)
+            if self.job.leads:
+                self._lead_comparison(name, record, fields, describe, hint)
+            else:
+                self._follow_comparison(name, record, fields, describe, hint)
+            agreed.append(record)
+
+    def _lead_comparison(
+        self,
+        name: str,
+        record: dict[str, Any],
+        fields: Sequence[str],
+        describe: Callable[[Mapping[str, Any]], str],
+        hint: str,
+    ) -> None:
+        """The leader's side of a round: every other record against its own, then the verdict for all."""
+        try:
+            for process in self.job.processes[1:]:
+                self._check(record, process, self._receive(name, process), fields, describe, hint)
+        except Exception as exc:
+            self._publish(f"{name}.verdict", {"agreed": False, "error": f"{type(exc).__name__}: {exc}"})
+            raise
+        self._publish(f"{name}.verdict", {"agreed": True})
+
+    def _follow_comparison(
+        self,
+        name: str,
+        record: dict[str, Any],
+        fields: Sequence[str],
+        describe: Callable[[Mapping[str, Any]], str],
+        hint: str,
+    ) -> None:
+        """Another process's side of a round: its record against the leader's, then the leader's verdict on the
+        others."""
+        self._check(record, self.job.leader, self._receive(name, self.job.leader), fields, describe, hint)
+        verdict = self._receive(f"{name}.verdict", self.job.leader)
+        if not verdict.get("agreed"):
             raise ProcessAgreementError(
-                f"{self.what} would be compiled differently by the processes of this jax.distributed job "
-                f"({' and '.join(differing)} {verb}): {described}. Every process must compile the same program, "
-                "or the job hangs in its next collective" + (f". {hint}" if hint else "")
+                f"{self.what}: process {self.job.process_index} (host {host_name()!r}) lowers it as process "
+                f"{self.job.leader} does, but another process of this jax.distributed job does not, so every process "
+                f"stops. Process {self.job.leader} found: {verdict.get('error')}"
             )
+
+    def _check(
+        self,
+        record: dict[str, Any],
+        process: int,
+        theirs: dict[str, Any],
+        fields: Sequence[str],
+        describe: Callable[[Mapping[str, Any]], str],
+        hint: str,
+    ) -> None:
+        differing = [field for field in fields if theirs.get(field) != record.get(field)]
+        if not differing:
+            return
+        sides = sorted(
+            [(self.job.process_index, {**record, "host": host_name()}), (process, theirs)], key=lambda s: s[0]
+        )
+        described = "; ".join(f"process {p} (host {r.get('host', '?')!r}): {describe(r)}" for p, r in sides)
+        verb = "differ" if len(differing) > 1 else "differs"
+        raise ProcessAgreementError(
+            f"{self.what} would be compiled differently by the processes of this jax.distributed job "
+            f"({' and '.join(differing)} {verb}): {described}. Every process must compile the same program, "
+            "or the job hangs in its next collective" + (f". {hint}" if hint else "")
+        )
 
     @contextmanager
     def reporting(self) -> Iterator[None]:
@@ -295,7 +359,7 @@ class Exchange:
             raise  # the processes concerned raise it themselves
         except Exception as exc:
             try:
-                self._publish("error", {"error": f"{type(exc).__name__}: {exc}"}, overwrite=True)
+                self._publish(f"error.{self.lowering}", {"error": f"{type(exc).__name__}: {exc}"}, overwrite=True)
             except Exception:
                 pass  # the runtime is gone: nobody waits any more
             raise

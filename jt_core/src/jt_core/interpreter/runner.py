@@ -6,8 +6,10 @@ in any thread), and everything patched for a run is restored when it ends: nothi
 compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of the stock interpreter a run:
 
 * redirects nested ``@triton.jit`` helpers to their interpreted versions;
-* keeps the kernel's closure variables (the stock rewriter resolves names in the module's globals only) and does
-  not write into the kernel's module globals;
+* rewrites the kernel and its helpers (:mod:`jt_core.interpreter.rewriting`) so that ``and``, ``or`` and ``not``
+  on tensors and names standing for ``triton.language`` members (``exp = tl.exp``) mean what compiled Triton
+  makes of them; keeps the kernel's closure variables (the stock rewriter resolves names in the module's globals
+  only) and does not write into the kernel's module globals;
 * holds ``bfloat16`` values as ``ml_dtypes.bfloat16`` (the stock interpreter stores their bits as ``uint16`` and
   then does integer arithmetic on them);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
@@ -20,7 +22,6 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -30,6 +31,7 @@ import numpy as np
 
 from jt_core import frontend
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
+from jt_core.interpreter import rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer
 from jt_core.interpreter.numerics import FloatFixes
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
@@ -196,35 +198,11 @@ def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
     """The interpreter-rewritten version of a kernel's Python function, with its closure kept (cached)."""
     fn = _rewritten.get(py_fn)
     if fn is None:
-        fn = _rewrite(py_fn)
+        fn = rewriting.rewrite(py_fn)
         if not getattr(py_fn, "__module__", "").startswith("triton."):
             _kernel_codes.add(fn.__code__)
         _rewritten[py_fn] = fn
     return fn
-
-
-def _rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
-    from triton.runtime import interpreter as interp
-
-    class _Rewriter(interp.FunctionRewriter):  # type: ignore[misc,name-defined]
-        def _compile_and_exec(self, transformed_ast: Any) -> Any:
-            code = compile(transformed_ast, filename=self.filename, mode="exec")
-            namespace = dict(vars(interp))
-            namespace.update(self.fn.__globals__)
-            try:
-                namespace.update(inspect.getclosurevars(self.fn).nonlocals)
-            except (TypeError, ValueError):
-                pass
-            local: dict[str, Any] = {}
-            exec(code, namespace, local)
-            return local[self.fn.__name__]
-
-    rewritten = _Rewriter(py_fn).rewrite_ast()
-    if rewritten is py_fn:
-        raise UnsupportedKernelError(
-            f"kernel {py_fn.__name__!r} has no readable source, so Triton's interpreter cannot run it on the CPU"
-        )
-    return rewritten
 
 
 @contextmanager

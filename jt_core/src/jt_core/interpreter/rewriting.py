@@ -1,0 +1,247 @@
+"""A kernel's Python source rewritten for Triton's interpreter, so that it means what compiled Triton makes of it.
+
+Triton's code generator gives some Python constructs a meaning of its own, where the interpreter, which runs the
+kernel as Python, gives them Python's. On top of Triton's own rewrite (assignments, chained comparisons), the kernel's
+syntax tree is rewritten so that:
+
+* ``a and b``, ``a or b`` and their chains combine tensors elementwise (``logical_and`` / ``logical_or``), as the
+  code generator's ``visit_BoolOp`` does, instead of taking a whole tensor's truth value (a block is always true
+  to the interpreter, so ``causal and in_bounds`` was ``in_bounds``). Operands known before the run (constexprs,
+  Python values) keep Python's short circuit exactly where the code generator keeps it: the operands are
+  evaluated left to right, one known to be false ends an ``and`` (true ends an ``or``) and is its value, the
+  following ones are not evaluated, and one known to be true (false for ``or``) drops out. The tensors left are
+  combined from the right, as the code generator does;
+* ``not t`` on a tensor is the elementwise logical not (``t.__not__()``, as the code generator calls it), and
+  Python's ``not`` on anything else;
+* a name bound outside the kernel (a module global or a closure variable) to a member of ``triton.language``
+  (``exp = tl.exp``, ``from triton.language import exp as e``) reads that member when it runs, as ``tl.exp`` would:
+  the interpreter replaces the members of ``triton.language`` for the run, and the code generator resolves such a
+  name to the same builtin. Without this the name keeps the builtin itself, which refuses to run outside a compile
+  (``_semantic`` argument must be provided).
+
+The same rewrite applies to the ``@triton.jit`` helpers a kernel calls, in whichever module they live. The
+rewritten function runs in a namespace made of Triton's interpreter module, the kernel's module globals and its
+closure variables; the kernel's module is not written to.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jt_core import _compat, frontend
+from jt_core.errors import UnsupportedKernelError
+
+__all__ = ["BooleanChain", "logical_not", "rewrite"]
+
+#: The names the rewritten source uses for its helpers and for the language modules it reads aliases from.
+_CHAIN = "_jt_boolean_chain"
+_NOT = "_jt_logical_not"
+_MODULES = {
+    "_jt_language": "triton.language",
+    "_jt_language_math": "triton.language.math",
+    "_jt_language_core": "triton.language.core",
+}
+
+
+class BooleanChain:
+    """One operand of a rewritten ``a and b and c`` (or ``or``), carrying what the operands before it left.
+
+    The rewritten expression is ``(_jt_boolean_chain(True) < _jt_boolean_chain(a) < _jt_boolean_chain(b)).result()``:
+    Python evaluates a chained comparison left to right and evaluates the next operand only while the comparisons so
+    far are true, so ``<`` passes the state on and stops the chain where the code generator stops evaluating (the
+    trick Triton's interpreter uses for chained comparisons). Unlike a lambda per operand, this keeps the operands in
+    the kernel's own scope (an assignment expression in one still binds there).
+
+    Args:
+        value: The operand (none for the chain's start).
+        conjunction: ``True`` for ``and``, ``False`` for ``or`` (read from the chain's start).
+    """
+
+    __slots__ = ("conjunction", "decided", "tensors", "value")
+
+    def __init__(self, value: Any = None, conjunction: bool = True) -> None:
+        self.value = value
+        self.conjunction = conjunction
+        self.tensors: list[Any] = []
+        self.decided = False
+
+    def __lt__(self, operand: BooleanChain) -> BooleanChain:
+        operand.conjunction = self.conjunction
+        operand.tensors = self.tensors
+        if _compat.lowered_boolean_operand(operand.value):
+            operand.tensors.append(operand.value)
+        elif bool(operand.value) is not self.conjunction:
+            operand.decided = True  # false ends an `and`, true an `or`: the expression's value
+        return operand
+
+    def __bool__(self) -> bool:
+        return not self.decided
+
+    def result(self) -> Any:
+        """The expression's value: the operand that decided it, else the tensors combined from the right, else (no
+        tensor, nothing decided) the last operand."""
+        if self.decided or not self.tensors:
+            return self.value
+        method = "logical_and" if self.conjunction else "logical_or"
+        tensors = list(self.tensors)
+        while len(tensors) >= 2:
+            rhs = tensors.pop()
+            lhs = tensors.pop()
+            tensors.append(_apply(method, lhs, rhs))
+        return tensors[0]
+
+
+def _apply(method: str, lhs: Any, rhs: Any) -> Any:
+    for owner, other in ((lhs, rhs), (rhs, lhs)):
+        bound = getattr(owner, method, None)
+        if bound is not None:
+            return bound(other)
+    symbol = "and" if method == "logical_and" else "or"
+    raise TypeError(f"unsupported operand type(s) for {symbol}: {type(lhs).__name__!r} and {type(rhs).__name__!r}")
+
+
+def logical_not(value: Any) -> Any:
+    """``not value`` as Triton's code generator computes it: the value's ``__not__`` (elementwise on a tensor),
+    else Python's ``not`` for a value known before the run."""
+    method = getattr(value, "__not__", None)
+    if method is not None:
+        return method()
+    if _compat.lowered_boolean_operand(value):
+        raise TypeError(f"unary operator 'not' is not implemented on type {type(value).__name__!r}")
+    return not value
+
+
+class _CompiledMeaning(ast.NodeTransformer):
+    """Rewrites ``and``/``or``/``not`` into calls of this module's helpers and reads language aliases at run time."""
+
+    def __init__(self, aliases: Mapping[str, tuple[str, str]]) -> None:
+        self._aliases = aliases
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)  # rewrites the operands in place
+        start = _call(_CHAIN, ast.Constant(value=None), ast.Constant(value=isinstance(node.op, ast.And)))
+        chain = ast.Compare(
+            left=start,
+            ops=[ast.Lt() for _ in node.values],
+            comparators=[_call(_CHAIN, value) for value in node.values],
+        )
+        result = ast.Call(func=ast.Attribute(value=chain, attr="result", ctx=ast.Load()), args=[], keywords=[])
+        return _located(result, node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)  # rewrites the operands in place
+        if not isinstance(node.op, ast.Not):
+            return node
+        return _located(_call(_NOT, node.operand), node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        found = self._aliases.get(node.id)
+        if found is None or not isinstance(node.ctx, ast.Load):
+            return node
+        module, attr = found
+        return _located(ast.Attribute(value=ast.Name(id=module, ctx=ast.Load()), attr=attr, ctx=ast.Load()), node)
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
+
+
+def _located(new: ast.AST, old: ast.AST) -> ast.AST:
+    # The new nodes inside take this one's place in the source when the tree's locations are completed.
+    return ast.copy_location(new, old)
+
+
+@functools.cache
+def _language_members() -> dict[int, tuple[str, str]]:
+    """Where each callable member of ``triton.language`` (then ``.math``, then ``.core``) lives, by identity.
+
+    Read once, while no interpreter run has the members replaced (:func:`frontend.compiling` excludes runs).
+    """
+    index: dict[int, tuple[str, str]] = {}
+    with frontend.compiling():
+        for variable, module_name in _MODULES.items():
+            module = importlib.import_module(module_name)
+            for attr, value in vars(module).items():
+                if attr.startswith("__") or isinstance(value, types.ModuleType) or not callable(value):
+                    continue
+                index.setdefault(id(value), (variable, attr))
+    return index
+
+
+def _outer_names(py_fn: Callable[..., Any]) -> dict[str, Any]:
+    """The names a function reads from outside it: its module's globals, overridden by its closure variables."""
+    names = dict(py_fn.__globals__)
+    closure = py_fn.__closure__ or ()
+    names.update({name: cell.cell_contents for name, cell in zip(py_fn.__code__.co_freevars, closure) if _full(cell)})
+    return names
+
+
+def _full(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # a closure variable not bound yet
+        return False
+    return True
+
+
+def _aliases(py_fn: Callable[..., Any], outer: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The names read from outside the function that stand for a member of ``triton.language``, with where that
+    member lives (``exp`` -> ``("_jt_language", "exp")``)."""
+    code = py_fn.__code__
+    local = set(code.co_varnames) | set(code.co_cellvars)
+    members = _language_members()
+    found = {}
+    for name, value in outer.items():
+        if name in local or name.startswith("__"):
+            continue
+        where = members.get(id(value))
+        if where is not None:
+            found[name] = where
+    return found
+
+
+def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function Triton's interpreter runs for the kernel or helper ``py_fn`` (see the module's description).
+
+    Raises:
+        UnsupportedKernelError: The function has no readable source.
+    """
+    from triton.runtime import interpreter as interp
+
+    outer = _outer_names(py_fn)
+    aliases = _aliases(py_fn, outer)
+    ours = _CompiledMeaning(aliases)
+
+    class _Passes:
+        """Triton's own rewrite of the tree, then this module's."""
+
+        stock = interp.FunctionRewriter.ast_transformer
+
+        def visit(self, tree: ast.AST) -> ast.AST:
+            return ours.visit(self.stock.visit(tree))
+
+    class _Rewriter(interp.FunctionRewriter):  # type: ignore[misc,name-defined]
+        ast_transformer = _Passes()
+
+        def _compile_and_exec(self, transformed_ast: Any) -> Any:
+            code = compile(transformed_ast, filename=self.filename, mode="exec")
+            namespace = dict(vars(interp))
+            namespace.update(outer)
+            namespace.update({_CHAIN: BooleanChain, _NOT: logical_not})
+            for variable in {module for module, _ in aliases.values()}:
+                namespace[variable] = importlib.import_module(_MODULES[variable])
+            local: dict[str, Any] = {}
+            exec(code, namespace, local)
+            return local[self.fn.__name__]
+
+    rewritten = _Rewriter(py_fn).rewrite_ast()
+    if rewritten is py_fn:
+        raise UnsupportedKernelError(
+            f"kernel {py_fn.__name__!r} has no readable source, so Triton's interpreter cannot run it on the CPU"
+        )
+    return rewritten
