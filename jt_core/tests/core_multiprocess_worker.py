@@ -254,7 +254,7 @@ def no_compiler() -> dict[str, Any]:
 
 
 def no_compiler_again() -> dict[str, Any]:
-    """Calls lowered again after their first lowering was refused, where one host cannot build the CPU FFI handler:
+    """Calls lowered again after their first lowering was refused, where one host cannot build the CPU handler library:
     refused again, every time, on both processes."""
     m = mesh()
     spec = NamedSharding(m, P("x"))

@@ -153,7 +153,7 @@ def test_every_lowering_is_compared_and_a_refused_job_ends_on_every_process_in_t
         for attempt in attempts:
             outcome = attempt["outcome"]
             assert "ProcessAgreementError" in outcome, attempt
-            assert "launcher 'ffi'" in outcome and "launcher 'interpreter'" in outcome, attempt
+            assert "launcher 'compiled'" in outcome and "launcher 'interpreter'" in outcome, attempt
 
 
 def test_lowering_device_is_one_this_process_drives() -> None:
