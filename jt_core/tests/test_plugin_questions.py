@@ -7,6 +7,7 @@ import logging
 import re
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -622,3 +623,19 @@ def test_a_component_without_retired_attributes_is_registered(jt_fake_entry_poin
     assert registry.records["questions"].launchers == ["quiet:quiet"]
     assert registry.records["questions"].dialects == ["quiet"]
     assert registry.records["questions"].deprecations == []
+
+
+def test_the_writing_a_backend_page_lists_every_retired_name_and_the_version_that_refuses_it() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "pages" / "writing-a-backend.md"
+    if not page.is_file():
+        pytest.skip("the docs are not in this checkout")
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| `")]
+    names = [(role, attribute, entry) for role, attribute, entry in _RETIRED] + [
+        (role, f"{method}({parameter}", entry)
+        for role, methods in RETIRED_PARAMETERS.items()
+        for method, parameters in methods.items()
+        for parameter, entry in parameters.items()
+    ]
+    for role, name, entry in names:
+        (row,) = [row for row in rows if row.startswith(f"| `{role.__name__}.{name}")]
+        assert row.endswith(f"| {entry.removed_in} |"), row
