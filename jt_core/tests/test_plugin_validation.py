@@ -255,6 +255,13 @@ class PositionalLauncher(GoodLauncher):
         return False
 
 
+class KeywordBackend(PlatformlessBackend):
+    platform = "cpu"
+
+    def target(self, *, backend_arguments: Any, devices: Any) -> Target:  # type: ignore[override]
+        return Target("cpu", "c1", 1)
+
+
 class UnofferedDialect(TritonDialect):
     name = "unoffered"
 
@@ -297,8 +304,17 @@ class UnofferedDialect(TritonDialect):
                 "specialization, target. Rename the parameter to one of those, give it a default, or drop it",
             ],
         ),
+        (
+            KeywordBackend(),
+            "Backend",
+            [
+                "has target(*, backend_arguments: 'Any', devices: 'Any') -> 'Target', whose parameter 'devices' jt "
+                "does not offer (did you mean 'device'?): jt offers Backend.target the arguments backend_arguments, "
+                "device, name. Rename the parameter to one of those, give it a default, or drop it"
+            ],
+        ),
     ],
-    ids=["misnamed", "positional-only", "not-offered"],
+    ids=["misnamed", "positional-only", "not-offered", "keyword-only"],
 )
 def test_an_override_that_takes_a_parameter_jt_does_not_offer_fails_its_plugin_alone(
     jt_fake_entry_points: MakeRegistry, component: Any, what: str, problems: list[str]

@@ -1,7 +1,9 @@
 """The registries: backends per platform, launchers per platform, dialects, and the choice among them.
 
 A :class:`Registry` asks the plugins a :class:`~jt_core.plugins.PluginLoader` loaded for their backends, launchers
-and dialects (the registration hooks, one plugin at a time), checks what they return, and answers the questions
+and dialects (the registration hooks, one plugin at a time), checks what they return against their role's contract
+(:func:`~jt_core.contracts.contract_problems`: a plugin whose component breaks it is refused as a whole; one that
+still uses names of an earlier contract is warned, until the version that refuses them), and answers the questions
 lowering asks: which backend serves a platform, which launcher lowers a call there, which dialect a kernel is
 written in. Selection is explicit and deterministic: the ``launcher=`` argument, else ``JT_LAUNCHER_<PLATFORM>``,
 else the available launcher of highest priority (ties broken by name); plugin dialects before the builtin Triton
