@@ -623,8 +623,8 @@ class Retired:
     Attributes:
         replacement: What replaced it, as messages name it.
         removed_in: The jt-core version that refuses it.
-        question: The contract method it belongs to: the one whose answer the attribute gave, or the one that took
-            the parameter.
+        question: The contract method it belongs to: the one whose answer the attribute gave (of the role that
+            asks it now), or the one that took the parameter.
         offered: What jt still offers :attr:`question` for it, beside the contract's own arguments, until
             :attr:`removed_in`: the retired parameter itself, or what :attr:`answer` reads. A method is passed
             such an argument only when it names it.
@@ -662,12 +662,10 @@ def _validated_options(component: Any, arguments: Mapping[str, Any]) -> Any:
 
 def _with_without_it(component: Any, spec: Any) -> Any:
     """The launcher's library spec, its ``without_it`` taken from ``without_native`` where it says nothing."""
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type) and not getattr(spec, "without_it", "x"):
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type) and getattr(spec, "without_it", None) == "":
         return dataclasses.replace(spec, without_it=component.without_native)  # type: ignore[type-var]
     return spec
 
-
-_DIALECTS_DECIDE = "which dialects a backend runs is the backend's answer now, and jt-core's dialects no longer say"
 
 #: The class attributes of earlier contracts, each with what replaced it. A component that still sets one keeps
 #: working, with a warning, until the version that refuses it (:class:`Retired`); jt answers the question from it
@@ -678,7 +676,8 @@ RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, Retired]] = {
             "Backend.unsupported_dialect_reason(dialect)",
             _REMOVED_IN,
             "unsupported_dialect_reason",
-            unhonoured=_DIALECTS_DECIDE + " whether Triton's interpreter runs them",
+            unhonoured="the dialects no longer say whether Triton's interpreter runs their kernels; the backend "
+            "answers for each dialect",
         ),
         "cacheable": Retired(
             "Backend.may_keep_on_disk(request)", _REMOVED_IN, "may_keep_on_disk", answer=_answer_from("cacheable")
@@ -725,8 +724,9 @@ RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, Retired]] = {
         "interpretable": Retired(
             "Backend.unsupported_dialect_reason(dialect), asked of the backend that cannot run it",
             _REMOVED_IN,
-            "",
-            unhonoured=_DIALECTS_DECIDE + " (jt-core's CPU backend runs plain Triton kernels only)",
+            "unsupported_dialect_reason",
+            unhonoured="the backend that runs a kernel decides which dialects it runs (jt-core's CPU backend runs "
+            "plain Triton kernels only)",
         ),
         "tensor_descriptor_layout": Retired(
             "Dialect.requires_descriptor_layout(kernel)",

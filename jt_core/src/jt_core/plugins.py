@@ -18,10 +18,11 @@ Switches (read when the loader is created; see :mod:`jt_core.settings`):
 
 * ``JT_LOAD_PLUGINS`` -- unset: load every plugin; empty: load none (builtins only); ``a,b``: only these.
 * ``JT_DISABLE_PLUGINS`` -- ``a,b``: never load these (builtins are always loaded).
-
-A name in either list that no installed plugin has is warned about once, at the first load.
 * ``JT_TRACE_PLUGINS`` -- non-empty: log loading and trace every hook call (registration hooks included) to stderr.
 * ``JT_STRICT_PLUGINS`` -- non-empty: a plugin problem raises instead of being recorded (the test suite sets it).
+
+A name in ``JT_LOAD_PLUGINS`` or ``JT_DISABLE_PLUGINS`` that no installed plugin has is warned about once, at the
+first load.
 """
 
 from __future__ import annotations
