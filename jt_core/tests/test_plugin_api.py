@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from jt_core import plugin
+from jt_core._version import __version__
 from jt_core.plugins import FAILED, LOADED
 from jt_core.testing import fake_entry_point, make_registry
 
@@ -41,6 +42,20 @@ def test_the_loader_refuses_a_plugin_without_the_api_version_it_speaks(declared:
         record = {r.name: r for r in registry.list_plugins()}["versioned"]
     assert record.status == FAILED
     assert record.error is not None and "versioned" in record.error and "JT_DISABLE_PLUGINS=versioned" in record.error
+
+
+def test_the_api_version_message_names_the_plugin_once() -> None:
+    target = SimpleNamespace(__name__="their_plugin", JT_PLUGIN_API=0)
+    registry = make_registry(
+        [fake_entry_point("versioned", target, distribution="d", version="0.1", api_version=None)], {}
+    )
+    with pytest.warns(RuntimeWarning) as caught:
+        record = {r.name: r for r in registry.list_plugins()}["versioned"]
+    assert [str(w.message) for w in caught] == [
+        f"jt plugin 'versioned' from d 0.1 is written for plugin API version 0, which jt-core {__version__} no "
+        "longer speaks (it speaks 1); upgrade the plugin; until then set JT_DISABLE_PLUGINS=versioned to silence this."
+    ]
+    assert record.error == str(caught[0].message).removeprefix("jt plugin 'versioned' from d 0.1 ")
 
 
 def test_a_plugin_declaring_the_current_version_loads() -> None:

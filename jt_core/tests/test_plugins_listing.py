@@ -120,3 +120,38 @@ def test_the_table_says_why_a_plugin_failed_or_is_blocked(tmp_path: pathlib.Path
     ), rows["bare"]
     assert rows["nodevice"].split()[3] == "blocked"
     assert rows["nodevice"].endswith("  nothing: listed in JT_DISABLE_PLUGINS"), rows["nodevice"]
+
+
+OLD_STYLE = """
+import jt_core as jt
+from jt_core.interpreter.backend import CpuLauncher
+
+JT_PLUGIN_API = 1
+
+class OneConfigLauncher(CpuLauncher):
+    name = "oneconfig"
+    priority = -1
+    single_config = True
+
+@jt.hookimpl
+def jt_register_launchers():
+    return [OneConfigLauncher()]
+"""
+
+
+def test_the_table_lists_what_a_plugin_still_uses_of_an_earlier_contract(tmp_path: pathlib.Path) -> None:
+    from jt_core._version import __version__
+
+    _install(tmp_path, "jt-oldstyle", "oldstyle = jt_oldstyle_plugin", {"jt_oldstyle_plugin": OLD_STYLE})
+    listed = _plugins(tmp_path)
+    rows = {row.split()[0]: row for row in listed.split("\n\n", 1)[0].splitlines()}
+    assert rows["oldstyle"].split()[1:4] == ["jt-oldstyle", "1.0", "loaded"]
+    assert rows["oldstyle"].endswith("  launchers: cpu:oneconfig; uses names of an earlier jt contract (below)")
+    note = (
+        "registered the Launcher jt_oldstyle_plugin.OneConfigLauncher, which uses a name of an earlier jt contract: "
+        f"single_config, replaced by Launcher.needs_tuning_ahead(call) (jt-core {__version__} still honours it; 0.2.0 "
+        f"refuses it). Move to the replacement while jt-core {__version__} still takes it."
+    )
+    assert f"\n\noldstyle (jt-oldstyle 1.0) {note}\n" in listed
+    oldstyle = next(entry for entry in json.loads(_plugins(tmp_path, "--json")) if entry["name"] == "oldstyle")
+    assert oldstyle["deprecations"] == [note]

@@ -96,7 +96,16 @@ def test_cli_json_lists_every_plugin(tmp_path: pathlib.Path) -> None:
     for name, distribution, version in installed | {("listed", "jt-listed-example", "0.3")}:
         assert (by_name[name]["distribution"], by_name[name]["version"]) == (distribution, version)
         assert by_name[name]["status"] == "loaded" and by_name[name]["error"] is None, by_name[name]
-    assert set(by_name["cpu"]) == {"name", "distribution", "version", "status", "provides", "error", "faults"}
+    assert set(by_name["cpu"]) == {
+        "name",
+        "distribution",
+        "version",
+        "status",
+        "provides",
+        "error",
+        "faults",
+        "deprecations",
+    }
 
 
 def test_cli_text_shows_a_table_and_errors(tmp_path: pathlib.Path) -> None:

@@ -120,3 +120,34 @@ def test_plugin_can_replace_the_compile(jt_register_plugin: Any) -> None:
                 a, a, kernel=sample_add_kernel, out_shape=a, grid=2, n=64, BLOCK=32, name="refused"
             )
         ).lower(x)
+
+
+MISNAMED = """
+import pytest
+from jt_core.interpreter.backend import CpuLauncher
+from jt_core.testing import LauncherConformance
+
+class MisnamedLauncher(CpuLauncher):
+    name = "misnamed"
+
+    def fallback_reason(self, call, kernel, device):
+        return None
+
+class TestMisnamedLauncher(LauncherConformance):
+    @pytest.fixture
+    def launcher(self):
+        return MisnamedLauncher()
+"""
+
+
+def test_the_conformance_suite_fails_a_component_jt_would_refuse_at_registration(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MISNAMED)
+    result = pytester.runpytest("-p", "jt_core.testing", "-k", "registration_checks")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*jt refuses the plugin that registers it: it has fallback_reason(call, kernel, device), whose parameter "
+            "'kernel' jt does not offer (did you mean 'kernels'?): jt offers Launcher.fallback_reason the arguments "
+            "call, kernels, device. Rename the parameter to one of those, give it a default, or drop it*"
+        ]
+    )

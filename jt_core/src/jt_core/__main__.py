@@ -73,6 +73,8 @@ def _provides(record: Any) -> str:
         newest = record.faults[-1]
         count = f"{len(record.faults)} fault{'s' if len(record.faults) > 1 else ''}"
         provides.append(f"{count} (below), the newest: {newest.where} raised {newest.error}")
+    if record.deprecations:
+        provides.append("uses names of an earlier jt contract (below)")
     return "; ".join(provides) or "-"
 
 
@@ -83,8 +85,10 @@ def _plugins(args: argparse.Namespace) -> int:
         print(f"forgot the faults of {plugins.forget_faults()} plugins")
         return 0
     with warnings.catch_warnings():
-        # The table says why a plugin failed: the loader's warning would say it again, pointing at runpy.
+        # The table says why a plugin failed or what it still uses of an earlier contract: the loader's warning
+        # would say it again, pointing at runpy.
         warnings.filterwarnings("ignore", message="jt plugin ", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message="jt plugin ", category=DeprecationWarning)
         records = plugins.with_recorded_faults(list_plugins())
     native = _native_status()
     lowers_only = _lowers_only(records)
@@ -131,6 +135,8 @@ def _plugins(args: argparse.Namespace) -> int:
                 state = f"not built yet; {status['compiler']} will build it"
             print(f"  {label:16} {status['library']:24} {state}")
     for r in records:
+        for note in r.deprecations:
+            print(f"\n{r.name} ({r.distribution} {r.version}) {note}")
         if r.faults:
             _print_faults(r)
     return 0

@@ -8,13 +8,18 @@ the middle of a lowering. Targets, options and requests are frozen dataclasses.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
+import re
+import typing
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from jt_core import _version as jt_version
 from jt_core.call import CompileOptions, KernelCall, LaunchConfig, Specialization
+from jt_core.errors import short_repr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +83,8 @@ class CompileRequest:
             KernelCallValueError, KernelCallTypeError: For options the backend refuses.
         """
         if options is None:
-            options = invoke(backend, "parse_options", **cls.option_arguments(call, config, target))
+            # With the call, for a backend still written with validate_options (RETIRED_ATTRIBUTES).
+            options = invoke(backend, "parse_options", **cls.option_arguments(call, config, target), call=call)
         return cls(
             call=call,
             config=config,
@@ -414,84 +420,505 @@ class Dialect(ABC):
         return False
 
 
-#: The class attributes of earlier contracts, each with the question that replaced it. jt no longer reads them, so
-#: a component that still sets one would lose what it declares without a word: the registry refuses it, naming
-#: the attribute and its replacement (:func:`retired_attributes`).
-RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, str]] = {
+# -- the contract as jt checks it -------------------------------------------------------------------------------
+
+#: The roles a plugin's component fills. What each role requires is read from its class, the one place it is
+#: declared: the class attributes it annotates (those it gives no value must be set, and every one must have its
+#: type), and the methods it defines, which jt calls by name offering the parameters of the role's own signature.
+ROLES: tuple[type, ...] = (Backend, Launcher, Dialect)
+
+
+def role_of(component: Any) -> type | None:
+    """The role ``component`` fills (one of :data:`ROLES`), or ``None``."""
+    return next((role for role in ROLES if isinstance(component, role)), None)
+
+
+@functools.cache
+def contract_methods(role: type) -> Mapping[str, tuple[str, ...]]:
+    """The methods jt calls on a component of ``role``, each with the parameters jt offers it, in order: the role's
+    own methods and their signatures (``self`` left out). Static methods are helpers, not part of the contract."""
+    return {
+        name: tuple(inspect.signature(function).parameters)[1:]
+        for name, function in vars(role).items()
+        if inspect.isfunction(function) and not name.startswith("_")
+    }
+
+
+@functools.cache
+def contract_attributes(role: type) -> Mapping[str, tuple[Any, bool]]:
+    """The class attributes of ``role``, each with its type and whether a component must set it (the role gives it
+    no value)."""
+    hints = typing.get_type_hints(role)
+    return {
+        name: (typing.get_args(hint)[0] if typing.get_origin(hint) is ClassVar else hint, name not in vars(role))
+        for name, hint in hints.items()
+    }
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` is of the attribute type ``kind`` (``str``: a non-empty one; ``int``: not a bool;
+    ``tuple[X, ...]``: of ``X`` items)."""
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
+        return isinstance(value, tuple) and all(_fits(v, item) for v in value)
+    if kind is str:
+        return isinstance(value, str) and value != ""
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _kind_text(kind: Any) -> str:
+    """An attribute type in words (``"a non-empty string"``, ``"an int"``, ``"a tuple of non-empty strings"``)."""
+    if typing.get_origin(kind) is tuple:
+        item = _kind_text(typing.get_args(kind)[0]).split(" ", 1)[1]
+        return f"a tuple of {item}s"
+    if kind is str:
+        return "a non-empty string"
+    name = getattr(kind, "__name__", str(kind))
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def contract_problems(component: Any, registered_for: str | None = None) -> list[str]:
+    """What keeps ``component`` from filling its role, checked when its plugin registers it: each problem as a
+    clause that names the attribute or method, what is wrong and the fix; empty when it keeps the contract.
+
+    Checked are the role's class attributes (:func:`contract_attributes`: present, of their type), the platform it
+    serves against the one it was registered for, and every contract method it overrides
+    (:func:`contract_methods`): each parameter it takes must be one jt offers the method, or have a default, or be
+    ``*args`` / ``**kwargs`` (it may take fewer than jt offers). Retired names (:func:`retired_uses`) are left to
+    the caller.
+
+    Args:
+        component: A backend, launcher or dialect.
+        registered_for: The platform the registration hook was asked for, or ``None`` when it was asked for every
+            platform (or did not take the platform).
+    """
+    role = role_of(component)
+    if role is None:
+        return [f"is not a {' or '.join(r.__name__ for r in ROLES)}: subclass the role it fills (jt_core.plugin)"]
+    problems = []
+    for attribute, (kind, _) in contract_attributes(role).items():
+        value = getattr(component, attribute, _UNSET)
+        if value is _UNSET:
+            problems.append(
+                f"does not set {attribute}, {_kind_text(kind)} every {role.__name__} has: set it in the class body"
+            )
+        elif not _fits(value, kind):
+            problems.append(
+                f"sets {attribute} = {short_repr(value)}, which is not {_kind_text(kind)}: make it {_kind_text(kind)}"
+            )
+        elif attribute == "platform" and registered_for is not None and value != registered_for:
+            problems.append(
+                f"serves platform {value!r} but was returned when jt asked for platform {registered_for!r}: return "
+                f"it only when asked for {value!r} (or for every platform, None), or set platform = "
+                f"{registered_for!r}"
+            )
+    retired = RETIRED_PARAMETERS.get(role, {})
+    for method, offered in contract_methods(role).items():
+        problems += _signature_problems(component, role, method, offered, retired.get(method, {}))
+    return problems
+
+
+def _signature_problems(
+    component: Any, role: type, method: str, offered: tuple[str, ...], retired: Mapping[str, Retired]
+) -> list[str]:
+    """What is wrong with ``component``'s override of a contract method: parameters jt cannot fill by name."""
+    if _keeps_default(component, role, method):
+        return []
+    own = getattr(component, method)
+    if not callable(own):
+        listed = ", ".join(offered)
+        return [
+            f"sets {method} = {short_repr(own)}, which is not a method: jt calls {role.__name__}.{method}({listed}); "
+            "define it as a method"
+        ]
+    try:
+        required = _required_parameters(own)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check against
+        return []
+    problems = []
+    listed = ", ".join(offered) if offered else "no arguments"
+    for name, positional_only in required:
+        if name in retired or (name in offered and not positional_only):
+            continue
+        if positional_only:
+            problems.append(
+                f"has {method}{inspect.signature(own)}, whose parameter {name!r} is positional-only, but jt passes "
+                f"{role.__name__}.{method}'s arguments by name ({listed}): drop the '/'"
+            )
+            continue
+        close = [o for o in offered if o.startswith(name)] or difflib.get_close_matches(
+            name, offered, n=1, cutoff=PARAMETER_NAME_CUTOFF
+        )
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(
+            f"has {method}{inspect.signature(own)}, whose parameter {name!r} jt does not offer{hint}: jt offers "
+            f"{role.__name__}.{method} {'the arguments ' if offered else ''}{listed}. Rename the parameter to "
+            f"{'one of those' if offered else 'nothing'}, give it a default, or drop it"
+        )
+    return problems
+
+
+def _required_parameters(function: Any) -> list[tuple[str, bool]]:
+    """The parameters of ``function`` jt would have to fill (no default, neither ``*args`` nor ``**kwargs``), each
+    with whether it is positional-only.
+
+    Read from the code of a plain function or method: every override is checked when its plugin registers, and
+    ``inspect.signature`` took 1.5-2 ms over the 19 overrides of a CPU call's components on a 2-core host (this,
+    0.13-0.25 ms).
+
+    Raises:
+        TypeError, ValueError: Where no signature can be had (a builtin).
+    """
+    plain = getattr(function, "__func__", function)
+    if not inspect.isfunction(plain) or hasattr(plain, "__wrapped__"):
+        parameters = inspect.signature(function).parameters.values()
+        return [
+            (p.name, p.kind is inspect.Parameter.POSITIONAL_ONLY)
+            for p in parameters
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        ]
+    code = plain.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    keyword_only = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    without_default = len(positional) - len(plain.__defaults__ or ())
+    first = 1 if inspect.ismethod(function) else 0  # self, or cls
+    found = [(name, i < code.co_posonlyargcount) for i, name in enumerate(positional[:without_default]) if i >= first]
+    return found + [(name, False) for name in keyword_only if name not in (plain.__kwdefaults__ or {})]
+
+
+#: How alike (``difflib`` ratio) a parameter jt does not offer and an offered one must be for the offered one to be
+#: suggested (``kernel`` for ``kernels`` scores 0.92, ``target`` for ``device`` 0.17); an offered name that starts
+#: with the parameter's (``specialization`` for ``spec``) is suggested too.
+PARAMETER_NAME_CUTOFF = 0.6
+
+_UNSET = object()
+
+
+def keeps_default(component: Any, method: str) -> bool:
+    """Whether ``component`` keeps its role's own implementation of the contract method ``method`` (it does not
+    answer the question itself)."""
+    role = role_of(component)
+    return role is not None and _keeps_default(component, role, method)
+
+
+def _keeps_default(component: Any, role: type, method: str) -> bool:
+    own = getattr(component, method, None)
+    return getattr(own, "__func__", None) is vars(role).get(method)
+
+
+# -- names of earlier contracts -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Retired:
+    """A name of an earlier contract: a class attribute, or a parameter of a contract method.
+
+    A component that still uses it keeps working for one minor version of jt-core: its plugin is warned when it
+    registers it (a ``DeprecationWarning`` naming the replacement and :attr:`removed_in`), and jt honours the name
+    where it can. From :attr:`removed_in` on, the plugin is refused, naming the replacement.
+
+    Attributes:
+        replacement: What replaced it, as messages name it.
+        removed_in: The jt-core version that refuses it.
+        question: The contract method it belongs to: the one whose answer the attribute gave (of the role that
+            asks it now), or the one that took the parameter.
+        offered: What jt still offers :attr:`question` for it, beside the contract's own arguments, until
+            :attr:`removed_in`: the retired parameter itself, or what :attr:`answer` reads. A method is passed
+            such an argument only when it names it.
+        answer: How jt answers :attr:`question` from the attribute, ``answer(component, arguments)``, for a
+            component that keeps the role's default for the question (one that answers it itself is asked).
+        amend: How jt completes the answer :attr:`question` gave from the attribute,
+            ``amend(component, answer)``.
+        unhonoured: Why jt-core cannot honour the attribute (for one it neither answers from nor amends with).
+    """
+
+    replacement: str
+    removed_in: str
+    question: str
+    offered: tuple[str, ...] = ()
+    answer: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    amend: Callable[[Any, Any], Any] | None = None
+    unhonoured: str = ""
+
+
+#: The version of the retirements below: jt-core 0.1 retired these names, and 0.2 refuses them.
+_REMOVED_IN = "0.2.0"
+
+
+def _answer_from(attribute: str) -> Callable[[Any, Mapping[str, Any]], Any]:
+    """An answer that is the attribute's value."""
+    return lambda component, arguments: getattr(component, attribute)
+
+
+def _validated_options(component: Any, arguments: Mapping[str, Any]) -> Any:
+    """``parse_options`` for a backend still written with ``validate_options(options, call, target)``: the
+    options, as given, once that method accepted them."""
+    _call_with_names(component.validate_options, arguments)
+    return arguments["options"]
+
+
+def _with_without_it(component: Any, spec: Any) -> Any:
+    """The launcher's library spec, its ``without_it`` taken from ``without_native`` where it says nothing."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type) and getattr(spec, "without_it", None) == "":
+        return dataclasses.replace(spec, without_it=component.without_native)  # type: ignore[type-var]
+    return spec
+
+
+#: The class attributes of earlier contracts, each with what replaced it. A component that still sets one keeps
+#: working, with a warning, until the version that refuses it (:class:`Retired`); jt answers the question from it
+#: meanwhile where it can.
+RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, Retired]] = {
     Backend: {
-        "interprets": "Backend.unsupported_dialect_reason(dialect)",
-        "cacheable": "Backend.may_keep_on_disk(request)",
-        "binary_suffix": "Backend.binary_file_suffix(kernel)",
-        "validate_options": "Backend.parse_options(options, backend_arguments, target, name, label), which returns "
-        "the backend's own options",
+        "interprets": Retired(
+            "Backend.unsupported_dialect_reason(dialect)",
+            _REMOVED_IN,
+            "unsupported_dialect_reason",
+            unhonoured="the dialects no longer say whether Triton's interpreter runs their kernels; the backend "
+            "answers for each dialect",
+        ),
+        "cacheable": Retired(
+            "Backend.may_keep_on_disk(request)", _REMOVED_IN, "may_keep_on_disk", answer=_answer_from("cacheable")
+        ),
+        "binary_suffix": Retired(
+            "Backend.binary_file_suffix(kernel)",
+            _REMOVED_IN,
+            "binary_file_suffix",
+            answer=_answer_from("binary_suffix"),
+        ),
+        "validate_options": Retired(
+            "Backend.parse_options(options, backend_arguments, target, name, label), which returns the backend's "
+            "own options",
+            _REMOVED_IN,
+            "parse_options",
+            offered=("call",),
+            answer=_validated_options,
+        ),
     },
     Launcher: {
-        "supports_tensor_descriptors": "Launcher.passes_tensor_descriptors(call, parameters)",
-        "uses_host_callback": "Launcher.runs_through_host_callback(call)",
-        "single_config": "Launcher.needs_tuning_ahead(call)",
-        "without_native": "the without_it= of the LibrarySpec that Launcher.native_library() returns",
+        "supports_tensor_descriptors": Retired(
+            "Launcher.passes_tensor_descriptors(call, parameters)",
+            _REMOVED_IN,
+            "passes_tensor_descriptors",
+            answer=_answer_from("supports_tensor_descriptors"),
+        ),
+        "uses_host_callback": Retired(
+            "Launcher.runs_through_host_callback(call)",
+            _REMOVED_IN,
+            "runs_through_host_callback",
+            answer=_answer_from("uses_host_callback"),
+        ),
+        "single_config": Retired(
+            "Launcher.needs_tuning_ahead(call)", _REMOVED_IN, "needs_tuning_ahead", answer=_answer_from("single_config")
+        ),
+        "without_native": Retired(
+            "the without_it= of the LibrarySpec that Launcher.native_library() returns",
+            _REMOVED_IN,
+            "native_library",
+            amend=_with_without_it,
+        ),
     },
     Dialect: {
-        "interpretable": "Backend.unsupported_dialect_reason(dialect), asked of the backend that cannot run it",
-        "tensor_descriptor_layout": "Dialect.requires_descriptor_layout(kernel)",
+        "interpretable": Retired(
+            "Backend.unsupported_dialect_reason(dialect), asked of the backend that cannot run it",
+            _REMOVED_IN,
+            "unsupported_dialect_reason",
+            unhonoured="the backend that runs a kernel decides which dialects it runs (jt-core's CPU backend runs "
+            "plain Triton kernels only)",
+        ),
+        "tensor_descriptor_layout": Retired(
+            "Dialect.requires_descriptor_layout(kernel)",
+            _REMOVED_IN,
+            "requires_descriptor_layout",
+            answer=_answer_from("tensor_descriptor_layout"),
+        ),
     },
 }
 
 
 #: Parameters that contract methods of earlier contracts took and jt no longer offers, each with what replaced it.
-RETIRED_PARAMETERS: Mapping[type, Mapping[str, Mapping[str, str]]] = {
-    Backend: {"target": {"call": "Backend.target(backend_arguments, device, name), offered instead of the call"}},
+#: jt still passes one, to a method that names it, until the version that refuses it (:class:`Retired`).
+RETIRED_PARAMETERS: Mapping[type, Mapping[str, Mapping[str, Retired]]] = {
+    Backend: {
+        "target": {
+            "call": Retired(
+                "Backend.target(backend_arguments, device, name), offered instead of the call",
+                _REMOVED_IN,
+                "target",
+                offered=("call",),
+            )
+        }
+    },
 }
 
 
-def retired_attributes(component: Any) -> list[tuple[str, str]]:
-    """The retired attributes (:data:`RETIRED_ATTRIBUTES`) that ``component`` or a class of it still sets, and the
-    retired parameters (:data:`RETIRED_PARAMETERS`) its methods still take, each with what replaced it, as
-    ``(attribute, replacement)`` pairs."""
-    found = []
-    owners = [getattr(component, "__dict__", {}), *(vars(cls) for cls in type(component).__mro__)]
-    for role, retired in RETIRED_ATTRIBUTES.items():
-        if isinstance(component, role):
-            found += [(name, new) for name, new in retired.items() if any(name in owner for owner in owners)]
-    for role, methods in RETIRED_PARAMETERS.items():
-        if isinstance(component, role):
-            for method, parameters in methods.items():
-                taken = inspect.signature(getattr(component, method)).parameters
-                found += [(f"{method}({name})", new) for name, new in parameters.items() if name in taken]
+def _version_numbers(text: str) -> tuple[int, ...]:
+    """A version's leading numbers: ``"0.2.0"`` -> ``(0, 2, 0)``, ``"0.2.0rc1"`` -> ``(0, 2, 0)``."""
+    numbers = []
+    for part in text.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
+
+
+def is_removed(retired: Retired) -> bool:
+    """Whether this jt-core (:data:`jt_core._version.__version__`) is at or past the version that refuses
+    ``retired``."""
+    return _version_numbers(jt_version.__version__) >= _version_numbers(retired.removed_in)
+
+
+def retired_uses(component: Any) -> list[tuple[str, Retired]]:
+    """The retired names ``component`` uses, each with its :class:`Retired` entry: the attributes of
+    :data:`RETIRED_ATTRIBUTES` it or a class of it sets (``"cacheable"``), and the parameters of
+    :data:`RETIRED_PARAMETERS` its methods take (``"target(call)"``)."""
+    role = role_of(component)
+    if role is None:
+        return []
+    found = [(name, entry) for name, entry in RETIRED_ATTRIBUTES.get(role, {}).items() if _sets(component, name)]
+    for method, parameters in RETIRED_PARAMETERS.get(role, {}).items():
+        function = getattr(component, method, None)
+        taken = _parameter_names(function) if callable(function) else frozenset()
+        found += [(f"{method}({name})", entry) for name, entry in parameters.items() if name in taken]
     return found
 
 
+def retired_attributes(component: Any) -> list[tuple[str, str]]:
+    """The retired names ``component`` uses (:func:`retired_uses`), each with what replaced it, as
+    ``(name, replacement)`` pairs."""
+    return [(name, entry.replacement) for name, entry in retired_uses(component)]
+
+
+def _sets(component: Any, attribute: str) -> bool:
+    """Whether ``component`` or a class of it sets ``attribute``."""
+    owners = [getattr(component, "__dict__", {}), *(vars(cls) for cls in type(component).__mro__)]
+    return any(attribute in owner for owner in owners)
+
+
+def _parameter_names(function: Any) -> frozenset[str]:
+    """The names ``function`` takes by keyword (an empty set for a builtin without a signature)."""
+    try:
+        return _named_parameters(getattr(function, "__func__", function))[0]
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+# -- calling the contract's methods ----------------------------------------------------------------------------
+
+
+def prepare_call(component: Any, method: str, **arguments: Any) -> Callable[[], Any]:
+    """``component.method(...)``, ready to call, with the ``arguments`` its signature names and no others (all of
+    the contract's when it takes ``**kwargs``): jt calls every contract method so, which lets a method gain
+    arguments without breaking the plugins that override it (the compatibility rule of :mod:`jt_core.plugin`).
+
+    For a component of a role (:data:`ROLES`), the ``arguments`` must be the ones the role's method declares
+    (:func:`contract_methods`), with those still offered for retired names (:class:`Retired`); a retired attribute
+    the component sets answers the question meanwhile, as its entry says. What jt offers is checked here, before
+    any plugin code runs, so that a mistake of jt's own is never taken for the plugin's.
+
+    Raises:
+        TypeError: When jt offers arguments the contract does not declare (a bug in jt).
+    """
+    role = role_of(component)
+    if role is None:
+        return functools.partial(_call_with_names, getattr(component, method), arguments)
+    declared, retired = _offered(role, method, frozenset(arguments))
+    function = getattr(component, method)
+    contract = {name: value for name, value in arguments.items() if name in declared}
+
+    def ask() -> Any:
+        names, takes_any = _named_parameters(getattr(function, "__func__", function))
+        return function(
+            **{n: v for n, v in arguments.items() if n in names and (n in declared or n in retired)},
+            **({n: v for n, v in contract.items() if n not in names} if takes_any else {}),
+        )
+
+    for attribute, entry in RETIRED_ATTRIBUTES.get(role, {}).items():
+        if entry.question != method or not _sets(component, attribute) or is_removed(entry):
+            continue
+        if entry.answer is not None and _keeps_default(component, role, method):
+            answer = entry.answer
+            return lambda: answer(component, arguments)
+        if entry.amend is not None:
+            amend = entry.amend
+            return lambda: amend(component, ask())
+    return ask
+
+
 def invoke(component: Any, method: str, **arguments: Any) -> Any:
-    """``component.method(...)`` with the ``arguments`` its signature names, and no others (all of them when it
-    takes ``**kwargs``): jt calls every contract method so, which lets a method gain arguments without breaking the
-    plugins that override it (the compatibility rule of :mod:`jt_core.plugin`)."""
-    bound = getattr(component, method)
-    names = _named_parameters(getattr(bound, "__func__", bound))
-    if names is None:
-        return bound(**arguments)
-    return bound(**{name: value for name, value in arguments.items() if name in names})
+    """``component.method(...)`` with the ``arguments`` its signature names (:func:`prepare_call`)."""
+    return prepare_call(component, method, **arguments)()
+
+
+@functools.lru_cache(maxsize=256)
+def _offered(role: type, method: str, offered: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """The contract's arguments of ``role.method`` and its retired parameters still passed, checking that jt offers
+    exactly the contract's (and no more than what retired names still read)."""
+    declared = contract_methods(role).get(method)
+    if declared is None:
+        raise TypeError(
+            f"jt asked {role.__name__}.{method}(), which is not a method of the contract "
+            f"({', '.join(contract_methods(role))}); this is a bug in jt-core"
+        )
+    still = {
+        name
+        for entry in [
+            *RETIRED_ATTRIBUTES.get(role, {}).values(),
+            *RETIRED_PARAMETERS.get(role, {}).get(method, {}).values(),
+        ]
+        if entry.question == method
+        for name in entry.offered
+    }
+    unknown, missing = offered - set(declared) - still, set(declared) - offered
+    if unknown or missing:
+        raise TypeError(
+            f"jt offers {role.__name__}.{method}() {sorted(offered)}, but the contract declares "
+            f"{role.__name__}.{method}({', '.join(declared)}); this is a bug in jt-core"
+        )
+    parameters = frozenset(RETIRED_PARAMETERS.get(role, {}).get(method, {}))
+    return frozenset(declared), parameters
+
+
+def _call_with_names(function: Any, arguments: Mapping[str, Any]) -> Any:
+    """``function`` called with the ``arguments`` it names (all of them when it takes ``**kwargs``)."""
+    names, takes_any = _named_parameters(getattr(function, "__func__", function))
+    return function(**(arguments if takes_any else {n: v for n, v in arguments.items() if n in names}))
 
 
 @functools.lru_cache(maxsize=1024)
-def _named_parameters(function: Any) -> frozenset[str] | None:
-    """The names ``function`` takes by keyword, or ``None`` when it takes any (``**kwargs``)."""
+def _named_parameters(function: Any) -> tuple[frozenset[str], bool]:
+    """The names ``function`` takes by keyword, and whether it takes any (``**kwargs``)."""
     parameters = inspect.signature(function).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
     keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return frozenset(p.name for p in parameters if p.kind in keyword)
+    return (
+        frozenset(p.name for p in parameters if p.kind in keyword),
+        any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters),
+    )
 
 
 __all__ = [
     "RETIRED_ATTRIBUTES",
     "RETIRED_PARAMETERS",
+    "ROLES",
     "Backend",
     "CompileRequest",
     "CompiledKernel",
     "Dialect",
     "Launcher",
+    "Retired",
     "Target",
+    "contract_attributes",
+    "contract_methods",
+    "contract_problems",
     "invoke",
+    "is_removed",
+    "keeps_default",
     "plain_metadata",
+    "prepare_call",
     "retired_attributes",
+    "retired_uses",
+    "role_of",
 ]

@@ -29,7 +29,8 @@ PROJECT_NAME = "jt"
 #: The version of the plugin API (:mod:`jt_core.plugin`) this jt-core speaks. A plugin module declares the version
 #: it is written for as ``JT_PLUGIN_API``; the loader refuses one that declares none or another. Within a version,
 #: jt-core only adds: hooks, optional methods with a default, and arguments (jt passes a hook or a contract method
-#: only the arguments its signature names, so an implementation that does not name a new one is unaffected).
+#: only the arguments its signature names, so an implementation that does not name a new one is unaffected); a name
+#: it retires keeps working, with a warning, for one minor version (``jt_core.contracts.Retired``).
 PLUGIN_API_VERSION = 1
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

@@ -28,9 +28,12 @@ What is here:
 
 **Compatibility.** Within one :data:`API_VERSION` jt-core only adds: hooks, optional methods with a default, and
 arguments. jt calls a hook, and the contract methods a plugin overrides, with the arguments their signatures name
-and no others, so an implementation that does not name a new argument is not affected by it. Anything else (a
-removed or renamed name, a changed meaning) comes with a new version, and the loader names the plugins still
-written for the old one.
+and no others, so an implementation that does not name a new argument is not affected by it; when a plugin
+registers a backend, launcher or dialect, jt checks that each parameter of those methods is one jt offers, and
+that the role's class attributes are set. A name jt-core retires keeps working for one minor version, with a
+``DeprecationWarning`` naming its replacement and the jt-core version that refuses it (``RETIRED_ATTRIBUTES`` and
+``RETIRED_PARAMETERS`` of :mod:`jt_core.contracts`). Anything else (a changed meaning) comes with a new version, and
+the loader names the plugins still written for the old one.
 """
 
 from __future__ import annotations

@@ -17,9 +17,12 @@ registry sets the part that raised aside, and the fault is kept on this machine 
 Switches (read when the loader is created; see :mod:`jt_core.settings`):
 
 * ``JT_LOAD_PLUGINS`` -- unset: load every plugin; empty: load none (builtins only); ``a,b``: only these.
-* ``JT_DISABLE_PLUGINS`` -- ``a,b``: never load these.
+* ``JT_DISABLE_PLUGINS`` -- ``a,b``: never load these (builtins are always loaded).
 * ``JT_TRACE_PLUGINS`` -- non-empty: log loading and trace every hook call (registration hooks included) to stderr.
 * ``JT_STRICT_PLUGINS`` -- non-empty: a plugin problem raises instead of being recorded (the test suite sets it).
+
+A name in ``JT_LOAD_PLUGINS`` or ``JT_DISABLE_PLUGINS`` that no installed plugin has is warned about once, at the
+first load.
 """
 
 from __future__ import annotations
@@ -159,6 +162,8 @@ class PluginRecord:
         launcher_details: For each of those, its ``priority`` and ``falls_back_for``: what makes a call go to the
             platform's next launcher (empty for launchers that take every call).
         faults: What it raised while serving calls, oldest first.
+        deprecations: The names of earlier jt contracts its components use, each with its replacement and the
+            jt-core version that refuses it (they keep working until then).
     """
 
     name: str
@@ -171,6 +176,7 @@ class PluginRecord:
     launchers: list[str] = dataclasses.field(default_factory=list)
     launcher_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     faults: list[PluginFault] = dataclasses.field(default_factory=list)
+    deprecations: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
@@ -187,6 +193,7 @@ class PluginRecord:
             },
             "error": self.error,
             "faults": [fault.as_dict() for fault in self.faults],
+            "deprecations": list(self.deprecations),
         }
 
 
@@ -245,6 +252,8 @@ class PluginLoader:
         self._loaded = False
         self._warned: set[str] = set()
         self._warned_faults: set[tuple[str, str]] = set()
+        self._warned_deprecations: set[tuple[str, str]] = set()
+        self._checked_names = False
         self._answered: set[tuple[str, str]] = set()
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
@@ -264,6 +273,7 @@ class PluginLoader:
         with self._lock:
             if self._loaded:
                 return self
+            self._check_named_plugins()
             try:
                 for name, module in self._builtins:
                     plugin = importlib.import_module(module) if isinstance(module, str) else module
@@ -276,6 +286,29 @@ class PluginLoader:
                 raise
             self._loaded = True
         return self
+
+    def _check_named_plugins(self) -> None:
+        """Warns, once, about names in ``JT_LOAD_PLUGINS`` and ``JT_DISABLE_PLUGINS`` that no installed plugin has
+        (a misspelt name would otherwise do nothing without a word), and about built-in plugins named in
+        ``JT_DISABLE_PLUGINS``, which are always loaded."""
+        if self._checked_names:
+            return
+        self._checked_names = True
+        installed = sorted({ep.name for ep in self._entry_points})
+        builtins = [name for name, _ in self._builtins]
+        for variable, named in (
+            ("JT_LOAD_PLUGINS", self.load_only or []),
+            ("JT_DISABLE_PLUGINS", sorted(self.disabled)),
+        ):
+            unknown = [name for name in named if name not in installed and name not in builtins]
+            if unknown:
+                _warn(_unknown_plugins_message(variable, unknown, installed))
+        for name in sorted(self.disabled):
+            if name in builtins:
+                _warn(
+                    f"JT_DISABLE_PLUGINS names {name!r}, a plugin built into jt-core, which is always loaded: the "
+                    "name has no effect. Drop it from JT_DISABLE_PLUGINS."
+                )
 
     def unload(self) -> None:
         """Unregisters every plugin, lifts every block and drops the records: the state before the first load.
@@ -314,6 +347,25 @@ class PluginLoader:
             self._warned.add(record.name)
             _warn(message)
 
+    def deprecated(self, record: PluginRecord, note: str) -> None:
+        """Records that a plugin uses a name jt-core retires (it keeps working until the version that refuses it),
+        and warns with a ``DeprecationWarning``, once per plugin and note.
+
+        Args:
+            record: The plugin's record; the note is added to its ``deprecations``.
+            note: What it uses, the replacement and the version that refuses it, without the plugin's name (the
+                message puts it first).
+        """
+        with self._lock:
+            if note in record.deprecations:
+                return
+            record.deprecations.append(note)
+            first = (record.name, note) not in self._warned_deprecations
+            self._warned_deprecations.add((record.name, note))
+        self._trace(f"{record.name}: {note}")
+        if first:
+            _warn(f"jt plugin {record.name!r} from {record.distribution} {record.version} {note}", DeprecationWarning)
+
     def _block(self, record: PluginRecord, reason: str) -> None:
         record.status, record.error = BLOCKED, reason
         self.pm.set_blocked(record.name)
@@ -350,11 +402,7 @@ class PluginLoader:
             return
         problem = hookspecs.api_version_problem(module)
         if problem is not None:
-            self.problem(
-                record,
-                f"jt plugin {ep.name!r} from {ep.distribution} {ep.version} {problem}; until then set "
-                f"JT_DISABLE_PLUGINS={ep.name} to silence this.",
-            )
+            self.problem(record, f"{problem}; until then set JT_DISABLE_PLUGINS={ep.name} to silence this.")
             return
         undecorated = self._undecorated_hooks(module)
         if undecorated:
@@ -405,7 +453,7 @@ class PluginLoader:
             "skip it."
         )
 
-    def call_each(self, hook_name: str, **arguments: Any) -> list[tuple[str, Any]]:
+    def call_each(self, hook_name: str, **arguments: Any) -> list[tuple[str, Any, dict[str, Any]]]:
         """Calls a registration hook one plugin at a time, so that a plugin that raises is isolated.
 
         Each call goes through pluggy (a subset caller holding only that plugin), so ``JT_TRACE_PLUGINS`` traces
@@ -413,7 +461,8 @@ class PluginLoader:
         they are, so it is called once per load and left out of later calls.
 
         Returns:
-            ``(plugin name, item)`` for every item every plugin returned, in registration order.
+            ``(plugin name, item, the arguments its implementation took)`` for every item every plugin returned, in
+            registration order.
         """
         self.ensure_loaded()
         results = []
@@ -440,9 +489,10 @@ class PluginLoader:
                 continue
             if constant:
                 self._answered.add((hook_name, name))
+            taken = {argument: arguments[argument] for argument in impl.argnames if argument in arguments}
             for items in returned:
                 for item in items or ():
-                    results.append((name, item))
+                    results.append((name, item, taken))
         return results
 
     def fault(self, record: PluginRecord, where: str, exc: BaseException, consequence: str) -> PluginFault:
@@ -495,6 +545,22 @@ class PluginLoader:
             _warn(message)
 
 
+def _unknown_plugins_message(variable: str, unknown: Sequence[str], installed: Sequence[str]) -> str:
+    """The warning for names in ``variable`` that no installed plugin has, each with the installed name it most
+    likely misspells."""
+    described = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, installed, n=1)
+        described.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    one = len(unknown) == 1
+    listed = ", ".join(installed) if installed else "none besides jt-core's built-ins"
+    return (
+        f"{variable} names {'a plugin' if one else 'plugins'} that no installed distribution provides: "
+        f"{', '.join(described)}; {'it has' if one else 'they have'} no effect. The installed jt plugins are: "
+        f"{listed} (`python -m jt_core plugins` lists them). Correct the {'name' if one else 'names'} in {variable}."
+    )
+
+
 def _undecorated_problem(name: str, functions: Sequence[str]) -> str:
     """What is wrong with a plugin whose hook functions lack the ``hookimpl`` decorator."""
     one = len(functions) == 1
@@ -515,9 +581,9 @@ def _machinery() -> tuple[str, ...]:
     )
 
 
-def _warn(message: str) -> None:
+def _warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
     """Warns, pointing at the user's code that led here (not at jt's, JAX's or pluggy's)."""
-    warnings.warn(message, RuntimeWarning, skip_file_prefixes=_machinery())
+    warnings.warn(message, category, skip_file_prefixes=_machinery())
 
 
 def plugin_traceback(exc: BaseException) -> str:

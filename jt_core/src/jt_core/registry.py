@@ -1,7 +1,9 @@
 """The registries: backends per platform, launchers per platform, dialects, and the choice among them.
 
 A :class:`Registry` asks the plugins a :class:`~jt_core.plugins.PluginLoader` loaded for their backends, launchers
-and dialects (the registration hooks, one plugin at a time), checks what they return, and answers the questions
+and dialects (the registration hooks, one plugin at a time), checks what they return against their role's contract
+(:func:`~jt_core.contracts.contract_problems`: a plugin whose component breaks it is refused as a whole; one that
+still uses names of an earlier contract is warned, until the version that refuses them), and answers the questions
 lowering asks: which backend serves a platform, which launcher lowers a call there, which dialect a kernel is
 written in. Selection is explicit and deterministic: the ``launcher=`` argument, else ``JT_LAUNCHER_<PLATFORM>``,
 else the available launcher of highest priority (ties broken by name); plugin dialects before the builtin Triton
@@ -30,8 +32,19 @@ import threading
 import traceback
 from typing import Any
 
+from jt_core import _version as jt_version
 from jt_core import settings
-from jt_core.contracts import Backend, Dialect, Launcher, invoke, retired_attributes
+from jt_core.contracts import (
+    Backend,
+    Dialect,
+    Launcher,
+    Retired,
+    contract_problems,
+    is_removed,
+    keeps_default,
+    prepare_call,
+    retired_uses,
+)
 from jt_core.errors import DuplicateBackendError, JtError, KernelCallTypeError, NoBackendError, PluginFaultError
 from jt_core.plugins import BLOCKED, BROKEN, BUILTIN, FAILED, PluginFault, PluginLoader, PluginRecord
 
@@ -124,8 +137,11 @@ class Registry:
         return self
 
     def _accepted(self, hook: str, kind: type, what: str, **arguments: Any) -> list[tuple[str, Any]]:
+        """What the plugins return from a registration hook that keeps the contract of ``kind``
+        (:func:`~jt_core.contracts.contract_problems`). A plugin that returns anything else fails as a whole; one
+        that uses retired names keeps working, with a deprecation warning, until the version that refuses them."""
         accepted = []
-        for name, item in self.loader.call_each(hook, **arguments):
+        for name, item, taken in self.loader.call_each(hook, **arguments):
             record = self.records[name]
             if record.status == FAILED:
                 continue
@@ -134,10 +150,14 @@ class Registry:
                     record, f"registered {item!r}, not a {what}. Fix the plugin, or set JT_DISABLE_PLUGINS={name}."
                 )
                 continue
-            retired = retired_attributes(item)
-            if retired:
-                self.loader.problem(record, _retired_problem(name, what, item, retired))
+            problems = contract_problems(item, registered_for=taken.get("platform"))
+            retired = retired_uses(item)
+            removed = [(used, entry) for used, entry in retired if is_removed(entry)]
+            if problems or removed:
+                self.loader.problem(record, _component_problem(name, what, item, problems, removed))
                 continue
+            if retired:
+                self.loader.deprecated(record, _deprecation(what, item, retired))
             accepted.append((name, item))
         return accepted
 
@@ -385,8 +405,9 @@ class Registry:
             if needed:
                 raise self.fault_error(needed, component)
             return SET_ASIDE
+        call = prepare_call(component, method, **arguments)
         try:
-            return invoke(component, method, **arguments)
+            return call()
         except JtError:
             raise
         except BROKEN as exc:
@@ -476,13 +497,16 @@ class Registry:
         return list(self.records.values())
 
 
-def _retired_problem(name: str, what: str, component: Any, retired: list[tuple[str, str]]) -> str:
-    """What is wrong with a registered component that still sets attributes of an earlier contract, or whose
-    methods still take arguments jt no longer offers (``method(argument)``)."""
+def _component_problem(
+    name: str, what: str, component: Any, problems: list[str], removed: list[tuple[str, Retired]]
+) -> str:
+    """What is wrong with a registered component: how it breaks its role's contract
+    (:func:`~jt_core.contracts.contract_problems`), and the names of earlier contracts it still uses that this
+    jt-core refuses (an attribute, or a parameter as ``method(argument)``)."""
     cls = type(component)
-    attributes = [(a, new) for a, new in retired if "(" not in a]
-    parameters = [(a, new) for a, new in retired if "(" in a]
-    parts = []
+    parts = list(problems)
+    attributes = [(used, entry.replacement) for used, entry in removed if "(" not in used]
+    parameters = [(used, entry.replacement) for used, entry in removed if "(" in used]
     if attributes:
         described = "; ".join(f"{attribute}, replaced by {replacement}" for attribute, replacement in attributes)
         parts.append(
@@ -498,6 +522,29 @@ def _retired_problem(name: str, what: str, component: Any, retired: list[tuple[s
     return (
         f"registered the {what} {cls.__module__}.{cls.__qualname__}, which {'; and '.join(parts)}; set "
         f"JT_DISABLE_PLUGINS={name} to skip the plugin."
+    )
+
+
+def _deprecation(what: str, component: Any, retired: list[tuple[str, Retired]]) -> str:
+    """What a registered component still uses of earlier contracts, each name with its replacement, whether this
+    jt-core honours it, and the version that refuses it."""
+    cls = type(component)
+    described = []
+    for used, entry in retired:
+        if "(" in used:
+            honoured = f"jt-core {jt_version.__version__} still offers it"
+        elif entry.unhonoured:
+            honoured = f"jt-core cannot honour it: {entry.unhonoured}"
+        elif entry.answer is not None and not keeps_default(component, entry.question):
+            honoured = f"ignored, since {cls.__qualname__} answers {entry.question}() itself"
+        else:
+            honoured = f"jt-core {jt_version.__version__} still honours it"
+        described.append(f"{used}, replaced by {entry.replacement} ({honoured}; {entry.removed_in} refuses it)")
+    one = len(described) == 1
+    return (
+        f"registered the {what} {cls.__module__}.{cls.__qualname__}, which uses {'a name' if one else 'names'} of "
+        f"an earlier jt contract: {'; '.join(described)}. Move to the {'replacement' if one else 'replacements'} "
+        f"while jt-core {jt_version.__version__} still takes {'it' if one else 'them'}."
     )
 
 

@@ -20,7 +20,8 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
   on XLA's CPU client) and the conformance class :class:`LaunchHandlerConformance`;
 * :func:`run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine;
 * conformance classes :class:`BackendConformance`, :class:`LauncherConformance` and :class:`DialectConformance`
-  that a plugin's test module subclasses, providing the object under test as a fixture.
+  that a plugin's test module subclasses, providing the object under test as a fixture (each also runs the checks
+  jt makes when a plugin registers the object).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from jt_core.contracts import (
     Dialect,
     Launcher,
     Target,
+    contract_problems,
     invoke,
     retired_attributes,
 )
@@ -451,7 +453,8 @@ def bind(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: C
 
 def target_of(backend: Backend, call: KernelCall, device: Any | None = None) -> Target:
     """The target ``backend`` chooses for ``call`` (as lowering asks it, with the arguments its method names)."""
-    return invoke(backend, "target", backend_arguments=call.arguments_for_backend(), device=device, name=call.name)
+    arguments = call.arguments_for_backend()
+    return invoke(backend, "target", backend_arguments=arguments, device=device, name=call.name, call=call)
 
 
 def compile_request(backend: Backend, call: KernelCall, target: Target | None = None) -> CompileRequest:
@@ -594,8 +597,9 @@ def failing_writes(folder: pathlib.Path, error: int) -> Iterator[None]:
 class BackendConformance:
     """Subclass and provide a ``backend`` fixture (and set ``compute_capability`` where the target needs one).
 
-    The suite checks the ABC contract (none of the class attributes the contract's questions replaced is set), that a
-    target can be made without a device when told the architecture, and that the sample kernel compiles to a
+    The suite checks the ABC contract (none of the class attributes the contract's questions replaced is set, and
+    the checks jt makes when a plugin registers the backend pass: :func:`~jt_core.contracts.contract_problems`), that
+    a target can be made without a device when told the architecture, and that the sample kernel compiles to a
     :class:`~jt_core.contracts.CompiledKernel`.
     """
 
@@ -608,6 +612,10 @@ class BackendConformance:
 
     def test_sets_no_retired_attribute(self, backend: Backend) -> None:
         assert retired_attributes(backend) == [], "jt-core asks these questions through methods now"
+
+    def test_passes_the_registration_checks(self, backend: Backend) -> None:
+        problems = contract_problems(backend)
+        assert problems == [], f"jt refuses the plugin that registers it: it {'; and '.join(problems)}"
 
     def test_target_without_device(self, backend: Backend) -> None:
         target = target_of(backend, sample_call(compute_capability=self.compute_capability))
@@ -649,6 +657,10 @@ class LauncherConformance:
     def test_sets_no_retired_attribute(self, launcher: Launcher) -> None:
         assert retired_attributes(launcher) == [], "jt-core asks these questions through methods now"
 
+    def test_passes_the_registration_checks(self, launcher: Launcher) -> None:
+        problems = contract_problems(launcher)
+        assert problems == [], f"jt refuses the plugin that registers it: it {'; and '.join(problems)}"
+
     def test_availability_is_explained(self, launcher: Launcher) -> None:
         reason = launcher.unavailable_reason()
         assert reason is None or (isinstance(reason, str) and reason)
@@ -687,6 +699,10 @@ class DialectConformance:
 
     def test_sets_no_retired_attribute(self, dialect: Dialect) -> None:
         assert retired_attributes(dialect) == [], "jt-core asks these questions through methods now"
+
+    def test_passes_the_registration_checks(self, dialect: Dialect) -> None:
+        problems = contract_problems(dialect)
+        assert problems == [], f"jt refuses the plugin that registers it: it {'; and '.join(problems)}"
 
     def test_claims_its_kernels(self, dialect: Dialect, sample_kernel: Any) -> None:
         assert dialect.claims(sample_kernel)

@@ -56,7 +56,13 @@ def _lower(
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
     target = hooks.serve(
-        backend, "target", backend_arguments=call.arguments_for_backend(), device=device, name=call.name, needed=needed
+        backend,
+        "target",
+        backend_arguments=call.arguments_for_backend(),
+        device=device,
+        name=call.name,
+        call=call,  # for a backend whose target still takes the call (RETIRED_PARAMETERS)
+        needed=needed,
     )
 
     def requests(call: KernelCall) -> list[CompileRequest]:
@@ -67,7 +73,11 @@ def _lower(
                 target,
                 backend,
                 hooks.serve(
-                    backend, "parse_options", **CompileRequest.option_arguments(call, config, target), needed=needed
+                    backend,
+                    "parse_options",
+                    **CompileRequest.option_arguments(call, config, target),
+                    call=call,  # for a backend still written with validate_options (RETIRED_ATTRIBUTES)
+                    needed=needed,
                 ),
             )
             for config in call.configs
