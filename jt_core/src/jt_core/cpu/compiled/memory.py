@@ -148,18 +148,21 @@ class Memory:
 
     def _lanes(
         self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...]
-    ) -> tuple[jax.Array, jax.Array, State]:
-        """The offsets of an access and which lanes it makes (masked in and inside the buffer), recording the
-        lanes that stray."""
+    ) -> tuple[jax.Array, jax.Array | None, State]:
+        """The offsets of an access and which of its lanes are made (``None``: every lane, an unmasked access, whose
+        lanes outside the buffer are clamped or dropped), recording the lanes that stray."""
         spec = self.specs[pointer.buffer]
         offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
-        inside = (offsets >= 0) & (offsets < spec.size)
-        wanted = jnp.ones(shape, bool) if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
+        wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if op != "load" and not spec.writable:
-            return offsets, jnp.zeros(shape, bool), self._record(state, wanted)
+            refused = jnp.ones(shape, bool) if wanted is None else wanted
+            return offsets, jnp.zeros(shape, bool), self._record(state, refused)
+        if wanted is None and not self.bounds_check:
+            return offsets, None, state
+        inside = (offsets >= 0) & (offsets < spec.size)
         if self.bounds_check:
-            state = self._record(state, wanted & ~inside)
-        return offsets, wanted & inside, state
+            state = self._record(state, ~inside if wanted is None else wanted & ~inside)
+        return offsets, None if wanted is None else wanted & inside, state
 
     # -- accesses ----------------------------------------------------------------------------------------------
 
@@ -174,8 +177,10 @@ class Memory:
         if spec.size == 0:  # nothing to read: every lane is masked off or out of bounds
             return jnp.broadcast_to(fill, shape), state
         array = self._array(state, pointer.buffer)
-        values = _to_value(_gather(array, jnp.where(active, offsets, 0)), _storage(spec), value_type)
-        return jnp.where(active, values, fill), state
+        if active is None:  # a lane outside the buffer reads its nearest element (the bounds check reports it)
+            return _to_value(_gather(array, offsets, lax.GatherScatterMode.CLIP), _storage(spec), value_type), state
+        gathered = _gather(array, jnp.where(active, offsets, 0), lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+        return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
 
     def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
         """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on."""
@@ -185,7 +190,7 @@ class Memory:
             return state
         array = self._array(state, pointer.buffer)
         values = jnp.broadcast_to(_to_storage(jnp.asarray(value).astype(dtype_of(pointer.pointee)), array.dtype), shape)
-        index = jnp.where(active, offsets, spec.size)
+        index = offsets if active is None else jnp.where(active, offsets, spec.size)
         return self._replace(state, pointer.buffer, _scatter(lax.scatter, array, index, values))
 
     def atomic(
@@ -208,6 +213,8 @@ class Memory:
         storage = _storage(spec)
         array = self._array(state, pointer.buffer)
         operands = [jnp.broadcast_to(jnp.asarray(v).astype(value_type), shape) for v in values]
+        if active is None:
+            active = (offsets >= 0) & (offsets < spec.size)
         scatter = _SCATTER.get(kind)
         if not result_used and scatter is not None:
             index = jnp.where(active, offsets, spec.size)
@@ -239,20 +246,15 @@ _SCATTER_DIMS = lax.ScatterDimensionNumbers(
 )
 
 
-def _gather(array: jax.Array, index: jax.Array) -> jax.Array:
-    """``array[index]`` for indices known to lie inside ``array`` (one flat dimension)."""
-    return lax.gather(
-        array,
-        index[..., None],
-        _GATHER,
-        slice_sizes=(1,),
-        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-    )
+def _gather(array: jax.Array, index: jax.Array, mode: lax.GatherScatterMode) -> jax.Array:
+    """``array[index]`` (one flat dimension): ``mode`` says what an index outside ``array`` reads (``CLIP``: the
+    nearest element; ``PROMISE_IN_BOUNDS``: indices known to lie inside)."""
+    return lax.gather(array, index[..., None], _GATHER, slice_sizes=(1,), mode=mode)
 
 
 def _scatter(op: Any, array: jax.Array, index: jax.Array, values: jax.Array) -> jax.Array:
-    """``array`` with ``values`` written (or combined by ``op``: ``lax.scatter_add``, ...) at ``index``; indices
-    outside ``array`` write nothing."""
+    """``array`` with ``values`` written (or combined by ``op``: ``lax.scatter_add``, ...) at ``index``; an index
+    outside ``array`` (negative or past its end) writes nothing."""
     return op(array, index[..., None], values, _SCATTER_DIMS, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
