@@ -5,7 +5,11 @@
 * :mod:`~jt_core.cpu.compiled.lang` -- Triton's element-wise operations in JAX;
 * :mod:`~jt_core.cpu.compiled.memory` -- buffers, pointers, loads, stores and atomics, and the bounds check;
 * :mod:`~jt_core.cpu.compiled.control` -- loops and branches;
-* :mod:`~jt_core.cpu.compiled.trace` -- the grid, the operations, calls;
+* :mod:`~jt_core.cpu.compiled.affine` -- integers affine in the program id, and what they prove about stores;
+* :mod:`~jt_core.cpu.compiled.shapes`, :mod:`~jt_core.cpu.compiled.accesses`, :mod:`~jt_core.cpu.compiled.reductions`
+  -- the operations that make and move values, reach memory, reduce;
+* :mod:`~jt_core.cpu.compiled.kernel` -- tracing operations, calls;
+* :mod:`~jt_core.cpu.compiled.grid` -- every program of the grid, in order or side by side;
 * :mod:`~jt_core.cpu.compiled.checking` -- raising a kernel's out-of-bounds error after it ran;
 * :mod:`~jt_core.cpu.compiled.launcher` -- the ``compiled`` launcher.
 """

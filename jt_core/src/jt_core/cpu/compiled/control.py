@@ -21,7 +21,7 @@ from jt_core.cpu.compiled.program import Block, Operation, TensorType
 from jt_core.cpu.compiled.values import BlockPointer, Unsupported
 
 if TYPE_CHECKING:
-    from jt_core.cpu.compiled.trace import _Kernel
+    from jt_core.cpu.compiled.kernel import Kernel
 
 __all__ = ["scf_for", "scf_if", "scf_while"]
 
@@ -76,7 +76,16 @@ def _packed(
     return out
 
 
-def scf_for(k: _Kernel, op: Operation, state: State) -> State:
+def _nested(k: Kernel, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
+    """Runs a block of a loop or branch that JAX's control flow runs (a vectorised run makes no store there)."""
+    k.region_depth += 1
+    try:
+        return k.run_block(block, args, state)
+    finally:
+        k.region_depth -= 1
+
+
+def scf_for(k: Kernel, op: Operation, state: State) -> State:
     """``scf.for``: a ``fori_loop`` over the iterations, with the trip count XLA sees when the bounds are known."""
     lower, upper, step = (k.get(v) for v in op.operands[:3])
     inits = [k.get(v) for v in op.operands[3:]]
@@ -101,7 +110,7 @@ def scf_for(k: _Kernel, op: Operation, state: State) -> State:
         else:
             iv = (lang.as_array(lower, iv_type).astype(jnp.int64) + i.astype(jnp.int64) * step_array).astype(iv_dtype)
         values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
-        yields, st = k.run_block(body, [iv, *values], st)
+        yields, st = _nested(k, body, [iv, *values], st)
         return _packed(yields, types, inits, op.line), st
 
     initial = _packed(inits, types, inits, op.line)
@@ -118,7 +127,7 @@ def scf_for(k: _Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def scf_if(k: _Kernel, op: Operation, state: State) -> State:
+def scf_if(k: Kernel, op: Operation, state: State) -> State:
     """``scf.if``: the branch itself when its condition is known at trace time, else a ``lax.cond``."""
     condition = k.get(op.operands[0])
     then_block = op.regions[0][0]
@@ -138,7 +147,7 @@ def scf_if(k: _Kernel, op: Operation, state: State) -> State:
         def run(st: State) -> tuple[list[Any], State]:
             if block is None:
                 return [], st
-            results, st = k.run_block(block, [], st)
+            results, st = _nested(k, block, [], st)
             templates[name] = results
             return _packed(results, types, results, op.line), st
 
@@ -155,7 +164,7 @@ def scf_if(k: _Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _writes(k: _Kernel, block: Block, seen: frozenset[str] = frozenset()) -> bool:
+def _writes(k: Kernel, block: Block, seen: frozenset[str] = frozenset()) -> bool:
     """Whether running ``block`` may store (through the functions it calls too)."""
     for op in block.operations:
         if op.name in _WRITES:
@@ -170,7 +179,7 @@ def _writes(k: _Kernel, block: Block, seen: frozenset[str] = frozenset()) -> boo
     return False
 
 
-def scf_while(k: _Kernel, op: Operation, state: State) -> State:
+def scf_while(k: Kernel, op: Operation, state: State) -> State:
     """``scf.while``: a ``lax.while_loop`` whose condition runs the ``before`` region."""
 
     before, after = op.regions[0][0], op.regions[1][0]
@@ -181,7 +190,7 @@ def scf_while(k: _Kernel, op: Operation, state: State) -> State:
 
     def forwarded(arrays: list[Any], st: State) -> tuple[Any, list[Any], State]:
         values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
-        handed, st = k.run_block(before, values, st)
+        handed, st = _nested(k, before, values, st)
         return handed[0], handed[1:], st
 
     def condition(carry: tuple[list[Any], State]) -> jax.Array:
@@ -192,7 +201,7 @@ def scf_while(k: _Kernel, op: Operation, state: State) -> State:
     def body(carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
         arrays, st = carry
         _, values, st = forwarded(arrays, st)
-        yields, st = k.run_block(after, values, st)
+        yields, st = _nested(k, after, values, st)
         return _packed(yields, arg_types, inits, op.line), st
 
     arrays, state = lax.while_loop(condition, body, (_packed(inits, arg_types, inits, op.line), state))

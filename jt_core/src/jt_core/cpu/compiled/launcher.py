@@ -3,7 +3,7 @@ rest of the computation.
 
 The kernel runs at the speed of compiled code, with no host callback, so it works wherever XLA runs the
 computation: inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. What it cannot
-express (:func:`~jt_core.cpu.compiled.trace.unsupported_operation`, or a construct found while tracing) it says in
+express (:func:`~jt_core.cpu.compiled.kernel.unsupported_operation`, or a construct found while tracing) it says in
 one line, and the call runs in the interpreter (the platform's next launcher): a kernel is never refused only
 because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
 made with one of them on goes there. An autotuned call runs its first configuration, or with ``JT_CPU_AUTOTUNE=1``
@@ -27,9 +27,11 @@ from jt_core import _compat, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.cpu.compiled import checking, differential
-from jt_core.cpu.compiled.memory import BufferSpec, Memory, Pointer, State, no_error
+from jt_core.cpu.compiled.accesses import pointer_argument
+from jt_core.cpu.compiled.grid import run_grid
+from jt_core.cpu.compiled.kernel import unsupported_operation
+from jt_core.cpu.compiled.memory import BufferSpec, Memory, State, no_error
 from jt_core.cpu.compiled.program import Program
-from jt_core.cpu.compiled.trace import run_grid, unsupported_operation
 from jt_core.cpu.compiled.values import Unsupported
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter import ffi_launcher
@@ -108,7 +110,7 @@ def kernel_function(
         if kind == "pointer":
             if not ty.is_pointer or ty.pointee is None:
                 raise Unsupported(f"a pointer passed where the kernel's TTIR takes {ty.text}")
-            arguments.append(Pointer(value, 0, ty.pointee))
+            arguments.append(pointer_argument(value, ty.pointee))
         else:
             arguments.append(value)
     for output in range(len(call.out_avals)):

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.lang import dtype_of, is_static
 from jt_core.errors import UnsupportedKernelError
 
@@ -54,11 +55,13 @@ class BufferSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Pointer:
-    """A pointer value: the buffer it points into, and the offset (in elements of the buffer) of each lane."""
+    """A pointer value: the buffer it points into, the offset (in elements of the buffer) of each lane, the type it
+    points to, and the offset's affine form where it is known (:mod:`jt_core.cpu.compiled.affine`)."""
 
     buffer: int
     offset: Any
     pointee: str
+    affine: Affine | None = dataclasses.field(default=None, compare=False)
 
 
 class State(NamedTuple):
@@ -113,7 +116,10 @@ class Memory:
         self.constants = tuple(constants)
         self.bounds_check = bounds_check
         self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
-        self.program: Any = 0
+        #: In a vectorised run: the stores recorded, as (buffer, indices, values), instead of made.
+        self.deferred: list[tuple[int, jax.Array, jax.Array]] | None = None
+        #: The buffers loaded from (a vectorised run may not load what it stores).
+        self.loaded: set[int] = set()
 
     # -- state -------------------------------------------------------------------------------------------------
 
@@ -173,6 +179,7 @@ class Memory:
         spec = self.specs[pointer.buffer]
         value_type = dtype_of(pointer.pointee)
         offsets, active, state = self._lanes(state, "load", pointer, mask, shape)
+        self.loaded.add(pointer.buffer)
         fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
         if spec.size == 0:  # nothing to read: every lane is masked off or out of bounds
             return jnp.broadcast_to(fill, shape), state
@@ -191,7 +198,15 @@ class Memory:
         array = self._array(state, pointer.buffer)
         values = jnp.broadcast_to(_to_storage(jnp.asarray(value).astype(dtype_of(pointer.pointee)), array.dtype), shape)
         index = offsets if active is None else jnp.where(active, offsets, spec.size)
+        if self.deferred is not None:
+            self.deferred.append((pointer.buffer, index, values))
+            return state
         return self._replace(state, pointer.buffer, _scatter(lax.scatter, array, index, values))
+
+    def apply(self, state: State, buffer: int, index: jax.Array, values: jax.Array) -> State:
+        """``state`` with a recorded store made (indices outside the buffer write nothing)."""
+        array = self._array(state, buffer)
+        return self._replace(state, buffer, _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values)))
 
     def atomic(
         self,

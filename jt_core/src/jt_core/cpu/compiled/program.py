@@ -5,7 +5,7 @@ in which every Python-level construct of the kernel is already resolved the way 
 ``a and b`` on tensors is an ``arith.andi``, a module-level alias of a builtin is the builtin's operation, a helper
 ``@triton.jit`` function is a ``tt.call``. :mod:`jt_core.cpu.compiled.extract` copies that module into the frozen
 dataclasses here (:class:`Program`), so that nothing of Triton's native objects outlives the front end's lock, and
-:mod:`jt_core.cpu.compiled.trace` runs it with JAX.
+:mod:`jt_core.cpu.compiled.kernel` runs it with JAX.
 """
 
 from __future__ import annotations

@@ -1,0 +1,205 @@
+"""Pointers and memory: pointer arithmetic, loads, stores and atomics through pointers and block pointers.
+
+In a vectorised run (:mod:`jt_core.cpu.compiled.grid`) a store is only recorded, to be made after every program
+ran; a store the vectorised run cannot prove safe (inside a loop or branch, through a pointer whose affine form is
+unknown) or an atomic stops it, and the programs run one after the other instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled.affine import Affine
+from jt_core.cpu.compiled.memory import Pointer, State
+from jt_core.cpu.compiled.program import Operation, parse_type
+from jt_core.cpu.compiled.values import BlockPointer, NotVectorizable, Unsupported
+
+if TYPE_CHECKING:
+    from jt_core.cpu.compiled.kernel import Kernel
+
+__all__ = ["HANDLERS"]
+
+Handler = Callable[["Kernel", Operation, State], State]
+
+
+def _addptr(k: Kernel, op: Operation, state: State) -> State:
+    pointer = k.get(op.operands[0])
+    if not isinstance(pointer, Pointer):
+        raise Unsupported("tt.addptr on something that is not a pointer", op.line)
+    offset = k.get(op.operands[1])
+    step_affine = k.affine_of(op.operands[1])
+    affine = None if pointer.affine is None or step_affine is None else pointer.affine.plus(step_affine)
+    if lang.is_static(offset) and lang.is_static(pointer.offset):
+        new: Any = int(pointer.offset) + int(offset)
+    else:
+        step = k.array(op.operands[1])
+        base = pointer.offset
+        if lang.is_static(base) and -(2**31) <= int(base) < 2**31:
+            new = step if int(base) == 0 else step + np.asarray(base, step.dtype)
+        else:
+            base = jnp.asarray(base, jnp.int64) if lang.is_static(base) else base
+            wide = jnp.int64 if jnp.int64 in (step.dtype, base.dtype) else jnp.int32
+            new = base.astype(wide) + step.astype(wide)
+    k.env[op.results[0]] = Pointer(pointer.buffer, new, pointer.pointee, affine)
+    return state
+
+
+def _ptr_bitcast(k: Kernel, op: Operation, state: State) -> State:
+    value = k.get(op.operands[0])
+    ty = k.type(op.results[0])
+    if isinstance(value, Pointer):
+        pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
+        if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(value.pointee).itemsize:
+            raise Unsupported("a pointer cast to elements of another size")
+        k.env[op.results[0]] = Pointer(value.buffer, value.offset, pointee, value.affine)
+        return state
+    k.elementwise(op)
+    return state
+
+
+def _pointer_operand(k: Kernel, op: Operation) -> Pointer:
+    pointer = k.get(op.operands[0])
+    if isinstance(pointer, BlockPointer):
+        raise Unsupported("a block pointer here", op.line)
+    if not isinstance(pointer, Pointer):
+        raise Unsupported(f"{op.name} through something that is not a pointer", op.line)
+    return pointer
+
+
+def _load(k: Kernel, op: Operation, state: State) -> State:
+    target = k.get(op.operands[0])
+    ty = k.type(op.results[0])
+    if isinstance(target, BlockPointer):
+        pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
+        padding = op.attr("padding")
+        other = jnp.nan if padding == 2 else None
+        value, state = k.memory.load(state, pointer, mask, other, ty.shape)
+        k.env[op.results[0]] = value
+        return state
+    pointer = _pointer_operand(k, op)
+    mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
+    other = k.array(op.operands[2]) if len(op.operands) > 2 else None
+    value, state = k.memory.load(state, pointer, mask, other, ty.shape)
+    k.env[op.results[0]] = value
+    return state
+
+
+def _store(k: Kernel, op: Operation, state: State) -> State:
+    target = k.get(op.operands[0])
+    value = k.array(op.operands[1])
+    if isinstance(target, BlockPointer):
+        if k.vector:
+            raise NotVectorizable("a store through a block pointer")
+        pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
+        return k.memory.store(state, pointer, value, mask, tuple(target.block))
+    pointer = _pointer_operand(k, op)
+    if k.vector:
+        if k.region_depth:
+            raise NotVectorizable("a store inside a loop or a branch")
+        if pointer.affine is None:
+            raise NotVectorizable("a store through a pointer whose offsets are not affine")
+        k.stores.append((pointer.buffer, pointer.affine))
+    shape = k.type(op.operands[1]).shape
+    mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
+    return k.memory.store(state, pointer, value, mask, shape)
+
+
+def _atomic_rmw(k: Kernel, op: Operation, state: State) -> State:
+    if k.vector:
+        raise NotVectorizable("an atomic")
+    pointer = _pointer_operand(k, op)
+    shape = k.type(op.results[0]).shape
+    value = k.array(op.operands[1])
+    mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
+    kind = str(op.attr("atomic_rmw_op"))
+    used = op.results[0] in k.used
+    found, state = k.memory.atomic(state, kind, pointer, [value], mask, shape, used)
+    k.env[op.results[0]] = found
+    return state
+
+
+def _atomic_cas(k: Kernel, op: Operation, state: State) -> State:
+    if k.vector:
+        raise NotVectorizable("an atomic")
+    pointer = _pointer_operand(k, op)
+    shape = k.type(op.results[0]).shape
+    compare, value = k.array(op.operands[1]), k.array(op.operands[2])
+    found, state = k.memory.atomic(state, "CAS", pointer, [compare, value], None, shape, True)
+    k.env[op.results[0]] = found
+    return state
+
+
+def _make_block_ptr(k: Kernel, op: Operation, state: State) -> State:
+    base = k.get(op.operands[0])
+    if not isinstance(base, Pointer):
+        raise Unsupported("a block pointer on something that is not a pointer", op.line)
+    rank = (len(op.operands) - 1) // 3
+    values = [k.get(v) for v in op.operands[1:]]
+    pointee = parse_type(k.type(op.results[0]).pointee or "")
+    k.env[op.results[0]] = BlockPointer(
+        base.buffer,
+        base.offset,
+        tuple(values[:rank]),
+        tuple(values[rank : 2 * rank]),
+        tuple(values[2 * rank :]),
+        pointee.shape,
+        pointee.element,
+    )
+    return state
+
+
+def _advance(k: Kernel, op: Operation, state: State) -> State:
+    block = k.get(op.operands[0])
+    steps = [k.get(v) for v in op.operands[1:]]
+    offsets = tuple(_add(a, b) for a, b in zip(block.offsets, steps, strict=True))
+    k.env[op.results[0]] = dataclasses.replace(block, offsets=offsets)
+    return state
+
+
+def _add(a: Any, b: Any) -> Any:
+    if lang.is_static(a) and lang.is_static(b):
+        return int(a) + int(b)
+    return jnp.asarray(a, jnp.int64) + jnp.asarray(b, jnp.int64)
+
+
+def _block_lanes(k: Kernel, block: BlockPointer, checked: Sequence[int]) -> tuple[Pointer, Any]:
+    """The lanes of a block pointer: one pointer per element of the block, and the mask of the checked axes."""
+    offset: Any = jnp.asarray(block.base, jnp.int64)
+    mask: Any = None
+    rank = len(block.block)
+    for axis, size in enumerate(block.block):
+        shape = [1] * rank
+        shape[axis] = size
+        index = jnp.asarray(block.offsets[axis], jnp.int64) + lax.iota(jnp.int64, size).reshape(shape)
+        offset = offset + index * jnp.asarray(block.strides[axis], jnp.int64)
+        if axis in checked:
+            inside = (index >= 0) & (index < jnp.asarray(block.shape[axis], jnp.int64))
+            mask = inside if mask is None else mask & inside
+    offset = jnp.broadcast_to(offset, block.block)
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, block.block)
+    return Pointer(block.buffer, offset, block.pointee), mask
+
+
+def pointer_argument(buffer: int, pointee: str) -> Pointer:
+    """The pointer a kernel argument holds: the start of buffer ``buffer``."""
+    return Pointer(buffer, 0, pointee, Affine.constant(0))
+
+
+HANDLERS: dict[str, Handler] = {
+    "tt.addptr": _addptr,
+    "tt.bitcast": _ptr_bitcast,
+    "tt.load": _load,
+    "tt.store": _store,
+    "tt.atomic_rmw": _atomic_rmw,
+    "tt.atomic_cas": _atomic_cas,
+    "tt.make_tensor_ptr": _make_block_ptr,
+    "tt.advance": _advance,
+}

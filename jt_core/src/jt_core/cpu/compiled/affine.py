@@ -1,0 +1,111 @@
+"""Which integers of a kernel are affine in the program id and the block's lanes, and what that proves about the
+programs' stores.
+
+An offset such as ``tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)`` is ``c + a . pid + sum(c_d * i_d)``, with
+constant ``c``, ``a`` and ``c_d`` (``i_d`` the lane's index along axis ``d`` of the block). Tracking that form
+through ``make_range``, ``splat``, broadcasting, sums and products with constants is enough to show, for most
+kernels, that no two programs store to the same element; then running the programs side by side (vectorised)
+gives what running them one after the other gives (:mod:`jt_core.cpu.compiled.grid`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+__all__ = ["Affine", "disjoint"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Affine:
+    """``const + sum(pid[k] * pids[k]) + sum(lanes[d] * i_d)`` over a block of ``shape``.
+
+    Attributes:
+        const: The constant term.
+        pids: The coefficients of the three program ids.
+        lanes: The coefficient of each block axis's lane index.
+        shape: The block's shape (``()`` for a scalar).
+    """
+
+    const: int
+    pids: tuple[int, int, int] = (0, 0, 0)
+    lanes: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
+
+    @staticmethod
+    def constant(value: int, shape: tuple[int, ...] = ()) -> Affine:
+        return Affine(int(value), (0, 0, 0), (0,) * len(shape), shape)
+
+    @property
+    def is_constant(self) -> bool:
+        return not any(self.pids) and not any(self.lanes)
+
+    def broadcast(self, shape: tuple[int, ...]) -> Affine:
+        """The same values over ``shape`` (a scalar's, or this block's broadcast: an axis of size 1 varies no more)."""
+        if not self.shape:
+            return Affine(self.const, self.pids, (0,) * len(shape), shape)
+        lanes = tuple(c if n == m else 0 for c, n, m in zip(self.lanes, self.shape, shape, strict=True))
+        return Affine(self.const, self.pids, lanes, shape)
+
+    def expand(self, axis: int) -> Affine:
+        lanes = list(self.lanes)
+        shape = list(self.shape)
+        lanes.insert(axis, 0)
+        shape.insert(axis, 1)
+        return Affine(self.const, self.pids, tuple(lanes), tuple(shape))
+
+    def reshaped(self, shape: tuple[int, ...]) -> Affine | None:
+        """The same values over ``shape`` when only axes of size 1 come or go, else ``None``."""
+        if [n for n in self.shape if n != 1] != [n for n in shape if n != 1]:
+            return None
+        varying = iter([c for c, n in zip(self.lanes, self.shape, strict=True) if n != 1])
+        lanes = tuple(next(varying) if n != 1 else 0 for n in shape)
+        return Affine(self.const, self.pids, lanes, shape)
+
+    def plus(self, other: Affine, sign: int = 1) -> Affine:
+        shape = self.shape if len(self.shape) >= len(other.shape) else other.shape
+        a, b = (
+            self.broadcast(shape) if self.shape != shape else self,
+            other.broadcast(shape) if other.shape != shape else other,
+        )
+        return Affine(
+            a.const + sign * b.const,
+            tuple(x + sign * y for x, y in zip(a.pids, b.pids, strict=True)),  # type: ignore[arg-type]
+            tuple(x + sign * y for x, y in zip(a.lanes, b.lanes, strict=True)),
+            shape,
+        )
+
+    def times(self, factor: int) -> Affine:
+        return Affine(
+            self.const * factor,
+            tuple(p * factor for p in self.pids),  # type: ignore[arg-type]
+            tuple(c * factor for c in self.lanes),
+            self.shape,
+        )
+
+    def span(self) -> tuple[int, int]:
+        """The smallest and largest value over the block, for program ids of zero."""
+        low = high = self.const
+        for c, n in zip(self.lanes, self.shape, strict=True):
+            low += min(0, c * (n - 1))
+            high += max(0, c * (n - 1))
+        return low, high
+
+
+def disjoint(stores: Sequence[Affine], grid: tuple[int, int, int]) -> bool:
+    """Whether the programs of ``grid`` store to disjoint elements, when program ``pid`` stores (some of) the values
+    of each of ``stores`` at ``pid``: they all move with the program ids alike, and each step along a grid axis moves
+    them past everything the smaller steps reach."""
+    if not stores:
+        return True
+    pids = stores[0].pids
+    if any(s.pids != pids for s in stores):
+        return False
+    low = min(s.span()[0] for s in stores)
+    high = max(s.span()[1] for s in stores)
+    reach = high - low
+    for step, count in sorted((abs(a), g) for a, g in zip(pids, grid, strict=True) if g > 1):
+        if step <= reach:
+            return False
+        reach += step * (count - 1)
+    return True

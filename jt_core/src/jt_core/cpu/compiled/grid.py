@@ -1,0 +1,156 @@
+"""Running every program of a kernel's grid, as one computation XLA compiles.
+
+Two ways give the same result:
+
+* **in order**: a ``lax.fori_loop`` over the programs, in the interpreter's order (the last grid axis varies
+  fastest), each on the buffers the programs before it left: always right, at a per-program cost;
+* **side by side**: the programs traced once under ``jax.vmap``, over as many programs at a time as
+  :func:`chunk_size` allows, their stores recorded and made after them. That gives what the programs in order give
+  only when no program can see another's stores and no two programs store to one element, and it is used only
+  when the kernel's TTIR proves it: no atomics; no buffer both loaded and stored; every store outside loops and
+  branches, through offsets affine in the program ids whose steps keep the programs' elements apart
+  (:func:`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jt_core import settings
+from jt_core.cpu.compiled import affine
+from jt_core.cpu.compiled.kernel import Kernel
+from jt_core.cpu.compiled.memory import Memory, State
+from jt_core.cpu.compiled.program import Program, parse_type
+from jt_core.cpu.compiled.values import NotVectorizable
+
+__all__ = ["chunk_size", "run_grid"]
+
+#: The bytes the largest value of the programs run side by side may take together.
+SIDE_BY_SIDE_BYTES = 16 << 20
+
+
+def _program_ids(linear: Any, grid: tuple[int, int, int]) -> tuple[Any, Any, Any]:
+    """The program ids of program number ``linear`` (z varies fastest)."""
+    inner = grid[1] * grid[2]
+    x = linear if inner == 1 else lax.div(linear, np.int32(inner))
+    y = 0 if grid[1] == 1 else (linear if grid[2] == 1 else lax.div(linear, np.int32(grid[2]))) % np.int32(grid[1])
+    z = 0 if grid[2] == 1 else lax.rem(linear, np.int32(grid[2]))
+    return x, y, z
+
+
+def run_grid(
+    program: Program,
+    memory: Memory,
+    grid: tuple[int, int, int],
+    arguments: Sequence[Any],
+    state: State,
+    fuse: bool = True,
+) -> State:
+    """Runs every program of ``grid``: side by side where that provably gives what running them in order gives,
+    else in order.
+
+    Args:
+        program: The kernel.
+        memory: Its buffers.
+        grid: The grid, three axes.
+        arguments: The entry function's arguments: :class:`~jt_core.cpu.compiled.memory.Pointer` for pointers,
+            Python scalars for scalars.
+        state: The initial state.
+        fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
+    """
+    total = math.prod(grid)
+    if total == 0:
+        return state
+    if total > 1 and settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
+        try:
+            return _side_by_side(program, memory, grid, arguments, state, fuse)
+        except NotVectorizable:
+            pass
+    return _in_order(program, memory, grid, arguments, state, fuse)
+
+
+def _in_order(
+    program: Program, memory: Memory, grid: tuple[int, int, int], arguments: Sequence[Any], state: State, fuse: bool
+) -> State:
+    kernel = Kernel(program, memory, grid, fuse)
+    entry = program.functions[program.entry].body[0]
+
+    def one(linear: Any, carried: State) -> State:
+        kernel.env, kernel.affine = {}, {}
+        kernel.pids = _program_ids(linear, grid)
+        _, carried = kernel.run_block(entry, list(arguments), carried)
+        return carried
+
+    total = math.prod(grid)
+    if total == 1:
+        return one(0, state)
+    return lax.fori_loop(0, total, lambda i, s: one(i.astype(jnp.int32), s), state)
+
+
+def chunk_size(program: Program, total: int) -> int:
+    """How many programs run side by side at a time: as many as keep the largest value of the kernel, times the
+    programs, within :data:`SIDE_BY_SIDE_BYTES`."""
+    largest = 1
+    for text in set(program.types.values()):
+        ty = parse_type(text)
+        size = 8 if ty.is_pointer else _itemsize(ty.element)
+        largest = max(largest, math.prod(ty.shape) * size)
+    return max(1, min(total, SIDE_BY_SIDE_BYTES // largest))
+
+
+def _itemsize(element: str) -> int:
+    digits = "".join(c for c in element if c.isdigit())
+    return max(1, int(digits[:2] or 8) // 8) if element.startswith(("i", "f", "bf")) else 8
+
+
+def _side_by_side(
+    program: Program, memory: Memory, grid: tuple[int, int, int], arguments: Sequence[Any], state: State, fuse: bool
+) -> State:
+    total = math.prod(grid)
+    chunk = chunk_size(program, total)
+    kernel = Kernel(program, memory, grid, fuse, vector=True)
+    entry = program.functions[program.entry].body[0]
+    recorded: list[int] = []
+
+    def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
+        def one(linear: Any) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
+            kernel.env, kernel.affine, kernel.stores = {}, {}, []
+            memory.deferred, memory.loaded = [], set()
+            try:
+                kernel.pids = _program_ids(linear, grid)
+                _, after = kernel.run_block(entry, list(arguments), State(buffers, jnp.zeros((), bool)))
+                deferred = memory.deferred
+            finally:
+                memory.deferred = None
+            stored = {buffer for buffer, _ in kernel.stores}
+            if stored & memory.loaded:
+                raise NotVectorizable("a buffer both loaded and stored")
+            for buffer in stored:
+                if not affine.disjoint([a for b, a in kernel.stores if b == buffer], grid):
+                    raise NotVectorizable("stores that may reach one element from two programs")
+            recorded[:] = [buffer for buffer, _, _ in deferred]
+            return [i for _, i, _ in deferred], [v for _, _, v in deferred], after.strayed
+
+        linear = first + lax.iota(jnp.int32, chunk)
+        index, values, strayed = jax.vmap(one)(linear)
+        valid = linear < total
+        index = [jnp.where(valid.reshape((-1,) + (1,) * (i.ndim - 1)), i, np.iinfo(i.dtype).max) for i in index]
+        return index, values, jnp.any(strayed & valid)
+
+    def chunk_of(first: Any, carried: State) -> State:
+        index, values, strayed = programs(first, carried.buffers)
+        for buffer, where, what in zip(recorded, index, values, strict=True):
+            carried = memory.apply(carried, buffer, where, what)
+        return State(carried.buffers, carried.strayed | strayed)
+
+    chunks = -(-total // chunk)
+    if chunks == 1:
+        return chunk_of(jnp.int32(0), state)
+    return lax.fori_loop(0, chunks, lambda c, s: chunk_of(c.astype(jnp.int32) * chunk, s), state)

@@ -1,0 +1,272 @@
+"""Tracing a kernel's TTIR with JAX: each operation as the JAX operations that compute it.
+
+A :class:`Kernel` runs a block's operations on JAX values: element-wise ones here
+(:mod:`jt_core.cpu.compiled.lang`), the rest through the handlers of :mod:`~jt_core.cpu.compiled.shapes`,
+:mod:`~jt_core.cpu.compiled.accesses`, :mod:`~jt_core.cpu.compiled.reductions` and
+:mod:`~jt_core.cpu.compiled.control`; ``tt.call`` is inlined. A construct it cannot express raises
+:class:`~jt_core.cpu.compiled.values.Unsupported` while tracing, naming the operation and the kernel source line
+it comes from; the launcher then hands the call to the interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jt_core.cpu.compiled import accesses, control, lang, reductions, shapes
+from jt_core.cpu.compiled.affine import Affine
+from jt_core.cpu.compiled.memory import Memory, Pointer, State
+from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
+from jt_core.cpu.compiled.values import BlockPointer, Unsupported
+from jt_core.errors import UnsupportedKernelError
+
+__all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
+
+#: Operations the compiled path does not express, with what to call them in the one line that says why a kernel
+#: runs in the interpreter instead.
+_REFUSED = {
+    "tt.elementwise_inline_asm": "inline asm (tl.inline_asm_elementwise)",
+    "tt.print": "device printing (tl.device_print / print)",
+    "tt.assert": "a device assertion (tl.device_assert)",
+    "tt.int_to_ptr": "an integer turned into a pointer",
+    "tt.ptr_to_int": "a pointer turned into an integer",
+    "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
+    "cf.br": "a branch (an early return)",
+    "cf.cond_br": "a branch (an early return)",
+}
+
+#: Operations whose effect is more than their results.
+_EFFECTS = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.call", "tt.load"}
+
+#: Operations with no effect on the CPU.
+_NO_EFFECT = {"gpu.barrier", "tt.debug_barrier"}
+
+#: The integer operations that keep an affine form.
+_AFFINE_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.extsi", "arith.trunci", "arith.index_cast"}
+
+
+def unsupported_operation(program: Program) -> Unsupported | None:
+    """The first operation of ``program`` the compiled path refuses before tracing, or ``None``."""
+    for op in program.operations():
+        if op.name in _REFUSED:
+            return Unsupported(_REFUSED[op.name], op.line)
+    return None
+
+
+class Kernel:
+    """Traces the programs of a kernel: :mod:`jt_core.cpu.compiled.grid` runs its entry block once per program, or
+    once for many programs side by side.
+
+    Args:
+        program: The kernel's TTIR.
+        memory: Its buffers.
+        grid: The grid, three axes.
+        fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
+        vector: Whether the programs run side by side (stores are recorded, and must be provably independent).
+    """
+
+    def __init__(
+        self, program: Program, memory: Memory, grid: tuple[int, int, int], fuse: bool, vector: bool = False
+    ) -> None:
+        self.ir = program
+        self.fuse = fuse
+        self.memory = memory
+        self.grid = grid
+        self.vector = vector
+        self.pids: tuple[Any, Any, Any] = (0, 0, 0)
+        self.env: dict[int, Any] = {}
+        #: The affine form of the integer values that have one.
+        self.affine: dict[int, Affine] = {}
+        #: How deep inside loops and branches run as JAX's control flow the operation being traced is.
+        self.region_depth = 0
+        #: The stores of a vectorised run: the buffer and the affine form of the offsets.
+        self.stores: list[tuple[int, Affine]] = []
+        self.used = _used_values(program)
+        self.depth = 0
+
+    # -- values ------------------------------------------------------------------------------------------------
+
+    def type(self, value: int) -> TensorType:
+        return self.ir.type_of(value)
+
+    def get(self, value: int) -> Any:
+        return self.env[value]
+
+    def affine_of(self, value: int) -> Affine | None:
+        """The affine form of an integer value, where it is known."""
+        known = self.affine.get(value)
+        if known is not None:
+            return known
+        found = self.env.get(value)
+        if isinstance(found, int) and not isinstance(found, bool):
+            return Affine.constant(found).broadcast(self.type(value).shape)
+        return None
+
+    def array(self, value: int) -> jax.Array:
+        """A value as a JAX array of its type."""
+        found = self.env[value]
+        if isinstance(found, (Pointer, BlockPointer)):
+            raise Unsupported("a pointer used as a number")
+        return lang.as_array(found, self.type(value))
+
+    # -- structure ---------------------------------------------------------------------------------------------
+
+    def run_block(self, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
+        """Runs a block's operations; returns what its terminator hands on, and the state."""
+        for value, arg in zip(block.arguments, args, strict=True):
+            self.env[value] = arg
+        for op in block.operations:
+            if op.name in ("scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"):
+                return [self.env[v] for v in op.operands], state
+            try:
+                state = self.operation(op, state)
+            except Unsupported as exc:
+                if exc.line is None and op.line is not None:
+                    raise Unsupported(exc.what, op.line) from None
+                raise
+            except UnsupportedKernelError as exc:
+                raise Unsupported(str(exc), op.line) from None
+        return [], state
+
+    def operation(self, op: Operation, state: State) -> State:
+        name = op.name
+        if op.results and not op.regions and name not in _EFFECTS and not any(r in self.used for r in op.results):
+            return state  # nothing reads it (Triton's overflow checks without debug=True, say)
+        if name in _REFUSED:
+            raise Unsupported(_REFUSED[name], op.line)
+        if name in _NO_EFFECT:
+            return state
+        handler = HANDLERS.get(name)
+        if handler is not None:
+            return handler(self, op, state)
+        self.elementwise(op)
+        return state
+
+    def elementwise(self, op: Operation) -> None:
+        args = [self.env[v] for v in op.operands]
+        result = self.type(op.results[0])
+        types = [self.type(v) for v in op.operands]
+        attr = op.attr("predicate")
+        if op.name in ("tt.fp_to_fp", "arith.truncf"):
+            attr = op.attr("rounding", op.attr("roundingmode"))
+        if op.name == "tt.clampf":
+            attr = op.attr("propagateNan")
+        if any(isinstance(a, (Pointer, BlockPointer)) for a in args):
+            self.pointer_arithmetic(op, args)
+            return
+        self._track(op)
+        if all(lang.is_static(a) for a in args):
+            folded = lang.fold(op.name, args, types, result, attr)
+            if folded is not None:
+                self.env[op.results[0]] = folded
+                return
+        arrays = [lang.as_array(a, t) for a, t in zip(args, types, strict=True)]
+        if op.name == "tt.extern_elementwise":
+            fn = lang.extern_function(str(op.attr("symbol", "")))
+            if fn is None:
+                raise Unsupported(f"the external function {op.attr('symbol')!r}", op.line)
+            out = fn(*arrays).astype(lang.dtype_of(result.element))
+        else:
+            out = lang.elementwise(op.name, arrays, result, attr)
+            if op.name == "arith.mulf" and not self.fuse:
+                # XLA's CPU compiler contracts a product and a sum into one fused multiply-add, as GPUs do with
+                # enable_fp_fusion=True; without it the product is rounded on its own.
+                out = lax.optimization_barrier(out)
+        self.env[op.results[0]] = out
+
+    def _track(self, op: Operation) -> None:
+        """Keeps the affine form of a sum, difference or product with a constant of affine integers."""
+        if op.name not in _AFFINE_OPS:
+            return
+        known = [self.affine_of(v) for v in op.operands]
+        if any(a is None for a in known):
+            return
+        a = known[0]
+        assert a is not None
+        if op.name in ("arith.extsi", "arith.trunci", "arith.index_cast"):
+            self.affine[op.results[0]] = a
+            return
+        b = known[1]
+        assert b is not None
+        if op.name == "arith.addi":
+            self.affine[op.results[0]] = a.plus(b)
+        elif op.name == "arith.subi":
+            self.affine[op.results[0]] = a.plus(b, -1)
+        elif b.is_constant:
+            self.affine[op.results[0]] = a.times(b.const).broadcast(self.type(op.results[0]).shape)
+        elif a.is_constant:
+            self.affine[op.results[0]] = b.times(a.const).broadcast(self.type(op.results[0]).shape)
+
+    def pointer_arithmetic(self, op: Operation, args: Sequence[Any]) -> None:
+        """``arith.select`` between pointers of one buffer, and the pointer comparisons."""
+        if op.name == "arith.select" and isinstance(args[1], Pointer) and isinstance(args[2], Pointer):
+            a, b = args[1], args[2]
+            if a.buffer != b.buffer:
+                raise Unsupported("a choice between pointers into different arguments", op.line)
+            offset = jnp.where(self.array(op.operands[0]), jnp.asarray(a.offset), jnp.asarray(b.offset))
+            self.env[op.results[0]] = Pointer(a.buffer, offset, a.pointee)
+            return
+        if op.name == "arith.cmpi" and all(isinstance(a, Pointer) for a in args) and args[0].buffer == args[1].buffer:
+            x, y = jnp.asarray(args[0].offset), jnp.asarray(args[1].offset)
+            self.env[op.results[0]] = lang.elementwise(
+                "arith.cmpi", [x, y], self.type(op.results[0]), op.attr("predicate")
+            )
+            return
+        raise Unsupported(f"pointer arithmetic through {op.name}", op.line)
+
+    # -- calls -------------------------------------------------------------------------------------------------
+
+    def call(self, name: str, args: Sequence[Any], state: State, line: str | None) -> tuple[list[Any], State]:
+        function = self.ir.functions.get(name)
+        if function is None:
+            raise Unsupported(f"a call of {name}, which the module does not define", line)
+        self.depth += 1
+        if self.depth > 64:
+            raise Unsupported("recursion", line)
+        try:
+            return self.run_block(function.body[0], args, state)
+        finally:
+            self.depth -= 1
+
+
+def _call(k: Kernel, op: Operation, state: State) -> State:
+    args = [k.get(v) for v in op.operands]
+    results, state = k.call(str(op.attr("callee")), args, state, op.line)
+    for value, result in zip(op.results, results, strict=True):
+        k.env[value] = result
+    return state
+
+
+HANDLERS = {
+    **shapes.HANDLERS,
+    **accesses.HANDLERS,
+    **reductions.HANDLERS,
+    "tt.call": _call,
+    "scf.for": control.scf_for,
+    "scf.if": control.scf_if,
+    "scf.while": control.scf_while,
+}
+
+
+_TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"}
+
+
+def _used_values(program: Program) -> set[int]:
+    """The values something with an effect depends on (what the other values are computed for is nothing)."""
+    operations = program.operations()
+    live: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for op in operations:
+            needed = op.name in _EFFECTS or op.name in _TERMINATORS or op.regions or not op.results
+            if needed or any(r in live for r in op.results):
+                for value in op.operands:
+                    if value not in live:
+                        live.add(value)
+                        changed = True
+    return live

@@ -1,0 +1,158 @@
+"""``tl.dot``, reductions and scans: the common combining functions as XLA's own reductions and cumulative
+operations, any other as a pairwise tree (reductions) or an associative scan, with the kernel's combining region
+applied element by element."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled.memory import State
+from jt_core.cpu.compiled.program import Operation
+
+if TYPE_CHECKING:
+    from jt_core.cpu.compiled.kernel import Kernel
+
+__all__ = ["HANDLERS"]
+
+Handler = Callable[["Kernel", Operation, State], State]
+
+_REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
+    "arith.addf": lambda x, axis: jnp.sum(x, axis=axis),
+    "arith.addi": lambda x, axis: jnp.sum(x, axis=axis, dtype=x.dtype),
+    "arith.mulf": lambda x, axis: jnp.prod(x, axis=axis),
+    "arith.muli": lambda x, axis: jnp.prod(x, axis=axis, dtype=x.dtype),
+    "arith.maximumf": lambda x, axis: jnp.max(x, axis=axis),
+    "arith.minimumf": lambda x, axis: jnp.min(x, axis=axis),
+    "arith.maxsi": lambda x, axis: jnp.max(x, axis=axis),
+    "arith.minsi": lambda x, axis: jnp.min(x, axis=axis),
+    "arith.andi": lambda x, axis: jnp.all(x, axis=axis) if x.dtype == jnp.bool_ else _bitwise(lax.bitwise_and, x, axis),
+    "arith.ori": lambda x, axis: jnp.any(x, axis=axis) if x.dtype == jnp.bool_ else _bitwise(lax.bitwise_or, x, axis),
+    "arith.xori": lambda x, axis: _bitwise(lax.bitwise_xor, x, axis),
+    "arith.maxnumf": lambda x, axis: _ignoring_nan(jnp.max, -jnp.inf, x, axis),
+    "arith.minnumf": lambda x, axis: _ignoring_nan(jnp.min, jnp.inf, x, axis),
+}
+
+_SCANNERS: dict[str, Callable[[jax.Array, int, bool], jax.Array]] = {
+    "arith.addf": lambda x, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
+    "arith.addi": lambda x, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
+    "arith.mulf": lambda x, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
+    "arith.muli": lambda x, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
+    "arith.maximumf": lambda x, axis, reverse: lax.cummax(x, axis=axis, reverse=reverse),
+    "arith.maxsi": lambda x, axis, reverse: lax.cummax(x, axis=axis, reverse=reverse),
+    "arith.minimumf": lambda x, axis, reverse: lax.cummin(x, axis=axis, reverse=reverse),
+    "arith.minsi": lambda x, axis, reverse: lax.cummin(x, axis=axis, reverse=reverse),
+}
+
+
+def _bitwise(op: Callable[[jax.Array, jax.Array], jax.Array], x: jax.Array, axis: int) -> jax.Array:
+    return lax.reduce(x, np.zeros((), x.dtype) if op is not lax.bitwise_and else np.array(-1, x.dtype), op, (axis,))
+
+
+def _ignoring_nan(reduce: Callable[..., jax.Array], fill: float, x: jax.Array, axis: int) -> jax.Array:
+    nan = jnp.isnan(x)
+    value = reduce(jnp.where(nan, jnp.asarray(fill, x.dtype), x), axis=axis)
+    return jnp.where(jnp.all(nan, axis=axis), jnp.asarray(jnp.nan, x.dtype), value)
+
+
+def _dot(k: Kernel, op: Operation, state: State) -> State:
+    a, b, acc = (k.array(v) for v in op.operands[:3])
+    a, b = lang.widen_for_dot(a), lang.widen_for_dot(b)
+    precision = op.attr("inputPrecision", "IEEE")
+    if precision == "TF32":
+        a, b = lang.round_to_tf32(a), lang.round_to_tf32(b)
+    product = lax.dot_general(
+        a,
+        b,
+        (((a.ndim - 1,), (b.ndim - 2,)), (tuple(range(a.ndim - 2)), tuple(range(b.ndim - 2)))),
+        precision=lax.Precision.HIGHEST,
+        preferred_element_type=acc.dtype,
+    )
+    k.env[op.results[0]] = product + acc
+    return state
+
+
+def _combiner(k: Kernel, op: Operation) -> str | None:
+    """The single element-wise operation a reduction's or scan's combining region applies, or ``None``."""
+    block = op.regions[0][0]
+    body = block.operations
+    if len(body) == 2 and body[0].name == "tt.call" and body[0].operands == block.arguments:
+        callee = k.ir.functions.get(str(body[0].attr("callee")))
+        if callee is None or body[1].operands != body[0].results:
+            return None
+        inner = callee.body[0]
+        body, block = inner.operations, inner
+    if len(body) != 2 or len(block.arguments) != 2:
+        return None
+    first, last = body
+    if first.operands != block.arguments or last.operands != first.results:
+        return None
+    return first.name
+
+
+def _region_function(k: Kernel, op: Operation) -> Callable[..., Any]:
+    """A reduction's or scan's combining region as a function of arrays (applied element by element)."""
+
+    def combine(*args: Any) -> Any:
+        values, _ = k.run_block(op.regions[0][0], list(args), _NO_STATE)
+        return tuple(values)
+
+    return combine
+
+
+_NO_STATE = State((), np.zeros((), bool))  # type: ignore[arg-type]
+
+
+def _reduce(k: Kernel, op: Operation, state: State) -> State:
+    axis = int(op.attr("axis"))
+    inputs = [k.array(v) for v in op.operands]
+    combiner = _combiner(k, op) if len(inputs) == 1 else None
+    if combiner in _REDUCERS:
+        out = [_REDUCERS[combiner](inputs[0], axis).astype(inputs[0].dtype)]
+    else:
+        out = _tree_reduce(_region_function(k, op), inputs, axis)
+    for value, array in zip(op.results, out, strict=True):
+        k.env[value] = array
+    return state
+
+
+def _tree_reduce(combine: Callable[..., Any], inputs: list[jax.Array], axis: int) -> list[jax.Array]:
+    """Reduces ``inputs`` along ``axis`` with any associative ``combine``: halves combined pairwise, first half on the
+    left, until one element is left (block sizes are powers of two)."""
+    values = inputs
+    while values[0].shape[axis] > 1:
+        half = values[0].shape[axis] // 2
+        left = [lax.slice_in_dim(v, 0, half, axis=axis) for v in values]
+        right = [lax.slice_in_dim(v, half, 2 * half, axis=axis) for v in values]
+        values = [jnp.asarray(v) for v in combine(*left, *right)]
+    return [jnp.squeeze(v, axis=axis) for v in values]
+
+
+def _scan(k: Kernel, op: Operation, state: State) -> State:
+    axis = int(op.attr("axis"))
+    reverse = bool(op.attr("reverse", False))
+    inputs = [k.array(v) for v in op.operands]
+    combiner = _combiner(k, op) if len(inputs) == 1 else None
+    if combiner in _SCANNERS:
+        out = [_SCANNERS[combiner](inputs[0], axis, reverse)]
+    else:
+        fn = _region_function(k, op)
+        n = len(inputs)
+
+        def pairwise(a: Any, b: Any) -> Any:
+            return fn(*a, *b) if not reverse else fn(*b, *a)
+
+        out = list(lax.associative_scan(lambda a, b: tuple(pairwise(a, b)), tuple(inputs), reverse=reverse, axis=axis))
+        assert len(out) == n
+    for value, array in zip(op.results, out, strict=True):
+        k.env[value] = array
+    return state
+
+
+HANDLERS: dict[str, Handler] = {"tt.dot": _dot, "tt.reduce": _reduce, "tt.scan": _scan}
