@@ -32,10 +32,14 @@ def private_folder(path: Path) -> Path:
 
 
 def with_cpu_handler(cache: Path) -> Path:
-    """A cache folder holding the CPU FFI handler this machine built (so each process need not build it again)."""
+    """A cache folder holding the CPU FFI handler this machine built (so each process need not build it again),
+    unless the processes use the one jt-core's platform wheel carries."""
     from jt_core.interpreter import ffi_launcher
 
-    built = ffi_launcher.library_spec().build()
+    spec = ffi_launcher.library_spec()
+    if spec.prebuilt().path is not None:
+        return private_folder(cache)
+    built = spec.build()
     native = private_folder(private_folder(cache) / "native")
     shutil.copy2(built.path, native / built.path.name)
     return cache
@@ -53,7 +57,7 @@ def run_scenario(
     caches = []
     for index in (0, 1):
         cache = private_folder(tmp_path / f"cache{index}")
-        if platform == "cpu" and "CXX" not in per_process[index]:
+        if platform == "cpu" and "JT_PREBUILT_NATIVE" not in per_process[index]:
             with_cpu_handler(cache)
         caches.append({"JT_CACHE_DIR": str(cache), **per_process[index]})
     results = [tmp_path / f"result{index}.json" for index in (0, 1)]
@@ -115,7 +119,8 @@ def test_processes_that_lowered_other_kernels_first_compile_the_same_program(tmp
 def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-compiler")
     started = time.monotonic()
-    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": missing}))
+    # Process 1 is a host without a compiler where jt was installed from the sdist: it cannot have the handler.
+    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": missing, "JT_PREBUILT_NATIVE": "0"}))
     assert time.monotonic() - started < JOB_SECONDS
     for found in results:
         outcome = found["outcome"]
@@ -123,6 +128,26 @@ def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path
         assert "process 1 (host" in outcome and "launcher 'interpreter'" in outcome, outcome
         assert f"CXX={missing!r}" in outcome and "python -m jt_core build-native" in outcome, outcome
         assert found["seconds"] < 20, found  # without agreement: 30 s in gloo, then an error about gloo
+
+
+def prebuilt_cpu_handler() -> Path | None:
+    from jt_core.interpreter import ffi_launcher
+
+    return ffi_launcher.library_spec().prebuilt().path
+
+
+@pytest.mark.skipif(
+    prebuilt_cpu_handler() is None,
+    reason="jt-core is not installed from its platform wheel (tests/check_wheelhouse.py runs this test with it)",
+)
+def test_a_process_without_a_compiler_uses_the_prebuilt_handler_like_the_others(tmp_path: Path) -> None:
+    """Installed from the platform wheel, a host without a compiler runs the job to the end like the others: every
+    process loads the prebuilt CPU handler, none builds it."""
+    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": str(tmp_path / "no-such-compiler")}))
+    for found in results:
+        assert found["outcome"] == "ran" and found["launcher"] == "ffi", found
+    for index in (0, 1):
+        assert not list((tmp_path / f"cache{index}").rglob("*.so")), f"process {index} built a library"
 
 
 def test_lowering_device_is_one_this_process_drives() -> None:
