@@ -20,8 +20,9 @@ as usual is pure Python, and each library is built on the machine at first use (
 
 Editable installs are left as they are: their libraries are built at first use. ``setup.py`` loads this file by its
 path, before anything but setuptools is in the build environment, so at module level it imports only the standard
-library and setuptools; jt itself is imported when the libraries are compiled. jt-cuda and jt-rocm take it from
-jt-core's sources beside them in the repository checkout, whose headers their handlers are compiled from.
+library; setuptools is imported when the commands are made, jt itself when the libraries are compiled. jt-cuda and
+jt-rocm take this file from jt-core's sources beside them in the repository checkout, whose headers their handlers
+are compiled from.
 """
 
 from __future__ import annotations
@@ -35,20 +36,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from setuptools import Distribution
-from setuptools.command.bdist_wheel import bdist_wheel
-from setuptools.command.build_py import build_py
-from setuptools.errors import SetupError
-
-__all__ = [
-    "VARIABLE",
-    "PlatformDistribution",
-    "PlatformWheel",
-    "PrebuildingBuildPy",
-    "build_requirements",
-    "requested",
-    "setup_arguments",
-]
+__all__ = ["VARIABLE", "build_requirements", "compile_libraries", "requested", "setup_arguments"]
 
 #: The switch that makes the wheel a platform wheel with its libraries prebuilt.
 VARIABLE = "JT_BUILD_PLATFORM_WHEEL"
@@ -71,14 +59,37 @@ def setup_arguments(root: str | os.PathLike[str]) -> dict[str, Any]:
     :func:`requested`; then the build requirements and the commands that compile the libraries and tag the wheel."""
     if not requested():
         return {}
+    from setuptools import Distribution
+    from setuptools.command.bdist_wheel import bdist_wheel
+    from setuptools.command.build_py import build_py
+
     folder = Path(root).resolve()
+
+    class PlatformDistribution(Distribution):
+        """A distribution whose wheel holds binaries: installed to the platform's library folder, not purelib."""
+
+        def has_ext_modules(self) -> bool:
+            return True
+
+    class PrebuildingBuildPy(build_py):
+        """``build_py``, then the distribution's native libraries compiled into the build folder (not for
+        editable installs, which build them at first use)."""
+
+        def run(self) -> None:
+            super().run()
+            if not self.editable_mode:
+                compile_libraries(folder, Path(self.build_lib))
+
+    class PlatformWheel(bdist_wheel):
+        """``bdist_wheel`` of a wheel whose libraries need no Python ABI: tagged ``py3-none-<platform>``."""
+
+        def get_tag(self) -> tuple[str, str, str]:
+            return "py3", "none", super().get_tag()[2]
+
     return {
         "setup_requires": build_requirements(),
         "distclass": PlatformDistribution,
-        "cmdclass": {
-            "build_py": type("build_py", (PrebuildingBuildPy,), {"root": folder}),
-            "bdist_wheel": PlatformWheel,
-        },
+        "cmdclass": {"build_py": PrebuildingBuildPy, "bdist_wheel": PlatformWheel},
     }
 
 
@@ -110,7 +121,7 @@ def _check_jaxlib() -> None:
     except importlib.metadata.PackageNotFoundError:
         installed = "none"
     if installed != floor:
-        raise SetupError(
+        raise SystemExit(
             f"{VARIABLE}=1: the native libraries are compiled against the XLA FFI headers of the oldest jaxlib jt "
             f"supports ({floor}), but the build environment has jaxlib {installed}; build in an isolated "
             f"environment (python -m build installs jaxlib=={floor}), or install jax=={floor} jaxlib=={floor} into "
@@ -132,8 +143,8 @@ def compile_libraries(root: Path, build_lib: Path) -> list[Path]:
     place its spec's ``prebuilt_path`` lies in the installed package; returns their paths.
 
     Raises:
-        SetupError: When the build environment's jaxlib is not jt's oldest, or a reference names no spec of the
-            distribution's own sources.
+        SystemExit: When the build environment's jaxlib is not jt's oldest, or a reference names no spec of the
+            distribution's own sources (setuptools shows the message).
     """
     _check_jaxlib()
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
@@ -146,40 +157,14 @@ def compile_libraries(root: Path, build_lib: Path) -> list[Path]:
     for reference in references:
         spec = _resolve(reference)()
         if not isinstance(spec, native.LibrarySpec):
-            raise SetupError(f"[tool.jt] native-libraries: {reference!r} returned {spec!r}, not a LibrarySpec")
+            raise SystemExit(f"[tool.jt] native-libraries: {reference!r} returned {spec!r}, not a LibrarySpec")
         try:
             relative = spec.prebuilt_path.resolve().relative_to(sources.resolve())
         except ValueError:
-            raise SetupError(
+            raise SystemExit(
                 f"[tool.jt] native-libraries: {reference!r} builds {spec.name!r} from {spec.sources[0]}, outside "
                 f"{sources}: a wheel carries only its own distribution's libraries"
             ) from None
         built.append(native.build_prebuilt(spec, build_lib / relative.parent))
         print(f"jt: compiled {spec.name} into {built[-1]}", flush=True)
     return built
-
-
-class PrebuildingBuildPy(build_py):
-    """``build_py``, then the distribution's native libraries compiled into the build folder (not for editable
-    installs, which build them at first use). :func:`setup_arguments` sets :attr:`root`."""
-
-    root: Path
-
-    def run(self) -> None:
-        super().run()
-        if not self.editable_mode:
-            compile_libraries(self.root, Path(self.build_lib))
-
-
-class PlatformDistribution(Distribution):
-    """A distribution whose wheel holds binaries: installed to the platform's library folder, not ``purelib``."""
-
-    def has_ext_modules(self) -> bool:
-        return True
-
-
-class PlatformWheel(bdist_wheel):
-    """``bdist_wheel`` of a wheel whose libraries need no Python ABI: tagged ``py3-none-<platform>``."""
-
-    def get_tag(self) -> tuple[str, str, str]:
-        return "py3", "none", super().get_tag()[2]
