@@ -192,3 +192,10 @@ def test_the_installed_jaxlibs_xla_ffi_api_version_is_read_from_its_headers() ->
     assert version is not None
     assert f"#define XLA_FFI_API_MAJOR {version[0]}\n" in header
     assert f"#define XLA_FFI_API_MINOR {version[1]}\n" in header
+
+
+def test_a_spec_without_sources_has_no_prebuilt_library(machine: Path) -> None:
+    spec = LibrarySpec("jt_probe_nothing", ())
+    assert spec.prebuilt().path is None and spec.prebuilt().problem is None
+    with pytest.raises(ValueError, match="lists no sources"):
+        _ = spec.prebuilt_path

@@ -187,7 +187,13 @@ class LibrarySpec:
     @property
     def prebuilt_path(self) -> Path:
         """Where a platform wheel carries the library prebuilt: ``lib<name>.so`` beside the first source (its build
-        record beside it, ``lib<name>.so.json``)."""
+        record beside it, ``lib<name>.so.json``).
+
+        Raises:
+            ValueError: For a spec that lists no source (nothing to build, so nothing prebuilt).
+        """
+        if not self.sources:
+            raise ValueError(f"native library {self.name!r} lists no sources: no prebuilt file goes with it")
         return self.sources[0].parent / f"lib{self.name}.so"
 
     def load(self) -> ctypes.CDLL:
@@ -224,9 +230,11 @@ class LibrarySpec:
         """The library as the installed platform wheel carries it, checked (and loaded) for use in this process: it
         must be the file the wheel was built with, built from the installed sources and headers, and built for an
         XLA FFI API version the installed jaxlib takes (:func:`xla_ffi_api_problem`). Asks no compiler."""
+        if not self.sources or not settings.flag(PREBUILT_VARIABLE, default=True):
+            return PrebuiltLibrary(None)
         path = self.prebuilt_path
         record_path = _prebuilt_record_path(path)
-        if not settings.flag(PREBUILT_VARIABLE, default=True) or not (path.exists() or record_path.exists()):
+        if not (path.exists() or record_path.exists()):
             return PrebuiltLibrary(None)
         try:
             record = json.loads(record_path.read_text(encoding="utf-8"))
