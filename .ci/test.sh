@@ -39,7 +39,7 @@ run_separated() {
     fi
     step "installing in .ci-venv-separate jax, triton and the test tools at the versions of $("$python" -c 'import sys; print(sys.prefix)'), and jt-core alone from dist/"
     constraints="$(mktemp)"
-    "$python" -m pip freeze | grep -v '^jt[-_]' >"$constraints"
+    "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" -c "$constraints" \
         jax triton pluggy numpy ml_dtypes pytest pytest-xdist hypothesis flatbuffers || status=1
     rm -f "$constraints"
