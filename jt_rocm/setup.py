@@ -13,6 +13,10 @@ helper = here.parent / "jt_core" / "src" / "jt_core" / "native_setup.py"
 if helper.is_file():
     setup(**runpy.run_path(str(helper))["setup_arguments"](here))
 elif os.environ.get("JT_BUILD_PLATFORM_WHEEL", "0").strip().lower() not in ("", "0", "false", "no", "off"):
-    raise SystemExit(f"JT_BUILD_PLATFORM_WHEEL=1 builds from the repository checkout, which holds {helper}")
+    raise SystemExit(
+        "JT_BUILD_PLATFORM_WHEEL=1: jt-rocm's platform wheel is built from the repository checkout, where jt-core's "
+        "sources lie beside it (its handler is compiled with their headers); without the variable the wheel is pure, "
+        "and the handler is built at first use"
+    )
 else:
     setup()
