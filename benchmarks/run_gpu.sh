@@ -8,6 +8,8 @@
 #   bash benchmarks/run_gpu.sh --no-tests # benchmarks only
 #
 # Needs: python3 with jax[cuda], triton, torch, pytest, setuptools (no network access is needed), a C++ compiler.
+# With the platform wheels in dist/ (`bash .ci/wheels.sh` on a machine with network, then dist/ carried along), the
+# autotuning benchmark also measures the first call of jt installed from them on a fresh machine without a compiler.
 # Exit status: non-zero when installing, any test, the skip check or a benchmark failed.
 
 set -uo pipefail
@@ -161,7 +163,14 @@ if [ $BENCH -eq 1 ]; then
     --rounds 1
   run_bench throughput gpu_throughput.py "${TP_ARGS[@]}"
   run_bench first_call gpu_first_call.py "${FC_ARGS[@]}"
-  run_bench autotune gpu_autotune.py
+  AUTOTUNE_ARGS=()
+  if compgen -G "dist/jt_core-*-py3-none-manylinux_*.whl" >/dev/null && \
+      compgen -G "dist/jt_cuda-*-py3-none-manylinux_*.whl" >/dev/null; then
+    AUTOTUNE_ARGS=(--wheels dist)
+  else
+    note "benchmark autotune: no platform wheels in dist/, so the first call from them is not measured"
+  fi
+  run_bench autotune gpu_autotune.py "${AUTOTUNE_ARGS[@]}"
   run_bench compile_cache compile_cache.py --arch 90
   if timeout 300 "$PY" -P benchmarks/gpu_transformations.py $([ $QUICK -eq 1 ] && echo --quick) \
       >"$SCRATCH/transformations.log" 2>&1; then

@@ -3,14 +3,19 @@
 Not part of the default test run (the name does not match ``test_*.py``): ``.ci/test.sh`` builds the wheelhouse and
 then runs ``python -m pytest tests/check_wheelhouse.py``.
 
-The install checks run the commands of the getting-started page, each in a fresh virtualenv with the pip that comes
-with Python, from the repository root (where ``dist`` is); jax and triton come from the package index. They then
-list the plugins and run a kernel on the CPU backend outside the repository.
+The wheelhouse holds an sdist and a pure wheel of each distribution, and a platform wheel of each distribution with
+native libraries, which carries them prebuilt. The install checks run the commands of the getting-started page, each
+in a fresh virtualenv with the pip that comes with Python, from the repository root (where ``dist`` is), on a
+machine without a compiler: no C or C++ compiler on ``PATH``, ``CXX`` and ``CC`` unset. jax and triton come from the
+package index; pip takes the platform wheels. They then list the plugins and run a kernel on the CPU backend outside
+the repository, with the prebuilt handler: nothing is built. The ``[cuda]`` install also runs a 2-process job in
+which one process is told its compiler is missing.
 """
 
 from __future__ import annotations
 
 import email.parser
+import hashlib
 import json
 import os
 import re
@@ -24,8 +29,12 @@ import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from jt_core.native import LibrarySpec
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEELHOUSE = ROOT / "dist"
@@ -39,6 +48,17 @@ def project(folder: str) -> dict:
 
 
 VERSION = project("jt_core")["version"]
+#: The distributions whose platform wheels carry native libraries, with the spec of each library.
+NATIVE = {
+    folder: tomllib.loads((ROOT / folder / "pyproject.toml").read_text(encoding="utf-8"))
+    .get("tool", {})
+    .get("jt", {})
+    .get("native-libraries", [])
+    for folder in DISTRIBUTIONS
+}
+NATIVE = {folder: references for folder, references in NATIVE.items() if references}
+#: The most a wheel may weigh.
+MAX_WHEEL_BYTES = 5 * 1024 * 1024
 
 
 def tracked_files(folder: str) -> list[str]:
@@ -47,13 +67,40 @@ def tracked_files(folder: str) -> list[str]:
     return [name[len(folder) + 1 :] for name in out.decode().split("\0") if name]
 
 
-def wheel(folder: str) -> zipfile.ZipFile:
+def platform_wheel_path(folder: str) -> Path:
+    """The one platform wheel of ``folder`` (``py3-none-manylinux_*``)."""
+    (path,) = WHEELHOUSE.glob(f"{folder}-{VERSION}-py3-none-manylinux_*.whl")
+    return path
+
+
+def wheel(folder: str, platform: bool = False) -> zipfile.ZipFile:
+    if platform:
+        return zipfile.ZipFile(platform_wheel_path(folder))
     return zipfile.ZipFile(WHEELHOUSE / f"{folder}-{VERSION}-py3-none-any.whl")
 
 
-def wheel_metadata(folder: str) -> email.message.Message:
-    with wheel(folder) as archive:
+#: Every wheel: (distribution folder, whether it is the platform wheel).
+WHEELS = [(folder, False) for folder in DISTRIBUTIONS] + [(folder, True) for folder in NATIVE]
+WHEEL_IDS = [f"{folder}-{'platform' if platform else 'pure'}" for folder, platform in WHEELS]
+
+
+def wheel_metadata(folder: str, platform: bool = False) -> email.message.Message:
+    with wheel(folder, platform) as archive:
         return email.parser.Parser().parsestr(archive.read(f"{folder}-{VERSION}.dist-info/METADATA").decode())
+
+
+def library_specs(folder: str) -> list[LibrarySpec]:
+    """The specs of the libraries ``folder``'s platform wheel carries, as the installed (checkout's) jt makes them."""
+    import importlib
+
+    specs = []
+    for reference in NATIVE[folder]:
+        module, _, attributes = reference.partition(":")
+        found = importlib.import_module(module)
+        for name in attributes.split("."):
+            found = getattr(found, name)
+        specs.append(found())
+    return specs
 
 
 @pytest.fixture
@@ -72,18 +119,22 @@ def say(capfd: pytest.CaptureFixture[str]):
     return report
 
 
-def test_one_wheel_and_one_sdist_per_distribution(say) -> None:
+def test_an_sdist_and_a_pure_wheel_per_distribution_and_a_platform_wheel_per_native_one(say) -> None:
     expected = {f"{f}-{VERSION}-py3-none-any.whl" for f in DISTRIBUTIONS} | {
         f"{f}-{VERSION}.tar.gz" for f in DISTRIBUTIONS
     }
-    assert {p.name for p in WHEELHOUSE.iterdir()} == expected
+    platform = {p.name for p in WHEELHOUSE.glob("*-py3-none-manylinux_*_x86_64.whl")}
+    assert {p.name.split("-")[0] for p in WHEELHOUSE.glob("*-py3-none-manylinux_*_x86_64.whl")} == set(NATIVE)
+    assert {p.name for p in WHEELHOUSE.iterdir()} == expected | platform
+    assert len(platform) == len(NATIVE), platform
     for path in sorted(WHEELHOUSE.iterdir()):
-        say(f"{path.name:32} {path.stat().st_size / 1024:7.1f} KiB")
+        say(f"{path.name:50} {path.stat().st_size / 1024:7.1f} KiB")
+        assert path.stat().st_size < MAX_WHEEL_BYTES, f"{path.name} weighs more than {MAX_WHEEL_BYTES} bytes"
 
 
-@pytest.mark.parametrize("folder", DISTRIBUTIONS)
-def test_wheel_metadata_is_complete(folder: str) -> None:
-    meta = wheel_metadata(folder)
+@pytest.mark.parametrize(("folder", "platform"), WHEELS, ids=WHEEL_IDS)
+def test_wheel_metadata_is_complete(folder: str, platform: bool) -> None:
+    meta = wheel_metadata(folder, platform)
     declared = project(folder)
     assert meta["Name"] == declared["name"] and meta["Version"] == VERSION
     assert meta["Requires-Python"] == declared["requires-python"] == ">=3.12"
@@ -101,19 +152,46 @@ def test_wheel_metadata_is_complete(folder: str) -> None:
         assert requires == [f"jt-core=={VERSION}"]
 
 
-@pytest.mark.parametrize("folder", DISTRIBUTIONS)
-def test_wheel_holds_every_package_file_the_license_and_the_entry_point(folder: str) -> None:
-    with wheel(folder) as archive:
+@pytest.mark.parametrize(("folder", "platform"), WHEELS, ids=WHEEL_IDS)
+def test_wheel_holds_every_package_file_the_license_and_the_entry_point(folder: str, platform: bool) -> None:
+    with wheel(folder, platform) as archive:
         names = set(archive.namelist())
         info = f"{folder}-{VERSION}.dist-info"
         assert f"{info}/licenses/LICENSE" in names
         if folder in PLUGINS:
             entry_points = archive.read(f"{info}/entry_points.txt").decode()
             assert f"[jt]\n{PLUGINS[folder]} = {folder}.plugin" in entry_points
+        tags = email.parser.Parser().parsestr(archive.read(f"{info}/WHEEL").decode())
     sources = {name.removeprefix("src/") for name in tracked_files(folder) if name.startswith("src/")}
     missing = sorted(sources - names)
     assert not missing, f"tracked package files missing from the {folder} wheel: {missing}"
     assert f"{folder}/py.typed" in names
+    libraries = sorted(name for name in names if re.search(r"\.so(\.json)?$", name))
+    if platform:
+        assert tags["Root-Is-Purelib"] == "false" and tags.get_all("Tag") == [
+            platform_wheel_path(folder).stem.split("-", 2)[2]
+        ]
+        assert len(libraries) == 2 * len(NATIVE[folder]), libraries
+    else:
+        assert tags["Root-Is-Purelib"] == "true" and tags.get_all("Tag") == ["py3-none-any"]
+        assert not libraries, f"the pure wheel of {folder} carries {libraries}"
+
+
+@pytest.mark.parametrize("folder", sorted(NATIVE))
+def test_the_platform_wheel_carries_each_library_built_from_the_checkouts_sources(folder: str, say) -> None:
+    """Each library the distribution's specs name is in its platform wheel where the spec looks for it, built from
+    what the spec lists now (a source added to a spec is compiled in), against the oldest jaxlib's headers."""
+    floor = re.search(r"jaxlib>=([\d.]+)", " ".join(project("jt_core")["dependencies"]))[1]
+    with wheel(folder, platform=True) as archive:
+        for spec in library_specs(folder):
+            relative = spec.prebuilt_path.relative_to(ROOT / folder / "src").as_posix()
+            data = archive.read(relative)
+            record = json.loads(archive.read(relative + ".json"))
+            assert data[:4] == b"\x7fELF" and record["name"] == spec.name
+            assert record["size"] == len(data) and record["sha256"] == hashlib.sha256(data).hexdigest()
+            assert record["sources"] == spec.source_digest(), f"{relative} was built from other sources"
+            assert record["jax"] == f"jax {floor} jaxlib {floor}", record
+            say(f"{relative}: {len(data) / 1024:.1f} KiB, XLA FFI API {record['xla_ffi_api']}, {record['compiler']}")
 
 
 @pytest.mark.parametrize("folder", DISTRIBUTIONS)
@@ -126,12 +204,15 @@ def test_sdist_holds_every_tracked_file(folder: str) -> None:
 
 
 KERNEL = """
+import time
+
 import jax
 import numpy as np
 import triton
 import triton.language as tl
 
 import jt_core as jt
+from jt_core.registry import get_registry
 
 
 @triton.jit
@@ -146,8 +227,18 @@ def affine(x):
 
 
 x = np.random.default_rng(0).standard_normal(200).astype(np.float32)
+start = time.perf_counter()
 np.testing.assert_allclose(np.asarray(jax.jit(affine)(x)), 3.0 * x + 1.0, rtol=1e-6)
-print(jax.default_backend(), jax.__version__, triton.__version__)
+first_call = time.perf_counter() - start
+# The CUDA launcher 'jt' lowers here (no GPU needed), and its prebuilt handler loads.
+lowered = jax.jit(lambda v: jt.triton_call(v, v.size, kernel=affine_kernel, out_shape=v, grid=4, BLOCK=64,
+                                           compute_capability=90, launcher="jt"))
+text = lowered.trace(x).lower(lowering_platforms=("cuda",)).as_text()
+assert "jt_cuda_launch" in text, text[-2000:]
+from jt_cuda.launchers import HANDLER
+
+assert HANDLER.library()._name == str(HANDLER.spec().prebuilt_path)
+print(jax.default_backend(), jax.__version__, triton.__version__, get_registry().launcher("cpu").name, first_call)
 """
 
 # The by-name installs of the getting-started page that these checks run, as written there.
@@ -175,15 +266,28 @@ def fresh_venv(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(venv, ignore_errors=True)
 
 
+def without_a_compiler(venv: Path, folder: Path) -> dict[str, str]:
+    """This process's environment less its compilers: no C or C++ compiler on ``PATH``, ``CXX`` and ``CC`` unset."""
+    from jt_core.testing import no_compiler_path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_FIND_LINKS", "JT_LOAD_PLUGINS")}
+    env = {k: v for k, v in env.items() if k not in ("CXX", "CC", "JT_PREBUILT_NATIVE", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{no_compiler_path(folder)}"
+    for compiler in ("c++", "g++", "clang++", "cc", "gcc"):
+        assert shutil.which(compiler, path=env["PATH"]) is None, compiler
+    return env
+
+
 @pytest.mark.parametrize("command", BY_NAME)
-def test_install_by_name_in_a_fresh_virtualenv_lists_the_plugin_and_runs_a_kernel(
+def test_install_by_name_without_a_compiler_lists_the_plugin_and_runs_a_kernel_building_nothing(
     command: str, fresh_venv: Path, tmp_path: Path, say
 ) -> None:
     python = str(fresh_venv / "bin" / "python")
     args = shlex.split(command)
     assert args[:2] == ["pip", "install"]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_FIND_LINKS", "JT_LOAD_PLUGINS")}
-    env["JT_CACHE_DIR"] = str(tmp_path / "jt-cache")  # a machine jt has not run on yet
+    env = without_a_compiler(fresh_venv, tmp_path / "bin")
+    cache = tmp_path / "jt-cache"
+    env["JT_CACHE_DIR"] = str(cache)  # a machine jt has not run on yet
     start = time.perf_counter()
     _run([python, "-m", "pip", *args[1:], "--disable-pip-version-check", "-q"], cwd=ROOT, env=env)
     seconds = time.perf_counter() - start
@@ -199,20 +303,33 @@ def test_install_by_name_in_a_fresh_virtualenv_lists_the_plugin_and_runs_a_kerne
     status = {r["name"]: (r["distribution"], r["status"]) for r in records}
     assert status["cuda"] == ("jt-cuda", "loaded") and status["cpu"] == ("jt-core", "builtin")
     assert all(r["error"] is None for r in records), records
+    native = {
+        label: details["native"]
+        for record in records
+        for label, details in record["provides"]["launcher_details"].items()
+        if "native" in details
+    }
+    assert {"cpu:ffi", "cuda:jt"} <= set(native), native
+    assert all(library["prebuilt"] and library["compiler"] is None for library in native.values()), native
+    listed = _run([python, "-m", "jt_core", "build-native"], cwd=work, env=env).stdout
+    assert listed.count("prebuilt, nothing to build") == len(native), listed
 
     (work / "kernel.py").write_text(KERNEL, encoding="utf-8")
     run = _run([python, "kernel.py"], cwd=work, env=env)
-    assert run.stdout.split()[0] == "cpu"
-    # jt may say what it builds on first use ("jt: ..."); nothing else, and no warning, reaches stderr.
-    notes = run.stderr.splitlines()
-    assert all(line.startswith("jt: ") for line in notes), f"the kernel's run printed to stderr:\n{run.stderr}"
-    assert "warning" not in run.stderr.lower(), run.stderr
-    for line in notes:
-        if " built " in line:
-            say(f"first call: {line.removeprefix('jt: ')}")
+    backend, *_, launcher, first_call = run.stdout.split()
+    assert (backend, launcher) == ("cpu", "ffi"), run.stdout
+    # Nothing is built, so nothing is said: no line, no warning, reaches stderr, and no library is in the cache.
+    assert run.stderr == "", f"the kernel's run printed to stderr:\n{run.stderr}"
+    assert not list(cache.rglob("*.so")), sorted(cache.rglob("*"))
+    say(f"first call with the prebuilt CPU handler, in a fresh process: {float(first_call):.2f} s")
     say(f"{command}: {seconds:.1f} s in a fresh virtualenv; jax {versions['jax']}, triton {versions['triton']}")
 
     if "[cuda]" in command:
         # jt_core.testing needs pytest, which the testing extra adds.
         _run([python, "-m", "pip", "install", "--find-links", "dist", "-q", "jt-core[testing]"], cwd=ROOT, env=env)
         _run([python, "-c", "from jt_core.testing import fake_entry_point, BackendConformance"], cwd=work, env=env)
+        # A 2-process job, one process told its compiler is missing: both run the call with the prebuilt handler.
+        test = "test_a_process_without_a_compiler_uses_the_prebuilt_handler_like_the_others"
+        test = f"jt_core/tests/test_multiprocess.py::{test}"
+        job = _run([python, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test], cwd=ROOT, env=env)
+        assert re.search(r"^1 passed", job.stdout.strip().splitlines()[-1]), job.stdout

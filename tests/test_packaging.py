@@ -3,7 +3,9 @@ supported one, the pinned version set as the oldest jax/jaxlib/triton, and docum
 
 from __future__ import annotations
 
+import importlib
 import re
+import runpy
 import tomllib
 from pathlib import Path
 
@@ -92,3 +94,36 @@ def test_documents_state_the_python_ci_runs_on() -> None:
     assert not wrong, f"documents name another Python than {python}: {wrong}"
     assert f"Python {python} or newer" in (ROOT / "docs" / "pages" / "getting-started.md").read_text(encoding="utf-8")
     assert f"Python {python} or newer" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _resolve(reference: str):
+    module, _, attributes = reference.partition(":")
+    found = importlib.import_module(module)
+    for name in attributes.split("."):
+        found = getattr(found, name)
+    return found
+
+
+def test_every_launchers_native_library_is_prebuilt_in_its_distributions_platform_wheel() -> None:
+    from jt_core.__main__ import _native_launchers
+
+    prebuilt = {}
+    for folder in FOLDERS:
+        tool = pyproject(ROOT / folder / "pyproject.toml").get("tool", {}).get("jt", {})
+        for reference in tool.get("native-libraries", []):
+            spec = _resolve(reference)()
+            prebuilt[spec.name] = spec
+            # The wheel carries it beside its first source, so that source is in the distribution's own package.
+            assert spec.prebuilt_path.is_relative_to(ROOT / folder / "src"), (reference, spec.prebuilt_path)
+    launchers = {label: spec for label, spec in _native_launchers()}
+    assert {"cpu:ffi", "cuda:jt", "rocm:jt"} <= set(launchers)
+    for label, spec in launchers.items():
+        assert prebuilt.get(spec.name) == spec, f"{label}'s library {spec.name} is in no platform wheel"
+
+
+def test_platform_wheels_are_built_against_the_oldest_jax_claimed() -> None:
+    native_setup = runpy.run_path(str(ROOT / "jt_core" / "src" / "jt_core" / "native_setup.py"))
+    requirements = native_setup["build_requirements"]()
+    pinned = dict(re.findall(r"\b(jaxlib)==([\d.]+)", ENV_SH))["jaxlib"]
+    assert f"jax=={pinned}" in requirements and f"jaxlib=={pinned}" in requirements, requirements
+    assert not [r for r in requirements if Requirement(r).name == "triton"], requirements

@@ -182,6 +182,10 @@ class NativeKind(Kind):
 
     def __init__(self, rng: np.random.Generator, tmp_path: Path) -> None:
         super().__init__(rng, tmp_path)
+        try:
+            native.find_compiler()
+        except native.NativeBuildError as exc:
+            pytest.skip(f"builds a library, which takes a C++ compiler ({exc})")
         self.factor = int(rng.integers(2, 1000))
         source = tmp_path / "fault_probe.cc"
         source.write_text(f'extern "C" int jt_fault_probe(int x) {{ return x * {self.factor} + 1; }}\n')

@@ -33,8 +33,13 @@ def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+#: The libraries these tests build and break are the ones built on the machine, not those a platform wheel carries.
+BUILT_HERE = {"JT_PREBUILT_NATIVE": "0"}
+
+
 def _python(script: str, cache_root: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k != "JT_STRICT_PLUGINS"} | {"JT_CACHE_DIR": str(cache_root)}
+    full |= BUILT_HERE
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=full | env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 
@@ -219,7 +224,7 @@ def test_a_build_that_fails_says_so_once_and_plugins_shows_it(tmp_path: Path, ca
     assert lines[0].startswith("jt: building jt_cpu_interpreter_call for this machine")
     assert "... failed (exit 3: probe.cc:1: error: the compiler was told to fail)" in lines[0]
     assert f"; without it, {WITHOUT_HANDLER}" in lines[0]
-    env = {**os.environ, "JT_CACHE_DIR": str(cache_root), "CXX": str(compiler)}
+    env = {**os.environ, **BUILT_HERE, "JT_CACHE_DIR": str(cache_root), "CXX": str(compiler)}
     listing = subprocess.run(
         [sys.executable, "-m", "jt_core", "plugins"], capture_output=True, text=True, env=env
     ).stdout

@@ -253,6 +253,7 @@ def test_named_ffi_launcher_without_a_compiler_says_what_to_do(tmp_path: Path) -
     env = {
         **os.environ,
         "CXX": str(tmp_path / "no-such-compiler"),
+        "JT_PREBUILT_NATIVE": "0",  # a machine where the handler must be built: an install from the sdist
         "JT_CACHE_DIR": str(tmp_path / "cache"),
         "JT_LAUNCHER_CPU": "ffi",
         "JAX_PLATFORMS": "cpu",
@@ -275,6 +276,7 @@ def test_without_a_compiler_the_callback_launcher_is_used(tmp_path: Path) -> Non
         "print(CpuFfiLauncher().unavailable_reason())\n"
     )
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "JT_CACHE_DIR": str(tmp_path / "cache")}
+    env["JT_PREBUILT_NATIVE"] = "0"  # a machine where the handler must be built: an install from the sdist
     env.pop("JT_LAUNCHER_CPU", None)
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

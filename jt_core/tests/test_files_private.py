@@ -91,7 +91,8 @@ def test_code_planted_in_a_loose_folder_is_never_run(tmp_path: Path) -> None:
     """Someone who can write to a shared JT_CACHE_DIR plants the modules and libraries jt would load from it: the
     vmap wrapper module and the CPU launcher's handler library (a library whose constructor leaves a marker)."""
     shared = tmp_path / "shared"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "private")}
+    # The handler is built into the cache folder, not taken from a platform wheel.
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "private"), "JT_PREBUILT_NATIVE": "0"}
     tests = str(Path(__file__).parent)
 
     def run(cache_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -35,12 +35,15 @@ def private_folder(path: Path) -> Path:
 
 
 def with_cpu_handler(cache: Path) -> Path:
-    """A cache folder holding the CPU FFI handler this machine built, with its integrity record (so each process
-    need not build it again)."""
+    """A cache folder holding the CPU handler library this machine built, with its integrity record (so each
+    process need not build it again), unless the processes use the one jt-core's platform wheel carries."""
     from jt_core import files
     from jt_core.interpreter import ffi_launcher
 
-    built = ffi_launcher.library_spec().build()
+    spec = ffi_launcher.library_spec()
+    if spec.prebuilt().path is not None:
+        return private_folder(cache)
+    built = spec.build()
     native = private_folder(private_folder(cache) / "native")
     for path in (built.path, files.integrity_path(built.path)):
         shutil.copy2(path, native / path.name)
@@ -61,7 +64,7 @@ def run_scenario(
     caches = []
     for index in range(len(per_process)):
         cache = private_folder(tmp_path / f"cache{index}")
-        if platform == "cpu" and "CXX" not in per_process[index]:
+        if platform == "cpu" and "JT_PREBUILT_NATIVE" not in per_process[index]:
             with_cpu_handler(cache)
         caches.append({"JT_CACHE_DIR": str(cache), **per_process[index]})
     results = [tmp_path / f"result{index}.json" for index in range(len(per_process))]
@@ -124,7 +127,8 @@ def test_processes_that_lowered_other_kernels_first_compile_the_same_program(tmp
 def test_a_process_without_a_compiler_stops_every_process_at_once(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-compiler")
     started = time.monotonic()
-    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": missing}))
+    # Process 1 is a host without a compiler where jt was installed from the sdist: it cannot have the handler.
+    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": missing, "JT_PREBUILT_NATIVE": "0"}))
     assert time.monotonic() - started < JOB_SECONDS
     for found in results:
         outcome = found["outcome"]
@@ -154,6 +158,26 @@ def test_every_lowering_is_compared_and_a_refused_job_ends_on_every_process_in_t
             outcome = attempt["outcome"]
             assert "ProcessAgreementError" in outcome, attempt
             assert "launcher 'compiled'" in outcome and "launcher 'interpreter'" in outcome, attempt
+
+
+def prebuilt_cpu_handler() -> Path | None:
+    from jt_core.interpreter import ffi_launcher
+
+    return ffi_launcher.library_spec().prebuilt().path
+
+
+@pytest.mark.skipif(
+    prebuilt_cpu_handler() is None,
+    reason="jt-core is not installed from its platform wheel (tests/check_wheelhouse.py runs this test with it)",
+)
+def test_a_process_without_a_compiler_uses_the_prebuilt_handler_like_the_others(tmp_path: Path) -> None:
+    """Installed from the platform wheel, a host without a compiler runs the job to the end like the others: every
+    process loads the prebuilt CPU handler, none builds it."""
+    results = run_scenario(tmp_path, "no_compiler", per_process=({}, {"CXX": str(tmp_path / "no-such-compiler")}))
+    for found in results:
+        assert found["outcome"] == "ran" and found["launcher"] == "compiled", found
+    for index in (0, 1):
+        assert not list((tmp_path / f"cache{index}").rglob("*.so")), f"process {index} built a library"
 
 
 def test_lowering_device_is_one_this_process_drives() -> None:

@@ -36,10 +36,12 @@ def _native_status() -> dict[str, dict[str, Any]]:
         statuses[label] = {
             "library": spec.name,
             "built": status.path is not None,
+            "prebuilt": status.prebuilt,
             "path": str(status.path) if status.path else None,
             "compiler": status.compiler,
             "error": status.error,
             "failure": status.failure,
+            "prebuilt_problem": status.prebuilt_problem,
             "without_it": spec.without_it,
         }
     return statuses
@@ -121,18 +123,26 @@ def _plugins(args: argparse.Namespace) -> int:
             print(f"\n{label} hands a call to the platform's next launcher for: {rules}")
     native = {label: status for label, status in native.items() if label in here}
     if native:
-        print("\nnative libraries (built once per machine, at first use or by `python -m jt_core build-native`):")
+        print(
+            "\nnative libraries (prebuilt in platform wheels; else built once per machine, at first use or by "
+            "`python -m jt_core build-native`):"
+        )
         for label, status in native.items():
-            if status["built"]:
-                state = f"built: {status['path']} ({status['compiler']})"
+            unused = status["prebuilt_problem"] and f"the prebuilt one is not used ({status['prebuilt_problem']}); "
+            unused = unused or ""
+            if status["prebuilt"]:
+                state = f"prebuilt: {status['path']}"
+            elif status["built"]:
+                state = f"{unused}built: {status['path']} ({status['compiler']})"
             elif status["error"]:
-                state = f"cannot be built here: {status['error']}; without it, {status['without_it']}"
+                state = f"{unused}cannot be built here: {status['error']}; without it, {status['without_it']}"
             elif status["failure"]:
                 state = (
-                    f"not built: {status['failure']}; the next use builds it again; without it, {status['without_it']}"
+                    f"{unused}not built: {status['failure']}; the next use builds it again; without it, "
+                    f"{status['without_it']}"
                 )
             else:
-                state = f"not built yet; {status['compiler']} will build it"
+                state = f"{unused}not built yet; {status['compiler']} will build it"
             print(f"  {label:16} {status['library']:24} {state}")
     for r in records:
         for note in r.deprecations:
@@ -171,23 +181,28 @@ def _build_native(args: argparse.Namespace) -> int:
         return spec.build(announce=False), time.perf_counter() - started
 
     launchers = _native_launchers()
+    prebuilt = {label: spec.prebuilt() for label, spec in launchers}
+    # Launchers may share a library: each library not prebuilt is built once.
+    wanted = {spec.name: spec for label, spec in launchers if prebuilt[label].path is None}
     started = time.perf_counter()
-    unique = {spec.name: spec for _, spec in launchers}  # launchers may share a library: it is built once
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(unique))) as pool:
-        futures = {name: pool.submit(build, spec) for name, spec in unique.items()}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(wanted))) as pool:
+        futures = {name: pool.submit(build, spec) for name, spec in wanted.items()}
     failed = 0
     for label, spec in launchers:
-        future = futures[spec.name]
+        if spec.name not in futures:
+            print(f"{label:16} {spec.name:24} prebuilt, nothing to build: {prebuilt[label].path}")
+            continue
+        unused = f" (the prebuilt one is not used: {prebuilt[label].problem})" if prebuilt[label].problem else ""
         try:
-            built, seconds = future.result()
+            built, seconds = futures[spec.name].result()
         except NativeBuildError as exc:
             failed += 1
-            print(f"{label:16} {spec.name:24} FAILED: {exc}\n  without it, {spec.without_it}")
+            print(f"{label:16} {spec.name:24} FAILED{unused}: {exc}\n  without it, {spec.without_it}")
             continue
         how = "built" if built.built else "already built"
-        print(f"{label:16} {spec.name:24} {how} in {seconds:.1f} s: {built.path}")
-    if launchers:
-        count = f"{len(unique)} librar{'ies' if len(unique) > 1 else 'y'}"
+        print(f"{label:16} {spec.name:24} {how} in {seconds:.1f} s{unused}: {built.path}")
+    if wanted:
+        count = f"{len(wanted)} librar{'ies' if len(wanted) > 1 else 'y'}"
         print(f"{count} in {time.perf_counter() - started:.1f} s, built side by side")
     return 1 if failed else 0
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 
@@ -68,6 +70,20 @@ def ffi_include_dir() -> str:
     import jax
 
     return str(jax.ffi.include_dir())
+
+
+def xla_ffi_api_version() -> tuple[int, int] | None:
+    """The XLA FFI C API version of the installed jaxlib, ``(major, minor)``: ``XLA_FFI_API_MAJOR`` and
+    ``XLA_FFI_API_MINOR`` in its ``xla/ffi/api/c_api.h`` (0.4 in jaxlib 0.11.2, 0.5 in 0.12), the headers jaxlib
+    ships for the handlers loaded into it. ``None`` when they are missing or declare no version."""
+    try:
+        text = (Path(ffi_include_dir()) / "xla" / "ffi" / "api" / "c_api.h").read_text(errors="replace")
+    except OSError:
+        return None
+    found = dict(re.findall(r"^\s*#\s*define\s+XLA_FFI_API_(MAJOR|MINOR)\s+(\d+)\b", text, re.MULTILINE))
+    if set(found) != {"MAJOR", "MINOR"}:
+        return None
+    return int(found["MAJOR"]), int(found["MINOR"])
 
 
 def distributed_state() -> tuple[int, int, Any]:

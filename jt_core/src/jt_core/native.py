@@ -24,6 +24,18 @@ instead of being loaded. Temporary files of builds that were killed are removed.
 take the library (a full disk, a read-only folder) is reported once, and the library is built into a private
 temporary folder for the process instead.
 
+Every library is compiled with one more source of jt's own, :data:`BUILD_INFO_SOURCE`, which exports the XLA FFI
+C API version of the headers it was compiled against (``jt_native_xla_ffi_api_version``).
+
+Prebuilt libraries: a platform wheel (``JT_BUILD_PLATFORM_WHEEL=1``, :mod:`jt_core.native_setup`) carries each
+library compiled against the XLA FFI headers of the oldest jaxlib jt supports, as ``lib<name>.so`` beside the spec's
+first source (:attr:`LibrarySpec.prebuilt_path`) with a build record (``lib<name>.so.json``). :meth:`LibrarySpec.load`
+loads it without a compiler and without building when it fits (:meth:`LibrarySpec.prebuilt`): it is the file the
+wheel was built with (size and SHA-256), built from the installed sources (their digest), and its XLA FFI API version
+is one the installed jaxlib takes (the same major version, a minor version not newer than jaxlib's, XLA's own rule).
+Otherwise one line on stderr says why, and the library is built on this machine as from an sdist.
+``JT_PREBUILT_NATIVE=0`` ignores prebuilt libraries.
+
 Example:
     >>> path = build_shared_library("jt_cuda_launch", [source_file], include_dirs=[jax.ffi.include_dir()])
     >>> lib = ctypes.CDLL(str(path))
@@ -34,6 +46,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -46,19 +59,29 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from jt_core import files, settings
+from jt_core import _compat, files, settings
 from jt_core.errors import JtError
 
 __all__ = [
+    "BUILD_INFO_SOURCE",
+    "PREBUILT_VARIABLE",
     "LibrarySpec",
     "LibraryStatus",
     "NativeBuildError",
     "NativeLibrary",
+    "PrebuiltLibrary",
+    "build_prebuilt",
     "build_shared_library",
     "cache_dir",
     "build_due",
     "find_compiler",
+    "xla_ffi_api_problem",
 ]
+
+#: jt's own source, compiled into every library: it exports the XLA FFI C API version the library was built for.
+BUILD_INFO_SOURCE = Path(__file__).with_name("native_build_info.cc")
+#: The switch that, set to ``0``, ignores prebuilt libraries: every library is built on this machine.
+PREBUILT_VARIABLE = "JT_PREBUILT_NATIVE"
 
 
 class NativeBuildError(JtError, RuntimeError):
@@ -94,6 +117,8 @@ class LibraryStatus:
         error: Why it cannot be built here (no compiler), or ``None``.
         failure: Why the last build on this machine failed, or why the built file is unusable, when it is not built;
             ``None`` otherwise. The next use builds it again.
+        prebuilt: Whether ``path`` is the library the installed wheel carries prebuilt (no compiler was asked).
+        prebuilt_problem: Why the prebuilt library the installed wheel carries is not used here, or ``None``.
     """
 
     name: str
@@ -101,6 +126,27 @@ class LibraryStatus:
     compiler: str | None
     error: str | None
     failure: str | None = None
+    prebuilt: bool = False
+    prebuilt_problem: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PrebuiltLibrary:
+    """A library as the installed platform wheel carries it, checked for use in this process.
+
+    Attributes:
+        path: The prebuilt file when it can be used here, else ``None``.
+        problem: Why it cannot be used here (it is damaged, built from other sources, or built for an XLA FFI API
+            the installed jaxlib does not take); ``None`` when it can, and when there is none (an install from an
+            sdist, a platform without prebuilt libraries, or ``JT_PREBUILT_NATIVE=0``).
+        xla_ffi_api: The XLA FFI API version it was built for, as the library reports it.
+        library: The loaded library, when it can be used.
+    """
+
+    path: Path | None
+    problem: str | None = None
+    xla_ffi_api: tuple[int, int] | None = None
+    library: ctypes.CDLL | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,13 +179,46 @@ class LibrarySpec:
             announce=announce,
         )
 
-    def load(self) -> ctypes.CDLL:
-        """Builds the library (or finds it in the cache, checked) and loads it into the process.
+    @property
+    def compiled_sources(self) -> tuple[Path, ...]:
+        """The files the compiler is given: the spec's sources, then :data:`BUILD_INFO_SOURCE`."""
+        return (*self.sources, BUILD_INFO_SOURCE)
+
+    @property
+    def prebuilt_path(self) -> Path:
+        """Where a platform wheel carries the library prebuilt: ``lib<name>.so`` beside the first source (its build
+        record beside it, ``lib<name>.so.json``).
 
         Raises:
-            NativeBuildError: When it cannot be built, or the built file cannot be loaded.
+            ValueError: For a spec that lists no source (nothing to build, so nothing prebuilt).
         """
-        built = self.build()
+        if not self.sources:
+            raise ValueError(f"native library {self.name!r} lists no sources: no prebuilt file goes with it")
+        return self.sources[0].parent / f"lib{self.name}.so"
+
+    def load(self) -> ctypes.CDLL:
+        """Loads the library into the process: the prebuilt one where it fits (:meth:`prebuilt`), else the one built
+        on this machine (built now, or found in the cache, checked).
+
+        Raises:
+            NativeBuildError: When it cannot be built, or the built file cannot be loaded; the message says why a
+                prebuilt library that the wheel carries was not used.
+        """
+        prebuilt = self.prebuilt()
+        if prebuilt.library is not None:
+            _settled.add(self)
+            return prebuilt.library
+        if prebuilt.problem is not None:
+            _say_once(
+                f"{self.name} prebuilt",
+                f"jt: not using the prebuilt {self.name}: {prebuilt.problem}; building it for this machine instead\n",
+            )
+        try:
+            built = self.build()
+        except NativeBuildError as exc:
+            if prebuilt.problem is None:
+                raise
+            raise NativeBuildError(f"{exc} (the prebuilt library is not used: {prebuilt.problem})") from exc
         try:
             library = ctypes.CDLL(str(built.path))
         except OSError as exc:
@@ -147,47 +226,126 @@ class LibrarySpec:
         _settled.add(self)
         return library
 
+    def prebuilt(self) -> PrebuiltLibrary:
+        """The library as the installed platform wheel carries it, checked (and loaded) for use in this process: it
+        must be the file the wheel was built with, built from the installed sources and headers, and built for an
+        XLA FFI API version the installed jaxlib takes (:func:`xla_ffi_api_problem`). Asks no compiler."""
+        if not self.sources or not settings.flag(PREBUILT_VARIABLE, default=True):
+            return PrebuiltLibrary(None)
+        path = self.prebuilt_path
+        record_path = _prebuilt_record_path(path)
+        if not (path.exists() or record_path.exists()):
+            return PrebuiltLibrary(None)
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+            data = path.read_bytes()
+            sources = self.source_digest()
+        except (OSError, ValueError) as exc:
+            return PrebuiltLibrary(None, f"it, its build record or its sources cannot be read ({exc})")
+        if not isinstance(record, dict) or record.get("size") != len(data):
+            return PrebuiltLibrary(None, "it is not the file the wheel was built with (its size differs)")
+        if record.get("sha256") != hashlib.sha256(data).hexdigest():
+            return PrebuiltLibrary(None, "it is not the file the wheel was built with (its SHA-256 differs)")
+        if record.get("sources") != sources:
+            return PrebuiltLibrary(None, "it was built from other sources than the installed ones")
+        try:
+            library = ctypes.CDLL(str(path))
+            built_for = _built_for(library)
+        except (OSError, AttributeError) as exc:
+            return PrebuiltLibrary(None, f"it cannot be loaded here ({exc})")
+        problem = xla_ffi_api_problem(built_for, _compat.xla_ffi_api_version())
+        if problem is not None:
+            return PrebuiltLibrary(None, problem, built_for)
+        return PrebuiltLibrary(path, None, built_for, library)
+
     def status(self) -> LibraryStatus:
-        """Whether the library is built on this machine (and passes its integrity check), with which compiler (runs
-        ``c++ --version``), and why the last build failed if it did."""
+        """Whether the library is prebuilt here (:meth:`prebuilt`) or built on this machine (and passes its
+        integrity check), with which compiler (runs ``c++ --version``, unless it is prebuilt), and why the last
+        build failed if it did."""
+        prebuilt = self.prebuilt()
+        if prebuilt.path is not None:
+            return LibraryStatus(self.name, prebuilt.path, None, None, prebuilt=True)
+        unused = prebuilt.problem
         try:
             compiler = _compiler_identity(find_compiler())
         except NativeBuildError as exc:
-            return LibraryStatus(self.name, None, None, str(exc))
+            return LibraryStatus(self.name, None, None, str(exc), prebuilt_problem=unused)
         try:
             target = cache_dir() / _file_name(self.name, self._key(compiler))
         except OSError as exc:
-            return LibraryStatus(self.name, None, compiler, None, f"the native cache folder is unusable ({exc})")
+            unusable = f"the native cache folder is unusable ({exc})"
+            return LibraryStatus(self.name, None, compiler, None, unusable, prebuilt_problem=unused)
         problem = files.integrity_problem(target)
         if problem is None:
-            return LibraryStatus(self.name, target, compiler, None)
+            return LibraryStatus(self.name, target, compiler, None, prebuilt_problem=unused)
         failed = files.read_record(_failure_path(target))
+        failure: str | None = None
         if failed is not None:
-            return LibraryStatus(self.name, None, compiler, None, f"the last build failed: {failed.get('error')}")
-        if target.exists():
-            return LibraryStatus(self.name, None, compiler, None, f"the built file {str(target)!r} fails ({problem})")
-        return LibraryStatus(self.name, None, compiler, None)
+            failure = f"the last build failed: {failed.get('error')}"
+        elif target.exists():
+            failure = f"the built file {str(target)!r} fails ({problem})"
+        return LibraryStatus(self.name, None, compiler, None, failure, prebuilt_problem=unused)
+
+    def source_parts(self) -> list[bytes]:
+        """What the library is built from, wherever it is built: the name, the flags and linked libraries, then the
+        name and contents of each compiled source and header. The include folders are left out: a prebuilt library
+        is compiled against other XLA FFI headers than the installed ones, which :meth:`prebuilt` compares by
+        version instead."""
+        parts = [part.encode() for part in (self.name, *self.flags, *[f"-l{lib}" for lib in self.libraries])]
+        for source in [*self.compiled_sources, *self.headers]:
+            parts += [source.name.encode(), source.read_bytes()]
+        return parts
+
+    def source_digest(self) -> str:
+        """The SHA-256 of :meth:`source_parts`: a prebuilt library's record holds the one it was built from."""
+        return _digest(self.source_parts())
 
     def key_parts(self, compiler: str) -> list[bytes]:
-        """What the cache key is the hash of: the name, the compiler's identity, the jax and jaxlib versions, the
-        flags and linked libraries, then the name and contents of each source and header, then every file in each
-        include folder as its path inside the folder and its contents (a folder's own path is not part of it)."""
-        parts = [
-            part.encode()
-            for part in (self.name, compiler, _jax_version(), *self.flags, *[f"-l{lib}" for lib in self.libraries])
-        ]
-        for source in [*self.sources, *self.headers]:
-            parts += [source.name.encode(), source.read_bytes()]
+        """What the cache key is the hash of: the compiler's identity, the jax and jaxlib versions, then
+        :meth:`source_parts`, then every file in each include folder as its path inside the folder and its contents
+        (a folder's own path is not part of it)."""
+        parts = [compiler.encode(), _jax_version().encode(), *self.source_parts()]
         for folder in self.include_dirs:
             parts += _folder_contents(Path(folder))
         return parts
 
     def _key(self, compiler: str) -> str:
-        digest = hashlib.sha256()
-        for part in self.key_parts(compiler):
-            digest.update(len(part).to_bytes(8, "little"))
-            digest.update(part)
-        return digest.hexdigest()[:24]
+        return _digest(self.key_parts(compiler))[:24]
+
+
+def _digest(parts: Sequence[bytes]) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _prebuilt_record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _built_for(library: ctypes.CDLL) -> tuple[int, int]:
+    """The XLA FFI API version a library jt built reports (``(-1, -1)``: built without the XLA FFI headers)."""
+    major, minor = ctypes.c_int32(), ctypes.c_int32()
+    library.jt_native_xla_ffi_api_version(ctypes.byref(major), ctypes.byref(minor))
+    return major.value, minor.value
+
+
+def xla_ffi_api_problem(built_for: tuple[int, int], installed: tuple[int, int] | None) -> str | None:
+    """Why a library built for XLA FFI API ``built_for`` cannot be loaded into the installed jaxlib, whose headers
+    declare ``installed``; ``None`` when it can. XLA's rule: the same major version, and a minor version not newer
+    than its own (a newer jaxlib takes a library built for an older one). A library built without the XLA FFI
+    headers (``(-1, -1)``) uses no XLA API and fits any jaxlib."""
+    if built_for == (-1, -1):
+        return None
+    shown = ".".join(map(str, built_for))
+    if installed is None:
+        return f"it was built for XLA FFI API {shown}, and the installed jaxlib's headers declare no version"
+    if built_for[0] != installed[0] or built_for[1] > installed[1]:
+        found = ".".join(map(str, installed))
+        return f"it was built for XLA FFI API {shown}, which the installed jaxlib (XLA FFI API {found}) does not take"
+    return None
 
 
 #: The libraries this process has loaded or asked :func:`build_due` about.
@@ -324,7 +482,7 @@ def build_shared_library(
         tuple(libraries),
         without_it,
     )
-    for source in spec.sources:
+    for source in spec.compiled_sources:
         if not source.is_file():
             raise NativeBuildError(f"native source {str(source)!r} of {name!r} does not exist (broken install?)")
     try:
@@ -407,17 +565,7 @@ def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path
     the library lies (``target``, or the scratch folder when the cache folder cannot take it)."""
     folder = target.parent
     temporary = _temporary(folder, target)
-    command = [
-        *compiler,
-        *spec.flags,
-        "-shared",
-        "-fPIC",
-        *[f"-I{d}" for d in spec.include_dirs],
-        *[str(s) for s in spec.sources],
-        "-o",
-        temporary,
-        *[f"-l{lib}" for lib in spec.libraries],
-    ]
+    command = _command(spec, compiler, temporary)
     if announce:
         sys.stderr.write(f"jt: building {spec.name} for this machine (once; kept in {folder})... ")
         sys.stderr.flush()
@@ -444,6 +592,59 @@ def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path
     if announce:
         sys.stderr.write(f"done in {time.perf_counter() - started:.1f} s with {identity}\n")
     return placed
+
+
+def _command(spec: LibrarySpec, compiler: Sequence[str], output: str) -> list[str]:
+    """The compiler's command line that builds ``spec`` into ``output``."""
+    return [
+        *compiler,
+        *spec.flags,
+        "-shared",
+        "-fPIC",
+        *[f"-I{d}" for d in spec.include_dirs],
+        *[str(s) for s in spec.compiled_sources],
+        "-o",
+        output,
+        *[f"-l{lib}" for lib in spec.libraries],
+    ]
+
+
+def build_prebuilt(spec: LibrarySpec, folder: str | os.PathLike[str]) -> Path:
+    """Compiles ``spec`` for a platform wheel (:mod:`jt_core.native_setup`): into ``folder`` as the file
+    :attr:`LibrarySpec.prebuilt_path` names, with the build record that :meth:`LibrarySpec.prebuilt` checks: the
+    library's size and SHA-256, the digest of what it was built from (:meth:`LibrarySpec.source_digest`), and the
+    XLA FFI API version it reports (it is loaded here to ask), with the jax version and the compiler, for people.
+
+    Returns:
+        The library's path.
+
+    Raises:
+        NativeBuildError: When no compiler is found or the compile fails (the command and the compiler's output).
+    """
+    compiler = find_compiler()
+    identity = _compiler_identity(compiler)
+    target = Path(folder) / spec.prebuilt_path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    command = _command(spec, compiler, str(target))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip()
+        raise NativeBuildError(
+            f"building native library {spec.name!r} failed (exit {result.returncode}).\n"
+            f"command: {shlex.join(command)}\n{output[-4000:]}".rstrip()
+        )
+    data = target.read_bytes()
+    record = {
+        "name": spec.name,
+        "sources": spec.source_digest(),
+        "xla_ffi_api": list(_built_for(ctypes.CDLL(str(target)))),
+        "jax": _jax_version(),
+        "compiler": identity,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    _prebuilt_record_path(target).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return target
 
 
 def _place(temporary: Path, target: Path) -> Path:

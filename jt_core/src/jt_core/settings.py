@@ -24,6 +24,7 @@ The variables:
 ``JT_CPU_AUTOTUNE``        flag: tune autotuned kernels on the CPU too
 ``JT_CPU_COMPILE_CHECK``   flag, on by default: lowering for the CPU runs Triton's front end on the kernel
 ``JT_DISTRIBUTED_TIMEOUT`` seconds a process of a ``jax.distributed`` job waits for another at lowering (600)
+``JT_PREBUILT_NATIVE``     flag, on by default: load the native libraries a platform wheel carries prebuilt
 ``JAX_TRITON_DUMP_DIR``    write every compiled kernel's IRs, binary and compile info under this folder
 ========================== ===============================================================================
 

@@ -18,7 +18,8 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * for GPU plugins: :func:`custom_calls`, :func:`backend_config` and :func:`output_operand_aliases` (what a lowering
   emits), :func:`decode_jaxlib_call` (jaxlib's kernel-call message), :func:`run_on_cpu_client` (jt's launch handler
   on XLA's CPU client) and the conformance class :class:`LaunchHandlerConformance`;
-* :func:`run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine;
+* :func:`run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine, and
+  :func:`no_compiler_path`, a ``PATH`` without C or C++ compilers (a machine that has none);
 * conformance classes :class:`BackendConformance`, :class:`LauncherConformance` and :class:`DialectConformance`
   that a plugin's test module subclasses, providing the object under test as a fixture (each also runs the checks
   jt makes when a plugin registers the object).
@@ -34,6 +35,7 @@ import functools
 import importlib.util
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -426,6 +428,40 @@ def run_job(
         outputs = "\n".join(f"--- process {p.index}:\n{p.output[-6000:]}" for p in finished)
         pytest.fail(f"the job did not finish in {timeout} s (a hang?); every process was killed\n{outputs}")
     return finished
+
+
+#: The names of C and C++ compilers: plain, with a version (``g++-12``) or a target (``x86_64-linux-gnu-g++``).
+_COMPILER = re.compile(
+    r"^(?:[\w.]+(?:-[\w.]+)*-)?(?:cc|c\+\+|cpp|gcc|g\+\+|clang|clang\+\+|c89|c99|tcc|icx|icpx|nvcc|hipcc)(?:-[\d.]+)?$"
+)
+
+
+def no_compiler_path(folder: str | os.PathLike[str], path: str | None = None) -> str:
+    """A ``PATH`` on which no C or C++ compiler is found, for tests and benchmarks of a machine that has none:
+    ``folder`` (created, emptied) filled with links to every command on ``path`` (default: this process's
+    ``PATH``) except the compilers (``cc``, ``c++``, ``gcc``, ``g++``, ``clang++``, ... also with a version or a
+    target in their names). Leave ``CXX`` and ``CC`` unset beside it.
+
+    Returns:
+        ``folder``, as a ``PATH`` value.
+    """
+    target = pathlib.Path(folder)
+    if target.exists():
+        for entry in target.iterdir():
+            entry.unlink()
+    target.mkdir(parents=True, exist_ok=True)
+    for directory in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
+        try:
+            commands = sorted(pathlib.Path(directory).iterdir()) if directory else []
+        except OSError:
+            continue
+        for command in commands:
+            link = target / command.name
+            if _COMPILER.match(command.name) or link.exists() or link.is_symlink():
+                continue
+            if command.is_file() and os.access(command, os.X_OK):
+                link.symlink_to(command)
+    return str(target)
 
 
 def sample_call(

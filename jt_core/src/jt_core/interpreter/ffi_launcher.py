@@ -2,7 +2,8 @@
 
 JAX's host callbacks live in the module that lowered them; inside a ``custom_partitioning`` body that module is
 temporary, so the callback is gone when the executable runs. This launcher does not use them. Its handler
-(``csrc/jt_cpu_interpreter_call.cc``, built at first use by :mod:`jt_core.native`) is registered with XLA for
+(``csrc/jt_cpu_interpreter_call.cc``, prebuilt in jt-core's platform wheels, else built at first use by
+:mod:`jt_core.native`) is registered with XLA for
 the CPU once per process, and each lowered call carries only an integer ``call_id``:
 
 * at lowering, the call and its compiled configurations are entered in a process-wide :class:`CallRegistry`,
@@ -330,8 +331,9 @@ class CpuFfiLauncher(Launcher):
             ensure_registered()
         except RuntimeError as exc:
             return (
-                f"jt's CPU FFI handler could not be built or registered ({exc}); it is built with the machine's C++ "
-                "compiler at first use, or ahead of time by `python -m jt_core build-native`"
+                f"jt's CPU FFI handler could not be built or registered ({exc}); jt-core's platform wheels carry it "
+                "prebuilt, elsewhere it is built with the machine's C++ compiler at first use, or ahead of time by "
+                "`python -m jt_core build-native`"
             )
         return None
 

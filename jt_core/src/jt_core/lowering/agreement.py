@@ -54,8 +54,9 @@ def agree_on_lowering(
         ("launcher", "configs"),
         describe,
         hint=(
-            "A launcher that builds a native library needs it on every host: run `python -m jt_core build-native` "
-            "on each host before the job starts (with JT_CACHE_DIR on a shared disk, once), with a C++ compiler "
-            f"there; or name one launcher for every process (launcher= or JT_LAUNCHER_{platform.upper()}=...)"
+            "A launcher that builds a native library needs it on every host: install jt from its platform wheels, "
+            "which carry the libraries prebuilt, or run `python -m jt_core build-native` on each host before the job "
+            "starts (with JT_CACHE_DIR on a shared disk, once), with a C++ compiler there; or name one launcher for "
+            f"every process (launcher= or JT_LAUNCHER_{platform.upper()}=...)"
         ),
     )
