@@ -316,3 +316,75 @@ def test_the_comparison_is_bitwise_unless_the_kernel_sums_or_calls_transcendenta
             "k", True, [np.array([1.0], np.float32)], [np.array([np.nextafter(np.float32(1), np.float32(2))])]
         )
     differential.compare("k", False, [np.array([1.0], np.float32)], [np.array([1.0 + 1e-7], np.float32)])
+
+
+# -- programs side by side ------------------------------------------------------------------------------------
+
+
+def _runs_side_by_side(fn: Any, *args: Any) -> bool:
+    """Whether the compiled call loops over its programs (in order) or runs them at once (no loop left)."""
+    return "while" not in jax.jit(fn).lower(*args).as_text()
+
+
+@triton.jit
+def overlapping_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # Program p stores [p * BLOCK / 2, p * BLOCK / 2 + BLOCK): half of it again by the next program.
+    i = tl.program_id(0) * (BLOCK // 2) + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.load(x_ptr + i, mask=i < n, other=0.0) + tl.program_id(0), mask=i < n)
+
+
+@triton.jit
+def in_place_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+
+@triton.jit
+def tiles_kernel(x_ptr, out_ptr, COLS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    r = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
+    c = tl.program_id(1) * BN + tl.arange(0, BN)[None, :]
+    tl.store(out_ptr + r * COLS + c, tl.load(x_ptr + r * COLS + c) + tl.program_id(1))
+
+
+def test_programs_that_store_apart_run_side_by_side_and_give_what_they_give_in_order() -> None:
+    x = np.random.default_rng(7).standard_normal((32, 64)).astype(np.float32)
+
+    def tiles(x: jax.Array) -> jax.Array:
+        return jt.triton_call(x, kernel=tiles_kernel, out_shape=x, grid=(4, 8), COLS=64, BM=8, BN=8)
+
+    assert _runs_side_by_side(tiles, x)
+    want = x + np.repeat(np.arange(8, dtype=np.float32), 8)[None, :]
+    np.testing.assert_array_equal(np.asarray(jax.jit(tiles)(x)), want)
+
+
+def test_programs_whose_stores_overlap_run_in_order_as_the_interpreter_runs_them() -> None:
+    x = np.random.default_rng(8).standard_normal(100).astype(np.float32)
+
+    def overlapping(x: jax.Array, launcher: str = "compiled") -> jax.Array:
+        return jt.triton_call(x, kernel=overlapping_kernel, out_shape=x, grid=12, n=100, BLOCK=16, launcher=launcher)
+
+    assert not _runs_side_by_side(overlapping, x)
+    compiled = np.asarray(jax.jit(overlapping)(x))
+    np.testing.assert_array_equal(compiled, np.asarray(jax.jit(lambda x: overlapping(x, "ffi"))(x)))
+    np.testing.assert_array_equal(compiled[88:96], x[88:96] + 11)  # the last program to store there wins
+
+
+def test_a_kernel_that_loads_what_it_stores_runs_in_order() -> None:
+    x = np.arange(50, dtype=np.float32)
+
+    def in_place(x: jax.Array) -> jax.Array:
+        return jt.triton_call(
+            x, kernel=in_place_kernel, out_shape=x, grid=4, n=50, BLOCK=16, input_output_aliases={0: 0}
+        )
+
+    assert not _runs_side_by_side(in_place, x)
+    np.testing.assert_array_equal(np.asarray(jax.jit(in_place)(x)), 2 * x)
+
+
+def test_programs_run_side_by_side_in_chunks_when_they_are_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jt_core.cpu.compiled import grid
+
+    monkeypatch.setattr(grid, "SIDE_BY_SIDE_BYTES", 4 * 64 * 7)  # 7 programs of 64 floats at a time
+    x = np.random.default_rng(9).standard_normal(1000).astype(np.float32)
+    out = run(masked_read_kernel, x, out_shape=x, grid=16, n=1000, shift=0, BLOCK=64)
+    np.testing.assert_array_equal(np.asarray(out), x)

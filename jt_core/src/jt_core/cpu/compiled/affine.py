@@ -94,18 +94,27 @@ class Affine:
 
 def disjoint(stores: Sequence[Affine], grid: tuple[int, int, int]) -> bool:
     """Whether the programs of ``grid`` store to disjoint elements, when program ``pid`` stores (some of) the values
-    of each of ``stores`` at ``pid``: they all move with the program ids alike, and each step along a grid axis moves
-    them past everything the smaller steps reach."""
+    of each of ``stores`` at ``pid``.
+
+    Two programs ``P != Q`` store to one element when ``a . (P - Q) = sum(c_d * j_d)`` for lane differences
+    ``|j_d| < n_d``. Taken together, the program axes' coefficients (with ranges ``g_k - 1``) and the lanes'
+    (ranges ``n_d - 1``) are the digits of a mixed-radix number when, sorted by size, each is larger than what all
+    smaller ones reach together: then zero has one representation, all digits zero, so ``P = Q``. That covers a
+    block per program (``pid * BLOCK + arange(BLOCK)``) and tiles of a row-major matrix alike. Several stores to
+    one buffer must store the same elements.
+    """
     if not stores:
         return True
-    pids = stores[0].pids
-    if any(s.pids != pids for s in stores):
+    if any(s != stores[0] for s in stores):
         return False
-    low = min(s.span()[0] for s in stores)
-    high = max(s.span()[1] for s in stores)
-    reach = high - low
-    for step, count in sorted((abs(a), g) for a, g in zip(pids, grid, strict=True) if g > 1):
+    store = stores[0]
+    digits = [(abs(a), g - 1) for a, g in zip(store.pids, grid, strict=True) if g > 1]
+    if any(step == 0 for step, _ in digits):
+        return False  # programs along that axis store the same elements
+    digits += [(abs(c), n - 1) for c, n in zip(store.lanes, store.shape, strict=True) if c != 0 and n > 1]
+    reach = 0
+    for step, count in sorted(digits):
         if step <= reach:
             return False
-        reach += step * (count - 1)
+        reach += step * count
     return True
