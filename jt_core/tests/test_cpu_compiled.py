@@ -388,3 +388,30 @@ def test_programs_run_side_by_side_in_chunks_when_they_are_many(monkeypatch: pyt
     x = np.random.default_rng(9).standard_normal(1000).astype(np.float32)
     out = run(masked_read_kernel, x, out_shape=x, grid=16, n=1000, shift=0, BLOCK=64)
     np.testing.assert_array_equal(np.asarray(out), x)
+
+
+def test_python_m_jt_core_cpu_lists_the_kernels_handed_to_the_interpreter(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JT_CACHE_DIR": str(tmp_path / "cache")}
+    script = (
+        "import jax, numpy as np, jt_core as jt, sys; sys.path.insert(0, sys.argv[1]); import test_cpu_compiled as t;"
+        "x = np.arange(4, dtype=np.float32);"
+        "jax.block_until_ready(jax.jit(lambda x: jt.triton_call(x, kernel=t.printing_kernel, out_shape=x, grid=1,"
+        " BLOCK=4))(x))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script, os.path.dirname(__file__)], env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    listed = subprocess.run([sys.executable, "-m", "jt_core", "cpu"], env=env, capture_output=True, text=True)
+    assert "printing_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr)" in listed.stdout, listed
+    assert "device printing (tl.device_print / print) at " in listed.stdout and "test_cpu_compiled.py:" in listed.stdout
+    forgot = subprocess.run(
+        [sys.executable, "-m", "jt_core", "cpu", "--forget"], env=env, capture_output=True, text=True
+    )
+    assert forgot.stdout.strip() == "forgot 1 kernels"
+    again = subprocess.run([sys.executable, "-m", "jt_core", "cpu"], env=env, capture_output=True, text=True)
+    assert "has handed no kernel" in again.stdout

@@ -1,4 +1,4 @@
-"""``python -m jt_core``: inspect jt's plugins (and caches)."""
+"""``python -m jt_core``: inspect jt's plugins, caches and what the CPU backend ran in the interpreter."""
 
 from __future__ import annotations
 
@@ -207,6 +207,27 @@ def _build_native(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cpu(args: argparse.Namespace) -> int:
+    from jt_core.cpu.compiled import handed_over
+
+    if args.forget:
+        print(f"forgot {handed_over.forget()} kernels")
+        return 0
+    entries = handed_over.recorded()
+    if args.json:
+        json.dump(entries, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not entries:
+        print("the compiled CPU path has handed no kernel to Triton's interpreter on this machine")
+        return 0
+    print(f"kernels the compiled CPU path handed to Triton's interpreter on this machine (the last {len(entries)}):")
+    for entry in entries:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(entry.get("time", 0))))
+        print(f"  {entry['kernel']}  ({when})\n    {entry.get('reason', '')}")
+    return 0
+
+
 def _cache(args: argparse.Namespace) -> int:
     from jt_core import cache
 
@@ -240,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=_plugins)
     b = sub.add_parser("build-native", help="build every C++ library the installed plugins use (once per machine)")
     b.set_defaults(func=_build_native)
+    u = sub.add_parser("cpu", help="list the kernels the compiled CPU path handed to Triton's interpreter, and why")
+    u.add_argument("--json", action="store_true", help="print JSON instead of text")
+    u.add_argument("--forget", action="store_true", help="forget the kernels kept on this machine")
+    u.set_defaults(func=_cpu)
     c = sub.add_parser("cache", help="show or clear every folder jt keeps on this machine (JT_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     c.add_argument("--json", action="store_true", help="print JSON (info)")

@@ -81,6 +81,7 @@ PURPOSES: dict[str, str] = {
     "xla": "which Triton IR XLA compiled on this machine (records)",
     "triton": "Triton's own compile cache, when Triton has no usable folder of its own",
     "plugins": "what plugins raised while serving calls (shown by python -m jt_core plugins)",
+    "cpu": "the kernels the compiled CPU path handed to Triton's interpreter, and why (python -m jt_core cpu)",
 }
 
 #: Age in seconds beyond which a temporary file is a killed writer's leftover (no write or build takes that long).

@@ -26,7 +26,7 @@ import numpy as np
 from jt_core import _compat, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.contracts import CompiledKernel, Launcher
-from jt_core.cpu.compiled import checking, differential
+from jt_core.cpu.compiled import checking, differential, handed_over
 from jt_core.cpu.compiled.accesses import pointer_argument
 from jt_core.cpu.compiled.grid import run_grid
 from jt_core.cpu.compiled.kernel import unsupported_operation
@@ -257,12 +257,15 @@ class CpuCompiledLauncher(Launcher):
         if any(slot.descriptor is not None for slot in call.slots):
             return "host-side tensor descriptors run in the interpreter"
         traced = _traced.get(call, kernels)
+        if not isinstance(traced, UnsupportedKernelError):
+            return None
         if isinstance(traced, Unsupported):
             where = f" at {traced.line}" if traced.line else ""
-            return f"the compiled path cannot express {traced.what}{where}"
-        if isinstance(traced, UnsupportedKernelError):
-            return f"the compiled path cannot express it: {traced}"
-        return None
+            reason = f"the compiled path cannot express {traced.what}{where}"
+        else:
+            reason = f"the compiled path cannot express it: {traced}"
+        handed_over.remember(call.signature_text(), reason)
+        return reason
 
     def lower(
         self,
