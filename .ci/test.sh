@@ -82,9 +82,13 @@ step "import contracts (lint-imports)"
 "$latest/bin/lint-imports" || status=1
 step "mkdocs build --strict"
 NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$ROOT/.ci-venv-latest/site" || status=1
+# The suites, the examples and the docs' code run on the CPU's compiled path (the default), then again in Triton's
+# interpreter with the race check, which finds no race and no unwritten output in any kernel they run; in that
+# second run every call the compiled path takes also runs compiled, and the two results are compared
+# (JT_CPU_DIFFERENTIAL=1): bit for bit, or within a stated tolerance where the kernel sums or calls transcendentals.
 run_pytest "$latest" latest
-# The CPU race check finds no race and no unwritten output in any kernel the suites, the examples and the docs run.
-JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error run_pytest "$latest" "latest, with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error"
+JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error JT_CPU_DIFFERENTIAL=1 run_pytest "$latest" \
+    "latest, in the interpreter with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error, compared with the compiled path"
 if [ -d docs/examples/jt_example_backend/tests ]; then
     step "pytest of the example plugin docs/examples/jt_example_backend"
     (cd docs/examples/jt_example_backend && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
