@@ -17,6 +17,15 @@ import jt_core as jt
 from jt_core.cpu.compiled import differential
 from jt_core.errors import OutOfBoundsAccessError
 
+
+@pytest.fixture(autouse=True)
+def compiled_path_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the compiled path itself: not of a comparison with the interpreter, nor of the race
+    check, which sends calls to the interpreter (CI runs the suite a second time with both on)."""
+    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
+        monkeypatch.delenv(name, raising=False)
+
+
 exp = tl.exp  # a module-level alias of a builtin: compiled Triton resolves it when it compiles
 
 

@@ -22,7 +22,7 @@ __all__ = ["PROGRAM_FORMAT", "CpuBackend", "CpuKernel", "CpuOptions"]
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
 #: The version of what the disk cache keeps of a CPU kernel (its TTIR as :meth:`Program.to_bytes` writes it).
-PROGRAM_FORMAT = 1
+PROGRAM_FORMAT = 2
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,11 +2,13 @@
 
 With the switch on, a call the compiled path takes also runs in Triton's interpreter (through jt's FFI handler, with
 the checks the call was made with: the race check too), and a host callback compares the two results before the
-computation goes on with the compiled ones. They must be equal bit for bit, NaNs included, unless the kernel sums
-or calls transcendental functions in floating point (``tl.dot``, reductions and scans, ``math`` functions, external
-library functions), where the order of the sums and the functions' last bits may differ: there they must agree to
-:data:`TOLERANCE` of their type. Products and sums are not fused into multiply-adds while comparing, as the
-interpreter fuses none.
+computation goes on with the compiled ones. They must be equal bit for bit (a NaN where the other has a NaN),
+unless the kernel sums or calls transcendental functions in floating point (``tl.dot``, reductions and scans,
+``math`` functions, external library functions), where the order of the sums and the functions' last bits may
+differ: there they must agree to :data:`TOLERANCE` of their type; a ``tl.dot`` with ``input_precision="tf32"``, which
+the interpreter computes in float32, to :data:`TF32_TOLERANCE`. Products and sums are not fused into multiply-adds
+while comparing, as the interpreter fuses none. A call lowered for several devices or processes is not compared
+(the comparison is a host callback, which JAX keeps out of those).
 
 The test suite, the examples and the docs' code run with the switch on in CI, so every kernel they hold is compared.
 """
@@ -22,7 +24,7 @@ from jt_core import settings
 from jt_core.cpu.compiled.program import Program
 from jt_core.errors import KernelRuntimeError
 
-__all__ = ["TOLERANCE", "DifferentialMismatchError", "compare", "enabled", "exact"]
+__all__ = ["TF32_TOLERANCE", "TOLERANCE", "DifferentialMismatchError", "compare", "enabled", "tolerance"]
 
 #: Relative and absolute tolerance by element size in bytes, where the results may differ in rounding.
 TOLERANCE = {2: (1e-2, 1e-3), 4: (2e-5, 1e-6), 8: (1e-12, 1e-14)}
@@ -53,38 +55,60 @@ def enabled() -> bool:
     return settings.flag("JT_CPU_DIFFERENTIAL")
 
 
-def exact(program: Program) -> bool:
-    """Whether the two paths must agree bit for bit on ``program`` (it neither sums nor calls transcendental
-    functions in floating point)."""
+#: The tolerance for a kernel whose ``tl.dot`` takes ``input_precision="tf32"``: the compiled path rounds the
+#: operands to 10 mantissa bits, as the device does; the interpreter multiplies them in float32.
+TF32_TOLERANCE = (1e-2, 1e-2)
+
+
+def tolerance(program: Program) -> tuple[float, float] | None:
+    """How close the two paths' results of ``program`` must be: ``None`` for bit for bit (it neither sums nor calls
+    transcendental functions in floating point), else ``(rtol, atol)``, which :func:`compare` loosens to
+    :data:`TOLERANCE`'s entry for types narrower than float32."""
+    inexact = False
     for op in program.operations():
-        if op.name in ("tt.dot", "tt.extern_elementwise"):
-            return False
-        if op.name.startswith("math.") and op.name not in _EXACT_MATH:
-            return False
-        if op.name in ("tt.reduce", "tt.scan") and any(
-            program.type_of(v).element.startswith(("f", "bf")) for v in op.operands
-        ):
-            return False
-    return True
+        if op.name == "tt.dot" and op.attr("inputPrecision") == "TF32":
+            return TF32_TOLERANCE
+        inexact = inexact or _inexact(program, op)
+    return TOLERANCE[4] if inexact else None
 
 
-def compare(name: str, bitwise: bool, compiled: Sequence[Any], interpreted: Sequence[Any]) -> None:
-    """Compares the two paths' outputs of one call.
+def _inexact(program: Program, op: Any) -> bool:
+    if op.name in ("tt.dot", "tt.extern_elementwise"):
+        return True
+    if op.name.startswith("math."):
+        return op.name not in _EXACT_MATH
+    floats = ("f", "bf")
+    return op.name in ("tt.reduce", "tt.scan") and any(
+        program.type_of(v).element.startswith(floats) for v in op.operands
+    )
+
+
+def compare(
+    name: str, allowed: tuple[float, float] | None, compiled: Sequence[Any], interpreted: Sequence[Any]
+) -> None:
+    """Compares the two paths' outputs of one call: bit for bit when ``allowed`` is ``None`` (a NaN matches any
+    NaN: their payloads are not compared), else to ``allowed`` (``(rtol, atol)``; for types other than float32,
+    :data:`TOLERANCE`'s entry for their size, or ``allowed`` where it is looser).
 
     Raises:
         DifferentialMismatchError: Naming the call, the output and the first elements that differ.
     """
     for index, (mine, theirs) in enumerate(zip(compiled, interpreted, strict=True)):
         a, b = np.asarray(mine), np.asarray(theirs)
-        if bitwise or not _is_float(a.dtype):
-            same = a.view(np.uint8).reshape(-1) == b.view(np.uint8).reshape(-1)
+        floating = _is_float(a.dtype)
+        wide_a = a.astype(np.float64).reshape(-1) if floating else None
+        wide_b = b.astype(np.float64).reshape(-1) if floating else None
+        if allowed is None or not floating:
+            same = (a.view(np.uint8).reshape(a.size, -1) == b.view(np.uint8).reshape(b.size, -1)).all(axis=1)
+            if floating:
+                same |= np.isnan(wide_a) & np.isnan(wide_b)
             if same.all():
                 continue
-            differ = np.flatnonzero(~same.reshape(a.size, -1).all(axis=1)) if a.size else np.array([], int)
+            differ = np.flatnonzero(~same)
             how = "bit for bit"
         else:
-            rtol, atol = TOLERANCE.get(a.dtype.itemsize, TOLERANCE[4])
-            wide_a, wide_b = a.astype(np.float64).reshape(-1), b.astype(np.float64).reshape(-1)
+            size_rtol, size_atol = TOLERANCE.get(a.dtype.itemsize, TOLERANCE[4])
+            rtol, atol = max(allowed[0], size_rtol), max(allowed[1], size_atol)
             near = np.isclose(wide_a, wide_b, rtol=rtol, atol=atol, equal_nan=True)
             if near.all():
                 continue

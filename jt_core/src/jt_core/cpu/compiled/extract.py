@@ -205,6 +205,8 @@ def _with_text(program: Program, functions: list[Operation], text: str) -> Progr
             value = _constant(line)
             if value is not None:
                 extra.append(("text", value))
+        known = {name for name, _ in op.attrs}
+        extra += [(name, value) for name, value in _printed_attributes(op.name, line) if name not in known]
         source = _source_line(line, aliases)
         if extra or source:
             replaced[id(op)] = Operation(op.name, op.operands, op.results, op.attrs + tuple(extra), op.regions, source)
@@ -226,6 +228,54 @@ def _replace(blocks: tuple[Block, ...], replaced: dict[int, Operation]) -> tuple
         return Operation(new.name, new.operands, new.results, new.attrs, regions, new.line)
 
     return tuple(Block(b.arguments, tuple(rebuilt(op) for op in b.operations)) for b in blocks)
+
+
+_CMPI = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
+_CMPF = (
+    "false",
+    "oeq",
+    "ogt",
+    "oge",
+    "olt",
+    "ole",
+    "one",
+    "ord",
+    "ueq",
+    "ugt",
+    "uge",
+    "ult",
+    "ule",
+    "une",
+    "uno",
+    "true",
+)
+_ATOMIC = {"exch": "XCHG"}
+_MEMORY_ORDER = {"relaxed": "RELAXED", "acquire": "ACQUIRE", "release": "RELEASE", "acq_rel": "ACQUIRE_RELEASE"}
+_INTEGER_ATTR = re.compile(r"\b(axis|start|end|padding|maxNumImpreciseAcc) = (-?\d+) : i\d+")
+_KEYWORD_ATTR = re.compile(r"\b(inputPrecision|rounding|propagateNan) = (\w+)")
+
+
+def _printed_attributes(name: str, line: str) -> list[tuple[str, Any]]:
+    """The attributes an operation's printed line shows: where Triton's bindings cannot read them (their integer
+    getter is missing from some Triton versions), they are read from there."""
+    found: list[tuple[str, Any]] = [(m.group(1), int(m.group(2))) for m in _INTEGER_ATTR.finditer(line)]
+    for m in _KEYWORD_ATTR.finditer(line):
+        value = m.group(2)
+        found.append((m.group(1), "TF32x3" if value == "tf32x3" else value.upper()))
+    words = re.findall(r"[\w.]+", line.split(name, 1)[-1].split("%", 1)[0]) if name in line else []
+    if name in ("arith.cmpi", "arith.cmpf") and words:
+        table = _CMPI if name == "arith.cmpi" else _CMPF
+        if words[0] in table:
+            found.append(("predicate", table.index(words[0])))
+    elif name in ("tt.get_program_id", "tt.get_num_programs") and words and words[0] in "xyz":
+        found.append(("axis", "xyz".index(words[0])))
+    elif name == "tt.atomic_rmw" and len(words) >= 2:
+        found += [("atomic_rmw_op", _ATOMIC.get(words[0], words[0].upper())), ("sem", _MEMORY_ORDER.get(words[1]))]
+    elif name == "tt.atomic_cas" and words:
+        found.append(("sem", _MEMORY_ORDER.get(words[0])))
+    if name == "tt.dot" and not any(key == "inputPrecision" for key, _ in found):
+        found.append(("inputPrecision", "IEEE"))  # the attribute's default, which the printer leaves out
+    return found
 
 
 _CONSTANT = re.compile(r"arith\.constant\s+(.*?)\s*:\s*[^:]*?(?:\s+loc\(.*)?$")

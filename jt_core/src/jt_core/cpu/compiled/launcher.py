@@ -174,6 +174,8 @@ class _Traced:
             traced: Any = (index, jaxpr)
         except UnsupportedKernelError as exc:
             traced = exc
+        except Exception as exc:  # a kernel this jt cannot trace runs in the interpreter: never refused for it
+            traced = Unsupported(f"what it failed to trace ({type(exc).__name__}: {exc})")
         with self._lock:
             self._entries[key] = traced
             while len(self._entries) > 32:  # asked right before its lowering: a few suffice
@@ -213,6 +215,17 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         return time.perf_counter() - start
 
     return tuning.choose_config(call, COMPILED_DEVICE_NAME, trial)
+
+
+def _one_device(ctx: Any) -> bool:
+    """Whether the computation being lowered runs on one device of this process (where a host callback may run)."""
+    if jax.process_count() > 1:
+        return False
+    context = ctx.module_context.axis_context
+    mesh = getattr(context, "mesh", None)
+    if mesh is not None:
+        return int(getattr(mesh, "size", 1)) <= 1
+    return int(getattr(context, "num_devices", 1)) <= 1
 
 
 class CpuCompiledLauncher(Launcher):
@@ -290,7 +303,7 @@ class CpuCompiledLauncher(Launcher):
         )
         with jax.enable_x64(True):
             results = mlir.lower_fun(core.jaxpr_as_fun(jaxpr), multiple_results=True)(plain, *operands)
-        if not differential.enabled():
+        if not differential.enabled() or not _one_device(ctx):
             return results
         return self._compared(ctx, call, kernels[index], index, operands, results, device)
 
@@ -307,11 +320,11 @@ class CpuCompiledLauncher(Launcher):
         """The compiled ``results``, after a host callback that compares them with the interpreter's."""
         one = dataclasses.replace(call, configs=(call.configs[index],))
         reference = CpuFfiLauncher().lower(ctx, one, [kernel], operands, device)
-        bitwise = differential.exact(kernel.payload.program)
+        allowed = differential.tolerance(kernel.payload.program)
 
         def compare(*arrays: Any) -> tuple[Any, ...]:
             count = len(call.out_avals)
-            differential.compare(call.name, bitwise, arrays[:count], arrays[count:])
+            differential.compare(call.name, allowed, arrays[:count], arrays[count:])
             return tuple(np.asarray(a) for a in arrays[:count])
 
         both = ctx.replace(avals_in=[*ctx.avals_out, *ctx.avals_out])
