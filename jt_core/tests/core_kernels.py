@@ -46,6 +46,13 @@ def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def scale_by_constexpr_kernel(x_ptr, out_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * FACTOR, mask=mask)
+
+
+@triton.jit
 def select_kernel(x_ptr, out_ptr, n, flag, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from jt_core.call import OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
+from jt_core.call import OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot, static_key
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 
 __all__ = [
@@ -209,7 +209,7 @@ def expand_configs(
                     f"zeroed_outputs contains {index}, but there are {num_outputs} outputs (0..{num_outputs - 1})"
                 )
         constexprs = tuple((p.name, meta[p.name]) for p in constexpr_params)
-        key = (constexprs, options, grid3, tuple(zeroed_list))
+        key = static_key((constexprs, options, grid3, tuple(zeroed_list)))
         if key in seen:
             continue
         seen.add(key)

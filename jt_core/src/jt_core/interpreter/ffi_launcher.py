@@ -102,12 +102,6 @@ class RegisteredCall(LoweredCall):
     call_id: int = 0
 
 
-def _content_key(call: KernelCall) -> tuple[Any, ...]:
-    # KernelCall equality treats -0.0 and 0.0 (or 1 and 1.0) as one value; the scalars' exact text and type keep
-    # such calls apart.
-    return (call, tuple((slot.type_str, type(slot.value).__name__, repr(slot.value)) for slot in call.slots))
-
-
 class CallRegistry:
     """Process-wide map from call ids to lowered calls. Thread-safe.
 
@@ -119,14 +113,13 @@ class CallRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[tuple[Any, ...], int] = {}
+        self._ids: dict[KernelCall, int] = {}  # calls compare by value, each scalar by its type and bits
         self._calls: dict[int, RegisteredCall] = {}
 
     def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         """The id of ``call``, registering it (with ``kernels``) the first time its content is seen."""
-        key = _content_key(call)
         with self._lock:
-            call_id = self._ids.get(key)
+            call_id = self._ids.get(call)
             if call_id is None:
                 digest = distributed.call_digest(call)
                 call_id = _call_id(digest, 0)
@@ -134,7 +127,7 @@ class CallRegistry:
                 while call_id in self._calls:
                     taken += 1
                     call_id = _call_id(digest, taken)
-                self._ids[key] = call_id
+                self._ids[call] = call_id
                 self._calls[call_id] = RegisteredCall(call, tuple(kernels), call_id=call_id)
             return call_id
 
