@@ -179,6 +179,27 @@ def autotuned_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)
 
 
+@triton.autotune(
+    configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=4, num_stages=2)],
+    key=["n"],
+)
+@triton.jit
+def warps_tuned_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def persistent_scale_kernel(x_ptr, out_ptr, n, PROGRAMS: tl.constexpr, BLOCK: tl.constexpr):
+    """Each of ``PROGRAMS`` programs strides over the blocks: it covers ``n`` whatever ``BLOCK`` is."""
+    for start in range(tl.program_id(0) * BLOCK, n, PROGRAMS * BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)
+
+
 def _zero_hook(nargs):  # pragma: no cover - refused before it could run
     raise AssertionError("config pre_hooks are refused")
 

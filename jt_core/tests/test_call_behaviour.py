@@ -356,6 +356,24 @@ def test_autotune_uses_the_first_remaining_config_on_cpu_and_is_not_mutated() ->
     assert not hasattr(k.autotuned_scale_kernel, "jt_configs")
 
 
+def test_a_fixed_grid_serves_autotuning_over_compiler_options_only() -> None:
+    x = rand(100)
+    out = jt.triton_call(x, kernel=k.warps_tuned_scale_kernel, out_shape=x, grid=4, n=100, BLOCK=32)
+    np.testing.assert_allclose(out, np.asarray(x) * 3, rtol=1e-6)
+
+
+def test_a_fixed_grid_serves_autotuning_whose_block_size_the_caller_fixes() -> None:
+    x = rand(100)
+    out = jt.triton_call(x, kernel=k.autotuned_scale_kernel, out_shape=x, grid=4, n=100, BLOCK=32)
+    np.testing.assert_allclose(out, np.asarray(x) * 3, rtol=1e-6)
+
+
+def test_a_grid_callable_that_ignores_the_metaparameters_serves_a_persistent_kernel() -> None:
+    x = rand(100)
+    out = jt.triton_call(x, kernel=k.persistent_scale_kernel, out_shape=x, grid=lambda meta: (2,), n=100, PROGRAMS=2)
+    np.testing.assert_allclose(out, np.asarray(x) * 3, rtol=1e-6)
+
+
 def test_autotune_config_pre_hook_is_refused_clearly() -> None:
     x = rand(16)
     with pytest.raises(NotImplementedError, match="pre_hook"):
