@@ -85,6 +85,11 @@ CPU_CHECKS = "cpu_checks"
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
 
 
+#: Types whose values key themselves: equal values of one of them compile and run alike, and no key of another
+#: type equals one of them.
+_SELF_KEYED = frozenset({str, int, bytes, type(None)})
+
+
 def static_key(value: Any) -> Hashable:
     """A key of a static value (a scalar operand, a constexpr, an option) that is equal for two values exactly when
     they compile and run alike: the value's type, with the bits of a number.
@@ -93,9 +98,13 @@ def static_key(value: Any) -> Hashable:
     and ``float("nan") != float("nan")``, yet two NaNs of the same bits give the same kernel. Tuples, lists and
     dataclasses are keyed by their parts; other values by their type and their own equality.
     """
+    kind = type(value)
+    if kind in _SELF_KEYED:
+        return value
+    if kind is tuple:
+        return (tuple, tuple(static_key(item) for item in value))
     if isinstance(value, ExactEquality):
         return value
-    kind = type(value)
     if isinstance(value, np.generic):
         return (kind, value.tobytes())
     if isinstance(value, float):
@@ -105,8 +114,18 @@ def static_key(value: Any) -> Hashable:
     if isinstance(value, (tuple, list)):
         return (kind, tuple(static_key(item) for item in value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (kind, tuple(static_key(getattr(value, field.name)) for field in dataclasses.fields(value)))
+        return (kind, tuple(static_key(getattr(value, name)) for name in _field_names(kind)))
     return (kind, value)
+
+
+_field_names_of: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _field_names_of.get(kind)
+    if names is None:
+        names = _field_names_of[kind] = tuple(field.name for field in dataclasses.fields(kind))
+    return names
 
 
 class ExactEquality:
@@ -116,7 +135,7 @@ class ExactEquality:
 
     @functools.cached_property
     def _static_key(self) -> tuple[Any, ...]:
-        return tuple(static_key(getattr(self, field.name)) for field in dataclasses.fields(self))  # type: ignore[arg-type]
+        return tuple(static_key(getattr(self, name)) for name in _field_names(type(self)))
 
     @functools.cached_property
     def _static_hash(self) -> int:
