@@ -40,7 +40,9 @@ def _binary(factor: object) -> bytes:
         ),
         jax.ShapeDtypeStruct((64,), jnp.int32),
     )
-    (op,) = custom_calls(lowered, "jt_cuda_launch") + custom_calls(lowered, "jt_cuda_launch_preloaded")
+    (op,) = custom_calls(lowered, "triton_kernel_call_jt_cuda") + custom_calls(
+        lowered, "triton_kernel_call_jt_cuda_preloaded"
+    )
     return bytes(backend_config(op)["binary_0"])
 
 

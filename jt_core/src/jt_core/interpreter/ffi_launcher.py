@@ -54,8 +54,10 @@ __all__ = [
     "source_path",
 ]
 
-#: The custom-call target the launcher emits (the handler calls back into Python's interpreter).
-TARGET_NAME = "jt_cpu_interpreter_callback"
+#: The custom-call target the launcher emits (the handler, symbol ``jt_cpu_interpreter_callback``, calls back into
+#: Python's interpreter). Its name starts as jax-triton's and jaxlib's targets do, so that a search of a lowered
+#: module for ``triton_kernel_call`` finds it.
+TARGET_NAME = "triton_kernel_call_jt_cpu"
 #: The calling convention between the handler and :func:`_dispatch`; the library reports the one it implements.
 ABI_VERSION = 1
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
