@@ -54,10 +54,12 @@ def test_int_and_float_constexprs_of_equal_value_compile_apart() -> None:
     assert _binary(2.0) == as_float  # what a process that only ever saw 2.0 compiles
 
 
-def test_negative_and_positive_zero_constexprs_compile_apart() -> None:
-    negative = _binary(-0.0)
-    assert _binary(0.0) != negative
+def test_negative_and_positive_zero_constexprs_compile_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    negative, positive = _binary(-0.0), _binary(0.0)
+    assert cache.compiled_count(scale_kernel) == 2  # neither was handed the other's kernel
+    monkeypatch.setenv("JT_DISABLE_CACHE", "1")
     cache.clear_memory()
+    assert _binary(0.0) == positive  # what a process that only ever saw 0.0 compiles
     assert _binary(-0.0) == negative
 
 
