@@ -143,6 +143,20 @@ def pair_kernel(pair, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, a * b, mask=mask)
 
 
+@triton.jit
+def _scaled_sum(pair, offsets, mask, SCALES: tl.constexpr):
+    return tl.load(pair[0] + offsets, mask=mask) * SCALES[0] + tl.load(pair[1] + offsets, mask=mask) * SCALES[1]
+
+
+@triton.jit
+def nested_pair_kernel(xs, out_ptr, n, SCALES: tl.constexpr, BLOCK: tl.constexpr):
+    """Nested tuple parameters, one passed on whole: out = xs[0][0] * SCALES[0] + xs[0][1] * SCALES[1] + xs[1]."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    total = _scaled_sum(xs[0], offsets, mask, SCALES) + tl.load(xs[1] + offsets, mask=mask)
+    tl.store(out_ptr + offsets, total, mask=mask)
+
+
 def make_closure_kernel(offset: float):
     """A kernel that reads a constant from its closure."""
     shift = tl.constexpr(offset)

@@ -200,6 +200,10 @@ def _written_as(function: Any, text: str) -> bool:
         return False
 
 
+#: The tuples whose elements the arguments' build set, per thread (``None``: no build running).
+_building = threading.local()
+
+
 @functools.cache
 def _stand_ins() -> tuple[tuple[Any, str, Callable[..., Any]], ...]:
     """``(owner, name, replacement)`` for each quadratic place of the installed Triton's front end that has the
@@ -209,23 +213,43 @@ def _stand_ins() -> tuple[tuple[Any, str, Callable[..., Any]], ...]:
 
     found: list[tuple[Any, str, Callable[..., Any]]] = []
     setitem = core.tuple._setitem
-    if _written_as(setitem, _SETITEM):
-        # Setting one element of a tuple (each parameter, as the front end builds the kernel's arguments) computed
-        # the types of all its elements again. The first set still does, as Triton does; the others change the
-        # one type in the list that set made, which nothing else holds: the only caller (the arguments' build) sets
-        # every element before anything reads the type.
+    deserialize = getattr(code_generator.ASTFunction, "deserialize", None)
+    if _written_as(setitem, _SETITEM) and deserialize is not None:
+        # Building a kernel's arguments (ASTFunction.deserialize) sets one element of a tuple per parameter, and
+        # each set computed the types of all the tuple's elements again (Triton 3.6 also writes out the type's
+        # name). While the arguments are built, a set only places the value; when they are built, each tuple that
+        # was set gets its type once, inner tuples first, as Triton's last set gives it: from the values, whose
+        # types are the declared ones, which is what an inner tuple not yet set holds too.
         def _setitem(self: Any, idx: Any, value: Any) -> None:
-            typed = self.type
-            if self.__dict__.get("_jt_typed") is not typed or "name" in typed.__dict__ or type(typed.types) is not list:
+            pending = getattr(_building, "tuples", None)
+            if pending is None:
                 setitem(self, idx, value)
-                self._jt_typed = self.type
                 return
             idx = core._unwrap_if_constexpr(idx)
             assert isinstance(idx, int)
             self.values[idx] = value
-            (typed.types[idx],) = core._type_for_tuple_values([value]).types
+            pending[id(self)] = self
 
-        found.append((core.tuple, "_setitem", _setitem))
+        def _retype(value: Any, pending: dict[int, Any]) -> None:
+            for item in value.values:
+                if isinstance(item, core.tuple):
+                    _retype(item, pending)
+            if id(value) in pending:
+                value.type = core._type_for_tuple_values(value.values, value.type.fields)
+
+        def _deserialize(self: Any, fn: Any) -> Any:
+            outer = getattr(_building, "tuples", None)
+            pending: dict[int, Any] = {}
+            _building.tuples = pending
+            try:
+                values = deserialize(self, fn)
+            finally:
+                _building.tuples = outer
+            if isinstance(values, core.tuple):
+                _retype(values, pending)
+            return values
+
+        found += [(core.tuple, "_setitem", _setitem), (code_generator.ASTFunction, "deserialize", _deserialize)]
     visit_arg = code_generator.CodeGenerator.visit_arg
     if _written_as(visit_arg, _VISIT_ARG):
         # Each parameter of the signature was looked up by walking the kernel's parameters.
