@@ -40,6 +40,19 @@ remove_build_folders() {
         "$ROOT"/docs/examples/jt_example_backend/build
 }
 
+# test_requirements PYTHON: the requirements of every distribution's `test` extra (what its test suite needs), one a
+# line, less jt's own distributions, which are installed from the checkout or the wheelhouse.
+test_requirements() {
+    "$1" - "$ROOT" <<'PY'
+import pathlib, re, sys, tomllib
+for folder in ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon"):
+    project = tomllib.loads((pathlib.Path(sys.argv[1]) / folder / "pyproject.toml").read_text())["project"]
+    for requirement in project.get("optional-dependencies", {}).get("test", []):
+        if not re.match(r"jt-", requirement):
+            print(requirement)
+PY
+}
+
 # make_venv NAME SET [TOOLS]: creates or updates $ROOT/.ci-venv-NAME with the "latest" or "pinned" version set and
 # jt installed from the checkout; TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out.
 # Sets VENV to the virtualenv's folder.
@@ -71,8 +84,10 @@ make_venv() {
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac
     if [ "$tools" = dev ]; then
-        step "installing the development tools: pytest, pytest-xdist, hypothesis, ruff, mypy, import-linter, flatbuffers, build, docs/requirements.txt"
-        "${pip[@]}" pytest pytest-xdist hypothesis ruff mypy import-linter flatbuffers build -r "$ROOT/docs/requirements.txt"
+        step "installing the development tools: the test suites' (the test extras), pytest-xdist, ruff, mypy, import-linter, build, docs/requirements.txt"
+        # shellcheck disable=SC2046  # one requirement a word
+        "${pip[@]}" $(test_requirements "$VENV/bin/python") pytest-xdist ruff mypy import-linter build \
+            -r "$ROOT/docs/requirements.txt"
     fi
     step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
     remove_build_folders

@@ -37,11 +37,12 @@ run_separated() {
         step "creating the virtualenv .ci-venv-separate"
         "$(find_python)" -m venv "$venv"
     fi
-    step "installing in .ci-venv-separate jax, triton and the test tools at the versions of $("$python" -c 'import sys; print(sys.prefix)'), and jt-core alone from dist/"
+    step "installing in .ci-venv-separate jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)'), and jt-core alone from dist/"
     constraints="$(mktemp)"
     "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
+    # shellcheck disable=SC2046  # one requirement a word
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" -c "$constraints" \
-        jax triton pluggy numpy ml_dtypes pytest pytest-xdist hypothesis flatbuffers || status=1
+        jax triton pluggy numpy ml_dtypes pytest-xdist $(test_requirements "$venv/bin/python") || status=1
     rm -f "$constraints"
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of jt_core)" || status=1

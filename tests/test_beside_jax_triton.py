@@ -52,7 +52,7 @@ x = jnp.asarray(np.random.default_rng(0).standard_normal(200).astype(np.float32)
 cpu = np.asarray(call(x))
 print(json.dumps({
     "plain_triton": plain,
-    "cuda_lowered": all("jt_cuda_launch" in low.as_text() for low in lowered.values()),
+    "cuda_lowered": all("triton_kernel_call_jt_cuda" in low.as_text() for low in lowered.values()),
     "cpu_ok": bool(np.allclose(cpu, np.asarray(x) * 3)),
     "env_after": os.environ.get("TRITON_CACHE_DIR"),
     "triton_knob_after": triton.knobs.cache.dir,

@@ -3,9 +3,12 @@ supported one, the pinned version set as the oldest jax/jaxlib/triton, and docum
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import runpy
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -48,6 +51,8 @@ def test_versions_move_in_lockstep() -> None:
     for extra in ("cuda", "rocm", "gluon"):
         assert extras[extra] == [f"jt-{extra}=={VERSION}"]
     assert [Requirement(r).name for r in extras["testing"]] == ["pytest"]
+    for folder in ("jt_cuda", "jt_rocm", "jt_gluon"):
+        assert f"jt-core[testing]=={VERSION}" in PROJECTS[folder]["optional-dependencies"]["test"]
 
 
 @pytest.mark.parametrize("folder", [*FOLDERS, "docs/examples/jt_example_backend"])
@@ -128,3 +133,51 @@ def test_platform_wheels_are_built_against_the_oldest_jax_claimed() -> None:
     pinned = dict(re.findall(r"\b(jaxlib)==([\d.]+)", ENV_SH))["jaxlib"]
     assert f"jax=={pinned}" in requirements and f"jaxlib=={pinned}" in requirements, requirements
     assert not [r for r in requirements if Requirement(r).name == "triton"], requirements
+
+
+def _test_extra(folder: str) -> set[str]:
+    """The distributions a suite's ``test`` extra names, with what jt-core's ``testing`` extra brings."""
+    names = set()
+    for line in PROJECTS[folder].get("optional-dependencies", {}).get("test", []):
+        requirement = Requirement(line)
+        names.add(requirement.name)
+        if requirement.name == "jt-core" and "testing" in requirement.extras:
+            names.update(Requirement(r).name for r in PROJECTS["jt_core"]["optional-dependencies"]["testing"])
+    return names
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_each_suite_declares_what_it_needs_in_its_test_extra(folder: str) -> None:
+    tests = sorted((ROOT / folder / "tests").glob("*.py"))
+    runtime = {Requirement(r).name.replace("-", "_") for r in PROJECTS["jt_core"]["dependencies"]}
+    ours = {*FOLDERS, *(path.stem for path in tests)}
+    imported = set()
+    for path in tests:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.partition(".")[0])
+    needed = imported - set(sys.stdlib_module_names) - runtime - ours
+    if any(".serialize()" in path.read_text(encoding="utf-8") for path in tests):
+        needed.add("flatbuffers")  # jax.export serialises with it, and does not require it
+    missing = needed - _test_extra(folder)
+    assert not missing, f"{folder}/tests need {sorted(missing)}: name them in the test extra of {folder}/pyproject.toml"
+
+
+def test_ci_installs_what_the_test_extras_name() -> None:
+    listed = subprocess.run(
+        ["bash", "-c", f'source "{ROOT}/.ci/env.sh" && test_requirements "{sys.executable}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    declared = [
+        line
+        for folder in FOLDERS
+        for line in PROJECTS[folder].get("optional-dependencies", {}).get("test", [])
+        if not line.startswith("jt-")
+    ]
+    assert listed == declared and "flatbuffers" in listed
+    for script in (".ci/env.sh", ".ci/test.sh"):
+        assert 'test_requirements "$' in (ROOT / script).read_text(encoding="utf-8"), script

@@ -46,6 +46,13 @@ def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def scale_by_constexpr_kernel(x_ptr, out_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * FACTOR, mask=mask)
+
+
+@triton.jit
 def select_kernel(x_ptr, out_ptr, n, flag, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
@@ -136,6 +143,20 @@ def pair_kernel(pair, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, a * b, mask=mask)
 
 
+@triton.jit
+def _scaled_sum(pair, offsets, mask, SCALES: tl.constexpr):
+    return tl.load(pair[0] + offsets, mask=mask) * SCALES[0] + tl.load(pair[1] + offsets, mask=mask) * SCALES[1]
+
+
+@triton.jit
+def nested_pair_kernel(xs, out_ptr, n, SCALES: tl.constexpr, BLOCK: tl.constexpr):
+    """Nested tuple parameters, one passed on whole: out = xs[0][0] * SCALES[0] + xs[0][1] * SCALES[1] + xs[1]."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    total = _scaled_sum(xs[0], offsets, mask, SCALES) + tl.load(xs[1] + offsets, mask=mask)
+    tl.store(out_ptr + offsets, total, mask=mask)
+
+
 def make_closure_kernel(offset: float):
     """A kernel that reads a constant from its closure."""
     shift = tl.constexpr(offset)
@@ -170,6 +191,22 @@ def autotuned_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)
+
+
+#: The same kernel autotuned over compiler options only: every configuration covers what a fixed grid gives it.
+warps_tuned_scale_kernel = triton.autotune(
+    configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=4, num_stages=2)], key=["n"]
+)(autotuned_scale_kernel.fn)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def persistent_scale_kernel(x_ptr, out_ptr, n, PROGRAMS: tl.constexpr, BLOCK: tl.constexpr):
+    """Each of ``PROGRAMS`` programs strides over the blocks: it covers ``n`` whatever ``BLOCK`` is."""
+    for start in range(tl.program_id(0) * BLOCK, n, PROGRAMS * BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)
 
 
 def _zero_hook(nargs):  # pragma: no cover - refused before it could run

@@ -165,7 +165,7 @@ def test_partitioned_triton_call_runs_per_shard_with_the_ffi_launcher(mesh: Any,
         assert out.sharding.spec[0] == "x"
         text = compiled_text(f, x, y)
         assert "all-gather" not in text
-        assert "jt_cpu_interpreter_callback" in text and "f32[2,16]" in text  # each shard runs on its 2 rows
+        assert "triton_kernel_call_jt_cpu" in text and "f32[2,16]" in text  # each shard runs on its 2 rows
 
 
 def test_partitioned_triton_call_through_host_callbacks_is_refused_clearly(mesh: Any, rng: np.random.Generator) -> None:

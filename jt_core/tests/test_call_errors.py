@@ -211,6 +211,13 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"the values fixed by the caller \(\{'BLOCK': 128\}\) rule out every @triton.autotune config",
     ),
     (
+        "autotuned block sizes with a fixed grid",
+        lambda: jt.triton_call(X, kernel=k.autotuned_scale_kernel, out_shape=X, grid=2, n=20),
+        ValueError,
+        r"grid=2 is fixed, but the @triton.autotune configs of autotuned_scale_kernel\(.*\) differ in their "
+        r"metaparameters \(BLOCK = 16, 32, 64\).*grid=lambda meta: \(triton.cdiv\(n, meta\['BLOCK'\]\),\)",
+    ),
+    (
         "refs combined with aliases",
         lambda: jax.jit(
             lambda x: jt.triton_call(

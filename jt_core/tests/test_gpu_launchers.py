@@ -27,8 +27,8 @@ from core_gpu_testlib import (
 )
 
 import jt_core as jt
-from jt_core.errors import JtError, KernelCallTypeError, KernelCallValueError
-from jt_core.gpu import jaxlib_call
+from jt_core.errors import JtError, KernelCallTypeError, KernelCallValueError, PluginError
+from jt_core.gpu import LaunchHandlerLibrary, jaxlib_call
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP, DescriptorParam
 from jt_core.gpu.xla import TARGET_NAME
 from jt_core.registry import Registry
@@ -104,6 +104,20 @@ def test_a_call_lowers_to_the_handler_with_its_layout_scalars_and_launch_shape()
     assert config["launch_0"] == [triton.cdiv(n, 64), 1, 1, 64, 0, 1, 0, 1, 0, 0, 0]
     assert config["symbol_0"] == b"out_first_kernel" and len(config["binary_0"]) == 48
     assert config["zeroed_0"] == [] and "tuning_file" not in config and "metadata" not in config
+
+
+def test_the_handlers_targets_are_named_as_triton_kernel_calls() -> None:
+    targets = [
+        FAKE_HANDLER.target_name,
+        FAKE_HANDLER.preloaded_target_name,
+        FAKE_HANDLER.record_target_name,
+        FAKE_HANDLER.record_preloaded_target_name,
+    ]
+    assert all(name.startswith("triton_kernel_call_") for name in targets) and len(set(targets)) == 4
+    with pytest.raises(PluginError, match=r"target_name='fake_launch': jt's custom-call targets start with"):
+        LaunchHandlerLibrary(
+            FAKE_HANDLER.prefix, FAKE_HANDLER.source, "CUDA", "JT_FAKE_PRELOAD", target_name="fake_launch"
+        )
 
 
 def test_an_autotuned_call_lowers_with_every_config_and_the_buffer_to_restore() -> None:

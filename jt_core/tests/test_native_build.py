@@ -209,7 +209,7 @@ def test_launch_handler_registration_does_not_deadlock(monkeypatch: pytest.Monke
     thread = threading.Thread(target=lambda: (handler.register(), done.set()), daemon=True)
     thread.start()
     assert done.wait(10), "register() deadlocked"
-    assert calls == ["type", "jt_fake_launch", "jt_fake_launch_preloaded"]
+    assert calls == ["type", "triton_kernel_call_jt_fake_launch", "triton_kernel_call_jt_fake_launch_preloaded"]
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

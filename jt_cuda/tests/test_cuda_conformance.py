@@ -20,7 +20,7 @@ class TestCudaBackendConformance(BackendConformance):
 
 class TestJtLauncherConformance(LauncherConformance):
     compute_capability = 90
-    expected_in_lowering = "jt_cuda_launch"
+    expected_in_lowering = "triton_kernel_call_jt_cuda"
 
     @pytest.fixture
     def launcher(self) -> Launcher:

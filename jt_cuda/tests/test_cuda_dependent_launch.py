@@ -205,7 +205,7 @@ def test_every_autotuning_config_waits_and_is_lowered_as_a_dependent(fresh_compi
 def test_the_xla_launcher_gets_the_triton_ir_without_the_wait(fresh_compiles: None) -> None:
     lowered = lower_for_cuda(lambda x, y: add_call(x, y, compute_capability=90, launcher="xla"), f32((N,)), f32((N,)))
     text = lowered.as_text()
-    assert "__gpu$xla.gpu.triton" in text and "jt_cuda_launch" not in text
+    assert "__gpu$xla.gpu.triton" in text and "triton_kernel_call_jt_cuda" not in text
     assert "griddepcontrol" not in text and "dependency" not in text
 
 

@@ -269,8 +269,8 @@ def test_export_round_trip(launcher: str) -> None:
     exported = export.export(
         jax.jit(lambda a, b: add_call(a, b, block=1024, launcher=launcher)),
         platforms=["cuda"],
-        disabled_checks=[export.DisabledSafetyCheck.custom_call("jt_cuda_launch"),
-                         export.DisabledSafetyCheck.custom_call("jt_cuda_launch_preloaded"),
+        disabled_checks=[export.DisabledSafetyCheck.custom_call("triton_kernel_call_jt_cuda"),
+                         export.DisabledSafetyCheck.custom_call("triton_kernel_call_jt_cuda_preloaded"),
                          export.DisabledSafetyCheck.custom_call("triton_kernel_call_ffi"),
                          export.DisabledSafetyCheck.custom_call("triton_kernel_call")],
     )(x, y)  # fmt: skip

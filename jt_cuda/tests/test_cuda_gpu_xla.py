@@ -143,5 +143,5 @@ def test_an_exported_call_runs_from_its_serialized_form() -> None:
         disabled_checks=[export.DisabledSafetyCheck.custom_call(TARGET_NAME)],
     )(x, y)
     restored = export.deserialize(exported.serialize())
-    assert TARGET_NAME in restored.mlir_module() and "jt_cuda_launch" not in restored.mlir_module()
+    assert TARGET_NAME in restored.mlir_module() and "triton_kernel_call_jt_cuda" not in restored.mlir_module()
     np.testing.assert_allclose(np.asarray(restored.call(x, y)), np.asarray(x) + np.asarray(y), rtol=1e-6)

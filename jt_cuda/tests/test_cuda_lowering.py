@@ -45,7 +45,9 @@ def jaxlib_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def jt_call_op(lowered: Any) -> Any:
-    (op,) = custom_calls(lowered, "jt_cuda_launch") + custom_calls(lowered, "jt_cuda_launch_preloaded")
+    (op,) = custom_calls(lowered, "triton_kernel_call_jt_cuda") + custom_calls(
+        lowered, "triton_kernel_call_jt_cuda_preloaded"
+    )
     return op
 
 
@@ -325,7 +327,7 @@ def test_lowering_is_identical_in_two_processes() -> None:
         subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300).stdout
         for _ in range(2)
     ]
-    assert "jt_cuda_launch" in texts[0]
+    assert "triton_kernel_call_jt_cuda" in texts[0]
     assert texts[0] == texts[1]
 
 
@@ -336,11 +338,11 @@ def test_single_config_calls_use_the_preloaded_target(monkeypatch: pytest.Monkey
 
     spec = jax.ShapeDtypeStruct((N,), jnp.float32)
     lowered = jax.jit(f).trace(spec).lower(lowering_platforms=("cuda",))
-    assert len(custom_calls(lowered, "jt_cuda_launch_preloaded")) == 1
-    assert custom_calls(lowered, "jt_cuda_launch") == []
+    assert len(custom_calls(lowered, "triton_kernel_call_jt_cuda_preloaded")) == 1
+    assert custom_calls(lowered, "triton_kernel_call_jt_cuda") == []
     monkeypatch.setenv("JT_CUDA_PRELOAD", "0")
     lowered = jax.jit(lambda x: f(x) * 1).trace(spec).lower(lowering_platforms=("cuda",))
-    assert len(custom_calls(lowered, "jt_cuda_launch")) == 1
+    assert len(custom_calls(lowered, "triton_kernel_call_jt_cuda")) == 1
 
 
 @pytest.mark.usefixtures("jaxlib_lowering")

@@ -32,7 +32,9 @@ FILL_NAN = 1
 
 
 def jt_op(lowered: Any) -> Any:
-    (op,) = custom_calls(lowered, "jt_cuda_launch") + custom_calls(lowered, "jt_cuda_launch_preloaded")
+    (op,) = custom_calls(lowered, "triton_kernel_call_jt_cuda") + custom_calls(
+        lowered, "triton_kernel_call_jt_cuda_preloaded"
+    )
     return op
 
 

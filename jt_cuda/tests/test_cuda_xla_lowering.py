@@ -63,7 +63,7 @@ def test_a_call_lowers_to_xlas_triton_call() -> None:
     assert (config["grid_x"], config["grid_y"], config["grid_z"]) == (N // BLOCK, 1, 1)
     assert config["num_warps"] == 2 and config["num_stages"] == 3 and config["debug"] == 0
     assert len(op.operands) == 2 and len(op.results) == 1
-    assert custom_calls(lowered, "jt_cuda_launch_preloaded") == []
+    assert custom_calls(lowered, "triton_kernel_call_jt_cuda_preloaded") == []
 
 
 def test_the_entry_takes_operands_then_results_and_bakes_in_the_scalars() -> None:
@@ -219,7 +219,7 @@ def test_export_carries_triton_ir_and_no_binary() -> None:
     restored = export.deserialize(exported.serialize())
     text = restored.mlir_module()
     assert TARGET_NAME in text and "sample_add_kernel_xla" in text
-    assert "jt_cuda_launch" not in text and "\\7FELF" not in text  # no cubin travels
+    assert "triton_kernel_call_jt_cuda" not in text and "\\7FELF" not in text  # no cubin travels
     assert restored.platforms == ("cuda",)
     assert [a.shape for a in restored.in_avals] == [(N,), (N,)]
 

@@ -146,7 +146,7 @@ def test_gluon_call_lowers_for_rocm(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
     text = jax.jit(f).trace(x).lower(lowering_platforms=("rocm",)).as_text()
     # jt's ROCm handler (the default launcher) carries the HSACO in the call; nothing is written to disk.
-    assert "stablehlo.custom_call @jt_rocm_launch_preloaded" in text
+    assert "stablehlo.custom_call @triton_kernel_call_jt_rocm_preloaded" in text
     assert 'symbol_0 = "memcpy_kernel"' in text and 'binary_0 = "\\7FELF' in text
     assert list(tmp_path.iterdir()) == []
 

@@ -31,7 +31,7 @@ def test_signature_carries_the_shared_layout_like_gluon_writes_it() -> None:
     signature = call.specialization(call.configs[0]).signature
     layout = gl.NVMMASharedLayout.get_default_for([32, 64], gl.float16)
     assert signature["a_desc"] == f"tensordesc<fp16[32, 64],{layout!r}>"
-    assert "tensormaps_0" in text and "jt_cuda_launch" in text
+    assert "tensormaps_0" in text and "triton_kernel_call_jt_cuda" in text
 
 
 @pytest.mark.requires_plugin("cuda")

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Generator
 
 from jt_core import cache, dumps, files
+from jt_core.call import static_key
 from jt_core.contracts import CompiledKernel, CompileRequest, invoke
 from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
 
@@ -22,16 +23,18 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
 
     Runs after every plugin's implementation. The variant is identified by the kernel, its dialect, the
     specialisation, the target, the options, the backend's class and its cache tag (as on disk: a backend switch
-    read at compile time changes the binary).
+    read at compile time changes the binary), each value by its :func:`~jt_core.call.static_key`.
     """
-    key = (
-        request.dialect.name,
-        request.specialization.key(),
-        request.target,
-        request.options,
-        type(request.backend).__qualname__,
-        invoke(request.backend, "cache_tag"),
-        request.call.name,
+    key = static_key(
+        (
+            request.dialect.name,
+            request.specialization.key(),
+            request.target,
+            request.options,
+            type(request.backend).__qualname__,
+            invoke(request.backend, "cache_tag"),
+            request.call.name,
+        )
     )
     return cache.memoized(request.kernel, key, lambda: _compile(request))
 

@@ -21,8 +21,10 @@ each backend reads what it owns there (:meth:`jt_core.contracts.Backend.target`,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import struct
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
@@ -46,6 +48,7 @@ __all__ = [
     "BatchInfo",
     "CallOptions",
     "CompileOptions",
+    "ExactEquality",
     "KernelCall",
     "KernelParam",
     "LaunchConfig",
@@ -56,6 +59,7 @@ __all__ = [
     "kernel_name",
     "kernel_params",
     "kernel_signature_text",
+    "static_key",
 ]
 
 #: :attr:`ParamSlot.kind` of an array operand (or the base of a tensor descriptor).
@@ -81,8 +85,76 @@ CPU_CHECKS = "cpu_checks"
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
 
 
-@dataclasses.dataclass(frozen=True)
-class CompileOptions:
+#: Types whose values key themselves: equal values of one of them compile and run alike, and no key of another
+#: type equals one of them.
+_SELF_KEYED = frozenset({str, int, bytes, type(None)})
+
+
+def static_key(value: Any) -> Hashable:
+    """A key of a static value (a scalar operand, a constexpr, an option) that is equal for two values exactly when
+    they compile and run alike: the value's type, with the bits of a number.
+
+    Python's equality is not that: ``-0.0 == 0.0`` and ``1 == 1.0 == True``, yet each gives a kernel other results,
+    and ``float("nan") != float("nan")``, yet two NaNs of the same bits give the same kernel. Tuples, lists and
+    dataclasses are keyed by their parts; other values by their type and their own equality.
+    """
+    kind = type(value)
+    if kind in _SELF_KEYED:
+        return value
+    if kind is tuple:
+        return (tuple, tuple(static_key(item) for item in value))
+    if isinstance(value, ExactEquality):
+        return value
+    if isinstance(value, np.generic):
+        return (kind, value.tobytes())
+    if isinstance(value, float):
+        return (kind, struct.pack("<d", value))
+    if isinstance(value, complex):
+        return (kind, struct.pack("<dd", value.real, value.imag))
+    if isinstance(value, (tuple, list)):
+        return (kind, tuple(static_key(item) for item in value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (kind, tuple(static_key(getattr(value, name)) for name in _field_names(kind)))
+    return (kind, value)
+
+
+_field_names_of: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _field_names_of.get(kind)
+    if names is None:
+        names = _field_names_of[kind] = tuple(field.name for field in dataclasses.fields(kind))
+    return names
+
+
+class ExactEquality:
+    """Equality and hash of a frozen dataclass (declared with ``eq=False``) by the :func:`static_key` of its fields:
+    a call made with ``-0.0`` is not the call made with ``0.0``, and a call made with a NaN is the call made again
+    with a NaN of the same bits. JAX's caches of compiled calls and jt's own memos compare calls this way."""
+
+    @functools.cached_property
+    def _static_key(self) -> tuple[Any, ...]:
+        return tuple(static_key(getattr(self, name)) for name in _field_names(type(self)))
+
+    @functools.cached_property
+    def _static_hash(self) -> int:
+        return hash(self._static_key)
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, ExactEquality)
+        return self._static_hash == other._static_hash and self._static_key == other._static_key
+
+    def __hash__(self) -> int:
+        return self._static_hash
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompileOptions(ExactEquality):
     """Compiler options of one kernel configuration.
 
     Attributes:
@@ -208,11 +280,11 @@ class Specialization:
     attrs: Mapping[tuple[int, ...], Sequence[Sequence[Any]]]
 
     def key(self) -> tuple[Any, ...]:
-        """A hashable identity of the specialisation (for caches). Constant values count with their types: ``2``,
-        ``2.0`` and ``True`` are equal in Python but compile to different kernels."""
+        """A hashable identity of the specialisation (for caches). Constant values count by :func:`static_key`:
+        ``2``, ``2.0`` and ``True``, or ``-0.0`` and ``0.0``, are equal in Python but compile to different kernels."""
         return (
             tuple(self.signature.items()),
-            tuple(sorted(((path, _typed(value)) for path, value in self.constexprs.items()), key=lambda kv: kv[0])),
+            tuple(sorted(((path, static_key(value)) for path, value in self.constexprs.items()), key=lambda kv: kv[0])),
             tuple(sorted((k, tuple(tuple(a) for a in v)) for k, v in self.attrs.items())),
         )
 
@@ -226,13 +298,6 @@ def flag_value(name: str, value: Any) -> bool:
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
         return bool(value)
     raise KernelCallTypeError(f"{name} must be True or False, got {short_repr(value)} ({type(value).__name__})")
-
-
-def _typed(value: Any) -> Any:
-    """``value`` with the type of each of its parts, so that values equal across types key apart."""
-    if isinstance(value, (tuple, list)):
-        return (type(value).__qualname__, tuple(_typed(item) for item in value))
-    return (type(value).__module__, type(value).__qualname__, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,8 +385,8 @@ class CallOptions:
         return tuple(sorted(arguments.items()))
 
 
-@dataclasses.dataclass(frozen=True)
-class LaunchOptions:
+@dataclasses.dataclass(frozen=True, eq=False)
+class LaunchOptions(ExactEquality):
     """How a call becomes an operation, on any platform.
 
     Attributes:
@@ -360,8 +425,8 @@ class KernelParam:
     do_not_specialize: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class ParamSlot:
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParamSlot(ExactEquality):
     """One leaf of a non-constexpr parameter and where its runtime value comes from.
 
     Attributes:
@@ -388,8 +453,8 @@ class ParamSlot:
     descriptor: TensorDescriptorSpec | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class LaunchConfig:
+@dataclasses.dataclass(frozen=True, eq=False)
+class LaunchConfig(ExactEquality):
     """One configuration (autotuning candidate) of a call.
 
     Attributes:
@@ -412,8 +477,8 @@ class LaunchConfig:
         return dict(self.constexprs)
 
 
-@dataclasses.dataclass(frozen=True)
-class KernelCall:
+@dataclasses.dataclass(frozen=True, eq=False)
+class KernelCall(ExactEquality):
     """Everything static about one ``triton_call``: the primitive's only parameter.
 
     Attributes:
@@ -506,8 +571,8 @@ class KernelCall:
         return Specialization(signature=signature, constexprs=constexprs, attrs=attrs)
 
 
-@dataclasses.dataclass(frozen=True)
-class BatchInfo:
+@dataclasses.dataclass(frozen=True, eq=False)
+class BatchInfo(ExactEquality):
     """How a grid-batched call relates to the unbatched call it was made from.
 
     Attributes:

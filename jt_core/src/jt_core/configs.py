@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from jt_core.call import OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot
+from jt_core.call import OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot, static_key
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 
 __all__ = [
@@ -209,7 +209,7 @@ def expand_configs(
                     f"zeroed_outputs contains {index}, but there are {num_outputs} outputs (0..{num_outputs - 1})"
                 )
         constexprs = tuple((p.name, meta[p.name]) for p in constexpr_params)
-        key = (constexprs, options, grid3, tuple(zeroed_list))
+        key = static_key((constexprs, options, grid3, tuple(zeroed_list)))
         if key in seen:
             continue
         seen.add(key)
@@ -218,7 +218,42 @@ def expand_configs(
             + [f"num_warps={options.num_warps}", f"num_stages={options.num_stages}"]
         )
         configs.append(LaunchConfig(constexprs, grid3, options, tuple(zeroed_list), label))
+    _refuse_fixed_grid(grid, configs, signature)
     return configs
+
+
+def _refuse_fixed_grid(grid: Any, configs: Sequence[LaunchConfig], signature: str) -> None:
+    """Refuses a grid that is not a callable when the configurations differ in their metaparameters.
+
+    A fixed grid launches as many programs whichever configuration wins, so with block sizes that differ most
+    configurations would leave part of the outputs unwritten (or write them twice). Configurations that differ only
+    in compiler options (``num_warps``, ``num_stages``) are fine with a fixed grid. A kernel whose programs cover
+    the data whatever their number (a persistent kernel) says so with a callable that ignores the metaparameters.
+
+    Raises:
+        KernelCallValueError: Naming ``grid``, the metaparameters that differ and the fix.
+    """
+    if callable(grid) or len(configs) < 2:
+        return
+    values: dict[str, list[Any]] = {}
+    for config in configs:
+        for name, value in config.constexprs:
+            known = values.setdefault(name, [])
+            if static_key(value) not in (static_key(v) for v in known):
+                known.append(value)
+    differing = {name: seen for name, seen in values.items() if len(seen) > 1}
+    if not differing:
+        return
+    name = next(iter(differing))
+    shown = "; ".join(f"{key} = {', '.join(repr(v) for v in seen)}" for key, seen in differing.items())
+    raise KernelCallValueError(
+        f"grid={short_repr(grid)} is fixed, but the @triton.autotune configs of {signature} differ in their "
+        f"metaparameters ({shown}): a fixed grid launches the same programs whichever config wins, so the others "
+        "would leave part of the output unwritten or write it twice. Pass grid as a callable of the "
+        f"metaparameters, e.g. grid=lambda meta: (triton.cdiv(n, meta[{name!r}]),); for a kernel whose programs "
+        f"cover the data whatever their number (a persistent kernel), a callable that ignores them: "
+        f"grid=lambda meta: {short_repr(grid)}"
+    )
 
 
 #: Launch limits of the grid axes (CUDA's; ROCm's are at least as large). Every backend keeps them, the CPU's too,

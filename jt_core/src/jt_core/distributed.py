@@ -35,11 +35,14 @@ import hashlib
 import json
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
 
 from jt_core import _compat, cache, settings
 from jt_core.errors import ProcessAgreementError
@@ -125,7 +128,12 @@ def call_digest(call: Any) -> str:
 
 
 def _canonical(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    # Numbers by their bits too: the text of every NaN is "nan", whatever its bits.
+    if isinstance(value, np.generic):
+        return [type(value).__name__, repr(value), value.tobytes().hex()]
+    if isinstance(value, float):
+        return [type(value).__name__, repr(value), struct.pack("<d", value).hex()]
+    if value is None or isinstance(value, (bool, int, str)):
         return [type(value).__name__, repr(value)]
     if isinstance(value, bytes):
         return ["bytes", hashlib.sha256(value).hexdigest()]

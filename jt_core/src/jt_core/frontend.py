@@ -14,11 +14,22 @@ kernel, and Triton's front end reads those same functions when it turns a kernel
 overlap, whichever threads they run on: every path of jt into Triton's front end (a compile for any backend, the
 checks here) holds :func:`compiling`, which any number of threads may hold together, and every interpreter run holds
 :func:`interpreting`, which excludes everything else.
+
+Triton's front end takes time quadratic in the number of a kernel's parameters in three places, each a lookup or an
+update that walks every parameter for each parameter, and in MLIR, which rewrites the attributes of every argument
+to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While :func:`check` runs, the
+three places take constant time per parameter (:func:`_linear_front_end`), each replaced only where the installed
+Triton's function is the one it stands in for, word for word, so a Triton that changes them keeps its own; and the
+check sets no argument attributes, which only later passes read.
 """
 
 from __future__ import annotations
 
+import ast
+import copy
 import functools
+import inspect
+import textwrap
 import threading
 import traceback
 import types
@@ -148,7 +159,12 @@ def build[T](source: Any, visit: Callable[[Any], T]) -> T:
     from triton._C.libtriton import ir
 
     target, backend, options, codegen = _backend()
-    with compiling(), _lock:  # the front end's builder state is not shared between threads
+    if getattr(source, "attrs", None):
+        # The arguments' attributes (divisibility hints for later passes) change nothing the front end accepts or
+        # refuses, and MLIR rewrites every argument's attributes to set one: time quadratic in the parameters.
+        source = copy.copy(source)
+        source.attrs = {}
+    with compiling(), _lock, _linear_front_end(source.fn):  # the builder state is not shared between threads
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)
@@ -163,6 +179,162 @@ def check(source: Any) -> None:
         Exception: Triton's own (``CompilationError`` with the source line), for a kernel the front end refuses.
     """
     build(source, lambda module: None)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Triton's front end in time linear in the parameters.
+
+#: The functions of Triton's front end that :func:`_linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
+_SETITEM = """\
+def _setitem(self, idx, value):
+    idx = _unwrap_if_constexpr(idx)
+    assert isinstance(idx, int)
+    self.values[idx] = value
+    self.type = _type_for_tuple_values(self.values, self.type.fields)
+"""
+_VISIT_ARG = """\
+def visit_arg(self, node):
+    ast.NodeVisitor.generic_visit(self, node)
+    param = next(p for p in self.jit_fn.params if p.name == node.arg)
+    if param.is_constexpr and (param.do_not_specialize or param.do_not_specialize_on_alignment):
+        raise CompilationError(
+            self.jit_fn.src, node,
+            f"{node.arg} marked as constexpr and listed in do_not_specialize/do_not_specialize_on_alignment. "
+            "Remove constexpr designation to skip specialization.")
+    return node.arg
+"""
+_ARG_NAMES_INDEX = "idx = fn.arg_names.index(k)"
+
+
+def _written_as(function: Any, text: str) -> bool:
+    try:
+        return textwrap.dedent(inspect.getsource(function)) == text
+    except (OSError, TypeError):
+        return False
+
+
+#: The tuples whose elements the arguments' build set, per thread (``None``: no build running).
+_building = threading.local()
+
+
+@functools.cache
+def _stand_ins() -> tuple[tuple[Any, str, Callable[..., Any]], ...]:
+    """``(owner, name, replacement)`` for each quadratic place of the installed Triton's front end that has the
+    form jt knows."""
+    from triton.compiler import code_generator
+    from triton.language import core
+
+    found: list[tuple[Any, str, Callable[..., Any]]] = []
+    setitem = core.tuple._setitem
+    deserialize = getattr(code_generator.ASTFunction, "deserialize", None)
+    if _written_as(setitem, _SETITEM) and deserialize is not None:
+        # Building a kernel's arguments (ASTFunction.deserialize) sets one element of a tuple per parameter, and
+        # each set computed the types of all the tuple's elements again (Triton 3.6 also writes out the type's
+        # name). While the arguments are built, a set only places the value; when they are built, each tuple that
+        # was set gets its type once, inner tuples first, as Triton's last set gives it: from the values, whose
+        # types are the declared ones, which is what an inner tuple not yet set holds too.
+        def _setitem(self: Any, idx: Any, value: Any) -> None:
+            pending = getattr(_building, "tuples", None)
+            if pending is None:
+                setitem(self, idx, value)
+                return
+            idx = core._unwrap_if_constexpr(idx)
+            assert isinstance(idx, int)
+            self.values[idx] = value
+            pending[id(self)] = self
+
+        def _retype(value: Any, pending: dict[int, Any]) -> None:
+            for item in value.values:
+                if isinstance(item, core.tuple):
+                    _retype(item, pending)
+            if id(value) in pending:
+                value.type = core._type_for_tuple_values(value.values, value.type.fields)
+
+        def _deserialize(self: Any, fn: Any) -> Any:
+            outer = getattr(_building, "tuples", None)
+            pending: dict[int, Any] = {}
+            _building.tuples = pending
+            try:
+                values = deserialize(self, fn)
+            finally:
+                _building.tuples = outer
+            if isinstance(values, core.tuple):
+                _retype(values, pending)
+            return values
+
+        found += [(core.tuple, "_setitem", _setitem), (code_generator.ASTFunction, "deserialize", _deserialize)]
+    visit_arg = code_generator.CodeGenerator.visit_arg
+    if _written_as(visit_arg, _VISIT_ARG):
+        # Each parameter of the signature was looked up by walking the kernel's parameters.
+        def _visit_arg(self: Any, node: ast.arg) -> Any:
+            by_name = self.__dict__.get("_jt_params")
+            if by_name is None:
+                by_name = self._jt_params = {}
+                for param in self.jit_fn.params:
+                    by_name.setdefault(param.name, param)
+            param = by_name.get(node.arg)
+            if param is None:
+                return visit_arg(self, node)
+            ast.NodeVisitor.generic_visit(self, node)
+            if param.is_constexpr and (param.do_not_specialize or param.do_not_specialize_on_alignment):
+                raise code_generator.CompilationError(
+                    self.jit_fn.src,
+                    node,
+                    f"{node.arg} marked as constexpr and listed in do_not_specialize/do_not_specialize_on_alignment. "
+                    "Remove constexpr designation to skip specialization.",
+                )
+            return node.arg
+
+        found.append((code_generator.CodeGenerator, "visit_arg", _visit_arg))
+    return tuple(found)
+
+
+@functools.cache
+def _indexes_arg_names() -> bool:
+    """Whether the installed Triton's front end finds each parameter's position with ``fn.arg_names.index``."""
+    from triton.compiler import code_generator
+
+    try:
+        return _ARG_NAMES_INDEX in inspect.getsource(code_generator.ast_to_ttir)
+    except (OSError, TypeError):
+        return False
+
+
+class _IndexedNames(list[str]):
+    """A kernel's ``arg_names`` whose ``index`` takes constant time (the front end looks each parameter up)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self._positions: dict[str, int] = {}
+        for position, name in enumerate(names):
+            self._positions.setdefault(name, position)
+
+    def index(self, value: Any, *bounds: Any) -> int:
+        if bounds or value not in self._positions:
+            return super().index(value, *bounds)
+        return self._positions[value]
+
+
+@contextmanager
+def _linear_front_end(fn: Any) -> Iterator[None]:
+    """Runs the body with Triton's front end in time linear in the parameters of kernel ``fn`` (see
+    :data:`_SETITEM`, :data:`_VISIT_ARG`, :data:`_ARG_NAMES_INDEX`); the stand-ins compute what Triton's functions
+    compute. Held under ``_lock``: one body at a time puts them in place and takes them out."""
+    stand_ins = _stand_ins()
+    originals = [owner.__dict__[name] for owner, name, _ in stand_ins]
+    names = getattr(fn, "arg_names", None)
+    indexed = type(names) is list and _indexes_arg_names()
+    for owner, name, stand_in in stand_ins:
+        setattr(owner, name, stand_in)
+    if indexed:
+        fn.arg_names = _IndexedNames(names)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        if indexed:
+            fn.arg_names = names
+        for (owner, name, _), original in zip(stand_ins, originals):
+            setattr(owner, name, original)
 
 
 def refusal(source: Any) -> str | None:

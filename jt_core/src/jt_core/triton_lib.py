@@ -28,10 +28,13 @@ __all__ = [
 ]
 
 #: The custom-call target of jaxlib's Triton handler, which jax-triton 0.4 emits. jt emits it too with
-#: ``launcher="jaxlib"``; jt's default CUDA launcher emits its own handler's targets (``jt_cuda_launch``,
-#: ``jt_cuda_launch_preloaded``, or their ``_record`` variants), and the CPU backend a host callback. Code that
-#: looks for this name in lowered programs finds jt's calls only with ``launcher="jaxlib"`` (or
-#: ``JT_LAUNCHER_CUDA=jaxlib``).
+#: ``launcher="jaxlib"``. jt's own handlers' targets start with ``triton_kernel_call`` as well
+#: (``triton_kernel_call_jt_cuda`` and its ``_preloaded``/``_record`` variants, ``triton_kernel_call_jt_rocm``,
+#: ``triton_kernel_call_jt_cpu``), so code that searches lowered programs for ``triton_kernel_call`` finds every
+#: call of those launchers; code that compares with this exact name finds jt's calls only with
+#: ``launcher="jaxlib"`` (or ``JT_LAUNCHER_CUDA=jaxlib``). Two launchers emit a target that is not jt's to name: the
+#: ``xla`` launcher XLA's own Triton call (``__gpu$xla.gpu.triton``), and the CPU's ``interpreter`` launcher JAX's
+#: host callback.
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 #: The ``TritonAnyKernelCall`` field holding ``serialized_metadata`` (jaxlib's ``triton.proto``).

@@ -41,14 +41,16 @@ from jt_cuda.tensormaps import descriptor_params
 
 __all__ = ["HANDLER", "CudaJaxlibLauncher", "CudaJtLauncher", "CudaXlaLauncher", "register_handlers"]
 
-#: jt's launch handler on the CUDA driver, and its XLA targets (``jt_cuda_launch``, ``jt_cuda_launch_preloaded``, and
-#: with a record stage ``jt_cuda_launch_record``, ``jt_cuda_launch_record_preloaded``).
+#: jt's launch handler on the CUDA driver (symbols ``jt_cuda_launch_*``), and its XLA targets
+#: (``triton_kernel_call_jt_cuda``, ``triton_kernel_call_jt_cuda_preloaded``, and with a record stage
+#: ``triton_kernel_call_jt_cuda_record``, ``triton_kernel_call_jt_cuda_record_preloaded``).
 HANDLER = LaunchHandlerLibrary(
     prefix="jt_cuda_launch",
     source=Path(__file__).parent / "csrc" / "jt_cuda_launch.cc",
     platform="CUDA",
     preload_variable="JT_CUDA_PRELOAD",
     record_variable="JT_CUDA_RECORD",
+    target_name="triton_kernel_call_jt_cuda",
 )
 
 

@@ -35,12 +35,14 @@ __all__ = [
     "store_hsaco",
 ]
 
-#: jt's launch handler on the HIP runtime, and its XLA targets (``jt_rocm_launch``, ``jt_rocm_launch_preloaded``).
+#: jt's launch handler on the HIP runtime (symbols ``jt_rocm_launch_*``), and its XLA targets
+#: (``triton_kernel_call_jt_rocm``, ``triton_kernel_call_jt_rocm_preloaded``).
 HANDLER = LaunchHandlerLibrary(
     prefix="jt_rocm_launch",
     source=Path(__file__).parent / "csrc" / "jt_rocm_launch.cc",
     platform="ROCM",
     preload_variable="JT_ROCM_PRELOAD",
+    target_name="triton_kernel_call_jt_rocm",
 )
 
 #: Overrides the folder HSACO files are written to for jaxlib's handler.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jt_core.gpu import jaxlib_call
     from jt_core.gpu.attributes import ENTRY_WAIT, DescriptorParam, DescriptorParams, scalar_bytes
-    from jt_core.gpu.handler import LaunchHandlerLibrary
+    from jt_core.gpu.handler import TARGET_PREFIX, LaunchHandlerLibrary
     from jt_core.gpu.launchers import BufferPlan, HandlerLauncher, JaxlibLauncher
     from jt_core.gpu.xla import XlaTritonLauncher
 
@@ -33,6 +33,7 @@ _SURFACE = {
     "DescriptorParams": "attributes",
     "scalar_bytes": "attributes",
     "LaunchHandlerLibrary": "handler",
+    "TARGET_PREFIX": "handler",
     "BufferPlan": "launchers",
     "HandlerLauncher": "launchers",
     "JaxlibLauncher": "launchers",
@@ -48,6 +49,7 @@ __all__ = [
     "HandlerLauncher",
     "JaxlibLauncher",
     "LaunchHandlerLibrary",
+    "TARGET_PREFIX",
     "XlaTritonLauncher",
     "jaxlib_call",
     "scalar_bytes",

@@ -18,13 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from jt_core import settings
+from jt_core.errors import PluginError
 from jt_core.native import LibrarySpec
 
-__all__ = ["WITHOUT_HANDLER", "LaunchHandlerLibrary", "headers", "include_dir"]
+__all__ = ["TARGET_PREFIX", "WITHOUT_HANDLER", "LaunchHandlerLibrary", "headers", "include_dir"]
 
 _log = logging.getLogger(__name__)
 
 _INCLUDE_DIR = Path(__file__).parent / "csrc"
+
+#: How the names of jt's custom-call targets start: as jax-triton's and jaxlib's (``triton_kernel_call``,
+#: ``triton_kernel_call_ffi``), so that a search of a lowered module for Triton kernel calls finds them.
+TARGET_PREFIX = "triton_kernel_call"
 
 #: What jt does where the handler library cannot be built.
 WITHOUT_HANDLER = (
@@ -49,38 +54,58 @@ class LaunchHandlerLibrary:
     Each GPU plugin ships a driver file (``csrc/<prefix>.cc``) that includes the shared header and exports the
     symbols ``<prefix>_instantiate``, ``_instantiate_preloaded``, ``_initialize``, ``_execute``, ``_state_type_id``,
     ``_state_type_info``, ``_driver_error``, ``_modules_loaded`` and ``_abi``. This class builds it, and registers
-    two targets with XLA: ``<prefix>`` (all three stages, for autotuned calls) and ``<prefix>_preloaded`` (no
+    two targets with XLA: ``<target>`` (all three stages, for autotuned calls) and ``<target>_preloaded`` (no
     initialize stage: the module is loaded when XLA instantiates the call, so a single-config call costs one
     handler call per launch).
 
     A driver file that also exports ``<prefix>_record``, ``_register_record`` and ``_record_counts``
-    (``jt_launch_record.h``) gets two more targets, ``<prefix>_record`` and ``<prefix>_record_preloaded``: the same
+    (``jt_launch_record.h``) gets two more targets, ``<target>_record`` and ``<target>_record_preloaded``: the same
     stages plus a record stage, with which XLA adds each call to its command buffers as one kernel node (and updates
     it when buffers move) instead of capturing the execute stage into a child graph. XLA's plugin interface
     registers four stages only, so these two are registered through the XLA FFI API that XLA passed to the library
     while registering the first two. Lowering uses them whenever they are registered (:meth:`custom_call_target`).
 
+    The targets' names start with ``triton_kernel_call``, the target of jax-triton's and jaxlib's Triton calls, so
+    that code looking for Triton kernel calls in a lowered module (``text.count("triton_kernel_call")``) finds them.
+
     Args:
-        prefix: The library's symbol prefix and target name (``"jt_cuda_launch"``).
+        prefix: The library's symbol prefix (``"jt_cuda_launch"``).
         source: The driver's C++ file.
         platform: XLA's platform name (``"CUDA"``, ``"ROCM"``).
         preload_variable: The environment variable that turns the preloaded target off when set to ``0``.
         record_variable: The environment variable that turns the record-stage targets off when set to ``0``;
             ``None`` for a driver without a record stage.
+        target_name: The name of the first target, the others' names start with (default
+            ``triton_kernel_call_<prefix>``).
+
+    Raises:
+        PluginError: For a ``target_name`` that does not start with ``triton_kernel_call``.
     """
 
     def __init__(
-        self, prefix: str, source: Path, platform: str, preload_variable: str, record_variable: str | None = None
+        self,
+        prefix: str,
+        source: Path,
+        platform: str,
+        preload_variable: str,
+        record_variable: str | None = None,
+        target_name: str | None = None,
     ) -> None:
+        target = f"{TARGET_PREFIX}_{prefix}" if target_name is None else target_name
+        if not target.startswith(TARGET_PREFIX):
+            raise PluginError(
+                f"target_name={target_name!r}: jt's custom-call targets start with {TARGET_PREFIX!r} (e.g. "
+                f"{TARGET_PREFIX + '_' + prefix!r}), so that code looking for Triton kernel calls finds them"
+            )
         self.prefix = prefix
         self.source = source
         self.platform = platform
         self.preload_variable = preload_variable
         self.record_variable = record_variable
-        self.target_name = prefix
-        self.preloaded_target_name = f"{prefix}_preloaded"
-        self.record_target_name = f"{prefix}_record"
-        self.record_preloaded_target_name = f"{prefix}_record_preloaded"
+        self.target_name = target
+        self.preloaded_target_name = f"{target}_preloaded"
+        self.record_target_name = f"{target}_record"
+        self.record_preloaded_target_name = f"{target}_record_preloaded"
         self.state_type_name = f"{prefix.split('_launch')[0]}.KernelState"
         # Re-entrant: register() holds it while building the capsules, which load the library.
         self._lock = threading.RLock()

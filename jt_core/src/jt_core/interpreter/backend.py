@@ -80,11 +80,12 @@ def execute_into(
     """
     config = call.configs[config_index]
     aliased = dict(call.aliases)
+    source_of = {output: operand for operand, output in reversed(call.aliases)}
     zeroed = set(config.zeroed_outputs)
     operands = [np.ascontiguousarray(op) for op in operands]
     for index in range(len(call.out_avals)):
         out = outputs[index]
-        source = next((op for op, dst in call.aliases if dst == index), None)
+        source = source_of.get(index)
         if source is not None:
             if out.ctypes.data != operands[source].ctypes.data:
                 np.copyto(out, operands[source].reshape(out.shape), casting="unsafe")
@@ -121,7 +122,7 @@ def execute_into(
             array = outputs[slot.index]
             arg = runner.pointer_argument(slot.type_str, array)
             buffers.append(_buffer(slot.name, array, True, slot.index, array.shape))
-            if slot.index not in zeroed and slot.index not in aliased.values():
+            if slot.index not in zeroed and slot.index not in source_of:
                 must_write.append((buffers[-1], slot.index))
         else:
             arg = runner.scalar_argument(slot.type_str, slot.value)

@@ -56,11 +56,14 @@ __all__ = [
     "source_path",
 ]
 
-#: The custom-call target the launcher emits (the handler calls back into Python's interpreter).
-TARGET_NAME = "jt_cpu_interpreter_callback"
-#: The custom-call target of a compiled CPU kernel's check (:mod:`jt_core.cpu.compiled.checking`), in the same
-#: library: on a stray access it runs the call again in the interpreter, through :func:`_dispatch`.
-CHECK_TARGET_NAME = "jt_cpu_kernel_check"
+#: The custom-call target the launcher emits (the handler, symbol ``jt_cpu_interpreter_callback``, calls back into
+#: Python's interpreter). Its name starts as jax-triton's and jaxlib's targets do, so that a search of a lowered
+#: module for ``triton_kernel_call`` finds it.
+TARGET_NAME = "triton_kernel_call_jt_cpu"
+#: The custom-call target of a compiled CPU kernel's check (:mod:`jt_core.cpu.compiled.checking`; handler symbol
+#: ``jt_cpu_kernel_check``), in the same library: on a stray access it runs the call again in the interpreter,
+#: through :func:`_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
+CHECK_TARGET_NAME = "triton_kernel_call_jt_cpu_compiled"
 #: The calling convention between the handlers and :func:`_dispatch`; the library reports the one it implements.
 ABI_VERSION = 2
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
@@ -107,12 +110,6 @@ class RegisteredCall(LoweredCall):
     call_id: int = 0
 
 
-def _content_key(call: KernelCall) -> tuple[Any, ...]:
-    # KernelCall equality treats -0.0 and 0.0 (or 1 and 1.0) as one value; the scalars' exact text and type keep
-    # such calls apart.
-    return (call, tuple((slot.type_str, type(slot.value).__name__, repr(slot.value)) for slot in call.slots))
-
-
 class CallRegistry:
     """Process-wide map from call ids to lowered calls. Thread-safe.
 
@@ -124,14 +121,13 @@ class CallRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[tuple[Any, ...], int] = {}
+        self._ids: dict[KernelCall, int] = {}  # calls compare by value, each scalar by its type and bits
         self._calls: dict[int, RegisteredCall] = {}
 
     def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         """The id of ``call``, registering it (with ``kernels``) the first time its content is seen."""
-        key = _content_key(call)
         with self._lock:
-            call_id = self._ids.get(key)
+            call_id = self._ids.get(call)
             if call_id is None:
                 digest = distributed.call_digest(call)
                 call_id = _call_id(digest, 0)
@@ -139,7 +135,7 @@ class CallRegistry:
                 while call_id in self._calls:
                     taken += 1
                     call_id = _call_id(digest, taken)
-                self._ids[key] = call_id
+                self._ids[call] = call_id
                 self._calls[call_id] = RegisteredCall(call, tuple(kernels), call_id=call_id)
             return call_id
 
