@@ -78,3 +78,37 @@ def distributed_state() -> tuple[int, int, Any]:
 
     state = distributed.global_state
     return int(state.process_id), int(state.num_processes), state.client
+
+
+def on_clear_caches(store: Any, name: str) -> None:
+    """Has ``jax.clear_caches()`` (and ``jax.clear_backends()``) call ``store.cache_clear()``, as it does for JAX's
+    own caches.
+
+    JAX keeps its caches in ``jax._src.util._caches`` (a ``WeakKeyDictionary``, so ``store`` must be kept alive by
+    its owner) and registers each with ``jax._src.util.register_cache(cache, name)``; ``jax.clear_caches()`` calls
+    ``util.clear_all_caches()``, which calls ``cache_clear()`` on every one. The same in jax 0.11 and 0.12.
+    """
+    from jax._src import util
+
+    util.register_cache(store, name)
+
+
+def wait_for_running_computations(platform: str) -> None:
+    """Waits until every computation that produces a live array of ``platform`` has finished (errors are the
+    arrays' readers' to see). Nothing is started: without an initialised backend (``jax.clear_backends()`` has
+    just dropped them) there is nothing to wait for. ``jax._src.xla_bridge.backends_are_initialized`` and
+    ``jax.live_arrays`` are the same in jax 0.11 and 0.12."""
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        return
+    try:
+        arrays = jax.live_arrays(platform)
+    except RuntimeError:
+        return  # no such platform here
+    for array in arrays:
+        try:
+            array.block_until_ready()
+        except Exception:
+            continue
