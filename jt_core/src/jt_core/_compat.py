@@ -112,3 +112,17 @@ def wait_for_running_computations(platform: str) -> None:
             array.block_until_ready()
         except Exception:
             continue
+
+
+def forget_jit_functions(module_name: str) -> None:
+    """Takes the ``JITFunction`` objects of a module jt generated out of Triton's process-wide registry, where they
+    would stay for the life of the process (with everything they hold). Triton 3.9 enters every ``JITFunction``
+    made there under ``<module>:<name>`` (``triton.runtime.jit._triton_jit_function_registry``, read only to
+    preload kernels serialized with a ``JITFunction`` constant); Triton 3.6 has no such registry."""
+    from triton.runtime import jit
+
+    registry = getattr(jit, "_triton_jit_function_registry", None)
+    if registry is None:
+        return
+    for key in [key for key in list(registry) if key.startswith(module_name + ":")]:
+        registry.pop(key, None)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jax import tree_util
 from jax.interpreters import batching
 
-from jt_core import files, memory
+from jt_core import _compat, files, memory
 from jt_core.call import INPUT, OUTPUT, BatchInfo, KernelCall, KernelParam, LaunchConfig, kernel_name
 from jt_core.configs import AXIS_LIMITS
 from jt_core.errors import KernelCallValueError
@@ -205,6 +205,7 @@ class _Wrapper:
 def _release(key: Any, wrapper: _Wrapper) -> None:
     sys.modules.pop(wrapper.module_name, None)
     linecache.cache.pop(wrapper.source_name, None)
+    _compat.forget_jit_functions(wrapper.module_name)
 
 
 #: The generated wrappers, by wrapped kernel (held weakly) and source: bounded and emptied by

@@ -23,7 +23,16 @@ from typing import Any
 
 from jt_core import _compat, settings
 
-__all__ = ["DEFAULT_ENTRIES", "ENTRIES_VARIABLE", "BoundedStore", "entries_limit", "kernel_key"]
+__all__ = [
+    "DEFAULT_ENTRIES",
+    "ENTRIES_VARIABLE",
+    "BoundedStore",
+    "KernelRef",
+    "entries_limit",
+    "kernel_key",
+    "mourn_in",
+    "sizes",
+]
 
 #: The variable bounding every store.
 ENTRIES_VARIABLE = "JT_MEMORY_CACHE_ENTRIES"
@@ -60,6 +69,7 @@ class BoundedStore[K: Hashable, V]:
         self._lock = threading.RLock()
         self._on_drop = on_drop
         _compat.on_clear_caches(self, f"jt: {name}")
+        _stores.append(weakref.ref(self))
 
     def get(self, key: K) -> V | None:
         """The value under ``key`` (now the most recently used), or ``None``."""
@@ -162,6 +172,14 @@ class KernelRef:
             return NotImplemented
         mine = self._ref()
         return self is other or (mine is not None and mine is other._ref())
+
+
+_stores: list[weakref.ReferenceType[BoundedStore[Any, Any]]] = []
+
+
+def sizes() -> dict[str, int]:
+    """How many entries each store of the process holds, by what it holds."""
+    return {store.name: len(store) for store in (ref() for ref in list(_stores)) if store is not None}
 
 
 _refs_lock = threading.Lock()
