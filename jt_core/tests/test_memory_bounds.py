@@ -158,7 +158,7 @@ def test_a_released_id_never_goes_to_another_kernel_with_the_same_source(tmp_pat
     before = call_id(first)
     jax.clear_caches()
     assert call_id(second) != before  # the same content, another kernel object: it must not take the id
-    with pytest.raises(jax.errors.JaxRuntimeError, match="released by jax.clear_caches"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"released by jax\.clear_caches"):
         jax.block_until_ready(kept(x))
     assert call_id(first) == before  # the same kernel object gets its id back
 
