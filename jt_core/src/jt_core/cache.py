@@ -22,8 +22,11 @@ folder is checked like every folder jt executes from. A compile that misses runs
 others read the entry back. The cache only saves time: an entry that cannot be read is a miss, and one that cannot be
 written (a full disk, a read-only folder) leaves the kernel compiled but uncached, with one warning for the folder.
 
-:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`), Triton's files under
-jt's ``triton`` folder included.
+:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`), Triton's files under a
+``triton`` folder jt created included, and count or delete nothing else (:func:`jt_core.files.kept_files`).
+
+The in-memory cache is one of jt's bounded stores (:mod:`jt_core.memory`): ``JT_MEMORY_CACHE_ENTRIES`` entries at
+most, the kernel held weakly, emptied by ``jax.clear_caches()``.
 """
 
 from __future__ import annotations

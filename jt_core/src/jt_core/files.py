@@ -5,9 +5,16 @@ Everything jt keeps between processes lives under one root, ``JT_CACHE_DIR`` (de
 ``~/.cache/jt``), in one subfolder per purpose (:data:`PURPOSES`). Some of it is executed: built libraries are
 loaded into the process (``native``) and compiled kernels are loaded onto the GPU (``kernels``, ``rocm-hsaco``).
 So before anything is read from the root or a subfolder, jt checks that the folder belongs to the current user and
-that neither its group nor others may write to it. A folder that fails the check is never used: jt warns once,
-saying why, and works from a private folder instead (the default location when that one passes, else a fresh
-temporary folder for the process, removed when it exits). The same holds for a folder that cannot be created.
+that neither its group nor others may write to it, and that it is no symbolic link of another user's (who could
+point it elsewhere after the check). A folder that fails the check is never used: jt warns once, saying why, and
+works from a private folder instead (the default location when that one passes, else a fresh temporary folder for
+the process, removed when it exits). The same holds for a folder that cannot be created. jt creates its folders,
+and the missing folders above them, with mode 0700 whatever the umask (:func:`make_folders`).
+
+The root may be a folder that also holds files of the user's own. jt's files are those named as it names them
+(:data:`ENTRY_NAMES`, :func:`kept_files`); Triton's, which Triton names, count as jt's only in a ``triton`` folder
+jt created, which holds jt's marker (:data:`MARKER`). Names taken from the user's code are made fit for a file
+name first (:func:`safe_name`).
 
 Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
 processes never see a torn file, and two writers of the same file simply replace each other. Each file carries a
