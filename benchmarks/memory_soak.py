@@ -22,6 +22,7 @@ import argparse
 import gc
 import importlib.util
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -61,8 +62,10 @@ def store_sizes() -> dict[str, Any]:
     from jt_core import batching, cache
     from jt_core.interpreter import ffi_launcher, runner
 
+    registry = ffi_launcher.registry()
     return {
-        "registry": len(ffi_launcher.registry()),
+        "registry": len(registry),
+        "released ids": registry.released_count() if hasattr(registry, "released_count") else "-",
         "variants": len(getattr(cache, "_memory", ())),
         "rewritten": len(getattr(runner, "_rewritten", ())),
         "wrappers": len(getattr(batching, "_wrappers", ())),
@@ -120,15 +123,17 @@ def main() -> None:
             baseline = rss if baseline is None else baseline
             alive = sum(ref() is not None for ref in dropped)
             rows.append((i + 1, rss, rss - baseline, alive, len(dropped), store_sizes(), time.perf_counter() - started))
+            print(f"  {rows[-1][:5]} {rows[-1][5]} {rows[-1][6]:.0f} s", file=sys.stderr, flush=True)
     print(f"{args.calls} calls, {args.shapes} shapes, {len(dropped) + 1} kernels, jax.clear_caches() every "
           f"{args.clear_every} calls ({time.perf_counter() - started:.0f} s)")  # fmt: skip
-    print("| calls | RSS MiB | growth since the first clear, MiB | dropped kernels alive | registry | variants | "
-          "rewritten | wrappers | s |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| calls | RSS MiB | growth since the first clear, MiB | dropped kernels alive | registry | released ids | "
+          "variants | rewritten | wrappers | s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for calls, rss, grown, alive, total, sizes, seconds in rows:
         print(
             f"| {calls} | {rss / 1024:.1f} | {grown / 1024:+.1f} | {alive} of {total} | {sizes['registry']} | "
-            f"{sizes['variants']} | {sizes['rewritten']} | {sizes['wrappers']} | {seconds:.0f} |"
+            f"{sizes['released ids']} | {sizes['variants']} | {sizes['rewritten']} | {sizes['wrappers']} | "
+            f"{seconds:.0f} |"
         )
 
 

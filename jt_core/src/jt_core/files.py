@@ -53,11 +53,11 @@ from typing import Any
 from jt_core import settings
 
 __all__ = [
+    "ENTRY_NAMES",
+    "MARKER",
     "PURPOSES",
     "STALE_SECONDS",
     "atomic_write",
-    "ENTRY_NAMES",
-    "MARKER",
     "cache_folder",
     "cache_root",
     "checked_triton_cache",
@@ -187,7 +187,7 @@ def make_folders(path: Path, mode: int = 0o700) -> bool:
         except FileExistsError:
             created = False
             continue
-        os.chmod(folder, mode)  # the umask may have taken bits that mode gives (or left bits it does not)
+        os.chmod(folder, mode)  # the umask may have taken bits that mode gives
         created = True
     if not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "it is not a folder", str(path))
