@@ -204,3 +204,19 @@ def test_a_long_run_keeps_every_store_bounded(tmp_path: Path, monkeypatch: pytes
     assert largest["CPU launcher calls"] <= clear_every, largest
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown_kb < 200 * 1024, f"peak RSS grew by {grown_kb} KB over the run"
+
+
+def test_an_entry_goes_with_its_kernel() -> None:
+    """A store holds its kernels weakly: once nothing else holds a kernel, its entries leave every store."""
+    from jt_core import cache
+
+    class Kernel:
+        """Stands for a kernel object."""
+
+    kernel = Kernel()
+    variants = [cache.memoized(kernel, ("variant", n), lambda n=n: f"compiled {n}") for n in range(3)]
+    assert variants == ["compiled 0", "compiled 1", "compiled 2"] and cache.compiled_count(kernel) == 3
+    before = memory.sizes()["compiled kernel variants"]
+    del kernel
+    gc.collect()
+    assert memory.sizes()["compiled kernel variants"] == before - 3

@@ -91,14 +91,6 @@ class BoundedStore[K: Hashable, V]:
         self._dropped(dropped)
         return value
 
-    def pop(self, key: K) -> V | None:
-        """Drops the entry under ``key``; returns its value, or ``None``."""
-        with self._lock:
-            value = self._entries.pop(key, None)
-        if value is not None:
-            self._dropped([(key, value)])
-        return value
-
     def drop_where(self, predicate: Callable[[K], bool]) -> int:
         """Drops every entry whose key satisfies ``predicate``; returns how many."""
         with self._lock:
