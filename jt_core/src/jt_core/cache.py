@@ -85,11 +85,6 @@ def compiled_count(kernel: Any) -> int:
     return sum(1 for kernel_ref, _ in _memory if kernel_ref == ref)
 
 
-def memory_entries() -> int:
-    """How many compiled variants the in-memory cache holds."""
-    return len(_memory)
-
-
 def clear_memory() -> None:
     """Drops every in-memory entry."""
     _memory.cache_clear()
