@@ -236,8 +236,8 @@ WRITER = textwrap.dedent(
     from jt_core.contracts import CompiledKernel, Target
     kernel = CompiledKernel(name="k", target=Target("counting", 90, 32), binary=bytes(range(256)) * 4096)
     for _ in range(int(sys.argv[1])):
-        cache.store("same-key", kernel)
-        loaded = cache.load("same-key")
+        cache.store("5a" * 32, kernel)
+        loaded = cache.load("5a" * 32)
         assert loaded is not None and loaded.binary == kernel.binary, "torn or corrupt entry observed"
     print("ok")
     """
@@ -295,7 +295,7 @@ def test_threads_storing_and_listing_at_once_never_fail(private_cache: pathlib.P
 
     def work(i: int) -> None:
         for j in range(20):
-            cache.store(f"key-{i}-{j}", kernel)
+            cache.store(f"{i:032x}{j:032x}", kernel)  # keys are SHA-256 digests in hex
             cache.info()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:

@@ -166,7 +166,7 @@ class VmapKind(Kind):
         self.y = rng.standard_normal((3, 32)).astype(np.float32)
 
     def run(self) -> None:
-        batching._wrappers.clear()  # as in a new process: the wrapper is generated again
+        batching._wrappers.cache_clear()  # as in a new process: the wrapper is generated again
 
         def add(x: jax.Array, y: jax.Array) -> jax.Array:
             return jt.triton_call(x, y, 32, kernel=k.add_kernel, out_shape=x, grid=2, BLOCK=16)

@@ -74,7 +74,7 @@ def test_a_vmap_file_that_is_not_utf8_is_replaced(tmp_path: Path, cache_root: Pa
     source.write_bytes(b"\xff\xfe\x00garbage" + text[11:])
     from jt_core import batching
 
-    batching._wrappers.clear()  # as a new process finds it
+    batching._wrappers.cache_clear()  # as a new process finds it
     out = jax.jit(jax.vmap(scale))(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(out), x * 2 + 1, rtol=1e-6)
     assert source.read_bytes() == text
@@ -298,4 +298,4 @@ def test_cache_info_and_clear_cover_tritons_files_under_jts_folder(cache_root: P
     summary = cache.info()["folders"]["triton"]
     assert summary["files"] == 4 and summary["bytes"] == 4 * 64
     assert cache.clear() >= 4
-    assert not list(triton_folder.iterdir())
+    assert [p.name for p in triton_folder.iterdir()] == [files.MARKER]  # jt's mark of a folder it created stays

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import warnings
@@ -110,3 +111,35 @@ def test_a_dump_folder_that_takes_no_file_fails_no_compile(tmp_path: Path, monke
     assert [k.binary for k in kernels] == [b"BIN:sample_add_kernel"] * 2
     reported = [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
     assert len(reported) == 1 and "JAX_TRITON_DUMP_DIR" in reported[0]
+
+
+class PathNamingBackend(IrBackend):
+    """Names its stages and its binary's suffix with path separators, as a careless backend might."""
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        kernel = super().compile(request)
+        return CompiledKernel(name="../../kernel", target=kernel.target, binary=kernel.binary,
+                              asm={"../ttir": "module"})  # fmt: skip
+
+    def binary_file_suffix(self, kernel: CompiledKernel) -> str:
+        return "../../bin"
+
+
+def test_dumps_stay_in_the_dump_folder_and_are_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import stat
+
+    root = tmp_path / "dumps" / "run"
+    monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(root))
+    request = compile_request(PathNamingBackend(), dataclasses.replace(sample_call(), name="../../call"))
+    previous = os.umask(0)
+    try:
+        hooks.compile_kernel(request)
+    finally:
+        os.umask(previous)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and all(root in p.parents for p in written), written
+    folders = [tmp_path / "dumps", root, *(p for p in root.rglob("*") if p.is_dir())]
+    assert {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in folders if p.stat().st_mode & 0o077} == {}

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,125 @@ def test_tritons_own_usable_folder_is_left_alone(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-own"))
     with files.triton_cache_folder():
         assert knobs.cache.dir == str(tmp_path / "triton-own")
+
+
+OTHER_USER = 54321  # a user id that is not this process's
+
+
+def _owned_by_someone_else(path: Path) -> None:
+    """Gives ``path`` (a link: the link itself) to another user: needs root, which CI and these machines run as."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.lchown(path, OTHER_USER, OTHER_USER)
+
+
+def test_a_cache_root_that_is_another_users_link_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Someone else's link may lead to a private folder of this user's now and to their own folder later: jt
+    neither writes through it nor lets ``cache clear`` delete through it."""
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (mine / "xla").mkdir(mode=0o700)
+    precious = mine / "xla" / ("ab" * 32 + ".json")
+    precious.write_text("{}")
+    link = tmp_path / "shared-cache"
+    link.symlink_to(mine)
+    _owned_by_someone_else(link)
+    monkeypatch.setenv("JT_CACHE_DIR", str(link))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    with pytest.warns(RuntimeWarning, match=r"does not use the cache folder .*symbolic link owned by user id 54321"):
+        root = files.cache_root()
+    assert root == tmp_path / "home-cache" / "jt"
+    from jt_core import cache
+
+    cache.clear()
+    assert precious.exists()
+
+
+def test_cache_clear_deletes_nothing_through_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kept = [elsewhere / ("cd" * 32 + ".json"), elsewhere / ("ef" * 32 + ".jtk")]
+    for path in kept:
+        path.write_text("not jt's to delete")
+    root = files.cache_root()
+    (root / "xla").symlink_to(elsewhere)  # a whole folder replaced by a link
+    files.cache_folder("kernels")
+    (root / "kernels" / kept[1].name).symlink_to(kept[1])  # an entry's name on a link
+    from jt_core import cache
+
+    assert cache.info()["folders"]["xla"]["files"] == 0 and cache.info()["kernels"] == 0
+    cache.clear()
+    assert all(path.read_text() == "not jt's to delete" for path in kept)
+
+
+def test_folders_jt_makes_are_private_whatever_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``umask 000`` the folders above the cache root used to be made world-writable (0777): anyone could
+    then swap the root for a folder of their own between jt's check and its use."""
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "a" / "b" / "jt"))
+    previous = os.umask(0)
+    try:
+        for purpose in files.PURPOSES:
+            files.cache_folder(purpose)
+        scratch = files.scratch_folder("native")
+    finally:
+        os.umask(previous)
+    made = [tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "jt", scratch]
+    made += [tmp_path / "a" / "b" / "jt" / purpose for purpose in files.PURPOSES]
+    assert {str(path.relative_to(tmp_path)) if tmp_path in path.parents else "scratch": oct(_mode(path))
+            for path in made if _mode(path) != 0o700} == {}  # fmt: skip
+
+
+def _project_folder(root: Path) -> dict[Path, bytes]:
+    """A project's own files in folders named like jt's (``JT_CACHE_DIR`` pointed at the project by mistake)."""
+    theirs = {
+        root / "plugins" / "setup.json": b'{"plugins": ["mine"]}',
+        root / "native" / "libfast.so": b"\x7fELF their library",
+        root / "native" / "build.log": b"their log",
+        root / "triton" / "AAAA" / "kernel.cubin": b"their cubin",
+        root / "xla" / "notes.json": b"[]",
+        root / "xla" / "README.md": b"# their notes",
+        root / "kernels" / "matmul.py": b"print('their code')",
+        root / "vmap" / "example.py": b"x = 1",
+        root / "autotune" / ".results.tmp": b"their temporary file, written long ago",
+    }
+    for path, data in theirs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        path.write_bytes(data)
+    os.chmod(root, 0o700)
+    long_ago = time.time() - 3 * files.STALE_SECONDS
+    os.utime(root / "autotune" / ".results.tmp", (long_ago, long_ago))
+    return theirs
+
+
+def test_cache_clear_and_info_touch_only_jts_own_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jt_core import cache, plugins
+    from jt_core.contracts import CompiledKernel, Target
+
+    root = tmp_path / "project"
+    theirs = _project_folder(root)
+    monkeypatch.setenv("JT_CACHE_DIR", str(root))
+    # jt's own files, one of each kind that these folders hold, written the way jt writes them.
+    cache.store("12" * 32, CompiledKernel(name="k", target=Target("cpu", "interpreter", 1), binary=b"\0" * 64))
+    files.write_record(files.cache_folder("xla") / ("34" * 32 + ".json"), {"accepted": True})
+    files.write_record(plugins.faults_file("some-plugin"), {"faults": []})
+    files.write_file(files.cache_folder("native") / ("libjt_x-" + "5" * 24 + ".so"), b"\x7fELF jt's")
+    summary = cache.info()["folders"]
+    counted = {purpose: usage["files"] for purpose, usage in summary.items() if usage["files"]}
+    assert counted == {"kernels": 1, "xla": 1, "plugins": 1, "native": 1}
+    assert cache.clear() == 4
+    assert {path: path.read_bytes() for path in theirs} == theirs
+
+
+def test_tritons_files_count_only_in_a_triton_folder_jt_created(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from jt_core import cache
+
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt"))
+    made = files.cache_folder("triton")
+    assert files.created_by_jt(made)
+    (made / "KEY").mkdir()
+    (made / "KEY" / "k.cubin").write_bytes(b"triton's")
+    assert cache.info()["folders"]["triton"]["files"] == 1
+    assert cache.clear() == 1 and not (made / "KEY").exists()

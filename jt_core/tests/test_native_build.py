@@ -313,3 +313,14 @@ def test_the_first_call_on_a_machine_compiles_while_the_native_library_builds(tm
     assert len(during) >= 3, events  # every configuration compiled while the library was being built
     again = first_call()  # the library is built now: nothing is due, nothing compiles ahead
     assert not [event for event in again if event[0] == "build" or event[1].startswith("jt-compile-ahead")], again
+
+
+def test_a_library_named_with_a_path_stays_in_its_folder(tmp_path: Path) -> None:
+    """The name is a plugin's: ``../`` in it used to lead the library and its temporary file out of the folder."""
+    source = tmp_path / "probe.cc"
+    source.write_text(SOURCE)
+    cache = tmp_path / "a" / "cache"
+    built = build_shared_library("../../escaped probe", [source], directory=cache)
+    assert built.path.parent == cache and built.path.name.startswith("lib______escaped_probe-")
+    assert ctypes.CDLL(str(built.path)).jt_native_probe(2) == 7
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and cache not in p.parents] == [source]

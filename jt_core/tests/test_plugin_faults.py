@@ -508,12 +508,12 @@ def test_cli_output_into_a_closed_pipe_exits_quietly(flags: list[str]) -> None:
     "content", [b"\xff\xfe not text", b"{not json", b'{"faults": []}', b'[1, {"plugin": 2}, {"pid": "x"}]']
 )
 def test_a_damaged_fault_record_holds_no_faults(jt_fake_entry_points: Any, content: bytes) -> None:
-    from jt_core import files, plugins
+    from jt_core import plugins
 
     registry = _with_plugin(jt_fake_entry_points, "unsure", _launcher_plugin(UnsureLauncher()))
     with pytest.warns(RuntimeWarning):
         _check_add()
-    path = files.cache_folder(plugins.FAULTS_FOLDER) / "unsure.json"
+    path = plugins.faults_file("unsure")
     assert len(json.loads(path.read_text())["faults"]) == 1
     path.write_bytes(content)
     (record,) = [r for r in registry.list_plugins() if r.name == "unsure"]
@@ -539,6 +539,6 @@ def test_a_fault_folder_that_takes_no_file_loses_only_the_record(jt_fake_entry_p
         warnings.simplefilter("always")
         _check_add()  # the call goes on without the faulty launcher, and is right
     assert [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
-    assert not list(folder.glob("*.json"))
+    assert not list(folder.glob("*.jt-faults.json"))
     (record,) = [r for r in registry.list_plugins() if r.name == "unsure"]
     assert len(record.faults) == 1  # still known to this process

@@ -380,3 +380,52 @@ def test_wrapper_kernel_compiles_for_cuda_without_a_gpu(rng: np.random.Generator
     )
     ptx = compiled.asm["ptx"]
     assert "ctaid.z" in ptx  # the batch index comes from grid axis 2
+
+
+def _renamed_add_kernel(name: str) -> Any:
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    add_kernel.__name__ = name
+    return triton.jit(add_kernel)
+
+
+def test_a_kernel_named_with_a_path_writes_nothing_outside_the_cache(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
+) -> None:
+    """A function's ``__name__`` can be anything; the wrapper's file (and its temporary file) used to be named after
+    it, so ``../`` in it wrote outside the cache folder."""
+    cache_root = tmp_path / "deep" / "cache"
+    monkeypatch.setenv("JT_CACHE_DIR", str(cache_root))
+    kernel = _renamed_add_kernel("../../../escaped")
+    x = jax.ShapeDtypeStruct((2, 40), jnp.float32)
+
+    def f(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jt.triton_call(a, b, kernel=kernel, out_shape=a, grid=2, n=a.size, BLOCK=BLOCK, vmap="grid")
+
+    (call,) = kernel_calls(jax.vmap(f), x, x)  # batching generates the wrapper (and writes its file)
+    assert call.name == "../../../escaped" and call.batch is not None
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and cache_root not in p.parents]
+    assert outside == []
+    (source,) = (cache_root / "vmap").glob("*.py")
+    assert source.name.startswith("_jt_vmap_" + "_" * 9 + "escaped_")
+
+
+def test_vmap_works_under_a_cache_path_that_is_not_utf8(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
+) -> None:
+    """A home folder named in Latin-1 (``b"caf\\xe9"``): Python holds its path with surrogate escapes, which MLIR,
+    given the wrapper's file name by Triton, refused, so that every vmap call failed."""
+    import os
+
+    from jt_core import batching
+
+    folder = tmp_path / os.fsdecode(b"caf\xe9")
+    monkeypatch.setenv("JT_CACHE_DIR", str(folder / "jt"))
+    monkeypatch.setattr(batching, "_wrappers", {})
+    x = rng.standard_normal((3, 40), dtype=np.float32)
+    np.testing.assert_allclose(jax.jit(jax.vmap(add))(x, x), 2 * x, rtol=1e-6)
+    (source,) = (folder / "jt" / "vmap").glob("*.py")
+    assert "_jt_kernel(" in source.read_text()

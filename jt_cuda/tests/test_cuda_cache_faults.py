@@ -109,13 +109,13 @@ def test_with_a_home_that_cannot_be_written_triton_compiles_in_jts_folder(tmp_pa
     env |= {"HOME": str(home), "JT_CACHE_DIR": str(tmp_path / "jt-cache"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     ran = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr
-    triton_files = [p for p in (tmp_path / "jt-cache" / "triton").rglob("*") if p.is_file()]
+    triton_files = [p for p in (tmp_path / "jt-cache" / "triton").rglob("*") if p.is_file() and p.name != files.MARKER]
     assert any(p.suffix == ".cubin" for p in triton_files), triton_files
     info = subprocess.run([sys.executable, "-m", "jt_core", "cache", "info", "--json"], env=env, capture_output=True,
                           text=True, check=True)  # fmt: skip
     assert json.loads(info.stdout)["folders"]["triton"]["files"] == len(triton_files)
     subprocess.run([sys.executable, "-m", "jt_core", "cache", "clear"], env=env, check=True, capture_output=True)
-    assert not [p for p in (tmp_path / "jt-cache" / "triton").rglob("*") if p.is_file()]
+    assert [p.name for p in (tmp_path / "jt-cache" / "triton").rglob("*") if p.is_file()] == [files.MARKER]
 
 
 @pytest.fixture

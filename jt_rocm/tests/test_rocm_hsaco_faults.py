@@ -115,3 +115,51 @@ def test_a_private_hsaco_dir_is_used(tmp_path: Path, folder: Path, hsaco: bytes,
     path = store_hsaco("sample_add_kernel", hsaco)
     assert path.parent == mine and path.read_bytes() == hsaco
     assert (mine.stat().st_mode & 0o777) == 0o700
+
+
+def _planted_name(hsaco: bytes) -> str:
+    return f"sample_add_kernel-{hashlib.sha256(hsaco).hexdigest()}.hsaco"
+
+
+def test_a_planted_hsaco_of_the_right_size_in_a_shared_dir_is_never_referenced(
+    tmp_path: Path, folder: Path, hsaco: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared-hsaco"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # world-writable, as /tmp is
+    planted = shared / _planted_name(hsaco)
+    planted.write_bytes(bytes(b ^ 0xFF for b in hsaco))  # the right name and size, other bytes
+    monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(shared))
+    with pytest.warns(RuntimeWarning, match="does not use the folder .*others may write to it"):
+        path = store_hsaco("sample_add_kernel", hsaco)
+    assert path != planted and shared not in path.parents and path.read_bytes() == hsaco
+
+
+def test_a_hsaco_dir_that_is_another_users_link_is_not_used(
+    tmp_path: Path, folder: Path, hsaco: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link leads to a private folder of this user's today; its owner may point it at their own tomorrow,
+    after jt has checked it and before jaxlib loads the file."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a link to another user needs root")
+    target = tmp_path / "private-target"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "their-link"
+    link.symlink_to(target)
+    os.lchown(link, 54321, 54321)
+    monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(link))
+    with pytest.warns(RuntimeWarning, match="symbolic link owned by user id 54321"):
+        path = store_hsaco("sample_add_kernel", hsaco)
+    assert path.parent == folder and path.read_bytes() == hsaco
+    assert not list(target.iterdir())
+
+
+def test_a_link_in_place_of_the_hsaco_is_replaced_by_the_file(folder: Path, tmp_path: Path, hsaco: bytes) -> None:
+    """A link with the entry's name leads to a file whose contents may change after the check: jaxlib is handed
+    a plain file only."""
+    elsewhere = tmp_path / "elsewhere.hsaco"
+    elsewhere.write_bytes(hsaco)
+    (folder / _planted_name(hsaco)).symlink_to(elsewhere)
+    path = store_hsaco("sample_add_kernel", hsaco)
+    assert path == folder / _planted_name(hsaco) and not path.is_symlink() and path.read_bytes() == hsaco
+    assert elsewhere.read_bytes() == hsaco

@@ -109,3 +109,51 @@ def lowered_boolean_operand(value: Any) -> bool:
     (``logical_and``, ``logical_or``, the logical not) rather than Python's truth value: in Triton 3.9 any Triton
     value but a constexpr or a tuple (``_is_dynamic_boolean_operand``), in Triton 3.6 a tensor."""
     return bool(_boolean_operand_check()(value))
+
+
+def on_clear_caches(store: Any, name: str) -> None:
+    """Has ``jax.clear_caches()`` (and ``jax.clear_backends()``) call ``store.cache_clear()``, as it does for JAX's
+    own caches.
+
+    JAX keeps its caches in ``jax._src.util._caches`` (a ``WeakKeyDictionary``, so ``store`` must be kept alive by
+    its owner) and registers each with ``jax._src.util.register_cache(cache, name)``; ``jax.clear_caches()`` calls
+    ``util.clear_all_caches()``, which calls ``cache_clear()`` on every one. The same in jax 0.11 and 0.12.
+    """
+    from jax._src import util
+
+    util.register_cache(store, name)
+
+
+def wait_for_running_computations(platform: str) -> None:
+    """Waits until every computation that produces a live array of ``platform`` has finished (errors are the
+    arrays' readers' to see). Nothing is started: without an initialised backend (``jax.clear_backends()`` has
+    just dropped them) there is nothing to wait for. ``jax._src.xla_bridge.backends_are_initialized`` and
+    ``jax.live_arrays`` are the same in jax 0.11 and 0.12."""
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        return
+    try:
+        arrays = jax.live_arrays(platform)
+    except RuntimeError:
+        return  # no such platform here
+    for array in arrays:
+        try:
+            array.block_until_ready()
+        except Exception:
+            continue
+
+
+def forget_jit_functions(module_name: str) -> None:
+    """Takes the ``JITFunction`` objects of a module jt generated out of Triton's process-wide registry, where they
+    would stay for the life of the process (with everything they hold). Triton 3.9 enters every ``JITFunction``
+    made there under ``<module>:<name>`` (``triton.runtime.jit._triton_jit_function_registry``, read only to
+    preload kernels serialized with a ``JITFunction`` constant); Triton 3.6 has no such registry."""
+    from triton.runtime import jit
+
+    registry = getattr(jit, "_triton_jit_function_registry", None)
+    if registry is None:
+        return
+    for key in [key for key in list(registry) if key.startswith(module_name + ":")]:
+        registry.pop(key, None)

@@ -23,8 +23,10 @@ import hashlib
 import importlib.abc
 import importlib.util
 import inspect
+import itertools
 import linecache
 import math
+import os
 import sys
 import textwrap
 import threading
@@ -37,7 +39,7 @@ import jax.numpy as jnp
 from jax import tree_util
 from jax.interpreters import batching
 
-from jt_core import files
+from jt_core import _compat, files, memory
 from jt_core.call import INPUT, OUTPUT, BatchInfo, KernelCall, KernelParam, LaunchConfig, kernel_name
 from jt_core.configs import AXIS_LIMITS
 from jt_core.errors import KernelCallValueError
@@ -189,8 +191,29 @@ def _resolve(node: Any, namespace: dict[str, Any]) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 # The generated wrapper kernel.
 
-_wrappers: dict[tuple[Any, str], Any] = {}
+
+@dataclasses.dataclass(frozen=True)
+class _Wrapper:
+    """A generated wrapper kernel, with what lives beside it: its module in ``sys.modules`` and its lines in
+    ``linecache`` (released with it)."""
+
+    fn: Any
+    module_name: str
+    source_name: str
+
+
+def _release(key: Any, wrapper: _Wrapper) -> None:
+    sys.modules.pop(wrapper.module_name, None)
+    linecache.cache.pop(wrapper.source_name, None)
+    _compat.forget_jit_functions(wrapper.module_name)
+
+
+#: The generated wrappers, by wrapped kernel (held weakly) and source: bounded and emptied by
+#: ``jax.clear_caches()`` (:mod:`jt_core.memory`); a wrapper needed again is generated again.
+_wrappers: memory.BoundedStore[tuple[Any, str], _Wrapper] = memory.BoundedStore("generated vmap wrappers", _release)
+memory.mourn_in(_wrappers)
 _wrappers_lock = threading.Lock()
+_module_numbers = itertools.count()
 
 
 def cache_dir() -> Path:
@@ -216,8 +239,21 @@ class _GeneratedModule(importlib.abc.SourceLoader):
         return self.source.encode()
 
 
+def _source_name(path: Path) -> str:
+    """The name a generated module's code is compiled under: its file's path, or, where that path is no valid
+    UTF-8 (a home folder named in Latin-1), the path with those bytes escaped: Triton hands the name to MLIR,
+    which takes UTF-8 only. The lines are kept in memory under that name, so tracebacks show them all the same."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return text
+
+
 def _import_generated(module_name: str, path: Path, source: str, namespace: dict[str, Any]) -> Any:
     """Runs ``source`` as the module ``module_name`` whose file is ``path``, with ``namespace`` bound first."""
+    path = Path(_source_name(path))
     loader = _GeneratedModule(path, source)
     spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
     assert spec is not None
@@ -239,7 +275,9 @@ def _wrapper_source(base: KernelCall, num_dims: int, axis: int) -> tuple[str, st
                 f"kernel {base.signature_text()} has a parameter named {param.name!r}; names starting with "
                 f"{_PREFIX!r} are reserved by jt's vmap wrapper (use vmap='sequential' or rename it)"
             )
-    name = f"{_PREFIX}vmap_{kernel_name(base.fn)}"
+    # The kernel's name may be anything (a function's __name__ can be set to "../x"): the wrapper's name, which is
+    # also its file's, keeps only what a Python name and a file name both take.
+    name = f"{_PREFIX}vmap_{files.safe_name(kernel_name(base.fn), 60).replace('-', '_')}"
     sizes = [f"{_PREFIX.upper()}B{k}" for k in range(num_dims)]
     pointer_slots = [s for s in base.slots if s.kind in (INPUT, OUTPUT)]
     strides = {s.path: [f"{_PREFIX.upper()}S{n}_{k}" for k in range(num_dims)] for n, s in enumerate(pointer_slots)}
@@ -308,11 +346,11 @@ def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, lis
         The wrapper ``JITFunction`` and the names of its added constexpr parameters (batch sizes, then strides).
     """
     source, name, extra = _wrapper_source(base, num_dims, axis)
-    key = (base.fn, source)
+    key = (memory.kernel_key(base.fn), source)
     with _wrappers_lock:
         cached = _wrappers.get(key)
         if cached is not None:
-            return cached, extra
+            return cached.fn, extra
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         file_name = f"{name}_{digest}.py"
         path = files.entry_path("vmap", file_name)
@@ -320,10 +358,10 @@ def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, lis
             path = Path("<jt vmap>") / file_name  # no folder: inspect reads the lines kept in memory all the same
         elif files.read_file(path) != source.encode():
             files.write_file(path, source.encode())
-        module_name = f"jt_vmap_kernels.{name}_{digest}_{len(_wrappers)}"
+        module_name = f"jt_vmap_kernels.{name}_{digest}_{next(_module_numbers)}"
         module = _import_generated(module_name, path, source, {f"{_PREFIX}kernel": base.fn})
         wrapper = getattr(module, name)
-        _wrappers[key] = wrapper
+        _wrappers.setdefault(key, _Wrapper(wrapper, module_name, module.__file__ or ""))
         return wrapper, extra
 
 

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat, frontend
+from jt_core import _compat, frontend, memory
 from jt_core.call import (
     CLASSIC,
     CURRENT,
@@ -389,18 +389,20 @@ def _int_fix(name: str, value: Any, wrappers: KernelWrappers, user_meta: Mapping
     return f"its default in the kernel's signature is {value!r}: write {name}: tl.constexpr = {whole}"
 
 
-_refusals: dict[tuple[Any, ...], str | None] = {}
+#: The front end's answers, by kernel (held weakly), dialect and specialisation (:mod:`jt_core.memory`).
+_refusals: memory.BoundedStore[tuple[Any, ...], tuple[str | None]] = memory.BoundedStore("front-end refusals")
+memory.mourn_in(_refusals)
 
 
 def _refusal(dialect: Dialect, fn: Any, spec: Specialization) -> str | None:
     """Triton's front end's refusal of the kernel specialised as ``spec`` (:func:`jt_core.frontend.refusal`), or
     ``None`` when it accepts it; remembered per kernel and specialisation, for every probe below."""
-    key = (dialect.name, fn, spec.key())
-    if key not in _refusals:
-        _refusals[key] = frontend.refusal(
-            invoke(dialect, "make_source", kernel=fn, specialization=spec, target=_PROBE_TARGET)
-        )
-    return _refusals[key]
+    key = (memory.kernel_key(fn), dialect.name, spec.key())
+    known = _refusals.get(key)
+    if known is None:
+        refusal = frontend.refusal(invoke(dialect, "make_source", kernel=fn, specialization=spec, target=_PROBE_TARGET))
+        known = _refusals.setdefault(key, (refusal,))
+    return known[0]
 
 
 def _float_probe(

@@ -22,8 +22,11 @@ folder is checked like every folder jt executes from. A compile that misses runs
 others read the entry back. The cache only saves time: an entry that cannot be read is a miss, and one that cannot be
 written (a full disk, a read-only folder) leaves the kernel compiled but uncached, with one warning for the folder.
 
-:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`), Triton's files under
-jt's ``triton`` folder included.
+:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`), Triton's files under a
+``triton`` folder jt created included, and count or delete nothing else (:func:`jt_core.files.kept_files`).
+
+The in-memory cache is one of jt's bounded stores (:mod:`jt_core.memory`): ``JT_MEMORY_CACHE_ENTRIES`` entries at
+most, the kernel held weakly, emptied by ``jax.clear_caches()``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from jt_core import files, settings
+from jt_core import files, memory, settings
 from jt_core._version import __version__
 from jt_core.contracts import CompiledKernel, CompileRequest, Target, invoke
 
@@ -52,8 +55,10 @@ _SUFFIX = ".jtk"
 _DEFAULT_MAX_BYTES = 2 << 30
 
 _lock = threading.Lock()
-_memory: dict[Hashable, Any] = {}
-_per_kernel: dict[Any, set[Hashable]] = {}
+#: The compiled variants of this process, by kernel (held weakly) and variant: bounded and emptied by
+#: ``jax.clear_caches()`` (:mod:`jt_core.memory`).
+_memory: memory.BoundedStore[tuple[Any, Hashable], Any] = memory.BoundedStore("compiled kernel variants")
+memory.mourn_in(_memory)
 _stats = {"memory_hits": 0, "disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "corrupt": 0}
 
 
@@ -61,30 +66,28 @@ _stats = {"memory_hits": 0, "disk_hits": 0, "disk_misses": 0, "disk_writes": 0, 
 
 
 def memoized(kernel: Any, key: Hashable, build: Callable[[], Any]) -> Any:
-    """Returns the cached value for ``(kernel, key)``, building it once (the build runs outside the lock)."""
-    full = (kernel, key)
-    with _lock:
-        if full in _memory:
+    """Returns the cached value for ``(kernel, key)``, building it once (the build runs outside the lock).
+
+    The entry holds ``kernel`` weakly: it goes when the kernel does, when it is the least recently used beyond
+    ``JT_MEMORY_CACHE_ENTRIES``, and at ``jax.clear_caches()``; a later call builds it again."""
+    full = (memory.kernel_key(kernel), key)
+    value = _memory.get(full)
+    if value is not None:
+        with _lock:
             _stats["memory_hits"] += 1
-            return _memory[full]
-    value = build()
-    with _lock:
-        value = _memory.setdefault(full, value)
-        _per_kernel.setdefault(kernel, set()).add(full)
-    return value
+        return value
+    return _memory.setdefault(full, build())
 
 
 def compiled_count(kernel: Any) -> int:
     """How many entries the in-memory cache holds for ``kernel``."""
-    with _lock:
-        return len(_per_kernel.get(kernel, ()))
+    ref = memory.kernel_key(kernel)
+    return sum(1 for kernel_ref, _ in _memory if kernel_ref == ref)
 
 
 def clear_memory() -> None:
     """Drops every in-memory entry."""
-    with _lock:
-        _memory.clear()
-        _per_kernel.clear()
+    _memory.cache_clear()
 
 
 def stats() -> dict[str, int]:
@@ -265,11 +268,9 @@ def _entry_stats() -> list[tuple[pathlib.Path, os.stat_result]]:
     listing and its ``stat`` is skipped.
     """
     found = []
-    for path in kernels_dir().glob("*" + _SUFFIX):
-        if path.name.startswith("."):
-            continue
+    for path in files.kept_files("kernels", kernels_dir()):
         try:
-            info = path.stat()
+            info = path.lstat()
         except OSError:
             continue
         if stat.S_ISREG(info.st_mode):
@@ -303,23 +304,11 @@ def evict(limit: int | None = None) -> int:
     return removed
 
 
-def _folder_files(folder: pathlib.Path) -> list[pathlib.Path]:
-    """Every file kept in ``folder``, at any depth (Triton keeps one folder per kernel), lock files aside."""
-    found = []
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            if not name.endswith(".lock"):
-                found.append(pathlib.Path(parent) / name)
-    return found
-
-
-def _folder_usage(folder: pathlib.Path) -> tuple[int, int]:
+def _folder_usage(purpose: str, folder: pathlib.Path) -> tuple[int, int]:
     count = size = 0
-    for path in _folder_files(folder):
-        if path.name.startswith("."):
-            continue  # temporary files of writers at work
+    for path in files.kept_files(purpose, folder):
         try:
-            size += path.stat().st_size
+            size += path.lstat().st_size
         except OSError:
             continue
         count += 1
@@ -327,11 +316,12 @@ def _folder_usage(folder: pathlib.Path) -> tuple[int, int]:
 
 
 def info() -> dict[str, Any]:
-    """What the cache holds: the compiled-kernel entries, and the files and bytes of every folder jt keeps."""
+    """What the cache holds: the compiled-kernel entries, and the files and bytes jt keeps in each of its folders
+    (:func:`jt_core.files.kept_files`: files of the user's own there are not counted)."""
     stats = _entry_stats()
     folders = {}
     for purpose, what in files.PURPOSES.items():
-        count, size = _folder_usage(cache_dir() / purpose)
+        count, size = _folder_usage(purpose, cache_dir() / purpose)
         folders[purpose] = {"files": count, "bytes": size, "holds": what}
     return {
         "directory": str(cache_dir()),
@@ -345,31 +335,35 @@ def info() -> dict[str, Any]:
 
 
 def clear() -> int:
-    """Deletes every file jt keeps (every folder of :data:`jt_core.files.PURPOSES`, at any depth, Triton's files
-    included) and the in-memory entries; returns how many files were removed.
+    """Deletes every file jt keeps (:func:`jt_core.files.kept_files` of every folder of
+    :data:`jt_core.files.PURPOSES`: the files jt names as its own, and Triton's files in a ``triton`` folder jt
+    created) and the in-memory entries; returns how many files were removed.
 
-    Lock files stay (deleting a lock that another process holds would let a third one in beside it), and so do the
-    temporary files of writers at work (younger than :data:`jt_core.files.STALE_SECONDS`). Libraries, modules and
-    kernels already loaded by a process stay loaded and keep working; whatever a process needs again is made
-    again."""
+    Nothing else goes: files of the user's own in a folder ``JT_CACHE_DIR`` names, and whatever a symbolic link
+    leads to (no link is followed). Lock files stay (deleting a lock that another process holds would let a third
+    one in beside it), and so do the temporary files of writers at work (younger than
+    :data:`jt_core.files.STALE_SECONDS`). Libraries, modules and kernels already loaded by a process stay loaded and
+    keep working; whatever a process needs again is made again."""
     removed = 0
     for purpose in files.PURPOSES:
         folder = cache_dir() / purpose
-        removed += files.remove_stale_temporaries(folder)
-        for path in _folder_files(folder):
-            if path.name.startswith("."):
-                continue
+        removed += files.remove_stale_temporaries(folder, purpose)
+        emptied: set[pathlib.Path] = set()
+        for path in files.kept_files(purpose, folder):
             try:
                 path.unlink()
                 removed += 1
             except OSError:
-                pass
-        for parent, _, _ in sorted(os.walk(folder), reverse=True):
-            if parent != str(folder):
+                continue
+            if path.parent != folder:
+                emptied.add(path.parent)
+        for parent in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
+            while parent != folder:
                 try:
-                    os.rmdir(parent)  # only emptied subfolders (Triton's, one per kernel)
+                    parent.rmdir()  # only an emptied folder of Triton's, one per kernel
                 except OSError:
-                    pass
+                    break
+                parent = parent.parent
     clear_memory()
     return removed
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,6 @@ def dump_dir() -> Path | None:
     """The dump folder named by ``JAX_TRITON_DUMP_DIR``, or ``None`` when dumping is off."""
     value = settings.text(settings.DUMP_DIR)
     return Path(value) if value else None
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "kernel"
 
 
 def _options_record(options: Any) -> dict[str, Any]:
@@ -85,17 +80,19 @@ def write_dump(root: Path, key: str, request: CompileRequest, kernel: CompiledKe
 
 
 def _write(root: Path, key: str, request: CompileRequest, kernel: CompiledKernel) -> Path:
-    folder = root / f"{_safe(request.call.name)}-{key[:16]}"
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = _safe(kernel.name)
+    # Every part of a path comes from a name (the call's, the kernel's, a backend's stage and suffix): each is made
+    # fit for a file name, so none leads out of the dump folder.
+    folder = root / f"{files.safe_name(request.call.name)}-{files.safe_name(key[:16])}"
+    files.make_folders(folder)
+    stem = files.safe_name(kernel.name)
     suffix = invoke(request.backend, "binary_file_suffix", kernel=kernel)
     for stage, value in kernel.asm.items():
         if stage == "source":
             continue
         data = value if isinstance(value, bytes) else str(value).encode()
-        files.atomic_write(folder / f"{stem}.{stage}", data)
+        files.atomic_write(folder / f"{stem}.{files.safe_name(str(stage))}", data)
     if kernel.binary and suffix not in kernel.asm:
-        files.atomic_write(folder / f"{stem}.{suffix}", kernel.binary)
+        files.atomic_write(folder / f"{stem}.{files.safe_name(str(suffix))}", kernel.binary)
     info = json.dumps(compile_info(request, kernel), indent=2, sort_keys=True, default=str).encode()
     files.atomic_write(folder / "compile_info.json", info)
     return folder

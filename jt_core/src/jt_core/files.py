@@ -5,9 +5,16 @@ Everything jt keeps between processes lives under one root, ``JT_CACHE_DIR`` (de
 ``~/.cache/jt``), in one subfolder per purpose (:data:`PURPOSES`). Some of it is executed: built libraries are
 loaded into the process (``native``) and compiled kernels are loaded onto the GPU (``kernels``, ``rocm-hsaco``).
 So before anything is read from the root or a subfolder, jt checks that the folder belongs to the current user and
-that neither its group nor others may write to it. A folder that fails the check is never used: jt warns once,
-saying why, and works from a private folder instead (the default location when that one passes, else a fresh
-temporary folder for the process, removed when it exits). The same holds for a folder that cannot be created.
+that neither its group nor others may write to it, and that it is no symbolic link of another user's (who could
+point it elsewhere after the check). A folder that fails the check is never used: jt warns once, saying why, and
+works from a private folder instead (the default location when that one passes, else a fresh temporary folder for
+the process, removed when it exits). The same holds for a folder that cannot be created. jt creates its folders,
+and the missing folders above them, with mode 0700 whatever the umask (:func:`make_folders`).
+
+The root may be a folder that also holds files of the user's own. jt's files are those named as it names them
+(:data:`ENTRY_NAMES`, :func:`kept_files`); Triton's, which Triton names, count as jt's only in a ``triton`` folder
+jt created, which holds jt's marker (:data:`MARKER`). Names taken from the user's code are made fit for a file
+name first (:func:`safe_name`).
 
 Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
 processes never see a torn file, and two writers of the same file simply replace each other. Each file carries a
@@ -31,6 +38,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -45,6 +53,8 @@ from typing import Any
 from jt_core import settings
 
 __all__ = [
+    "ENTRY_NAMES",
+    "MARKER",
     "PURPOSES",
     "STALE_SECONDS",
     "atomic_write",
@@ -52,18 +62,23 @@ __all__ = [
     "cache_root",
     "checked_triton_cache",
     "configured_root",
+    "created_by_jt",
     "discard",
     "entry_path",
     "file_lock",
     "folder_problem",
     "integrity_problem",
+    "is_entry",
+    "kept_files",
     "lock_path",
+    "make_folders",
     "private_folder",
     "read_file",
     "read_record",
     "record_integrity",
     "remove_stale_temporaries",
     "report_fault",
+    "safe_name",
     "scratch_folder",
     "triton_cache_folder",
     "unusable",
@@ -82,6 +97,21 @@ PURPOSES: dict[str, str] = {
     "triton": "Triton's own compile cache, when Triton has no usable folder of its own",
     "plugins": "what plugins raised while serving calls (shown by python -m jt_core plugins)",
     "cpu": "the kernels the compiled CPU path handed to Triton's interpreter, and why (python -m jt_core cpu)",
+}
+
+#: How jt names the files it keeps in each folder: ``cache info`` counts and ``cache clear`` removes only files
+#: named so (the cache root may be a folder that holds files of the user's own). Triton's own files under the
+#: ``triton`` folder have names of Triton's choosing: they count as jt's only in a folder jt created
+#: (:func:`created_by_jt`).
+ENTRY_NAMES: dict[str, re.Pattern[str]] = {
+    "kernels": re.compile(r"[0-9a-f]{64}\.jtk"),
+    "autotune": re.compile(r"[0-9a-f]{64}\.json"),
+    "vmap": re.compile(r"_jt_vmap_[A-Za-z0-9_]+_[0-9a-f]{16}\.py"),
+    "native": re.compile(r"lib[A-Za-z0-9_-]+-[0-9a-f]{12,64}\.so(?:\.integrity\.json|\.failed\.json)?"),
+    "rocm-hsaco": re.compile(r"[A-Za-z0-9_-]+-[0-9a-f]{64}\.hsaco"),
+    "xla": re.compile(r"[0-9a-f]{64}\.json"),
+    "triton": re.compile(r"[A-Za-z0-9_.-]+"),
+    "plugins": re.compile(r"[A-Za-z0-9_-]+\.jt-faults\.json"),
 }
 
 #: Age in seconds beyond which a temporary file is a killed writer's leftover (no write or build takes that long).
@@ -108,11 +138,18 @@ def configured_root() -> Path:
 
 
 def folder_problem(path: Path) -> str | None:
-    """Why ``path`` must not be trusted (owned by someone else, writable by group or others), or ``None``."""
+    """Why ``path`` must not be trusted, or ``None``: a symbolic link owned by someone else (it may be pointed
+    elsewhere at any time), or a folder owned by someone else or writable by its group or others."""
     try:
+        link = path.lstat()
         info = path.stat()
     except OSError as exc:
         return f"it cannot be inspected ({exc})"
+    if stat.S_ISLNK(link.st_mode) and hasattr(os, "getuid") and link.st_uid != os.getuid():
+        return (
+            f"it is a symbolic link owned by user id {link.st_uid}, not by this user ({os.getuid()}), who may point "
+            "it elsewhere at any time"
+        )
     if not stat.S_ISDIR(info.st_mode):
         return "it is not a folder"
     if hasattr(os, "getuid") and info.st_uid != os.getuid():
@@ -124,12 +161,67 @@ def folder_problem(path: Path) -> str | None:
     return None
 
 
-def _make_private(path: Path) -> str | None:
+#: The file jt puts in each folder it creates: Triton's files count as jt's only in a folder that holds it.
+MARKER = ".jt-folder"
+_MARKER_TEXT = b"jt created this folder; python -m jt_core cache clear removes only what jt keeps in it\n"
+
+
+def make_folders(path: Path, mode: int = 0o700) -> bool:
+    """Creates ``path`` and every missing folder above it, each with ``mode`` whatever the umask (``Path.mkdir``
+    gives the folders above the default mode, world-writable under ``umask 000``).
+
+    Returns:
+        Whether ``path`` itself was created by this call.
+
+    Raises:
+        OSError: When a folder cannot be created (a file in the way, no permission).
+    """
+    missing = []
+    folder = path
+    while not os.path.lexists(folder) and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    created = False
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, mode)
+        except FileExistsError:
+            created = False
+            continue
+        os.chmod(folder, mode)  # the umask may have taken bits that mode gives
+        created = True
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "it is not a folder", str(path))
+    return created
+
+
+def _mark(folder: Path) -> None:
+    """Leaves :data:`MARKER` in a folder jt has just created (a folder without it is taken as someone else's)."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(folder / MARKER, _MARKER_TEXT)
+    except OSError as exc:
+        log.debug("no marker in %s: %s", folder, exc)
+
+
+def created_by_jt(folder: Path) -> bool:
+    """Whether jt created ``folder`` (it holds :data:`MARKER` as a plain file, and is itself no link)."""
+    try:
+        return stat.S_ISDIR(folder.lstat().st_mode) and stat.S_ISREG((folder / MARKER).lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _make_private(path: Path, marked: bool = False) -> str | None:
+    """Creates ``path`` private (0700, its missing parents too), marked as jt's when ``marked`` and created here,
+    and returns why it must not be used, or ``None``."""
+    try:
+        created = make_folders(path)
     except OSError as exc:
         return f"it cannot be created ({exc})"
-    return folder_problem(path)
+    problem = folder_problem(path)
+    if created and marked and problem is None:
+        _mark(path)
+    return problem
 
 
 def _temporary_root() -> Path:
@@ -191,13 +283,14 @@ def cache_folder(purpose: str) -> Path:
     if purpose not in PURPOSES:
         raise ValueError(f"unknown cache folder {purpose!r}; known: {sorted(PURPOSES)}")
     folder = cache_root() / purpose
-    problem = _make_private(folder)
+    problem = _make_private(folder, marked=True)
     if problem is not None:
         folder = _fallback(folder, problem, ()) / purpose
-        folder.mkdir(mode=0o700, exist_ok=True)
+        if make_folders(folder):
+            _mark(folder)
     if folder not in _swept:
         _swept.add(folder)
-        remove_stale_temporaries(folder)
+        remove_stale_temporaries(folder, purpose)
     return folder
 
 
@@ -215,18 +308,81 @@ def scratch_folder(purpose: str) -> Path:
         if not _scratch:
             _scratch.append(_temporary_root())
         folder = _scratch[0] / purpose
-    folder.mkdir(mode=0o700, exist_ok=True)
+    make_folders(folder)
     return folder
 
 
 def entry_path(purpose: str, name: str) -> Path | None:
     """Where the file ``name`` of the ``purpose`` folder lies, or ``None`` when no folder can be had at all (a full
-    disk, say): then the fault is reported once (:func:`report_fault`) and the caller works uncached."""
+    disk, say): then the fault is reported once (:func:`report_fault`) and the caller works uncached.
+
+    Raises:
+        ValueError: When ``name`` is not named as jt names the entries of that folder (:func:`is_entry`): a name
+            holding a path separator or ``..`` never reaches the file system.
+    """
+    if not is_entry(purpose, name):
+        raise ValueError(f"{name!r} is not the name of an entry of jt's {purpose!r} folder")
     try:
         return cache_folder(purpose) / name
     except OSError as exc:
         report_fault(configured_root() / purpose, exc, "create")
         return None
+
+
+def safe_name(text: str, limit: int = 80) -> str:
+    """``text`` (a kernel's, a call's or a plugin's name) made fit to be part of a file name: every character but
+    ASCII letters, digits, ``_`` and ``-`` becomes ``_`` (so no ``/``, no ``..``, nothing a file system or UTF-8
+    refuses), cut to ``limit`` characters; ``"kernel"`` when nothing is left."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:limit] or "kernel"
+
+
+def is_entry(purpose: str, name: str) -> bool:
+    """Whether ``name`` is named as jt names the files of its ``purpose`` folder (:data:`ENTRY_NAMES`)."""
+    pattern = ENTRY_NAMES.get(purpose)
+    return pattern is not None and pattern.fullmatch(name) is not None and name not in (".", "..")
+
+
+def _is_plain_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def kept_files(purpose: str, folder: Path) -> list[Path]:
+    """The files jt keeps in ``folder``, the cache root's ``purpose`` folder: those named as jt names them, and in
+    the ``triton`` folder, when jt created it, Triton's files in their per-kernel folders. Symbolic links are
+    neither followed nor listed, and neither are lock files and the temporary files of writers at work.
+
+    Nothing else is listed: a folder the user pointed ``JT_CACHE_DIR`` at may hold files of their own.
+    """
+    if not _is_plain_folder(folder):
+        return []  # a link in place of the folder leads out of jt's folder
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    if purpose != "triton":
+        return [folder / name for name in names if is_entry(purpose, name) and _is_plain_file(folder / name)]
+    if not created_by_jt(folder):
+        return []
+    found = []
+    for name in names:
+        if name.startswith(".") or not _is_plain_folder(folder / name):
+            continue
+        for parent, _, children in os.walk(folder / name):  # os.walk follows no link to a folder
+            for child in sorted(children):
+                path = Path(parent) / child
+                if not child.startswith(".") and not child.endswith(".lock") and _is_plain_file(path):
+                    found.append(path)
+    return found
+
+
+def _is_plain_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def private_folder(path: Path, purpose: str) -> Path:
@@ -399,29 +555,46 @@ def integrity_problem(path: Path) -> str | None:
 # -- temporary files and locks ---------------------------------------------------------------------------------
 
 
-def _is_temporary(name: str) -> bool:
-    return (name.startswith(".") and name.endswith((".part", ".tmp"))) or ".tmp-" in name
+_TEMPORARY = re.compile(r"\.(?P<entry>.+)\.[A-Za-z0-9_]+\.(?:part|tmp)")
 
 
-def remove_stale_temporaries(folder: Path, prefix: str | None = None) -> int:
-    """Removes temporary files left in ``folder`` by writers that were killed; returns how many.
+def _is_temporary(name: str, purpose: str | None) -> bool:
+    """Whether ``name`` is a temporary file of a jt writer (:func:`atomic_write`, a native build) of an entry of the
+    ``purpose`` folder (of any entry when ``purpose`` is ``None``)."""
+    match = _TEMPORARY.fullmatch(name)
+    if match is None:
+        return False
+    entry = match.group("entry")
+    if purpose is None:
+        return any(is_entry(p, entry) for p in ENTRY_NAMES if p != "triton")
+    return is_entry(purpose, entry)
 
-    A temporary file is stale once it is older than :data:`STALE_SECONDS`; a temporary file whose name starts with
-    ``prefix`` goes whatever its age (the caller holds the lock of the entry it belongs to, so no live writer uses
-    it). Never raises.
+
+def remove_stale_temporaries(folder: Path, purpose: str | None = None, prefix: str | None = None) -> int:
+    """Removes the temporary files left in ``folder`` by jt writers that were killed; returns how many.
+
+    Only temporary files of jt's own entries count (:func:`_is_temporary`; ``purpose``: the folder's, ``None``
+    for a folder of no single purpose). One is stale once it is older than :data:`STALE_SECONDS`; one whose name
+    starts with ``prefix`` goes whatever its age (the caller holds the lock of the entry it belongs to, so no live
+    writer uses it). Never raises.
     """
     removed = 0
     now = time.time()
+    if not _is_plain_folder(folder):
+        return 0  # a link in place of the folder leads out of it
     try:
         names = os.listdir(folder)
     except OSError:
         return 0
     for name in names:
-        if not _is_temporary(name):
+        if not _is_temporary(name, purpose):
             continue
         path = folder / name
         try:
-            if not (prefix is not None and name.startswith(prefix)) and now - path.stat().st_mtime < STALE_SECONDS:
+            info = path.lstat()
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if not (prefix is not None and name.startswith(prefix)) and now - info.st_mtime < STALE_SECONDS:
                 continue
             path.unlink()
             removed += 1
@@ -496,7 +669,7 @@ def _usable_folder(path: str) -> bool:
     known = _triton_usable.get(path)
     if known is None:
         try:
-            os.makedirs(path, exist_ok=True)
+            make_folders(Path(path))
             fd, probe = tempfile.mkstemp(dir=path, prefix=".jt-probe-")
             os.close(fd)
             os.unlink(probe)
@@ -528,7 +701,7 @@ def checked_triton_cache() -> type:
                 report_fault(Path(self.cache_dir).parent, exc)  # the folder of the key's folder, once for all keys
                 self.cache_dir = str(scratch_folder("triton") / key)
                 self.lock_path = os.path.join(self.cache_dir, "lock")
-                os.makedirs(self.cache_dir, exist_ok=True)
+                make_folders(Path(self.cache_dir))
 
         def has_file(self, filename: str) -> bool:
             if not super().has_file(filename):
@@ -556,7 +729,7 @@ def checked_triton_cache() -> type:
             except OSError as exc:
                 report_fault(Path(self.cache_dir).parent, exc)
             target = scratch_folder("triton") / Path(self.cache_dir).name / filename
-            target.parent.mkdir(exist_ok=True)
+            make_folders(target.parent)
             atomic_write(target, data if isinstance(data, bytes) else str(data).encode())
             return str(target)
 

@@ -377,7 +377,9 @@ def _folder_contents(folder: Path) -> list[bytes]:
 
 
 def _file_name(name: str, key: str) -> str:
-    return f"lib{name}-{key}.so"
+    """The library's file name; the name is a plugin's, made fit for a file name (the key tells apart two names
+    that become one)."""
+    return f"lib{files.safe_name(name)}-{key}.so"
 
 
 def _failure_path(target: Path) -> Path:
@@ -509,7 +511,7 @@ def build_shared_library(
                 stacklevel=2,
             )
             files.discard(target)
-        files.remove_stale_temporaries(folder, prefix=f".lib{name}-{key}.")
+        files.remove_stale_temporaries(folder, "native", prefix=f".{_file_name(name, key)}.")
         target = _compile(spec, compiler, identity, target, announce)
     return NativeLibrary(name, target, key, built=True, compiler=identity)
 
@@ -519,7 +521,7 @@ def _library_folder(directory: str | os.PathLike[str] | None) -> Path:
     try:
         if folder is None:
             return cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
+        files.make_folders(folder)
         return folder
     except OSError as exc:
         files.report_fault(folder or files.configured_root() / "native", exc, "create")

@@ -33,7 +33,6 @@ import importlib
 import inspect
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -65,6 +64,7 @@ __all__ = [
     "discover_entry_points",
     "describe_exception",
     "plugin_traceback",
+    "faults_file",
     "forget_faults",
     "recorded_faults",
     "remember_fault",
@@ -601,8 +601,14 @@ def plugin_traceback(exc: BaseException) -> str:
 _FAULT_TEXT_FIELDS = ("plugin", "distribution", "version", "where", "error", "traceback", "consequence")
 
 
-def _faults_file(plugin: str) -> Path:
-    return files.cache_folder(FAULTS_FOLDER) / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', plugin)}.json"
+def faults_file(plugin: str) -> Path:
+    """Where the faults of ``plugin`` are kept on this machine (``<plugin>.jt-faults.json`` in the cache root's
+    ``plugins`` folder).
+
+    Raises:
+        OSError: When the cache has no usable folder.
+    """
+    return files.cache_folder(FAULTS_FOLDER) / f"{files.safe_name(plugin)}.jt-faults.json"
 
 
 def _read_faults(path: Path) -> list[PluginFault]:
@@ -625,7 +631,7 @@ def remember_fault(fault: PluginFault) -> None:
     integrity check), for ``python -m jt_core plugins`` in any process. A folder that cannot be written only loses
     the record (reported once, as every cache folder that takes no file)."""
     try:
-        path = _faults_file(fault.plugin)
+        path = faults_file(fault.plugin)
     except OSError as exc:
         log.debug("the fault of plugin %r was not kept: %s", fault.plugin, exc)
         return
@@ -637,7 +643,7 @@ def recorded_faults(record: PluginRecord) -> list[PluginFault]:
     """The faults kept on this machine for ``record``'s plugin at its installed distribution and version, oldest
     first (those of an older or newer version are left out: they may be fixed)."""
     try:
-        path = _faults_file(record.name)
+        path = faults_file(record.name)
     except OSError:
         return []
     return [f for f in _read_faults(path) if (f.distribution, f.version) == (record.distribution, record.version)]
@@ -664,7 +670,7 @@ def with_recorded_faults(records: Iterable[PluginRecord]) -> list[PluginRecord]:
 def forget_faults() -> int:
     """Deletes every fault kept on this machine; returns how many plugins had some."""
     try:
-        paths = list(files.cache_folder(FAULTS_FOLDER).glob("*.json"))
+        paths = files.kept_files(FAULTS_FOLDER, files.cache_folder(FAULTS_FOLDER))
     except OSError:
         return 0
     forgotten = 0

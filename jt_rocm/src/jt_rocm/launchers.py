@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,25 +80,39 @@ def hsaco_dir() -> Path:
     return files.cache_folder("rocm-hsaco")
 
 
+def _holds(path: Path, hsaco: bytes) -> bool:
+    """Whether ``path`` is a plain file (no link, whose target could change after this check) holding exactly
+    ``hsaco``: its SHA-256 is the one its name records."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return False
+    except OSError:
+        return False
+    data = files.read_file(path)
+    return data is not None and hashlib.sha256(data).digest() == hashlib.sha256(hsaco).digest()
+
+
 def store_hsaco(kernel_name: str, hsaco: bytes) -> Path:
     """Writes ``hsaco`` and returns its path, ``<kernel>-<sha256>.hsaco``: the same bytes always map to the same
-    path, so the lowering stays deterministic. A file already there is reused only when it holds exactly these
-    bytes; anything else (corrupt, truncated, a folder) is replaced. Where the folder cannot take the file (a full
-    disk, a read-only folder: reported once), it goes to a private folder of the process instead.
+    path, so the lowering stays deterministic. A file already there is referenced only when it is a plain file
+    whose contents have the SHA-256 its name records; anything else (corrupt, truncated, of the right size but other
+    bytes, a link, a folder) is replaced. The folder itself is one only this user may write to (a folder that
+    fails :func:`jt_core.files.folder_problem` is not used), so nothing can be planted there after the check.
+    Where the folder cannot take the file (a full disk, a read-only folder: reported once), it goes to a private
+    folder of the process instead.
 
     Raises:
         OSError: When no folder at all can take the file (jaxlib's handler loads it from a file).
     """
     if not hsaco:
         raise ValueError(f"kernel {kernel_name!r} has an empty HSACO")
-    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in kernel_name)[:80] or "kernel"
-    name = f"{safe}-{hashlib.sha256(hsaco).hexdigest()}.hsaco"
+    name = f"{files.safe_name(kernel_name)}-{hashlib.sha256(hsaco).hexdigest()}.hsaco"
     try:
         path = hsaco_dir() / name
     except OSError as exc:
         files.report_fault(Path(settings.text(HSACO_DIR_ENV) or files.configured_root() / "rocm-hsaco"), exc, "create")
     else:
-        if files.read_file(path) == hsaco or files.write_file(path, hsaco):
+        if _holds(path, hsaco) or files.write_file(path, hsaco):
             return path
     path = files.scratch_folder("rocm-hsaco") / name
     files.atomic_write(path, hsaco)

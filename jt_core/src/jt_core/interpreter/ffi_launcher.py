@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import math
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,12 +118,22 @@ class CallRegistry:
     so it does not depend on what was lowered before: lowering the same computation twice, or in another process,
     gives the same module. Calls that differ only in what the digest cannot see (two kernel objects with the same
     source) get the following ids of the same digest, in order of registration.
+
+    Entries are released by ``jax.clear_caches()``, which drops the executables that carry their ids (JAX lowers
+    a computation again when it next runs, which registers its calls again, under the same ids). Computations
+    still running are waited for first. An executable kept past ``jax.clear_caches()`` (a ``Compiled`` object the
+    program holds) then fails with an error that says to lower it again, never runs another call: an id released
+    for one kernel object is given again to that kernel object only, never to another with the same source. What
+    stays of a released call is that pairing (its id and a weak reference to its kernel, about 100 bytes).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: dict[KernelCall, int] = {}  # calls compare by value, each scalar by its type and bits
         self._calls: dict[int, RegisteredCall] = {}
+        #: The ids released by jax.clear_caches(), each with its kernel (held weakly; None once unknown).
+        self._released: dict[int, weakref.ReferenceType[Any] | None] = {}
+        _compat.on_clear_caches(self, "jt: calls lowered for the CPU ffi launcher")
 
     def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         """The id of ``call``, registering it (with ``kernels``) the first time its content is seen."""
@@ -130,21 +141,53 @@ class CallRegistry:
             call_id = self._ids.get(call)
             if call_id is None:
                 digest = distributed.call_digest(call)
-                call_id = _call_id(digest, 0)
                 taken = 0
-                while call_id in self._calls:
+                call_id = _call_id(digest, 0)
+                while call_id in self._calls or not self._free_for(call_id, call.fn):
                     taken += 1
                     call_id = _call_id(digest, taken)
+                self._released.pop(call_id, None)
                 self._ids[call] = call_id
                 self._calls[call_id] = RegisteredCall(call, tuple(kernels), call_id=call_id)
             return call_id
+
+    def _free_for(self, call_id: int, kernel: Any) -> bool:
+        """Whether ``call_id`` may go to a call of ``kernel``: it was never given, or it was released by a call of
+        this same kernel object (an executable kept from before the release may still carry it)."""
+        if call_id not in self._released:
+            return True
+        owner = self._released[call_id]
+        return owner is not None and owner() is kernel
 
     def get(self, call_id: int) -> RegisteredCall | None:
         """The registered call with this id, or ``None``."""
         return self._calls.get(call_id)
 
+    def was_released(self, call_id: int) -> bool:
+        """Whether ``call_id`` named a call that ``jax.clear_caches()`` released."""
+        return call_id in self._released
+
     def __len__(self) -> int:
         return len(self._calls)
+
+    def released_count(self) -> int:
+        """How many released ids are remembered (so that none goes to another kernel)."""
+        return len(self._released)
+
+    def cache_clear(self) -> None:
+        """Releases every entry, after the computations still running have finished (``jax.clear_caches()``
+        calls this)."""
+        if not self._calls:
+            return
+        _compat.wait_for_running_computations("cpu")
+        with self._lock:
+            for call_id, entry in self._calls.items():
+                try:
+                    self._released[call_id] = weakref.ref(entry.call.fn)
+                except TypeError:
+                    self._released[call_id] = None
+            self._calls.clear()
+            self._ids.clear()
 
 
 def _call_id(digest: str, taken: int) -> int:
@@ -184,6 +227,12 @@ def _dispatch_call(
 ) -> None:
     entry = _registry.get(call_id)
     if entry is None:
+        if _registry.was_released(call_id):
+            raise LookupError(
+                f"jt CPU launcher: the triton_call registered under id {call_id} was released by "
+                "jax.clear_caches(), which this executable outlived; lower the computation again (call the jitted "
+                "function again, or .lower(...).compile() it again) to run it"
+            )
         raise LookupError(
             f"jt CPU launcher: no triton_call is registered under id {call_id} in this process; calls are "
             "registered when they are lowered, so a serialized module must be lowered again in this process"

@@ -22,6 +22,8 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,7 +31,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from jt_core import frontend
+from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter import rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer
@@ -137,10 +139,13 @@ class _CheckedLibrary:
         return self._lib.atomic_cas(ptrs, cmp, val, *rest)
 
 
-_rewritten: dict[Any, Callable[..., Any]] = {}
+#: The interpreter's versions of kernels and helpers, by function (held weakly): bounded and emptied by
+#: ``jax.clear_caches()`` (:mod:`jt_core.memory`).
+_rewritten: memory.BoundedStore[Any, Callable[..., Any]] = memory.BoundedStore("kernels rewritten for the interpreter")
+memory.mourn_in(_rewritten)
 #: The code objects of the rewritten kernels and helpers written by users (not ``triton.language``'s own): where
-#: the race check places an access.
-_kernel_codes: set[Any] = set()
+#: the race check places an access. Held weakly: they go with their rewritten function.
+_kernel_codes: weakref.WeakSet[Any] = weakref.WeakSet()
 _lang_patches: dict[tuple[int, ...], list[tuple[Any, str, Any]]] = {}
 
 
@@ -196,12 +201,12 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
 
 def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
     """The interpreter-rewritten version of a kernel's Python function, with its closure kept (cached)."""
-    fn = _rewritten.get(py_fn)
+    key = memory.kernel_key(py_fn)
+    fn = _rewritten.get(key)
     if fn is None:
-        fn = rewriting.rewrite(py_fn)
+        fn = _rewritten.setdefault(key, rewriting.rewrite(py_fn))
         if not getattr(py_fn, "__module__", "").startswith("triton."):
             _kernel_codes.add(fn.__code__)
-        _rewritten[py_fn] = fn
     return fn
 
 

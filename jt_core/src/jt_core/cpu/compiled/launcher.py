@@ -152,7 +152,8 @@ def kernel_function(
 
 
 class _Traced:
-    """A call's kernel traced for its operands, kept between the launcher's question and its lowering."""
+    """A call's kernel traced for its operands, kept between the launcher's question and its lowering: the last
+    few, emptied by ``jax.clear_caches()``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -182,8 +183,14 @@ class _Traced:
                 self._entries.popitem(last=False)
         return traced
 
+    def cache_clear(self) -> None:
+        """Forgets every traced call (``jax.clear_caches()`` calls it)."""
+        with self._lock:
+            self._entries.clear()
+
 
 _traced = _Traced()
+_compat.on_clear_caches(_traced, "jt_core compiled CPU traces")
 
 #: The device name the compiled path's autotuning winners are remembered under.
 COMPILED_DEVICE_NAME = "cpu-xla"
