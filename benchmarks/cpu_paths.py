@@ -225,12 +225,13 @@ def timed(fn: Callable[..., jax.Array], args: Sequence[jax.Array]) -> float:
 def first_call_seconds() -> float:
     """The matmul's first call through the compiled path, in a new process with an empty jt cache: Triton's front
     end, the trace, XLA's compile and the run (the imports are not counted)."""
+    here = os.path.dirname(os.path.abspath(__file__))
     code = (
-        "import time, sys; sys.path.insert(0, {here!r}); import cpu_paths as b, jax;"
+        f"import time, sys; sys.path.insert(0, {here!r}); import cpu_paths as b, jax;"
         "args = b.inputs()['matmul']; jax.block_until_ready(args);"
         "fn = b.triton_cases('compiled')['matmul'];"
         "start = time.perf_counter(); jax.block_until_ready(fn(*args)); print(time.perf_counter() - start)"
-    ).format(here=os.path.dirname(os.path.abspath(__file__)))
+    )
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, JT_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"))
         # jt's CPU handler library, which the wheels carry, is built first (not timed): the figure is the kernel's.
@@ -285,7 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = first_call_seconds()
     medians = {path: {name: statistics.median(v) * 1e3 for name, v in per.items()} for path, per in times.items()}
     print(f"\nmedian ms over {args.rounds} interleaved rounds (interpreter: {args.interpreter_rounds})")
-    header = f"{'kernel':8} {'compiled':>10} {'interpreter':>12} {'pallas':>10} {'jnp':>8}  {'÷ pallas':>9} {'÷ jnp':>7} {'interp ÷ compiled':>18}"
+    header = (
+        f"{'kernel':8} {'compiled':>10} {'interpreter':>12} {'pallas':>10} {'jnp':>8}  {'÷ pallas':>9} {'÷ jnp':>7} "
+        f"{'interp ÷ compiled':>18}"
+    )
     print(header)
     for name in data:
         c, i, p, j = (medians[path][name] for path in ("compiled", "interpreter", "pallas", "jnp"))

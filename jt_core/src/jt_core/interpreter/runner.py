@@ -22,7 +22,6 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager

@@ -79,7 +79,7 @@ def _load(k: Kernel, op: Operation, state: State) -> State:
     if isinstance(target, BlockPointer):
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
         padding = op.attr("padding")
-        other = jnp.nan if padding == 2 else None
+        other: Any = jnp.nan if padding == 2 else None
         value, state = k.memory.load(state, pointer, mask, other, ty.shape)
         k.env[op.results[0]] = value
         return state

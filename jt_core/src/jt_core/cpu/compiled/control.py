@@ -156,10 +156,10 @@ def scf_if(k: Kernel, op: Operation, state: State) -> State:
     arrays, state = lax.cond(
         jnp.asarray(k.array(op.operands[0])).astype(bool), branch("then", then_block), branch("else", else_block), state
     )
-    chosen = templates.get("then", [])
-    for mine, theirs in zip(chosen, templates.get("else", chosen), strict=True):
+    taken = templates.get("then", [])
+    for mine, theirs in zip(taken, templates.get("else", taken), strict=True):
         _same_target(mine, theirs, op.line)
-    for value, template, array in zip(op.results, chosen, arrays, strict=False):
+    for value, template, array in zip(op.results, taken, arrays, strict=False):
         k.env[value] = _unpack(template, array)
     return state
 

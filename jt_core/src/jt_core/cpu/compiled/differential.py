@@ -98,9 +98,9 @@ def compare(
         floating = _is_float(a.dtype)
         wide_a = a.astype(np.float64).reshape(-1) if floating else None
         wide_b = b.astype(np.float64).reshape(-1) if floating else None
-        if allowed is None or not floating:
+        if allowed is None or wide_a is None or wide_b is None:
             same = (a.view(np.uint8).reshape(a.size, -1) == b.view(np.uint8).reshape(b.size, -1)).all(axis=1)
-            if floating:
+            if wide_a is not None and wide_b is not None:
                 same |= np.isnan(wide_a) & np.isnan(wide_b)
             if same.all():
                 continue

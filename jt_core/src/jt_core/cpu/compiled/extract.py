@@ -196,7 +196,7 @@ def _with_text(program: Program, functions: list[Operation], text: str) -> Progr
         return program  # the printer and the walk disagree: no text, rather than the wrong text
     replaced: dict[int, Operation] = {}
     for op, (_, line) in zip(ordered, printed):
-        extra = [
+        extra: list[tuple[str, Any]] = [
             (attr, _numbers(m.group(1)))
             for attr, pattern in _TEXT_ATTRS.get(op.name, ())
             if (m := pattern.search(line))

@@ -15,7 +15,7 @@ after the kernel ran, a set flag makes the interpreter run the call again to nam
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -298,7 +298,7 @@ def _cas(old: jax.Array, compare: jax.Array, value: jax.Array) -> jax.Array:
     return jnp.where(old == compare, value, old)
 
 
-_COMBINE = {
+_COMBINE: dict[str, Callable[..., jax.Array]] = {
     "ADD": lambda old, v: old + v,
     "FADD": lambda old, v: old + v,
     "AND": lambda old, v: old & v,
