@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jt_core.cpu.compiled import accesses, control, lang, reductions, shapes
+from jt_core.cpu.compiled import accesses, control, extern, lang, reductions, shapes
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
@@ -166,7 +166,7 @@ class Kernel:
                 return
         arrays = [lang.as_array(a, t) for a, t in zip(args, types, strict=True)]
         if op.name == "tt.extern_elementwise":
-            fn = lang.extern_function(str(op.attr("symbol", "")))
+            fn = extern.extern_function(str(op.attr("symbol", "")))
             if fn is None:
                 raise Unsupported(f"the external function {op.attr('symbol')!r}", op.line)
             out = fn(*arrays).astype(lang.dtype_of(result.element))

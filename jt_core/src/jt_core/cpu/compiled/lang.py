@@ -365,14 +365,14 @@ def _bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(x, out)
 
 
-def _mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
+def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
     wide = {4: jnp.uint64, 2: jnp.uint32, 1: jnp.uint16}[x.dtype.itemsize]
     product = _as_unsigned(x).astype(wide) * _as_unsigned(y).astype(wide)
     high = (product >> (x.dtype.itemsize * 8)).astype(_UNSIGNED[x.dtype.itemsize * 8])
     return _as_signed(high, x.dtype)
 
 
-def _fma(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
+def fma(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
     wide = jnp.float64 if x.dtype.itemsize <= 4 else x.dtype
     return (x.astype(wide) * y.astype(wide) + z.astype(wide)).astype(x.dtype)
 
@@ -381,7 +381,7 @@ def _rsqrt(x: jax.Array) -> jax.Array:
     return lax.rsqrt(x)
 
 
-def _round_half_away(x: jax.Array) -> jax.Array:
+def round_half_away(x: jax.Array) -> jax.Array:
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
@@ -449,7 +449,7 @@ ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
     "arith.index_castui": (_extui, True),
     "arith.bitcast": (_bitcast, True),
     "tt.bitcast": (_bitcast, True),
-    "tt.mulhiui": (_mulhi, False),
+    "tt.mulhiui": (mulhi, False),
     "tt.precise_sqrt": (lax.sqrt, False),
     "tt.precise_divf": (lax.div, False),
     "math.exp": (jnp.exp, False),
@@ -479,101 +479,17 @@ ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
     "math.floor": (jnp.floor, False),
     "math.ceil": (jnp.ceil, False),
     "math.trunc": (jnp.trunc, False),
-    "math.round": (_round_half_away, False),
+    "math.round": (round_half_away, False),
     "math.roundeven": (jnp.round, False),
     "math.absf": (jnp.abs, False),
     "math.absi": (jnp.abs, False),
     "math.copysign": (jnp.copysign, False),
     "math.powf": (jnp.power, False),
-    "math.fma": (_fma, False),
+    "math.fma": (fma, False),
     "math.ctlz": (_clz, False),
     "math.cttz": (_cttz, False),
     "math.ctpop": (_popcount, False),
 }
-
-#: The functions ``tt.extern_elementwise`` calls (libdevice, the ROCm device library), by name less their prefix
-#: and type suffix: what each computes.
-_EXTERN_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "exp": jnp.exp,
-    "exp2": jnp.exp2,
-    "exp10": lambda x: jnp.power(jnp.asarray(10, x.dtype), x),
-    "expm1": jnp.expm1,
-    "log": jnp.log,
-    "log2": jnp.log2,
-    "log10": jnp.log10,
-    "log1p": jnp.log1p,
-    "sqrt": lax.sqrt,
-    "rsqrt": lax.rsqrt,
-    "cbrt": jnp.cbrt,
-    "sin": jnp.sin,
-    "cos": jnp.cos,
-    "tan": jnp.tan,
-    "asin": jnp.arcsin,
-    "acos": jnp.arccos,
-    "atan": jnp.arctan,
-    "atan2": jnp.arctan2,
-    "sinh": jnp.sinh,
-    "cosh": jnp.cosh,
-    "tanh": jnp.tanh,
-    "asinh": jnp.arcsinh,
-    "acosh": jnp.arccosh,
-    "atanh": jnp.arctanh,
-    "erf": lax.erf,
-    "erfc": lax.erfc,
-    "erfinv": lax.erf_inv,
-    "lgamma": lax.lgamma,
-    "floor": jnp.floor,
-    "ceil": jnp.ceil,
-    "trunc": jnp.trunc,
-    "round": _round_half_away,
-    "rint": jnp.round,
-    "nearbyint": jnp.round,
-    "fabs": jnp.abs,
-    "abs": jnp.abs,
-    "llabs": jnp.abs,
-    "pow": jnp.power,
-    "powf": jnp.power,
-    "fmod": lax.rem,
-    "fmax": jnp.fmax,
-    "fmin": jnp.fmin,
-    "fma": _fma,
-    "copysign": jnp.copysign,
-    "isnan": lambda x: jnp.isnan(x).astype(jnp.int32),
-    "isinf": lambda x: jnp.isinf(x).astype(jnp.int32),
-    "signbit": lambda x: jnp.signbit(x).astype(jnp.int32),
-    "nextafter": jnp.nextafter,
-    "hypot": jnp.hypot,
-    "div_rn": lax.div,
-    "fdiv_rn": lax.div,
-    "ddiv_rn": lax.div,
-    "sqrt_rn": lax.sqrt,
-    "fsqrt_rn": lax.sqrt,
-    "dsqrt_rn": lax.sqrt,
-    "clz": lax.clz,
-    "clzll": lax.clz,
-    "popc": lax.population_count,
-    "popcll": lax.population_count,
-    "mulhi": _mulhi,
-    "umulhi": _mulhi,
-}
-EXTERN: dict[str, Callable[..., jax.Array]] = dict(_EXTERN_FUNCTIONS)
-
-
-def extern_function(symbol: str) -> Callable[..., jax.Array] | None:
-    """The function a ``tt.extern_elementwise`` symbol names (``__nv_expf``, ``__ocml_exp_f32``), or ``None``."""
-    name = symbol
-    for prefix in ("__nv_fast_", "__nv_", "__ocml_native_", "__ocml_", "__triton_hip_"):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-            break
-    for suffix in ("_f64", "_f32", "_f16", ""):
-        if suffix and not name.endswith(suffix):
-            continue
-        base = name[: len(name) - len(suffix)] if suffix else name
-        for candidate in (base, base[:-1] if base.endswith("f") else None, base[:-2] if base.endswith("ll") else None):
-            if candidate and candidate in EXTERN:
-                return EXTERN[candidate]
-    return None
 
 
 def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: Any) -> jax.Array:
