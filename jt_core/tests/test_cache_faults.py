@@ -334,6 +334,7 @@ def test_a_folder_that_takes_no_file_leaves_the_work_uncached_with_one_warning(
 
 def test_the_fault_matrix_covers_every_kind_of_file_jt_keeps() -> None:
     """Triton's own folder holds Triton's files (tested with Triton's compiles, in jt-cuda); rocm-hsaco files are
-    tested in jt-rocm; the plugins folder's fault records (which save no work) in test_plugin_faults."""
-    assert set(KINDS) | {"triton", "rocm-hsaco", "plugins"} == set(files.PURPOSES)
+    tested in jt-rocm; the plugins folder's fault records (which save no work) in test_plugin_faults; the cpu
+    folder's record of the kernels handed to the interpreter (which saves no work either) in test_cpu_compiled."""
+    assert set(KINDS) | {"triton", "rocm-hsaco", "plugins", "cpu"} == set(files.PURPOSES)
     assert set(CACHE_FAULTS) == {"corrupt", "truncate", "folder", "full-disk", "read-only"}

@@ -3,6 +3,7 @@ checks and errors, and the interpreter where it cannot take a kernel."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -318,13 +319,16 @@ def test_a_difference_between_the_two_paths_fails_the_call(monkeypatch: pytest.M
 
 
 def test_the_comparison_is_bitwise_unless_the_kernel_sums_or_calls_transcendentals() -> None:
-    np_nan = np.array([np.nan, 1.0], np.float32)
-    differential.compare("k", True, [np_nan], [np_nan.copy()])
+    nan = np.array([np.nan, 1.0], np.float32)
+    other_nan = nan.copy()
+    other_nan.view(np.uint32)[0] |= 1  # another NaN payload
+    differential.compare("k", None, [nan], [other_nan])
+    one, next_one = np.array([1.0], np.float32), np.array([np.nextafter(np.float32(1), np.float32(2))])
     with pytest.raises(differential.DifferentialMismatchError, match="bit for bit"):
-        differential.compare(
-            "k", True, [np.array([1.0], np.float32)], [np.array([np.nextafter(np.float32(1), np.float32(2))])]
-        )
-    differential.compare("k", False, [np.array([1.0], np.float32)], [np.array([1.0 + 1e-7], np.float32)])
+        differential.compare("k", None, [one], [next_one])
+    differential.compare("k", differential.TOLERANCE[4], [one], [next_one])
+    with pytest.raises(differential.DifferentialMismatchError, match="rtol=2e-05"):
+        differential.compare("k", differential.TOLERANCE[4], [one], [one * 1.001])
 
 
 # -- programs side by side ------------------------------------------------------------------------------------
@@ -424,3 +428,25 @@ def test_python_m_jt_core_cpu_lists_the_kernels_handed_to_the_interpreter(tmp_pa
     assert forgot.stdout.strip() == "forgot 1 kernels"
     again = subprocess.run([sys.executable, "-m", "jt_core", "cpu"], env=env, capture_output=True, text=True)
     assert "has handed no kernel" in again.stdout
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "folder"])
+def test_a_damaged_record_of_handed_over_kernels_fails_no_call(
+    fault: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jt_core.cpu.compiled import handed_over
+
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "cache"))
+    handed_over.remember(f"k_{fault}(x)", "a reason")
+    (record,) = (tmp_path / "cache" / "cpu").glob("*.json")
+    if fault == "corrupt":
+        record.write_bytes(b"{not json")
+    else:
+        record.unlink()
+        record.mkdir()
+    with pytest.warns(RuntimeWarning) if fault == "corrupt" else contextlib.nullcontext():
+        assert handed_over.recorded() == []
+    handed_over.remember(f"k2_{fault}(x)", "another reason")  # made again, or left out: never raises
+    x = np.arange(4, dtype=np.float32)
+    out = jax.jit(lambda x: jt.triton_call(x, kernel=printing_kernel, out_shape=x, grid=1, BLOCK=4))(x)
+    np.testing.assert_array_equal(np.asarray(out), 2 * x)

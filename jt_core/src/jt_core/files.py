@@ -112,6 +112,7 @@ ENTRY_NAMES: dict[str, re.Pattern[str]] = {
     "xla": re.compile(r"[0-9a-f]{64}\.json"),
     "triton": re.compile(r"[A-Za-z0-9_.-]+"),
     "plugins": re.compile(r"[A-Za-z0-9_-]+\.jt-faults\.json"),
+    "cpu": re.compile(r"handed-over\.jt-cpu\.json"),
 }
 
 #: Age in seconds beyond which a temporary file is a killed writer's leftover (no write or build takes that long).

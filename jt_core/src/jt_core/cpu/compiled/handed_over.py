@@ -20,17 +20,28 @@ __all__ = ["KEPT", "forget", "recorded", "remember"]
 #: How many handed-over kernels are kept.
 KEPT = 50
 
-_FILE = "handed-over.json"
+_FILE = "handed-over.jt-cpu.json"
 _lock = threading.Lock()
 _seen: set[tuple[str, str]] = set()
 
 
 def _path() -> Any:
-    return files.entry_path("cpu", _FILE)
+    try:
+        return files.entry_path("cpu", _FILE)
+    except ValueError:
+        return None
 
 
 def remember(kernel: str, reason: str) -> None:
-    """Keeps that ``kernel`` ran in the interpreter for ``reason`` (once per process for each pair)."""
+    """Keeps that ``kernel`` ran in the interpreter for ``reason`` (once per process for each pair). A record that
+    cannot be kept (a full disk, an unusable folder) is left out: it never fails the call."""
+    try:
+        _remember(kernel, reason)
+    except (OSError, ValueError):
+        pass
+
+
+def _remember(kernel: str, reason: str) -> None:
     key = (kernel, reason)
     with _lock:
         if key in _seen:
