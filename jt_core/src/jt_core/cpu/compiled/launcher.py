@@ -172,7 +172,7 @@ class _Traced:
             index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
                 jaxpr = jax.make_jaxpr(kernel_function(call, kernels[index], index, fuse))(*call.operand_avals)
-            traced: Any = (index, jaxpr)
+            traced: Any = (index, _without_dead_code(jaxpr))
         except UnsupportedKernelError as exc:
             traced = exc
         except Exception as exc:  # a kernel this jt cannot trace runs in the interpreter: never refused for it
@@ -187,6 +187,15 @@ class _Traced:
         """Forgets every traced call (``jax.clear_caches()`` calls it)."""
         with self._lock:
             self._entries.clear()
+
+
+def _without_dead_code(closed: Any) -> Any:
+    """``closed`` less the equations nothing uses (a grid first traced side by side, then in order, leaves the first
+    trace behind), so that XLA does not compile them."""
+    from jax._src.interpreters import partial_eval as pe
+
+    jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
+    return closed.replace(jaxpr=jaxpr)
 
 
 _traced = _Traced()
