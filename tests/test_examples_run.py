@@ -26,8 +26,17 @@ def examples() -> Any:
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_cpu_path_matches_jax_numpy(examples: Any, name: str) -> None:
-    result = examples[name].run(False)
+def test_example_cpu_path_matches_jax_numpy(
+    examples: Any, name: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    for variable in ("JT_CPU_RACE_CHECK", "JT_LAUNCHER_CPU"):  # the default path, whatever the run around it
+        monkeypatch.delenv(variable, raising=False)
+    with caplog.at_level(logging.INFO, logger="jt_core.lowering"):
+        result = examples[name].run(False)
+    handed = [r.getMessage() for r in caplog.records if "launcher 'compiled' on cpu cannot express" in r.getMessage()]
+    assert not handed, f"every example's kernels run on the compiled CPU path: {handed}"
     assert result["kernel"] == name
     assert result["platform"] == "cpu"
     assert np.isfinite(result["max_error"]) and result["max_error"] < 1e-2
