@@ -1,4 +1,5 @@
-"""Cost of jt's CPU backend (Triton's interpreter inside ``jax.jit``): per call and per program instance.
+"""Cost of Triton's interpreter on jt's CPU backend (launcher ``ffi``) inside ``jax.jit``: per call and per program
+instance. (The compiled path, the CPU default, is measured side by side with it by ``benchmarks/cpu_paths.py``.)
 
 Measures, on JAX's CPU platform:
 
@@ -262,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one-program calls")
     args = parser.parse_args(argv)
     jax.config.update("jax_platforms", "cpu")
+    # The interpreter's costs: the compiled path (the CPU default) is measured by benchmarks/cpu_paths.py.
+    os.environ["JT_LAUNCHER_CPU"] = "ffi"
     call_rounds, rounds = (10, 3) if args.quick else (40, 7)
     grids = (8, 32, 128) if args.quick else (16, 64, 256, 1024)
     blocks = ((64, 64, 64),) if args.quick else ((32, 32, 32), (64, 64, 32), (64, 64, 64), (128, 128, 64))

@@ -387,7 +387,8 @@ def test_autotune_config_pre_hook_is_refused_clearly() -> None:
 def test_side_effecting_call_is_kept_when_its_output_is_unused(
     launcher: str, marker: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("JT_CPU_DIFFERENTIAL", raising=False)  # its comparison would emit a callback of its own
+    for variable in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK"):  # a comparison's callback; the race check's path
+        monkeypatch.delenv(variable, raising=False)
     x = rand(16)
 
     def f(x: jax.Array, effect: bool) -> jax.Array:

@@ -151,7 +151,8 @@ def test_a_released_id_never_goes_to_another_kernel_with_the_same_source(tmp_pat
     x = jnp.asarray(RNG.standard_normal(16).astype(np.float32))
 
     def call_id(kernel: Any) -> int:
-        (found,) = re.findall(r"call_id = (\d+) : i64", jax.jit(lambda v: call(kernel, v)).lower(x).as_text())
+        # One id per call (the compiled path's check and, with JT_CPU_DIFFERENTIAL=1, the interpreter's call share it)
+        (found,) = set(re.findall(r"call_id = (\d+) : i64", jax.jit(lambda v: call(kernel, v)).lower(x).as_text()))
         return int(found)
 
     kept = jax.jit(lambda v: call(first, v)).lower(x).compile()
