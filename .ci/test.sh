@@ -66,10 +66,12 @@ NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml 
 run_pytest "$latest" latest
 # The CPU race check finds no race and no unwritten output in any kernel the suites, the examples and the docs run.
 JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error run_pytest "$latest" "latest, with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error"
-if [ -d docs/examples/jt_example_backend/tests ]; then
-    step "pytest of the example plugin docs/examples/jt_example_backend"
-    (cd docs/examples/jt_example_backend && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
-fi
+for example in jt_example_backend jt_example_launcher; do
+    if [ -d "docs/examples/$example/tests" ]; then
+        step "pytest of the example plugin docs/examples/$example"
+        (cd "docs/examples/$example" && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
+    fi
+done
 
 build_wheelhouse "$latest/bin/python" || status=1
 step "checking the wheelhouse and installing jt by name from it in fresh virtualenvs (tests/check_wheelhouse.py)"

@@ -377,6 +377,12 @@ class Launcher(ABC):
     ) -> Sequence[Any]:
         """Emits the operation for a call inside a JAX lowering rule.
 
+        Under ``jax.vmap`` the call may be one jt made: its kernel (``call.fn``) is then a generated ``@triton.jit``
+        wrapper that calls the user's kernel once per batch element, the batch on one grid axis, and ``call.batch``
+        says how (:class:`~jt_core.call.BatchInfo`); ``kernels`` are compiled from the wrapper. A launcher that runs
+        kernels on the host runs it with :func:`jt_core.plugin.run_on_host`, inside the host callback that
+        :func:`jt_core.plugin.emit_host_callback` emits.
+
         Args:
             ctx: JAX's ``LoweringRuleContext``.
             call: The bound call.

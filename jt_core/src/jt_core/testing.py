@@ -53,7 +53,7 @@ import pytest
 
 from jt_core import frontend
 from jt_core import registry as registries
-from jt_core._testing_gpu import (  # noqa: F401 (re-exported)
+from jt_core._testing_gpu import (
     HANDLER_HEADER,
     HANDLER_STAGES,
     LaunchHandlerConformance,
@@ -63,7 +63,7 @@ from jt_core._testing_gpu import (  # noqa: F401 (re-exported)
     output_operand_aliases,
     run_on_cpu_client,
 )
-from jt_core._testing_kernels import (  # noqa: F401 (re-exported)
+from jt_core._testing_kernels import (
     accumulate_kernel,
     add_tiles_kernel,
     autotuned_add_tiles_kernel,
@@ -76,7 +76,7 @@ from jt_core._testing_kernels import (  # noqa: F401 (re-exported)
     sample_add_kernel,
     scale_inplace_kernel,
 )
-from jt_core._testing_launchers import (  # noqa: F401 (re-exported)
+from jt_core._testing_launchers import (
     LauncherConformance,
     Lowering,
     has_platform,
@@ -98,6 +98,58 @@ from jt_core.contracts import (
 from jt_core.hookspecs import PLUGIN_API_VERSION
 from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
 from jt_core.registry import Registry
+
+__all__ = [
+    "CACHE_FAULTS",
+    "HANDLER_HEADER",
+    "HANDLER_STAGES",
+    "HARDWARE_MARKERS",
+    "PLUGIN_MARKER",
+    "BackendConformance",
+    "DialectConformance",
+    "HookRecorder",
+    "JobProcess",
+    "LaunchHandlerConformance",
+    "LauncherConformance",
+    "Lowering",
+    "accumulate_kernel",
+    "add_tiles_kernel",
+    "autotuned_add_tiles_kernel",
+    "autotuned_scale_inplace_kernel",
+    "backend_config",
+    "bind",
+    "compile_request",
+    "copy_tiles_kernel",
+    "custom_calls",
+    "damage",
+    "decode_jaxlib_call",
+    "dialect_for",
+    "distinct_kernels",
+    "exported_symbols",
+    "failing_writes",
+    "fake_entry_point",
+    "half_write_kernel",
+    "has_platform",
+    "installed_plugins",
+    "jt_fake_entry_points",
+    "jt_hook_recorder",
+    "jt_plugin_manager",
+    "jt_register_plugin",
+    "load_tile",
+    "make_registry",
+    "out_first_kernel",
+    "output_operand_aliases",
+    "read_tile_kernel",
+    "record_lowerings",
+    "run_job",
+    "run_on_cpu_client",
+    "run_threads",
+    "sample_add_kernel",
+    "sample_call",
+    "scale_inplace_kernel",
+    "target_of",
+    "using_plugins",
+]
 
 HARDWARE_MARKERS = ("cuda", "rocm", "gpu")
 #: The marker that names the jt plugins a test needs besides the one it tests.
