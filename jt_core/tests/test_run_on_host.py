@@ -311,22 +311,24 @@ def test_a_launcher_on_the_helpers_runs_calls_plain_and_under_vmap() -> None:
     assert [record.call.batch is not None for record in records] == [False, True, True]
 
 
+def autotuned_scale(x: Any, launcher: str) -> Any:
+    """``3 * x`` over 256 elements, by a kernel autotuned over three block sizes."""
+    return jt.triton_call(
+        x,
+        kernel=k.autotuned_scale_kernel,
+        out_shape=x,
+        grid=lambda meta: (jt.cdiv(256, meta["BLOCK"]),),
+        n=256,
+        launcher=launcher,
+    )
+
+
 @pytest.mark.usefixtures("host_launcher")
 def test_a_launcher_on_the_helpers_runs_an_autotuned_call() -> None:
     x = rand(256)
 
-    def scale(a: Any) -> Any:
-        return jt.triton_call(
-            a,
-            kernel=k.autotuned_scale_kernel,
-            out_shape=a,
-            grid=lambda meta: (jt.cdiv(256, meta["BLOCK"]),),
-            n=256,
-            launcher="host-test",
-        )
-
     with record_lowerings(HostLauncher) as records:
-        out = jax.jit(scale)(x)
+        out = jax.jit(lambda a: autotuned_scale(a, "host-test"))(x)
     (record,) = records
     assert len(record.call.configs) == len(record.kernels) == 3
     np.testing.assert_array_equal(out, x * np.float32(3))
@@ -343,3 +345,31 @@ def test_an_error_in_the_kernel_reaches_the_caller_through_the_callback() -> Non
 def test_emit_host_callback_refuses_what_is_not_a_function() -> None:
     with pytest.raises(jt.KernelCallTypeError, match=r"emit_host_callback\(callback=...\) takes a function"):
         emit_host_callback(None, "run", [])  # type: ignore[arg-type]
+
+
+class TunedAheadLauncher(HostLauncher):
+    name = "host-tuned-ahead"
+
+    def needs_tuning_ahead(self, call: KernelCall) -> bool:
+        return True
+
+
+class TunedAheadPlugin:
+    @hookimpl
+    def jt_register_launchers(self, platform: str | None) -> list[Launcher]:
+        return [TunedAheadLauncher()] if platform in (None, "cpu") else []
+
+
+@pytest.mark.parametrize(("autotune", "kernels"), [("0", 3), ("1", 1)])
+def test_a_launcher_tuning_ahead_on_the_cpu_gets_one_configuration_only_where_the_cpu_tunes(
+    jt_register_plugin: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, autotune: str, kernels: int
+) -> None:
+    monkeypatch.setenv("JT_CPU_AUTOTUNE", autotune)
+    monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path))  # no winner remembered from an earlier run
+    jt_register_plugin(TunedAheadPlugin(), name="host-tuned-ahead")
+    x = rand(256)
+    with record_lowerings(TunedAheadLauncher) as records:
+        out = jax.jit(lambda a: autotuned_scale(a, "host-tuned-ahead"))(x)
+    (record,) = records
+    assert len(record.kernels) == len(record.call.configs) == kernels
+    np.testing.assert_array_equal(out, x * np.float32(3))

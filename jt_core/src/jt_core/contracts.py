@@ -350,8 +350,11 @@ class Launcher(ABC):
 
         Asked when a call with several configurations is lowered. On ``True`` jt chooses the configuration first
         (the winner remembered for the device kind, else the winner of the candidates run on scratch buffers
-        through the platform's next launcher) and the launcher gets one compiled kernel. The default (``False``)
-        hands the launcher every configuration, and it chooses among them when the call runs.
+        through the platform's next launcher) and the launcher gets one compiled kernel. Where no winner can be had
+        (lowering without a device; on the CPU without ``JT_CPU_AUTOTUNE=1``, where autotuned calls are not tuned)
+        the launcher gets every configuration all the same, and runs the first or says why it cannot express the
+        call. The default (``False``) hands the launcher every configuration, and it chooses among them when the
+        call runs.
 
         Args:
             call: The bound call, with its configurations.
