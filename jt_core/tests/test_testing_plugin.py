@@ -155,7 +155,7 @@ def test_the_conformance_suite_fails_a_component_jt_would_refuse_at_registration
 
 # A launcher plugin's conformance suite, as its author writes it: the fixture registers the plugin (installed, its
 # entry point would), and the class names the launcher under test. {body} is the launcher's lower().
-LAUNCHER_SUITE = '''
+LAUNCHER_SUITE = """
 import numpy as np
 import pytest
 from jt_core.plugin import Launcher, emit_host_callback, hookimpl, run_on_host
@@ -190,7 +190,7 @@ class TestTheirLauncher(LauncherConformance):
     def launcher(self, jt_register_plugin):
         jt_register_plugin(TheirPlugin(), name="theirs")
         return TheirLauncher()
-'''
+"""
 RIGHT = "return run_on_host(call, kernels[0], arrays)"
 
 
@@ -222,7 +222,9 @@ def test_the_launcher_suite_fails_a_launcher_whose_calls_another_launcher_lowers
     ],
     ids=["computes-nothing", "fails-under-vmap"],
 )
-def test_the_launcher_suite_runs_the_calls_the_launcher_lowers(pytester: pytest.Pytester, body: str, fails: int) -> None:
+def test_the_launcher_suite_runs_the_calls_the_launcher_lowers(
+    pytester: pytest.Pytester, body: str, fails: int
+) -> None:
     pytester.makepyfile(LAUNCHER_SUITE.format(reason=None, body=body))
     result = pytester.runpytest("-p", "jt_core.testing", "-k", "runs_sample_call")
     result.assert_outcomes(failed=fails, passed=2 - fails)
