@@ -37,7 +37,7 @@ find_python() {
 # source would still be installed from there.
 remove_build_folders() {
     rm -rf "$ROOT"/jt_core/build "$ROOT"/jt_cuda/build "$ROOT"/jt_rocm/build "$ROOT"/jt_gluon/build \
-        "$ROOT"/docs/examples/jt_example_backend/build
+        "$ROOT"/docs/examples/jt_example_backend/build "$ROOT"/docs/examples/jt_example_launcher/build
 }
 
 # test_requirements PYTHON: the requirements of every distribution's `test` extra (what its test suite needs), one a
@@ -92,10 +92,13 @@ make_venv() {
     step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
     remove_build_folders
     "${pip[@]}" --no-deps --force-reinstall "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
-    if [ "$tools" = dev ] && [ -d "$ROOT/docs/examples/jt_example_backend" ]; then
-        step "installing the example plugin docs/examples/jt_example_backend"
-        "${pip[@]}" --no-deps --force-reinstall "$ROOT/docs/examples/jt_example_backend"
-    fi
+    local example
+    for example in jt_example_backend jt_example_launcher; do
+        if [ "$tools" = dev ] && [ -d "$ROOT/docs/examples/$example" ]; then
+            step "installing the example plugin docs/examples/$example"
+            "${pip[@]}" --no-deps --force-reinstall "$ROOT/docs/examples/$example"
+        fi
+    done
     step "ready: .ci-venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
 }
 

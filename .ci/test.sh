@@ -90,10 +90,12 @@ NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml 
 run_pytest "$latest" latest
 JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error JT_CPU_DIFFERENTIAL=1 run_pytest "$latest" \
     "latest, in the interpreter with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error, compared with the compiled path"
-if [ -d docs/examples/jt_example_backend/tests ]; then
-    step "pytest of the example plugin docs/examples/jt_example_backend"
-    (cd docs/examples/jt_example_backend && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
-fi
+for example in jt_example_backend jt_example_launcher; do
+    if [ -d "docs/examples/$example/tests" ]; then
+        step "pytest of the example plugin docs/examples/$example"
+        (cd "docs/examples/$example" && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
+    fi
+done
 
 # The platform wheels are built in the pinned set's environment: its jaxlib is the oldest jt supports, whose XLA FFI
 # headers the prebuilt libraries are compiled against.

@@ -11,8 +11,10 @@ session (the file is tested where it lives), and a test fails when the two diffe
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import importlib
 import importlib.util
 import os
 import re
@@ -29,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = DOCS / "pages"
 EXAMPLE_PLUGIN = DOCS / "examples" / "jt_example_backend"
+EXAMPLE_LAUNCHER = DOCS / "examples" / "jt_example_launcher"
+EXAMPLES = (EXAMPLE_PLUGIN, EXAMPLE_LAUNCHER)
 GPU_ONLY = "<!-- gpu-only -->"
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)(?P<info>[^\n]*)\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 TITLE = re.compile(r'\btitle="(?P<path>[^"]+)"')
@@ -115,14 +119,16 @@ def _shows(match: re.Match[str]) -> str | None:
 def run_page(page: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
     """Runs a page's session in a fresh interpreter, in ``workdir`` (so the repository root is not on sys.path).
 
-    The example plugin's source folder is put on the path for the pages that import it (``pip install
-    ./docs/examples/jt_example_backend`` gives a reader the same), without installing it as a plugin.
+    The example plugins' source folders are put on the path for the pages that import them (``pip install
+    ./docs/examples/jt_example_backend`` gives a reader the same), without installing them as plugins.
     """
     script = workdir / f"docs_{page.stem.replace('-', '_').lower()}.py"
     script.write_text(page_script(page), encoding="utf-8")
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE_PLUGIN / "src"), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [*(str(example / "src") for example in EXAMPLES), os.environ.get("PYTHONPATH")])
+        ),
     }
     return subprocess.run(
         [sys.executable, script.name], cwd=workdir, env=env, capture_output=True, text=True, timeout=900
@@ -201,17 +207,32 @@ def test_a_block_that_shows_a_file_holds_it_to_the_letter(page: Path) -> None:
     )
 
 
-def test_writing_a_backend_shows_every_file_of_the_example_plugin() -> None:
-    shown = {block.shows for block in shown_files(PAGES / "writing-a-backend.md")}
-    files = {
+def _example_files(example: Path, *folders: str) -> set[str]:
+    """The ``.py`` and ``.toml`` files of an example plugin (``__init__.py`` and build output left out), in
+    ``folders`` of it (all by default)."""
+    roots = [example / folder for folder in folders] if folders else [example]
+    return {
         str(path.relative_to(ROOT))
-        for path in EXAMPLE_PLUGIN.rglob("*")
+        for root in roots
+        for path in root.rglob("*")
         if path.suffix in (".py", ".toml")
         and path.name != "__init__.py"
         and "build" not in path.parts
         and not any(part.endswith(".egg-info") for part in path.parts)
     }
-    assert files == shown, f"files of the example plugin the page does not show: {sorted(files - shown)}"
+
+
+def test_writing_a_backend_shows_every_file_of_the_example_plugin() -> None:
+    shown = {block.shows for block in shown_files(PAGES / "writing-a-backend.md")}
+    files = _example_files(EXAMPLE_PLUGIN)
+    assert files <= shown, f"files of the example plugin the page does not show: {sorted(files - shown)}"
+
+
+def test_writing_a_backend_shows_the_example_launcher_and_its_conformance_tests() -> None:
+    shown = {block.shows for block in shown_files(PAGES / "writing-a-backend.md")}
+    files = {*_example_files(EXAMPLE_LAUNCHER, "src"), str((EXAMPLE_LAUNCHER / "pyproject.toml").relative_to(ROOT))}
+    files.add(str((EXAMPLE_LAUNCHER / "tests" / "test_logged_launcher_conformance.py").relative_to(ROOT)))
+    assert files <= shown, f"files of the example launcher the page does not show: {sorted(files - shown)}"
 
 
 def test_sync_copies_a_changed_file_into_the_blocks_that_show_it(tmp_path: Path) -> None:
@@ -233,6 +254,73 @@ def test_an_include_marker_is_named_for_readers_of_the_raw_page() -> None:
             if f"`{marker['path']}`" not in before:
                 problems.append(f"{_id(page)}: the paragraph before {marker[0]} does not name `{marker['path']}`")
     assert not problems, "\n".join(problems)
+
+
+#: The modules of jt a documentation example may import: users import ``jt_core`` (and ``jt_core.triton_lib``, the
+#: names kept from jax-triton); a plugin imports ``jt_core.plugin``, a GPU runtime's plugin ``jt_core.gpu`` too, and
+#: tests ``jt_core.testing``. Each name imported from one of them must be in its ``__all__``.
+PUBLIC_SURFACE = ("jt_core", "jt_core.plugin", "jt_core.gpu", "jt_core.testing", "jt_core.triton_lib")
+#: The import packages of jt's distributions: nothing of them but the surface above is an interface.
+JT_PACKAGES = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
+
+
+def published(module: str) -> set[str]:
+    """The names a module of the surface publishes: its ``__all__`` (for ``jt_core``, its public modules too)."""
+    names = set(importlib.import_module(module).__all__)
+    if module == "jt_core":
+        names |= {m.split(".", 1)[1] for m in PUBLIC_SURFACE if "." in m}
+    return names
+
+
+def surface_problems(source: str) -> list[str]:
+    """The imports of jt in ``source`` that reach past the public surface, as ``"line N: ..."``."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in JT_PACKAGES and alias.name not in PUBLIC_SURFACE:
+                    problems.append(f"line {node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in JT_PACKAGES:
+            if node.module not in PUBLIC_SURFACE:
+                problems.append(f"line {node.lineno}: from {node.module} import ...")
+                continue
+            hidden = [alias.name for alias in node.names if alias.name not in published(node.module)]
+            if hidden:
+                problems.append(f"line {node.lineno}: from {node.module} import {', '.join(hidden)}")
+    return problems
+
+
+def test_the_surface_check_finds_imports_past_the_surface() -> None:
+    source = (
+        "import jt_core as jt\n"
+        "from jt_core import plugins, registry, plugin\n"
+        "from jt_core.interpreter.backend import CpuLauncher\n"
+        "from jt_core.plugin import Launcher, run_on_host, execute\n"
+        "from jt_core.testing import fake_entry_point, using_plugins\n"
+        "import jt_core.cpu.backend\n"
+        "from jt_cuda.launchers import CudaJtLauncher\n"
+    )
+    assert surface_problems(source) == [
+        "line 2: from jt_core import plugins, registry",
+        "line 3: from jt_core.interpreter.backend import ...",
+        "line 4: from jt_core.plugin import execute",
+        "line 6: import jt_core.cpu.backend",
+        "line 7: from jt_cuda.launchers import ...",
+    ]
+
+
+def test_docs_examples_import_only_the_public_surface() -> None:
+    """Every ``python`` block of the documents, the files of the example plugins they show included, imports jt only
+    through its public surface: what a reader copies is what jt promises to keep."""
+    problems = []
+    for document in DOCUMENTS:
+        for block in python_blocks(document):
+            where = f"{_id(document)}, the block at line {block.line}"
+            problems += [f"{where}, {problem}" for problem in surface_problems(block.source)]
+    assert not problems, (
+        f"documentation examples import jt past its public surface {PUBLIC_SURFACE} (each name from the module's "
+        "__all__); use what jt_core.plugin / jt_core.testing offer, or add it there:\n" + "\n".join(problems)
+    )
 
 
 def test_every_page_is_in_the_navigation() -> None:
@@ -334,12 +422,15 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_example_plugin_passes_its_own_tests(tmp_path: Path) -> None:
-    """docs/examples/jt_example_backend installs with pip and passes its own test suite."""
+#: Why a test of an example plugin may be skipped: the toy platform has no device, so nothing it lowers can run.
+EXAMPLE_SKIPS = {"jt_example_backend": "JAX has no 'toy' device here", "jt_example_launcher": None}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[example.name for example in EXAMPLES])
+def test_example_plugin_passes_its_own_tests(example: Path, tmp_path: Path) -> None:
+    """An example plugin installs with pip beside jt-core alone (``--no-deps``) and passes its own test suite."""
     source = tmp_path / "src"
-    shutil.copytree(
-        DOCS / "examples" / "jt_example_backend", source, ignore=shutil.ignore_patterns("build", "*.egg-info")
-    )
+    shutil.copytree(example, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     target = tmp_path / "site-packages"
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)],
@@ -348,21 +439,24 @@ def test_example_plugin_passes_its_own_tests(tmp_path: Path) -> None:
         timeout=300,
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    assert list(target.glob("jt_example_backend-*.dist-info/entry_points.txt"))
+    assert list(target.glob(f"{example.name}-*.dist-info/entry_points.txt"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
     env.pop("JT_LOAD_PLUGINS", None)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
         cwd=source,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    # Every test passed: none skipped, none expected to fail.
+    # Every test passed: none expected to fail, and none skipped but those that cannot run here, for the reason given.
     summary = result.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"[1-9]\d* passed in [\d.]+s", summary), result.stdout
+    assert re.fullmatch(r"[1-9]\d* passed(, \d+ skipped)? in [\d.]+s( \([\d:]+\))?", summary), result.stdout
+    skipped = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED")]
+    allowed = EXAMPLE_SKIPS[example.name]
+    assert all(allowed is not None and allowed in line for line in skipped), "\n".join(skipped)
 
 
 if __name__ == "__main__":

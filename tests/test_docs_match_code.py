@@ -4,6 +4,8 @@ the layers of jt-core in "How jt is built" against the import-linter contract in
 from __future__ import annotations
 
 import difflib
+import importlib
+import inspect
 import os
 import re
 import subprocess
@@ -28,12 +30,13 @@ LOWERS_ONLY = re.compile(r"^\S+:\S+ +lowers only: .*$", re.MULTILINE)
 # (after one call, so that its fault is kept) and a plugin whose import fails, as in "Broken plugins".
 FASTCPU = """
 import jt_core as jt
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.plugin import Launcher
 
 JT_PLUGIN_API = 1
 
 
-class FastLauncher(CpuLauncher):
+class FastLauncher(Launcher):
+    platform = "cpu"
     name = "fast"
     priority = 100
 
@@ -262,3 +265,66 @@ def test_the_page_on_building_the_docs_gives_the_command_ci_runs() -> None:
     assert set(shown.split()[1:]) <= set(ci_args), f"the page: {shown}\n.ci/test.sh: {ci}"
     assert "--strict" in shown.split()
     assert "pip install -r docs/requirements.txt" in page
+
+
+# -- the reference and the plugin surface ---------------------------------------------------------------------
+
+#: The modules a plugin imports from jt-core, each of whose ``__all__`` names the reference must document.
+PLUGIN_SURFACE = ("jt_core.plugin", "jt_core.gpu")
+DIRECTIVE = re.compile(r"^::: (?P<path>[\w.]+)\n(?P<options>(?:    .*\n)*)", re.MULTILINE)
+
+
+def _resolve(path: str) -> object:
+    """The object a mkdocstrings path names: the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            found = getattr(found, part)
+        return found
+    raise ImportError(path)
+
+
+def undocumented(reference: str, surface: tuple[str, ...] = PLUGIN_SURFACE) -> list[str]:
+    """The names of ``surface``'s ``__all__`` that no ``::: path`` of ``reference`` documents: a path ending in the
+    name that resolves to the same object, or, for a class or function, a module documented with its members in
+    which it is defined."""
+    directives = [(m["path"], "members: false" not in m["options"]) for m in DIRECTIVE.finditer(reference)]
+    resolved = [(path, _resolve(path), members) for path, members in directives]
+    missing = []
+    for module_name in surface:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            value = getattr(module, name)
+            named = any(path.rsplit(".", 1)[-1] == name and found is value for path, found, _ in resolved)
+            in_module = (inspect.isclass(value) or inspect.isfunction(value)) and any(
+                members and inspect.ismodule(found) and value.__module__ == found.__name__
+                for _, found, members in resolved
+            )
+            if not (named or in_module):
+                missing.append(f"{module_name}.{name}")
+    return missing
+
+
+def test_the_reference_documents_every_name_of_the_plugin_surface() -> None:
+    missing = undocumented((PAGES / "reference.md").read_text(encoding="utf-8"))
+    assert not missing, f"docs/pages/reference.md documents none of {missing}: add a `::: jt_core.plugin.NAME` line"
+
+
+def test_a_name_left_out_of_the_reference_is_named() -> None:
+    reference = "\n".join(
+        [
+            "::: jt_core.plugin.KernelCall",
+            "::: jt_core.errors",
+            "::: jt_core.plugin",
+            "    options:",
+            "      members: false",
+            "",
+        ]
+    )
+    missing = undocumented(reference, ("jt_core.plugin",))
+    assert "jt_core.plugin.KernelCall" not in missing and "jt_core.plugin.JtError" not in missing
+    assert {"jt_core.plugin.BatchInfo", "jt_core.plugin.run_on_host", "jt_core.plugin.INPUT"} <= set(missing)

@@ -55,7 +55,7 @@ def test_versions_move_in_lockstep() -> None:
         assert f"jt-core[testing]=={VERSION}" in PROJECTS[folder]["optional-dependencies"]["test"]
 
 
-@pytest.mark.parametrize("folder", [*FOLDERS, "docs/examples/jt_example_backend"])
+@pytest.mark.parametrize("folder", [*FOLDERS, "docs/examples/jt_example_backend", "docs/examples/jt_example_launcher"])
 def test_the_oldest_python_claimed_is_the_one_ci_runs_on(folder: str) -> None:
     python = ci_python()
     project = pyproject(ROOT / folder / "pyproject.toml")["project"]

@@ -21,7 +21,7 @@ from jt_core.testing import fake_entry_point, make_registry
 
 #: The modules a plugin may import from jt-core, and the distributions shipped with it.
 SURFACE = ("jt_core.plugin", "jt_core.gpu")
-SHIPPED = ("jt_cuda", "jt_rocm", "jt_gluon", "jt_example_backend")
+SHIPPED = ("jt_cuda", "jt_rocm", "jt_gluon", "jt_example_backend", "jt_example_launcher")
 
 
 @pytest.mark.parametrize(

@@ -414,7 +414,10 @@ def test_lowering_for_a_platform_without_backend_lists_plugins(jt_fake_entry_poi
     assert "libhip missing" in str(info.value)
 
 
-def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(
+    monkeypatch: pytest.MonkeyPatch, jt_fake_entry_points: Any
+) -> None:
+    jt_fake_entry_points([])  # jt-core's own launchers only: an installed plugin may add a CPU launcher
     from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
     from jt_core.interpreter.backend import CpuLauncher
     from jt_core.interpreter.ffi_launcher import CpuFfiLauncher

@@ -16,6 +16,7 @@ import jt_core
 from jt_core import hookspecs
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.cpu.backend import CpuBackend
+from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
 from jt_core.interpreter.backend import CpuLauncher
 from jt_core.testing import BackendConformance, DialectConformance, LauncherConformance, fake_entry_point
 from jt_core.triton_dialect import TritonDialect
@@ -188,6 +189,12 @@ class TestCpuLauncherConformance(LauncherConformance):
     @pytest.fixture
     def launcher(self) -> CpuLauncher:
         return CpuLauncher()
+
+
+class TestCpuCompiledLauncherConformance(LauncherConformance):
+    @pytest.fixture
+    def launcher(self) -> CpuCompiledLauncher:
+        return CpuCompiledLauncher()
 
 
 class TestTritonDialectConformance(DialectConformance):

@@ -151,3 +151,80 @@ def test_the_conformance_suite_fails_a_component_jt_would_refuse_at_registration
             "call, kernels, device. Rename the parameter to one of those, give it a default, or drop it*"
         ]
     )
+
+
+# A launcher plugin's conformance suite, as its author writes it: the fixture registers the plugin (installed, its
+# entry point would), and the class names the launcher under test. {body} is the launcher's lower().
+LAUNCHER_SUITE = """
+import numpy as np
+import pytest
+from jt_core.plugin import Launcher, emit_host_callback, hookimpl, run_on_host
+from jt_core.testing import LauncherConformance
+
+
+class TheirLauncher(Launcher):
+    platform = "cpu"
+    name = "theirs"
+    priority = -100
+
+    def fallback_reason(self, call, kernels, device):
+        return {reason!r}
+
+    def lower(self, ctx, call, kernels, operands, device):
+        def run(*arrays):
+            {body}
+
+        return emit_host_callback(ctx, run, operands)
+
+
+class TheirPlugin:
+    @hookimpl
+    def jt_register_launchers(self, platform):
+        return [TheirLauncher()] if platform in (None, "cpu") else []
+
+
+class TestTheirLauncher(LauncherConformance):
+    expected_in_lowering = "callback"
+
+    @pytest.fixture
+    def launcher(self, jt_register_plugin):
+        jt_register_plugin(TheirPlugin(), name="theirs")
+        return TheirLauncher()
+"""
+RIGHT = "return run_on_host(call, kernels[0], arrays)"
+
+
+def test_the_launcher_suite_passes_a_launcher_that_lowers_and_runs_calls_itself(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(LAUNCHER_SUITE.format(reason=None, body=RIGHT))
+    result = pytester.runpytest("-p", "jt_core.testing")
+    result.assert_outcomes(passed=7)
+
+
+def test_the_launcher_suite_fails_a_launcher_whose_calls_another_launcher_lowers(pytester: pytest.Pytester) -> None:
+    """A launcher that hands every call on: the built-in one lowers it, and its text has "callback" too."""
+    pytester.makepyfile(LAUNCHER_SUITE.format(reason="never mine", body=RIGHT))
+    result = pytester.runpytest("-p", "jt_core.testing", "-k", "sample_call")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*launcher 'theirs' was named for the sample call on 'cpu', but no TheirLauncher.lower() lowered it: the "
+            "launcher registered under that name is another class, or fallback_reason() handed the call to the "
+            "platform's next launcher*"
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "fails"),
+    [
+        ("return [np.zeros_like(arrays[0])]", 2),  # computes nothing
+        ("call.batch is None or 1 / 0\n            return run_on_host(call, kernels[0], arrays)", 1),  # not under vmap
+    ],
+    ids=["computes-nothing", "fails-under-vmap"],
+)
+def test_the_launcher_suite_runs_the_calls_the_launcher_lowers(
+    pytester: pytest.Pytester, body: str, fails: int
+) -> None:
+    pytester.makepyfile(LAUNCHER_SUITE.format(reason=None, body=body))
+    result = pytester.runpytest("-p", "jt_core.testing", "-k", "runs_sample_call")
+    result.assert_outcomes(failed=fails, passed=2 - fails)

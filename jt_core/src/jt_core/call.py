@@ -575,6 +575,14 @@ class KernelCall(ExactEquality):
 class BatchInfo(ExactEquality):
     """How a grid-batched call relates to the unbatched call it was made from.
 
+    Under ``jax.vmap``, where the batch can become a grid axis, jt binds a new :class:`KernelCall` instead of
+    looping, and launchers are given that call: its ``fn`` is a generated ``@triton.jit`` wrapper kernel that reads
+    the batch index from grid axis :attr:`axis`, offsets every batched pointer by the index times the batch stride
+    and calls the user's kernel (``base.fn``) unchanged; its ``params`` are the user's kernel's followed by the
+    wrapper's constexpr batch sizes and strides (named ``_JT_...``); its ``operand_avals`` and ``out_avals`` have
+    the batch dimensions in front, and each configuration's grid carries the flattened batch on :attr:`axis`. The
+    platform's backend compiles the wrapper like any kernel.
+
     Attributes:
         base: The unbatched call (the user's kernel and parameters).
         batch_shape: The batch dimensions, outermost first (one per ``vmap`` level).

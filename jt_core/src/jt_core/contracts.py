@@ -350,8 +350,11 @@ class Launcher(ABC):
 
         Asked when a call with several configurations is lowered. On ``True`` jt chooses the configuration first
         (the winner remembered for the device kind, else the winner of the candidates run on scratch buffers
-        through the platform's next launcher) and the launcher gets one compiled kernel. The default (``False``)
-        hands the launcher every configuration, and it chooses among them when the call runs.
+        through the platform's next launcher) and the launcher gets one compiled kernel. Where no winner can be had
+        (lowering without a device; on the CPU without ``JT_CPU_AUTOTUNE=1``, where autotuned calls are not tuned)
+        the launcher gets every configuration all the same, and runs the first or says why it cannot express the
+        call. The default (``False``) hands the launcher every configuration, and it chooses among them when the
+        call runs.
 
         Args:
             call: The bound call, with its configurations.
@@ -376,6 +379,12 @@ class Launcher(ABC):
         device: Any | None,
     ) -> Sequence[Any]:
         """Emits the operation for a call inside a JAX lowering rule.
+
+        Under ``jax.vmap`` the call may be one jt made: its kernel (``call.fn``) is then a generated ``@triton.jit``
+        wrapper that calls the user's kernel once per batch element, the batch on one grid axis, and ``call.batch``
+        says how (:class:`~jt_core.call.BatchInfo`); ``kernels`` are compiled from the wrapper. A launcher that runs
+        kernels on the host runs it with :func:`jt_core.plugin.run_on_host`, inside the host callback that
+        :func:`jt_core.plugin.emit_host_callback` emits.
 
         Args:
             ctx: JAX's ``LoweringRuleContext``.

@@ -1,5 +1,5 @@
 """What a plugin builds on: the one jt-core module a plugin author imports (with :mod:`jt_core.gpu` for a GPU
-runtime's launchers, and :mod:`jt_core.testing` in tests).
+runtime's launchers, and :mod:`jt_core.testing` in tests). Nothing else in jt-core is an interface.
 
 A plugin module declares the API version it is written for, and implements hooks::
 
@@ -17,9 +17,13 @@ What is here:
   :class:`Target`, :class:`CompileRequest`, :class:`CompiledKernel` (:func:`plain_metadata` makes compiler
   metadata JSON data);
 * the bound call they read: :class:`KernelCall`, its :class:`ParamSlot` leaves (kinds :data:`INPUT`,
-  :data:`OUTPUT`, :data:`SCALAR`), :class:`LaunchConfig`, :class:`CompileOptions`, :class:`LaunchOptions`,
-  :class:`Specialization`, :class:`KernelParam`; :class:`TritonOptions`, a base for a backend's own options when it
-  compiles with one of Triton's backends;
+  :data:`OUTPUT`, :data:`SCALAR`; a tensor descriptor's :class:`TensorDescriptorSpec`), :class:`LaunchConfig`,
+  :class:`CompileOptions`, :class:`LaunchOptions`, :class:`Specialization`, :class:`KernelParam`, and for a call
+  ``jax.vmap`` batched on a grid axis, :class:`BatchInfo`; :class:`TritonOptions`, a base for a backend's own options
+  when it compiles with one of Triton's backends;
+* running kernels on the host, for launchers: :func:`run_on_host` (a call's kernel on NumPy arrays, in Triton's
+  interpreter, as jt's CPU backend runs it) and :func:`emit_host_callback` (the operation that calls a Python
+  function on the host when XLA runs the computation);
 * :data:`hookimpl`, and :data:`API_VERSION`;
 * the errors to raise (a user's mistake, a failed compile, a kernel a backend cannot run);
 * :mod:`settings` (environment switches read the way jt reads them), :mod:`files` (the per-machine cache
@@ -43,6 +47,7 @@ from jt_core.call import (
     INPUT,
     OUTPUT,
     SCALAR,
+    BatchInfo,
     CompileOptions,
     KernelCall,
     KernelParam,
@@ -58,12 +63,15 @@ from jt_core.errors import (
     KernelCallTypeError,
     KernelCallValueError,
     KernelCompileError,
+    KernelRuntimeError,
     NoDeviceError,
     UnsupportedKernelError,
 )
 from jt_core.hookspecs import PLUGIN_API_VERSION as API_VERSION
 from jt_core.hookspecs import hookimpl
+from jt_core.interpreter.host import emit_host_callback, run_on_host
 from jt_core.native import LibrarySpec, NativeBuildError
+from jt_core.tensordesc import TensorDescriptorSpec
 
 __all__ = [
     "API_VERSION",
@@ -71,6 +79,7 @@ __all__ = [
     "OUTPUT",
     "SCALAR",
     "Backend",
+    "BatchInfo",
     "CompileOptions",
     "CompileRequest",
     "CompiledKernel",
@@ -81,6 +90,7 @@ __all__ = [
     "KernelCallValueError",
     "KernelCompileError",
     "KernelParam",
+    "KernelRuntimeError",
     "LaunchConfig",
     "LaunchOptions",
     "Launcher",
@@ -90,10 +100,13 @@ __all__ = [
     "ParamSlot",
     "Specialization",
     "Target",
+    "TensorDescriptorSpec",
     "TritonOptions",
     "UnsupportedKernelError",
     "files",
     "hookimpl",
+    "emit_host_callback",
     "plain_metadata",
+    "run_on_host",
     "settings",
 ]

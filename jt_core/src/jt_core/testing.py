@@ -5,7 +5,8 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * fixtures: ``jt_plugin_manager`` (a fresh :class:`~jt_core.registry.Registry` over the installed plugins,
   installed as the process-wide one for the test), ``jt_register_plugin`` (register a module or object as a plugin
   for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
-  ``jt_hook_recorder`` (records hook calls);
+  ``jt_hook_recorder`` (records hook calls); outside pytest, :func:`using_plugins` (a ``with`` block in which jt
+  uses the installed plugins plus fake entry points) and :func:`dialect_for` (the dialect chosen for a kernel);
 * markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
   ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
   accident);
@@ -22,7 +23,8 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
   :func:`no_compiler_path`, a ``PATH`` without C or C++ compilers (a machine that has none);
 * conformance classes :class:`BackendConformance`, :class:`LauncherConformance` and :class:`DialectConformance`
   that a plugin's test module subclasses, providing the object under test as a fixture (each also runs the checks
-  jt makes when a plugin registers the object).
+  jt makes when a plugin registers the object), and :func:`record_lowerings`, which records the calls a launcher
+  lowers (the proof, in the launcher suite, that the plugin's own launcher lowered a call).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import collections
 import contextlib
 import dataclasses
 import errno
-import functools
 import importlib.util
 import os
 import pathlib
@@ -54,7 +55,7 @@ import pytest
 
 from jt_core import frontend
 from jt_core import registry as registries
-from jt_core._testing_gpu import (  # noqa: F401 (re-exported)
+from jt_core._testing_gpu import (
     HANDLER_HEADER,
     HANDLER_STAGES,
     LaunchHandlerConformance,
@@ -64,7 +65,7 @@ from jt_core._testing_gpu import (  # noqa: F401 (re-exported)
     output_operand_aliases,
     run_on_cpu_client,
 )
-from jt_core._testing_kernels import (  # noqa: F401 (re-exported)
+from jt_core._testing_kernels import (
     accumulate_kernel,
     add_tiles_kernel,
     autotuned_add_tiles_kernel,
@@ -77,7 +78,12 @@ from jt_core._testing_kernels import (  # noqa: F401 (re-exported)
     sample_add_kernel,
     scale_inplace_kernel,
 )
-from jt_core.api import triton_call
+from jt_core._testing_launchers import (
+    LauncherConformance,
+    Lowering,
+    has_platform,
+    record_lowerings,
+)
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, KernelCall
 from jt_core.configs import unwrap_kernel
@@ -86,7 +92,6 @@ from jt_core.contracts import (
     CompiledKernel,
     CompileRequest,
     Dialect,
-    Launcher,
     Target,
     contract_problems,
     invoke,
@@ -96,18 +101,61 @@ from jt_core.hookspecs import PLUGIN_API_VERSION
 from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
 from jt_core.registry import Registry
 
+__all__ = [
+    "CACHE_FAULTS",
+    "HANDLER_HEADER",
+    "HANDLER_STAGES",
+    "HARDWARE_MARKERS",
+    "PLUGIN_MARKER",
+    "BackendConformance",
+    "DialectConformance",
+    "HookRecorder",
+    "JobProcess",
+    "LaunchHandlerConformance",
+    "LauncherConformance",
+    "Lowering",
+    "accumulate_kernel",
+    "add_tiles_kernel",
+    "autotuned_add_tiles_kernel",
+    "autotuned_scale_inplace_kernel",
+    "backend_config",
+    "bind",
+    "compile_request",
+    "copy_tiles_kernel",
+    "custom_calls",
+    "damage",
+    "decode_jaxlib_call",
+    "dialect_for",
+    "distinct_kernels",
+    "exported_symbols",
+    "failing_writes",
+    "fake_entry_point",
+    "half_write_kernel",
+    "has_platform",
+    "installed_plugins",
+    "jt_fake_entry_points",
+    "jt_hook_recorder",
+    "jt_plugin_manager",
+    "jt_register_plugin",
+    "load_tile",
+    "make_registry",
+    "out_first_kernel",
+    "output_operand_aliases",
+    "read_tile_kernel",
+    "record_lowerings",
+    "run_job",
+    "run_on_cpu_client",
+    "run_threads",
+    "sample_add_kernel",
+    "sample_call",
+    "scale_inplace_kernel",
+    "target_of",
+    "using_plugins",
+]
+
 HARDWARE_MARKERS = ("cuda", "rocm", "gpu")
 #: The marker that names the jt plugins a test needs besides the one it tests.
 PLUGIN_MARKER = "requires_plugin"
-
-
-@functools.cache
-def has_platform(platform: str) -> bool:
-    """Whether JAX sees a device of ``platform`` (``"cuda"``, ``"rocm"`` or ``"gpu"``)."""
-    try:
-        return bool(jax.devices(platform))
-    except RuntimeError:
-        return False
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -162,6 +210,37 @@ def make_registry(
 ) -> Registry:
     """A registry over a fresh plugin loader (``entry_points=None``: the installed ones)."""
     return Registry(PluginLoader(entry_points=entry_points, environ=environ))
+
+
+@contextlib.contextmanager
+def using_plugins(
+    *entry_points: EntryPointInfo, environ: Mapping[str, str] | None = None, installed: bool = True
+) -> Iterator[Registry]:
+    """Makes jt use a fresh set of plugins while the block runs: the installed ones (unless ``installed=False``)
+    and ``entry_points`` (made with :func:`fake_entry_point`), loaded at the first call as jt loads its plugins,
+    with ``environ`` in place of the process's ``JT_*PLUGINS`` and ``JT_LAUNCHER_*`` variables. The previous set is
+    back when the block ends.
+
+    Args:
+        entry_points: The plugins to add, as entry points.
+        environ: The variables the loader reads (none by default: every plugin loads).
+        installed: Whether the installed plugins are loaded too (jt-core's built-ins always are).
+
+    Yields:
+        The registry in use (``registry.list_plugins()`` lists its plugins, as ``jt.list_plugins()`` does).
+    """
+    eps = [*discover_entry_points(), *entry_points] if installed else list(entry_points)
+    registry = make_registry(eps, environ if environ is not None else {})
+    previous = registries.set_registry(registry)
+    try:
+        yield registry
+    finally:
+        registries.set_registry(previous)
+
+
+def dialect_for(kernel: Any) -> Dialect:
+    """The dialect jt's plugins in use choose for ``kernel`` (the first that claims it), as a call of it is bound."""
+    return registries.get_registry().dialect_for(unwrap_kernel(kernel).fn)
 
 
 @pytest.fixture
@@ -674,58 +753,6 @@ class BackendConformance:
         assert type(backend) in registered, f"{type(backend).__name__} is not registered by any loaded plugin"
 
 
-class LauncherConformance:
-    """Subclass and provide a ``launcher`` fixture.
-
-    Set ``compute_capability`` when lowering for the launcher's platform needs a target without a device, and
-    ``expected_in_lowering`` to a string the lowered module must contain (the custom-call target, say).
-    """
-
-    compute_capability: int | None = None
-    expected_in_lowering: str | None = None
-
-    def test_is_a_launcher(self, launcher: Launcher) -> None:
-        assert isinstance(launcher, Launcher)
-        assert isinstance(launcher.name, str) and launcher.name
-        assert isinstance(launcher.platform, str) and launcher.platform
-        assert isinstance(launcher.priority, int)
-
-    def test_sets_no_retired_attribute(self, launcher: Launcher) -> None:
-        assert retired_attributes(launcher) == [], "jt-core asks these questions through methods now"
-
-    def test_passes_the_registration_checks(self, launcher: Launcher) -> None:
-        problems = contract_problems(launcher)
-        assert problems == [], f"jt refuses the plugin that registers it: it {'; and '.join(problems)}"
-
-    def test_availability_is_explained(self, launcher: Launcher) -> None:
-        reason = launcher.unavailable_reason()
-        assert reason is None or (isinstance(reason, str) and reason)
-
-    def test_lowers_sample_call(self, launcher: Launcher) -> None:
-        if launcher.unavailable_reason() is not None:
-            pytest.skip(f"launcher {launcher.name!r} is unavailable here: {launcher.unavailable_reason()}")
-        import jax.numpy as jnp
-
-        def f(x: Any, y: Any) -> Any:
-            return triton_call(
-                x,
-                y,
-                kernel=sample_add_kernel,
-                out_shape=x,
-                grid=2,
-                n=64,
-                BLOCK=32,
-                compute_capability=self.compute_capability,
-                launcher=launcher.name,
-            )
-
-        x = jax.ShapeDtypeStruct((64,), jnp.float32)
-        lowered = jax.jit(f).trace(x, x).lower(lowering_platforms=(launcher.platform,))
-        text = lowered.as_text()
-        if self.expected_in_lowering is not None:
-            assert self.expected_in_lowering in text
-
-
 class DialectConformance:
     """Subclass and provide ``dialect``, ``sample_kernel`` (a kernel of the dialect) and ``foreign_kernel``."""
 
@@ -748,5 +775,5 @@ class DialectConformance:
         assert not dialect.claims(types.SimpleNamespace())
 
     def test_selected_for_its_kernels(self, dialect: Dialect, sample_kernel: Any) -> None:
-        chosen = registries.get_registry().dialect_for(sample_kernel)
+        chosen = dialect_for(sample_kernel)
         assert chosen.name == dialect.name
