@@ -50,8 +50,8 @@ def generated_kernel(folder: Path, factor: int, token: str | None = None) -> Any
     return module.generated
 
 
-def call(kernel: Any, x: jax.Array) -> jax.Array:
-    return jt.triton_call(x, x.size, kernel=kernel, out_shape=x, grid=blocks(x.size), BLOCK=16)
+def call(kernel: Any, x: jax.Array, launcher: str | None = None) -> jax.Array:
+    return jt.triton_call(x, x.size, kernel=kernel, out_shape=x, grid=blocks(x.size), BLOCK=16, launcher=launcher)
 
 
 def blocks(n: int) -> int:
@@ -112,7 +112,12 @@ def test_a_bad_entries_bound_is_refused_naming_the_variable(monkeypatch: pytest.
         memory.entries_limit()
 
 
-def test_an_executable_kept_past_clear_caches_says_to_lower_again(tmp_path: Path) -> None:
+def test_an_executable_kept_past_clear_caches_says_to_lower_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the interpreter's FFI handler, whose calls the process-wide registry holds (the compiled path's needs
+    it only to name a stray access: its kept executables keep running, next test)."""
+    monkeypatch.setenv("JT_LAUNCHER_CPU", "ffi")
     kernel = generated_kernel(tmp_path, 3)
     x = jnp.asarray(RNG.standard_normal(32).astype(np.float32))
     f = jax.jit(lambda v: call(kernel, v))
@@ -145,7 +150,22 @@ def test_a_computation_running_when_caches_are_cleared_finishes(tmp_path: Path) 
     np.testing.assert_allclose(pending, expected, rtol=1e-5)
 
 
-def test_a_released_id_never_goes_to_another_kernel_with_the_same_source(tmp_path: Path) -> None:
+def test_an_executable_of_the_compiled_path_kept_past_clear_caches_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JT_LAUNCHER_CPU", raising=False)
+    monkeypatch.delenv("JT_CPU_RACE_CHECK", raising=False)
+    kernel = generated_kernel(tmp_path, 3)
+    x = jnp.asarray(RNG.standard_normal(32).astype(np.float32))
+    compiled = jax.jit(lambda v: call(kernel, v, "compiled")).lower(x).compile()
+    jax.clear_caches()
+    np.testing.assert_allclose(compiled(x), np.asarray(x) * 3 + 1, rtol=1e-6)
+
+
+def test_a_released_id_never_goes_to_another_kernel_with_the_same_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JT_LAUNCHER_CPU", "ffi")
     token = uuid.uuid4().hex
     first, second = generated_kernel(tmp_path, 4, token), generated_kernel(tmp_path, 4, token)
     x = jnp.asarray(RNG.standard_normal(16).astype(np.float32))
