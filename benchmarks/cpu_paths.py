@@ -9,7 +9,8 @@ Four kernels, each written once for Triton and once for Pallas, checked against 
 * ``tail``: a leaky ReLU on 1,000,003 float32 (a masked last block), BLOCK 1024.
 
 Every case is timed in the same process, in interleaved rounds (each round times every case once, in turn), so a
-change of load on the machine shows in all of them; the figures are medians over the rounds. The matmul's first
+change of load on the machine shows in all of them; a sample is the mean of ``--calls`` calls (the interpreter's,
+one call), and the figures are medians over the rounds. The matmul's first
 call (Triton's front end, the trace, XLA's compile) is timed in a new process with an empty cache (jt's CPU handler
 library built beforehand, as a wheel carries it).
 
@@ -216,10 +217,12 @@ def reference(name: str, args: Sequence[jax.Array]) -> np.ndarray:
     return np.where(a[0] > 0, a[0], 0.01 * np.asarray(args[0], np.float32).astype(np.float64))
 
 
-def timed(fn: Callable[..., jax.Array], args: Sequence[jax.Array]) -> float:
+def timed(fn: Callable[..., jax.Array], args: Sequence[jax.Array], calls: int = 1) -> float:
+    """The mean wall time of ``calls`` calls, each waited for (dispatch and ``block_until_ready`` included)."""
     start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
+    for _ in range(calls):
+        jax.block_until_ready(fn(*args))
+    return (time.perf_counter() - start) / calls
 
 
 def first_call_seconds() -> float:
@@ -257,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--interpreter-rounds", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=10, help="calls per sample (the interpreter's: one)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     jax.config.update("jax_platforms", "cpu")
@@ -282,10 +286,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path, cases in paths.items():
                 if path == "interpreter" and round_index >= args.interpreter_rounds:
                     continue
-                times[path][name].append(timed(cases[name], operands))
+                times[path][name].append(timed(cases[name], operands, 1 if path == "interpreter" else args.calls))
     first = first_call_seconds()
     medians = {path: {name: statistics.median(v) * 1e3 for name, v in per.items()} for path, per in times.items()}
-    print(f"\nmedian ms over {args.rounds} interleaved rounds (interpreter: {args.interpreter_rounds})")
+    print(
+        f"\nmedian ms over {args.rounds} interleaved rounds of {args.calls} calls "
+        f"(interpreter: {args.interpreter_rounds} rounds of one call)"
+    )
     header = (
         f"{'kernel':8} {'compiled':>10} {'interpreter':>12} {'pallas':>10} {'jnp':>8}  {'÷ pallas':>9} {'÷ jnp':>7} "
         f"{'interp ÷ compiled':>18}"

@@ -93,6 +93,27 @@ def test_an_out_of_bounds_load_names_the_argument_the_element_and_the_program(la
     assert "[program_id (2, 0, 0)]" in message
 
 
+@triton.jit
+def unmasked_tile_kernel(x_ptr, out_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, SHIFT: tl.constexpr):
+    r = tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, COLS)[None, :]
+    tl.store(out_ptr + r * COLS + c, tl.load(x_ptr + r * COLS + c + SHIFT))
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_an_unmasked_block_reaching_outside_its_argument_is_stopped(shift: int) -> None:
+    """An unmasked access through affine offsets is checked by its block's ends: one lane out is found."""
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    with pytest.raises(Exception) as raised:
+        jax.block_until_ready(run(unmasked_tile_kernel, x, out_shape=x, grid=1, ROWS=4, COLS=8, SHIFT=shift))
+    error = jt.errors.from_runtime_error(raised.value)
+    assert isinstance(error, OutOfBoundsAccessError), raised.value
+    assert f"element {-1 if shift < 0 else 32}" in str(error)
+    np.testing.assert_array_equal(
+        np.asarray(run(unmasked_tile_kernel, x, out_shape=x, grid=1, ROWS=4, COLS=8, SHIFT=0)), x
+    )
+
+
 def test_the_compiled_path_raises_the_interpreters_error_word_for_word() -> None:
     x = np.arange(40, dtype=np.float32)
     messages = []

@@ -25,12 +25,20 @@ class Affine:
         pids: The coefficients of the three program ids.
         lanes: The coefficient of each block axis's lane index.
         shape: The block's shape (``()`` for a scalar).
+        base_known: Whether ``const`` and ``pids`` are known; when not, the value is some run-time scalar (a loop's
+            counter, say) plus the lanes' terms, which still bound the block's spread.
     """
 
     const: int
     pids: tuple[int, int, int] = (0, 0, 0)
     lanes: tuple[int, ...] = ()
     shape: tuple[int, ...] = ()
+    base_known: bool = True
+
+    @staticmethod
+    def unknown_scalar() -> Affine:
+        """A scalar known only at run time."""
+        return Affine(0, (0, 0, 0), (), (), base_known=False)
 
     @staticmethod
     def constant(value: int, shape: tuple[int, ...] = ()) -> Affine:
@@ -38,21 +46,21 @@ class Affine:
 
     @property
     def is_constant(self) -> bool:
-        return not any(self.pids) and not any(self.lanes)
+        return self.base_known and not any(self.pids) and not any(self.lanes)
 
     def broadcast(self, shape: tuple[int, ...]) -> Affine:
         """The same values over ``shape`` (a scalar's, or this block's broadcast: an axis of size 1 varies no more)."""
         if not self.shape:
-            return Affine(self.const, self.pids, (0,) * len(shape), shape)
+            return dataclasses.replace(self, lanes=(0,) * len(shape), shape=shape)
         lanes = tuple(c if n == m else 0 for c, n, m in zip(self.lanes, self.shape, shape, strict=True))
-        return Affine(self.const, self.pids, lanes, shape)
+        return dataclasses.replace(self, lanes=lanes, shape=shape)
 
     def expand(self, axis: int) -> Affine:
         lanes = list(self.lanes)
         shape = list(self.shape)
         lanes.insert(axis, 0)
         shape.insert(axis, 1)
-        return Affine(self.const, self.pids, tuple(lanes), tuple(shape))
+        return dataclasses.replace(self, lanes=tuple(lanes), shape=tuple(shape))
 
     def reshaped(self, shape: tuple[int, ...]) -> Affine | None:
         """The same values over ``shape`` when only axes of size 1 come or go, else ``None``."""
@@ -60,7 +68,7 @@ class Affine:
             return None
         varying = iter([c for c, n in zip(self.lanes, self.shape, strict=True) if n != 1])
         lanes = tuple(next(varying) if n != 1 else 0 for n in shape)
-        return Affine(self.const, self.pids, lanes, shape)
+        return dataclasses.replace(self, lanes=lanes, shape=shape)
 
     def plus(self, other: Affine, sign: int = 1) -> Affine:
         shape = self.shape if len(self.shape) >= len(other.shape) else other.shape
@@ -73,6 +81,7 @@ class Affine:
             tuple(x + sign * y for x, y in zip(a.pids, b.pids, strict=True)),  # type: ignore[arg-type]
             tuple(x + sign * y for x, y in zip(a.lanes, b.lanes, strict=True)),
             shape,
+            a.base_known and b.base_known,
         )
 
     def times(self, factor: int) -> Affine:
@@ -81,11 +90,12 @@ class Affine:
             tuple(p * factor for p in self.pids),  # type: ignore[arg-type]
             tuple(c * factor for c in self.lanes),
             self.shape,
+            self.base_known,
         )
 
-    def span(self) -> tuple[int, int]:
-        """The smallest and largest value over the block, for program ids of zero."""
-        low = high = self.const
+    def spread(self) -> tuple[int, int]:
+        """How far below and above its first lane (all lane indices zero) the block's values reach."""
+        low = high = 0
         for c, n in zip(self.lanes, self.shape, strict=True):
             low += min(0, c * (n - 1))
             high += max(0, c * (n - 1))
@@ -105,7 +115,7 @@ def disjoint(stores: Sequence[Affine], grid: tuple[int, int, int]) -> bool:
     """
     if not stores:
         return True
-    if any(s != stores[0] for s in stores):
+    if any(s != stores[0] for s in stores) or not stores[0].base_known:
         return False
     store = stores[0]
     digits = [(abs(a), g - 1) for a, g in zip(store.pids, grid, strict=True) if g > 1]

@@ -104,6 +104,9 @@ class Kernel:
         found = self.env.get(value)
         if isinstance(found, int) and not isinstance(found, bool):
             return Affine.constant(found).broadcast(self.type(value).shape)
+        ty = self.type(value)
+        if not ty.shape and ty.element.startswith("i") and ty.element != "i1":
+            return Affine.unknown_scalar()  # a run-time scalar (a loop's counter): affine, with an unknown base
         return None
 
     def array(self, value: int) -> jax.Array:

@@ -165,6 +165,12 @@ class Memory:
             return offsets, jnp.zeros(shape, bool), self._record(state, refused)
         if wanted is None and not self.bounds_check:
             return offsets, None, state
+        spread = pointer.affine.spread() if pointer.affine is not None and pointer.affine.shape == shape else None
+        if wanted is None and spread is not None:
+            # The lanes lie within a known spread of the first: two comparisons check the whole block.
+            first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
+            strayed = (first + spread[0] < 0) | (first + spread[1] >= spec.size)
+            return offsets, None, State(state.buffers, state.strayed | strayed)
         inside = (offsets >= 0) & (offsets < spec.size)
         if self.bounds_check:
             state = self._record(state, ~inside if wanted is None else wanted & ~inside)
