@@ -44,19 +44,16 @@ ffi::ErrorCode ToErrorCode(int32_t code) {
   return static_cast<ffi::ErrorCode>(code);
 }
 
-ffi::Error Execute(int64_t call_id, std::string_view name, ffi::RemainingArgs args, ffi::RemainingRets rets) {
-  JtCpuDispatcher dispatcher = g_dispatcher.load(std::memory_order_acquire);
-  if (dispatcher == nullptr) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jt CPU launcher: triton_call '" + std::string(name) +
-                          "' ran after the Python dispatcher was removed (interpreter shutting down)");
-  }
-  const size_t num_inputs = args.size();
+// Runs the call registered under `call_id` through the dispatcher: its operands are `args` from `first_input` on,
+// its results `rets`. Returns the dispatcher's status code, with its message in `text`.
+ffi::ErrorOr<int32_t> Dispatch(JtCpuDispatcher dispatcher, int64_t call_id, ffi::RemainingArgs args,
+                               size_t first_input, ffi::RemainingRets rets, std::string* text) {
+  const size_t num_inputs = args.size() - first_input;
   const size_t num_outputs = rets.size();
   std::vector<void*> pointers(num_inputs + num_outputs);
   std::vector<int64_t> sizes(num_inputs + num_outputs);
   for (size_t i = 0; i < num_inputs; ++i) {
-    ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(i);
+    ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(first_input + i);
     if (buffer.has_error()) return buffer.error();
     pointers[i] = buffer->untyped_data();
     sizes[i] = static_cast<int64_t>(buffer->size_bytes());
@@ -72,11 +69,24 @@ ffi::Error Execute(int64_t call_id, std::string_view name, ffi::RemainingArgs ar
   int32_t code = dispatcher(call_id, static_cast<int64_t>(num_inputs), pointers.data(), sizes.data(),
                             static_cast<int64_t>(num_outputs), pointers.data() + num_inputs,
                             sizes.data() + num_inputs, message, kMessageCapacity);
-  if (code == 0) return ffi::Error::Success();
   message[kMessageCapacity - 1] = '\0';
-  std::string text(message, strnlen(message, kMessageCapacity));
+  text->assign(message, strnlen(message, kMessageCapacity));
+  return code;
+}
+
+ffi::Error Execute(int64_t call_id, std::string_view name, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  JtCpuDispatcher dispatcher = g_dispatcher.load(std::memory_order_acquire);
+  if (dispatcher == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jt CPU launcher: triton_call '" + std::string(name) +
+                          "' ran after the Python dispatcher was removed (interpreter shutting down)");
+  }
+  std::string text;
+  ffi::ErrorOr<int32_t> code = Dispatch(dispatcher, call_id, args, 0, rets, &text);
+  if (code.has_error()) return code.error();
+  if (*code == 0) return ffi::Error::Success();
   if (text.empty()) text = "jt CPU launcher: triton_call '" + std::string(name) + "' failed";
-  return ffi::Error(ToErrorCode(code), text);
+  return ffi::Error(ToErrorCode(*code), text);
 }
 
 // A compiled kernel's check. Its arguments are a flag (nonzero when one of the kernel's accesses strayed outside its
@@ -96,36 +106,17 @@ ffi::Error Check(int64_t call_id, std::string_view name, ffi::AnyBuffer flag, ff
                                                        "' made an out-of-bounds access (the interpreter that "
                                                        "would name it is gone: the interpreter is shutting down)");
   }
-  const size_t num_outputs = rets.size();
-  if (args.size() < num_outputs) return ffi::Error::InvalidArgument("jt CPU check: fewer arguments than results");
-  const size_t num_inputs = args.size() - num_outputs;
-  std::vector<void*> pointers(num_inputs + num_outputs);
-  std::vector<int64_t> sizes(num_inputs + num_outputs);
-  for (size_t i = 0; i < num_inputs; ++i) {
-    ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(num_outputs + i);
-    if (buffer.has_error()) return buffer.error();
-    pointers[i] = buffer->untyped_data();
-    sizes[i] = static_cast<int64_t>(buffer->size_bytes());
+  if (args.size() < rets.size()) return ffi::Error::InvalidArgument("jt CPU check: fewer arguments than results");
+  std::string text;
+  ffi::ErrorOr<int32_t> code = Dispatch(dispatcher, call_id, args, rets.size(), rets, &text);
+  if (code.has_error()) return code.error();
+  if (*code == 0 || text.empty()) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      "jt CPU backend: the compiled kernel '" + std::string(name) +
+                          "' made an out-of-bounds access that Triton's interpreter, run again on the same operands, "
+                          "did not make");
   }
-  for (size_t i = 0; i < num_outputs; ++i) {
-    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> buffer = rets.get<ffi::AnyBuffer>(i);
-    if (buffer.has_error()) return buffer.error();
-    pointers[num_inputs + i] = (*buffer)->untyped_data();
-    sizes[num_inputs + i] = static_cast<int64_t>((*buffer)->size_bytes());
-  }
-  char message[kMessageCapacity];
-  message[0] = '\0';
-  int32_t code = dispatcher(call_id, static_cast<int64_t>(num_inputs), pointers.data(), sizes.data(),
-                            static_cast<int64_t>(num_outputs), pointers.data() + num_inputs,
-                            sizes.data() + num_inputs, message, kMessageCapacity);
-  message[kMessageCapacity - 1] = '\0';
-  std::string text(message, strnlen(message, kMessageCapacity));
-  if (code == 0 || text.empty()) {
-    text = "jt CPU backend: the compiled kernel '" + std::string(name) +
-           "' made an out-of-bounds access that Triton's interpreter, run again on the same operands, did not make";
-    return ffi::Error(ffi::ErrorCode::kInternal, text);
-  }
-  return ffi::Error(ToErrorCode(code), text);
+  return ffi::Error(ToErrorCode(*code), text);
 }
 
 }  // namespace
