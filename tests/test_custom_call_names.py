@@ -27,7 +27,9 @@ def _add(x: Any, y: Any, launcher: str | None) -> Any:
 
 @pytest.fixture(autouse=True)
 def _lowering_without_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lets every launcher lower here: jaxlib's lowerings need no jaxlib objects, ROCm needs an architecture."""
+    """Lets every launcher lower here: jaxlib's lowerings need no jaxlib objects, ROCm needs an architecture. Each
+    call lowers alone (JT_CPU_DIFFERENTIAL=1 would add the compiled path's twin and the comparison's callback)."""
+    monkeypatch.delenv("JT_CPU_DIFFERENTIAL", raising=False)
     monkeypatch.setenv("JT_ROCM_ARCH", "gfx942")
     monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(tmp_path / "hsaco"))
     for launcher in (CudaJaxlibLauncher, RocmJaxlibLauncher):

@@ -75,9 +75,13 @@ class Registry:
 
     def __init__(self, loader: PluginLoader | None = None) -> None:
         self.loader = loader if loader is not None else PluginLoader()
-        self.launcher_overrides = settings.launcher_overrides(self.loader.environ)
         self._lock = threading.RLock()
         self._reset()
+
+    @property
+    def launcher_overrides(self) -> dict[str, str]:
+        """``JT_LAUNCHER_<PLATFORM>`` by platform, read when asked (a program or a test may change it)."""
+        return settings.launcher_overrides(self.loader.environ)
 
     def _reset(self) -> None:
         self.backends: dict[str, tuple[str, Backend]] = {}
