@@ -67,7 +67,8 @@ class CompileRequest:
     @property
     def dialect(self) -> Dialect:
         """The dialect that claimed the kernel: ``call.dialect``."""
-        return self.call.dialect
+        # The call holds the Dialect that claimed its kernel, typed by what the call model reads of it.
+        return typing.cast(Dialect, self.call.dialect)
 
     @classmethod
     def for_config(
