@@ -19,7 +19,7 @@ import pytest
 
 import jt_core as jt
 from jt_core import cache, files, native
-from jt_core.interpreter.ffi_launcher import WITHOUT_HANDLER
+from jt_core.cpu.ffi_launcher import WITHOUT_HANDLER
 from jt_core.testing import distinct_kernels
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
@@ -273,7 +273,7 @@ def test_a_killed_build_leaves_no_temporary_file_for_ever(tmp_path: Path, cache_
 @needs_compiler
 def test_a_second_virtualenv_finds_the_library_the_first_one_built(tmp_path: Path, cache_root: Path) -> None:
     """The key holds the contents of the include folders, not their paths, which differ between virtualenvs."""
-    from jt_core.interpreter import ffi_launcher
+    from jt_core.cpu import ffi_launcher
 
     spec = ffi_launcher.library_spec()
     first = spec.build()

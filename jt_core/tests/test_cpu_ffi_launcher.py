@@ -19,8 +19,8 @@ import pytest
 
 import jt_core as jt
 from jt_core import hooks
-from jt_core.interpreter import ffi_launcher
-from jt_core.interpreter.ffi_launcher import TARGET_NAME, CpuFfiLauncher
+from jt_core.cpu import ffi_launcher
+from jt_core.cpu.ffi_launcher import TARGET_NAME, CpuFfiLauncher
 from jt_core.testing import LauncherConformance, accumulate_kernel, scale_inplace_kernel
 
 BEHAVIOUR = Path(__file__).with_name("test_call_behaviour.py")
@@ -271,7 +271,7 @@ def test_named_ffi_launcher_without_a_compiler_says_what_to_do(tmp_path: Path) -
 def test_without_a_compiler_the_callback_launcher_is_used(tmp_path: Path) -> None:
     script = (
         "from jt_core import hooks\n"
-        "from jt_core.interpreter.ffi_launcher import CpuFfiLauncher\n"
+        "from jt_core.cpu.ffi_launcher import CpuFfiLauncher\n"
         "print(hooks.launcher_for('cpu').name)\n"
         "print(CpuFfiLauncher().unavailable_reason())\n"
     )

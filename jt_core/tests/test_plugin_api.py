@@ -149,7 +149,7 @@ def test_a_launcher_that_names_fewer_arguments_still_lowers(jt_register_plugin: 
     import numpy as np
 
     import jt_core as jt
-    from jt_core.interpreter.backend import CpuLauncher
+    from jt_core.cpu.interpreter_launcher import CpuLauncher
     from jt_core.testing import sample_add_kernel
 
     seen: list[str] = []

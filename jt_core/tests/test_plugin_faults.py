@@ -26,7 +26,7 @@ import triton.language as tl
 import jt_core as jt
 from jt_core import hookimpl
 from jt_core.contracts import Backend, CompiledKernel, Launcher
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.plugins import BUILTIN, FAILED, FAULTED, LOADED
 from jt_core.registry import Registry
 from jt_core.testing import custom_calls, fake_entry_point, make_registry, sample_add_kernel
@@ -428,7 +428,7 @@ def test_cli_shows_a_fault_recorded_by_another_process(tmp_path: pathlib.Path) -
         textwrap.dedent(
             """
             import jt_core as jt
-            from jt_core.interpreter.backend import CpuLauncher
+            from jt_core.cpu.interpreter_launcher import CpuLauncher
 
             JT_PLUGIN_API = 1
 

@@ -30,8 +30,8 @@ from jt_core.contracts import (
     Target,
     invoke,
 )
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.errors import KernelCallValueError, PluginLoadError, UnsupportedKernelError
-from jt_core.interpreter.backend import CpuLauncher
 from jt_core.plugins import FAILED, LOADED
 from jt_core.registry import Registry
 from jt_core.testing import (

@@ -35,8 +35,8 @@ from jt_core.contracts import (
     contract_problems,
     invoke,
 )
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.errors import PluginLoadError
-from jt_core.interpreter.backend import CpuLauncher
 from jt_core.plugins import FAILED, LOADED
 from jt_core.registry import Registry
 from jt_core.testing import fake_entry_point, sample_add_kernel, sample_call

@@ -419,8 +419,8 @@ def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(
 ) -> None:
     jt_fake_entry_points([])  # jt-core's own launchers only: an installed plugin may add a CPU launcher
     from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-    from jt_core.interpreter.backend import CpuLauncher
-    from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.interpreter_launcher import CpuLauncher
 
     monkeypatch.setattr(CpuCompiledLauncher, "fallback_reason", lambda self, call, kernels, device: "no xla today")
     monkeypatch.setattr(CpuFfiLauncher, "fallback_reason", lambda self, call, kernels, device: "no ffi today")

@@ -17,7 +17,7 @@ from jt_core import hookspecs
 from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.cpu.backend import CpuBackend
 from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.testing import BackendConformance, DialectConformance, LauncherConformance, fake_entry_point
 from jt_core.triton_dialect import TritonDialect
 

@@ -124,7 +124,7 @@ def test_plugin_can_replace_the_compile(jt_register_plugin: Any) -> None:
 
 MISNAMED = """
 import pytest
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.testing import LauncherConformance
 
 class MisnamedLauncher(CpuLauncher):

@@ -27,7 +27,7 @@ def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     if platform not in (None, "cpu"):
         return []  # another platform's call: nothing to import
     from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-    from jt_core.interpreter.backend import CpuLauncher
-    from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.interpreter_launcher import CpuLauncher
 
     return [CpuCompiledLauncher(), CpuLauncher(), CpuFfiLauncher()]

@@ -79,7 +79,7 @@ def run_on_host(
             :class:`~jt_core.errors.DataRaceError` with the race check on, ...).
     """
     # Loaded at the first run: importing jt_core.plugin (every plugin does) must not load the interpreter.
-    from jt_core.interpreter.backend import INTERPRETED_DIALECTS, execute_into
+    from jt_core.interpreter.execute import INTERPRETED_DIALECTS, execute_into
 
     if not isinstance(call, KernelCall):
         raise KernelCallTypeError(

@@ -17,7 +17,7 @@ import jax
 
 from jt_core.call import KernelCall
 from jt_core.contracts import CompiledKernel
-from jt_core.interpreter import ffi_launcher
+from jt_core.cpu import ffi_launcher
 
 __all__ = ["checked", "handler_ready", "register"]
 
