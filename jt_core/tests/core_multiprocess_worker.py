@@ -48,7 +48,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jt_core as jt  # noqa: E402
 from jt_core import files, tuning  # noqa: E402
-from jt_core.registry import get_registry  # noqa: E402
+from jt_core.plugin.registry import get_registry  # noqa: E402
 
 
 # Two configurations doing the same work: a real tie, which the process's own timing would break either way. The

@@ -117,7 +117,7 @@ def test_an_emptied_cpu_handler_is_built_again_not_skipped(cache_root: Path) -> 
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import jax, jax.numpy as jnp, numpy as np
         import jt_core as jt
-        from jt_core.registry import get_registry
+        from jt_core.plugin.registry import get_registry
         import core_kernels as k
         x = jnp.asarray(np.load({str(cache_root.parent / "x.npy")!r}))
         out = jax.jit(lambda a: jt.triton_call(a, a, 32, kernel=k.add_kernel, out_shape=a, grid=2, BLOCK=16))(x)
@@ -140,7 +140,8 @@ _SLOW_BACKEND = """
     import hashlib, os, sys, time
     from pathlib import Path
     from jt_core import cache
-    from jt_core.contracts import Backend, CompiledKernel, Target
+    from jt_core.plugin.roles import Backend
+    from jt_core.plugin.values import CompiledKernel, Target
     from jt_core.testing import compile_request, sample_call
     from jt_core.triton_dialect import TritonDialect
 

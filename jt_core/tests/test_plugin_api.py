@@ -16,7 +16,7 @@ import pytest
 
 from jt_core import plugin
 from jt_core._version import __version__
-from jt_core.plugins import FAILED, LOADED
+from jt_core.plugin.records import FAILED, LOADED
 from jt_core.testing import fake_entry_point, make_registry
 
 #: The modules a plugin may import from jt-core, and the distributions shipped with it.
@@ -126,7 +126,7 @@ def test_the_writing_a_backend_page_lists_the_surface() -> None:
 
 
 def test_contract_methods_get_the_arguments_they_name() -> None:
-    from jt_core.contracts import invoke
+    from jt_core.plugin.roles import invoke
 
     class Narrow:
         def target(self, device: Any) -> tuple[str, Any]:

@@ -15,7 +15,7 @@ from jt_core.testing import has_platform
 
 PLUGIN = """
 import jt_core as jt
-from jt_core.contracts import Launcher
+from jt_core.plugin.roles import Launcher
 from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.native import LibrarySpec
 

@@ -15,10 +15,11 @@ import pytest
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.errors import DuplicateBackendError, NoBackendError, PluginLoadError
-from jt_core.plugins import BLOCKED, BUILTIN, FAILED, LOADED
-from jt_core.registry import Registry
+from jt_core.plugin.records import BLOCKED, BUILTIN, FAILED, LOADED
+from jt_core.plugin.registry import Registry
+from jt_core.plugin.roles import Backend, CompileRequest, Launcher
+from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing import fake_entry_point, make_registry, sample_add_kernel
 
 

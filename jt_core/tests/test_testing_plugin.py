@@ -11,8 +11,9 @@ import pytest
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.contracts import CompiledKernel, CompileRequest
 from jt_core.errors import KernelCompileError
+from jt_core.plugin.roles import CompileRequest
+from jt_core.plugin.values import CompiledKernel
 from jt_core.testing import HookRecorder, has_platform, sample_add_kernel
 
 pytest_plugins = ["pytester"]

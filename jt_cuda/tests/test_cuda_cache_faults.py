@@ -17,7 +17,7 @@ import pytest
 
 from jt_core import cache, files
 from jt_core.call import CallOptions
-from jt_core.contracts import CompiledKernel, CompileRequest
+from jt_core.plugin import CompiledKernel, CompileRequest
 from jt_core.testing import bind, compile_request, damage, failing_writes, sample_add_kernel
 from jt_cuda.backend import CudaBackend
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
+from jt_core.plugin import CompiledKernel
 from jt_core.testing import LaunchHandlerConformance, compile_request, sample_call
 from jt_cuda.backend import CudaBackend
 from jt_cuda.launchers import HANDLER as handler

@@ -40,7 +40,7 @@ def bound_call(
 def use_launcher(monkeypatch: Any, name: str) -> None:
     """Makes ``name`` the ROCm launcher for the rest of the test: ``JT_LAUNCHER_ROCM`` and a fresh registry that
     reads it (``monkeypatch`` restores both)."""
-    from jt_core import registry
+    from jt_core.plugin import registry
     from jt_core.testing import make_registry
 
     monkeypatch.setenv("JT_LAUNCHER_ROCM", name)

@@ -12,7 +12,7 @@ import pytest
 from rocm_testlib import bound_call
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
+from jt_core.plugin import CompiledKernel
 from jt_core.testing import LaunchHandlerConformance, compile_request
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import HANDLER as handler

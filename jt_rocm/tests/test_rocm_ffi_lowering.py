@@ -17,8 +17,8 @@ import triton
 from rocm_testlib import add_one_kernel, bound_call
 
 import jt_core as jt
-from jt_core import registry
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
+from jt_core.plugin import registry
 from jt_core.testing import (
     LauncherConformance,
     backend_config,

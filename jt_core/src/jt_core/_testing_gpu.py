@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.handler import LaunchHandlerLibrary, headers, include_dir
 from jt_core.gpu.launchers import HandlerLauncher
 from jt_core.native import NativeBuildError, build_shared_library, find_compiler
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "HANDLER_HEADER",

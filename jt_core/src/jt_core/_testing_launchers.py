@@ -19,8 +19,10 @@ import pytest
 from jt_core._testing_kernels import sample_add_kernel
 from jt_core.api import triton_call
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Launcher, contract_problems, retired_attributes
 from jt_core.errors import short_repr
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.validation import contract_problems, retired_attributes
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["LauncherConformance", "Lowering", "has_platform", "record_lowerings"]
 

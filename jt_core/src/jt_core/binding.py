@@ -35,10 +35,11 @@ from jt_core.call import (
     kernel_signature_text,
 )
 from jt_core.configs import KernelWrappers, expand_configs
-from jt_core.contracts import Dialect, Target, invoke
 from jt_core.conventions import assign_arguments
 from jt_core.dtypes import int_type, triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
+from jt_core.plugin.roles import Dialect, invoke
+from jt_core.plugin.values import Target
 from jt_core.tensordesc import TensorDescriptor
 
 __all__ = ["BoundCall", "bind_call"]

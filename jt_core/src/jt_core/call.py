@@ -13,8 +13,8 @@ carries. It holds four things:
 
 Nothing in it belongs to one backend: what a call gives the backend that compiles it (``backend_options=``,
 ``compute_capability=``, the CPU checks in force) travels unopened in :attr:`KernelCall.backend_arguments`, and
-each backend reads what it owns there (:meth:`jt_core.contracts.Backend.target`,
-:meth:`jt_core.contracts.Backend.parse_options`). :meth:`KernelCall.specialization` gives the
+each backend reads what it owns there (:meth:`jt_core.plugin.Backend.target`,
+:meth:`jt_core.plugin.Backend.parse_options`). :meth:`KernelCall.specialization` gives the
 :class:`Specialization` a backend compiles.
 """
 
@@ -225,7 +225,7 @@ class CompileOptions(ExactEquality):
 @dataclasses.dataclass(frozen=True)
 class TritonOptions:
     """A base for a backend's own options when it compiles with one of Triton's backends
-    (:meth:`jt_core.contracts.Backend.parse_options`): the options every backend takes, and the further ones for
+    (:meth:`jt_core.plugin.Backend.parse_options`): the options every backend takes, and the further ones for
     Triton's backend, passed as given.
 
     Attributes:

@@ -2,7 +2,7 @@
 
 Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. It provides:
 
-* fixtures: ``jt_plugin_manager`` (a fresh :class:`~jt_core.registry.Registry` over the installed plugins,
+* fixtures: ``jt_plugin_manager`` (a fresh :class:`~jt_core.plugin.registry.Registry` over the installed plugins,
   installed as the process-wide one for the test), ``jt_register_plugin`` (register a module or object as a plugin
   for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
   ``jt_hook_recorder`` (records hook calls); outside pytest, :func:`using_plugins` (a ``with`` block in which jt
@@ -54,7 +54,6 @@ import numpy as np
 import pytest
 
 from jt_core import frontend
-from jt_core import registry as registries
 from jt_core._testing_gpu import (
     HANDLER_HEADER,
     HANDLER_STAGES,
@@ -87,19 +86,13 @@ from jt_core._testing_launchers import (
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, KernelCall
 from jt_core.configs import unwrap_kernel
-from jt_core.contracts import (
-    Backend,
-    CompiledKernel,
-    CompileRequest,
-    Dialect,
-    Target,
-    contract_problems,
-    invoke,
-    retired_attributes,
-)
-from jt_core.hookspecs import PLUGIN_API_VERSION
-from jt_core.plugins import EntryPointInfo, PluginLoader, discover_entry_points
-from jt_core.registry import Registry
+from jt_core.plugin import registry as registries
+from jt_core.plugin.loader import EntryPointInfo, PluginLoader, discover_entry_points
+from jt_core.plugin.registry import Registry
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect, invoke
+from jt_core.plugin.specs import PLUGIN_API_VERSION
+from jt_core.plugin.validation import contract_problems, retired_attributes
+from jt_core.plugin.values import CompiledKernel, Target
 
 __all__ = [
     "CACHE_FAULTS",
@@ -293,7 +286,7 @@ def fake_entry_point(
 def jt_fake_entry_points() -> Iterator[Callable[..., Registry]]:
     """A factory: ``make(entry_points, environ=None, include_installed=False)`` -> an installed fresh registry.
 
-    Each entry point is an :class:`~jt_core.plugins.EntryPointInfo` (see :func:`fake_entry_point`).
+    Each entry point is an :class:`~jt_core.plugin.loader.EntryPointInfo` (see :func:`fake_entry_point`).
     """
     previous = registries.set_registry(None)
 
@@ -713,9 +706,9 @@ class BackendConformance:
     """Subclass and provide a ``backend`` fixture (and set ``compute_capability`` where the target needs one).
 
     The suite checks the ABC contract (none of the class attributes the contract's questions replaced is set, and
-    the checks jt makes when a plugin registers the backend pass: :func:`~jt_core.contracts.contract_problems`), that
-    a target can be made without a device when told the architecture, and that the sample kernel compiles to a
-    :class:`~jt_core.contracts.CompiledKernel`.
+    the checks jt makes when a plugin registers the backend pass:
+    :func:`~jt_core.plugin.validation.contract_problems`), that a target can be made without a device when told the
+    architecture, and that the sample kernel compiles to a :class:`~jt_core.plugin.CompiledKernel`.
     """
 
     #: Passed as ``compute_capability=`` to the sample call (CUDA backends need it without a device).

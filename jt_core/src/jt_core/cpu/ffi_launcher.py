@@ -40,10 +40,11 @@ import numpy as np
 
 from jt_core import _compat, distributed
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.cpu.lowered import LoweredCall
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.native import LibrarySpec
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "ABI_VERSION",

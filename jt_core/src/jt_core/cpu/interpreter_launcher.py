@@ -9,8 +9,9 @@ import numpy as np
 
 from jt_core import _compat
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.cpu.lowered import LoweredCall
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["CpuLauncher"]
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from jt_core import settings, tuning
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
 from jt_core.interpreter.execute import execute, execute_into
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["CPU_DEVICE_NAME", "LoweredCall", "cpu_autotune_enabled"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jt_core.contracts import Backend, Launcher
-from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+from jt_core.plugin.roles import Backend, Launcher
+from jt_core.plugin.specs import PLUGIN_API_VERSION, hookimpl
 
 JT_PLUGIN_API = PLUGIN_API_VERSION
 

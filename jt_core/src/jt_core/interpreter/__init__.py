@@ -5,7 +5,5 @@
 * :mod:`~jt_core.interpreter.runner` -- the kernel in Triton's interpreter, without torch, under a process-wide lock;
 * :mod:`~jt_core.interpreter.rewriting` -- the kernel's source made to mean what compiled Triton makes of it;
 * :mod:`~jt_core.interpreter.access`, :mod:`~jt_core.interpreter.races` -- the bounds check and the race check;
-* :mod:`~jt_core.interpreter.numerics` -- where the interpreter's numbers differ from a GPU's, put right;
-* :mod:`~jt_core.interpreter.host` -- :func:`~jt_core.interpreter.host.run_on_host` and
-  :func:`~jt_core.interpreter.host.emit_host_callback`, for launchers of other plugins.
+* :mod:`~jt_core.interpreter.numerics` -- where the interpreter's numbers differ from a GPU's, put right.
 """
