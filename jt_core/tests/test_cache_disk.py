@@ -19,7 +19,8 @@ from jt_core import cache
 from jt_core.plugin import facade
 from jt_core.plugin.roles import Backend, CompileRequest
 from jt_core.plugin.values import CompiledKernel, Target
-from jt_core.testing import compile_request, sample_add_kernel, sample_call
+from jt_core.testing import sample_add_kernel
+from jt_core.testing._calls import compile_request, sample_call
 
 COMPILES: list[str] = []
 

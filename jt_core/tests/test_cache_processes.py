@@ -20,7 +20,7 @@ import pytest
 import jt_core as jt
 from jt_core import cache, files, native
 from jt_core.cpu.ffi_launcher import WITHOUT_HANDLER
-from jt_core.testing import distinct_kernels
+from jt_core.testing._concurrency import distinct_kernels
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -142,7 +142,7 @@ _SLOW_BACKEND = """
     from jt_core import cache
     from jt_core.plugin.roles import Backend
     from jt_core.plugin.values import CompiledKernel, Target
-    from jt_core.testing import compile_request, sample_call
+    from jt_core.testing._calls import compile_request, sample_call
     from jt_core.triton_dialect import TritonDialect
 
     class SlowBackend(Backend):

@@ -17,7 +17,8 @@ import jt_core as jt
 from jt_core.plugin import facade
 from jt_core.plugin.roles import Backend, CompileRequest
 from jt_core.plugin.values import CompiledKernel, Target
-from jt_core.testing import compile_request, failing_writes, sample_add_kernel, sample_call
+from jt_core.testing import failing_writes, sample_add_kernel
+from jt_core.testing._calls import compile_request, sample_call
 
 
 class IrBackend(Backend):

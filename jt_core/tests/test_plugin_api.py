@@ -17,7 +17,8 @@ import pytest
 from jt_core import plugin
 from jt_core._version import __version__
 from jt_core.plugin.records import FAILED, LOADED
-from jt_core.testing import fake_entry_point, make_registry
+from jt_core.testing import fake_entry_point
+from jt_core.testing.fixtures import make_registry
 
 #: The modules a plugin may import from jt-core, and the distributions shipped with it.
 SURFACE = ("jt_core.plugin", "jt_core.gpu")

@@ -30,7 +30,8 @@ from jt_core.plugin.records import BUILTIN, FAILED, FAULTED, LOADED
 from jt_core.plugin.registry import Registry
 from jt_core.plugin.roles import Backend, Launcher
 from jt_core.plugin.values import CompiledKernel
-from jt_core.testing import custom_calls, fake_entry_point, make_registry, sample_add_kernel
+from jt_core.testing import custom_calls, fake_entry_point, sample_add_kernel
+from jt_core.testing.fixtures import make_registry
 from jt_core.triton_dialect import TritonDialect
 
 

@@ -35,13 +35,12 @@ from jt_core.plugin.roles import (
 from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing import (
     autotuned_scale_inplace_kernel,
-    compile_request,
     fake_entry_point,
     load_tile,
     read_tile_kernel,
     sample_add_kernel,
-    sample_call,
 )
+from jt_core.testing._calls import compile_request, sample_call
 from jt_core.triton_dialect import TritonDialect
 
 MakeRegistry = Callable[..., Registry]

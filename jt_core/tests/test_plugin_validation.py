@@ -30,7 +30,8 @@ from jt_core.plugin.registry import Registry
 from jt_core.plugin.roles import ROLES, Backend, CompileRequest, Dialect, Launcher, contract_methods, invoke
 from jt_core.plugin.validation import contract_problems
 from jt_core.plugin.values import CompiledKernel, Target
-from jt_core.testing import fake_entry_point, sample_add_kernel, sample_call
+from jt_core.testing import fake_entry_point, sample_add_kernel
+from jt_core.testing._calls import sample_call
 from jt_core.triton_dialect import TritonDialect
 
 MakeRegistry = Callable[..., Registry]

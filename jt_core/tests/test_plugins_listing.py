@@ -11,7 +11,7 @@ import sys
 import textwrap
 from typing import Any
 
-from jt_core.testing import has_platform
+from jt_core.testing.markers import has_platform
 
 PLUGIN = """
 import jt_core as jt

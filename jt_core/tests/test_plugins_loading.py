@@ -20,7 +20,8 @@ from jt_core.plugin.records import BLOCKED, BUILTIN, FAILED, LOADED
 from jt_core.plugin.registry import Registry
 from jt_core.plugin.roles import Backend, CompileRequest, Launcher
 from jt_core.plugin.values import CompiledKernel, Target
-from jt_core.testing import fake_entry_point, make_registry, sample_add_kernel
+from jt_core.testing import fake_entry_point, sample_add_kernel
+from jt_core.testing.fixtures import make_registry
 
 
 class FakeBackend(Backend):

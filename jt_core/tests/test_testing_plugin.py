@@ -14,7 +14,8 @@ from jt_core import hookimpl
 from jt_core.errors import KernelCompileError
 from jt_core.plugin.roles import CompileRequest
 from jt_core.plugin.values import CompiledKernel
-from jt_core.testing import HookRecorder, has_platform, sample_add_kernel
+from jt_core.testing import HookRecorder, sample_add_kernel
+from jt_core.testing.markers import has_platform
 
 pytest_plugins = ["pytester"]
 

@@ -21,7 +21,8 @@ from jt_core import cache, frontend
 from jt_core.cpu.backend import CpuBackend
 from jt_core.plugin.roles import CompileRequest
 from jt_core.plugin.values import CompiledKernel
-from jt_core.testing import BackendConformance, distinct_kernels, run_threads
+from jt_core.testing import BackendConformance
+from jt_core.testing._concurrency import distinct_kernels, run_threads
 
 THREADS = 8
 ROUNDS = 3

@@ -17,8 +17,9 @@ from cuda_testlib import big_shared_kernel, f32, matmul_kernel
 from jt_core.call import CallOptions, KernelCall
 from jt_core.errors import KernelCallValueError
 from jt_core.plugin import CompiledKernel, facade
-from jt_core.testing import bind as bind_kernel
-from jt_core.testing import compile_request, sample_add_kernel
+from jt_core.testing import sample_add_kernel
+from jt_core.testing._calls import bind as bind_kernel
+from jt_core.testing._calls import compile_request
 from jt_cuda.backend import CudaBackend
 from jt_cuda.target import limits_for, parse_compute_capability
 

@@ -200,7 +200,7 @@ def test_the_environment_selects_xla_too(monkeypatch: pytest.MonkeyPatch, jt_plu
     del jt_plugin_manager
     monkeypatch.setenv("JT_LAUNCHER_CUDA", "xla")
     from jt_core.plugin import registry
-    from jt_core.testing import make_registry
+    from jt_core.testing.fixtures import make_registry
 
     registry.set_registry(make_registry())
     lowered = lower_for_cuda(lambda x, y: add_call(x, y, compute_capability=90), f32((N,)), f32((N,)))

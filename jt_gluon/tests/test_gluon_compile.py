@@ -28,7 +28,7 @@ import jt_core as jt
 from jt_core.call import KernelCall
 from jt_core.errors import KernelCompileError
 from jt_core.plugin import CompiledKernel, Target, facade
-from jt_core.testing import compile_request
+from jt_core.testing._calls import compile_request
 from jt_gluon import _compat
 from jt_gluon.dialect import GluonDialect
 

@@ -15,7 +15,7 @@ from rocm_testlib import bound_call
 
 from jt_core.errors import KernelCallValueError
 from jt_core.plugin import CompiledKernel, facade
-from jt_core.testing import compile_request
+from jt_core.testing._calls import compile_request
 from jt_rocm.backend import RocmBackend
 
 ELF_MAGIC = b"\x7fELF"
