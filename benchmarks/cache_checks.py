@@ -42,8 +42,9 @@ def main() -> None:
 
     from jt_core import cache, files, tuning
     from jt_core.call import CallOptions
-    from jt_core.interpreter import ffi_launcher
-    from jt_core.testing import bind, compile_request, sample_add_kernel
+    from jt_core.cpu import ffi_launcher
+    from jt_core.testing import sample_add_kernel
+    from jt_core.testing._calls import bind, compile_request
     from jt_core.triton_dialect import TritonDialect
     from jt_cuda.backend import CudaBackend
 

@@ -60,7 +60,8 @@ def generated_kernel(folder: Path, factor: int) -> Any:
 def store_sizes() -> dict[str, Any]:
     """Entries held by each in-process store (``-`` where this jt has no such store)."""
     from jt_core import batching, cache
-    from jt_core.interpreter import ffi_launcher, runner
+    from jt_core.cpu import ffi_launcher
+    from jt_core.interpreter import runner
 
     registry = ffi_launcher.registry()
     return {

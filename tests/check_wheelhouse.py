@@ -215,7 +215,7 @@ import triton
 import triton.language as tl
 
 import jt_core as jt
-from jt_core.registry import get_registry
+from jt_core.plugin.registry import get_registry
 
 
 @triton.jit

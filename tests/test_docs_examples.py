@@ -294,7 +294,7 @@ def test_the_surface_check_finds_imports_past_the_surface() -> None:
     source = (
         "import jt_core as jt\n"
         "from jt_core import plugins, registry, plugin\n"
-        "from jt_core.interpreter.backend import CpuLauncher\n"
+        "from jt_core.cpu.interpreter_launcher import CpuLauncher\n"
         "from jt_core.plugin import Launcher, run_on_host, execute\n"
         "from jt_core.testing import fake_entry_point, using_plugins\n"
         "import jt_core.cpu.backend\n"
@@ -302,7 +302,7 @@ def test_the_surface_check_finds_imports_past_the_surface() -> None:
     )
     assert surface_problems(source) == [
         "line 2: from jt_core import plugins, registry",
-        "line 3: from jt_core.interpreter.backend import ...",
+        "line 3: from jt_core.cpu.interpreter_launcher import ...",
         "line 4: from jt_core.plugin import execute",
         "line 6: import jt_core.cpu.backend",
         "line 7: from jt_cuda.launchers import ...",

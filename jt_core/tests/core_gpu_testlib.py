@@ -20,7 +20,7 @@ import jax
 
 from jt_core.gpu import HandlerLauncher, JaxlibLauncher, LaunchHandlerLibrary, XlaTritonLauncher, jaxlib_call
 from jt_core.plugin import Backend, CompiledKernel, CompileRequest, LaunchConfig, Launcher, Target, hookimpl
-from jt_core.registry import Registry
+from jt_core.plugin.registry import Registry
 from jt_core.testing import fake_entry_point
 
 #: jt's launch handler over the fake driver.

@@ -48,7 +48,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jt_core as jt  # noqa: E402
 from jt_core import files, tuning  # noqa: E402
-from jt_core.registry import get_registry  # noqa: E402
+from jt_core.plugin.registry import get_registry  # noqa: E402
 
 
 # Two configurations doing the same work: a real tie, which the process's own timing would break either way. The
@@ -179,16 +179,16 @@ def autotune() -> dict[str, Any]:
     if PLATFORM == "cpu":
         # Each process's trials find the configuration of the other's index slower: process 0 prefers config 1
         # and process 1 config 0, deterministically.
-        from jt_core.interpreter import backend
+        from jt_core.cpu import lowered
 
-        execute = backend.execute
+        execute = lowered.execute
 
         def slowed(call: Any, kernel: Any, operands: Any, config_index: int = 0) -> Any:
             if len(call.configs) > 1 and config_index == PROCESS:
                 time.sleep(0.05)
             return execute(call, kernel, operands, config_index)
 
-        backend.execute = slowed
+        lowered.execute = slowed
     m = mesh()
     local = jax.local_devices()[0]
     # 1. A computation of this process only (other processes do not take part): tuned locally, remembered.

@@ -21,8 +21,8 @@ from jax.sharding import PartitionSpec as P
 
 import jt_core as jt
 from jt_core import tuning
+from jt_core.cpu.ffi_launcher import CpuFfiLauncher
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
-from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
 from jt_core.testing import sample_add_kernel
 
 assert "xla_force_host_platform_device_count=4" in os.environ.get("XLA_FLAGS", ""), "run with 4 host devices"

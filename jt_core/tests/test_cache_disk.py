@@ -15,9 +15,12 @@ import pytest
 import triton
 import triton.language as tl
 
-from jt_core import cache, hooks
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
-from jt_core.testing import compile_request, sample_add_kernel, sample_call
+from jt_core import cache
+from jt_core.plugin import facade
+from jt_core.plugin.roles import Backend, CompileRequest
+from jt_core.plugin.values import CompiledKernel, Target
+from jt_core.testing import sample_add_kernel
+from jt_core.testing._calls import compile_request, sample_call
 
 COMPILES: list[str] = []
 
@@ -233,7 +236,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from jt_core import cache
-    from jt_core.contracts import CompiledKernel, Target
+    from jt_core.plugin.values import CompiledKernel, Target
     kernel = CompiledKernel(name="k", target=Target("counting", 90, 32), binary=bytes(range(256)) * 4096)
     for _ in range(int(sys.argv[1])):
         cache.store("5a" * 32, kernel)
@@ -261,9 +264,9 @@ def test_builtin_compile_hook_uses_the_disk_cache() -> None:
     call = sample_call(compute_capability=90)
     backend = CountingBackend()
     request = compile_request(backend, call)
-    hooks.compile_kernel(request)
+    facade.compile_kernel(request)
     cache.clear_memory()
-    hooks.compile_kernel(request)
+    facade.compile_kernel(request)
     assert COMPILES == ["sample_add_kernel"]
     assert cache.stats()["disk_hits"] >= 1
 

@@ -22,9 +22,11 @@ import pytest
 import jt_core as jt
 from jt_core import batching, cache, files, native, tuning
 from jt_core.call import CallOptions
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.gpu import xla
-from jt_core.testing import CACHE_FAULTS, bind, compile_request, damage, failing_writes, sample_call
+from jt_core.plugin.roles import Backend, CompileRequest
+from jt_core.plugin.values import CompiledKernel, Target
+from jt_core.testing import CACHE_FAULTS, damage, failing_writes
+from jt_core.testing._calls import bind, compile_request, sample_call
 
 sys.path.insert(0, str(Path(__file__).parent))
 import core_kernels as k

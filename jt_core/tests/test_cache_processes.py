@@ -19,8 +19,8 @@ import pytest
 
 import jt_core as jt
 from jt_core import cache, files, native
-from jt_core.interpreter.ffi_launcher import WITHOUT_HANDLER
-from jt_core.testing import distinct_kernels
+from jt_core.cpu.ffi_launcher import WITHOUT_HANDLER
+from jt_core.testing._concurrency import distinct_kernels
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -117,7 +117,7 @@ def test_an_emptied_cpu_handler_is_built_again_not_skipped(cache_root: Path) -> 
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import jax, jax.numpy as jnp, numpy as np
         import jt_core as jt
-        from jt_core.registry import get_registry
+        from jt_core.plugin.registry import get_registry
         import core_kernels as k
         x = jnp.asarray(np.load({str(cache_root.parent / "x.npy")!r}))
         out = jax.jit(lambda a: jt.triton_call(a, a, 32, kernel=k.add_kernel, out_shape=a, grid=2, BLOCK=16))(x)
@@ -140,8 +140,9 @@ _SLOW_BACKEND = """
     import hashlib, os, sys, time
     from pathlib import Path
     from jt_core import cache
-    from jt_core.contracts import Backend, CompiledKernel, Target
-    from jt_core.testing import compile_request, sample_call
+    from jt_core.plugin.roles import Backend
+    from jt_core.plugin.values import CompiledKernel, Target
+    from jt_core.testing._calls import compile_request, sample_call
     from jt_core.triton_dialect import TritonDialect
 
     class SlowBackend(Backend):
@@ -273,7 +274,7 @@ def test_a_killed_build_leaves_no_temporary_file_for_ever(tmp_path: Path, cache_
 @needs_compiler
 def test_a_second_virtualenv_finds_the_library_the_first_one_built(tmp_path: Path, cache_root: Path) -> None:
     """The key holds the contents of the include folders, not their paths, which differ between virtualenvs."""
-    from jt_core.interpreter import ffi_launcher
+    from jt_core.cpu import ffi_launcher
 
     spec = ffi_launcher.library_spec()
     first = spec.build()

@@ -244,7 +244,7 @@ def test_bool_scalar(flag: Any) -> None:
 def test_value_one_is_specialised_and_true_is_not() -> None:
     spec = jax.ShapeDtypeStruct((20,), jnp.float32)
     from jt_core.call import CallOptions
-    from jt_core.testing import bind
+    from jt_core.testing._calls import bind
 
     def slot(factor: Any) -> Any:
         call = bind(k.scale_kernel, (spec,), {"n": 20, "factor": factor, "BLOCK": 16}, CallOptions(spec, grid=2))

@@ -13,9 +13,10 @@ import pytest
 import jt_core as jt
 from jt_core.call import CPU_CHECKS, CallOptions, KernelCall, LaunchOptions
 from jt_core.checks import CpuChecks
-from jt_core.contracts import CompileRequest
 from jt_core.cpu.backend import CpuBackend, CpuKernel, CpuOptions
-from jt_core.testing import bind, compile_request, sample_add_kernel, target_of
+from jt_core.plugin.roles import CompileRequest
+from jt_core.testing import sample_add_kernel
+from jt_core.testing._calls import bind, compile_request, target_of
 
 F32_64 = jax.ShapeDtypeStruct((64,), np.float32)
 

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import jt_core as jt
-from jt_core import hooks
-from jt_core.interpreter import ffi_launcher
-from jt_core.interpreter.ffi_launcher import TARGET_NAME, CpuFfiLauncher
+from jt_core.cpu import ffi_launcher
+from jt_core.cpu.ffi_launcher import TARGET_NAME, CpuFfiLauncher
+from jt_core.plugin import facade
 from jt_core.testing import LauncherConformance, accumulate_kernel, scale_inplace_kernel
 
 BEHAVIOUR = Path(__file__).with_name("test_call_behaviour.py")
@@ -51,10 +51,10 @@ class TestCpuFfiLauncherConformance(LauncherConformance):
 
 def test_the_compiled_launcher_comes_first_and_the_ffi_launcher_next_when_their_library_builds() -> None:
     assert CpuFfiLauncher().unavailable_reason() is None
-    assert hooks.launcher_for("cpu", "ffi").name == "ffi"
+    assert facade.launcher_for("cpu", "ffi").name == "ffi"
     if "JT_LAUNCHER_CPU" not in os.environ:
-        assert hooks.launcher_for("cpu").name == "compiled"
-        assert hooks.next_launcher("cpu", hooks.launcher_for("cpu")).name == "ffi"
+        assert facade.launcher_for("cpu").name == "compiled"
+        assert facade.next_launcher("cpu", facade.launcher_for("cpu")).name == "ffi"
     assert ffi_launcher.source_path().is_file()
 
 
@@ -270,9 +270,9 @@ def test_named_ffi_launcher_without_a_compiler_says_what_to_do(tmp_path: Path) -
 
 def test_without_a_compiler_the_callback_launcher_is_used(tmp_path: Path) -> None:
     script = (
-        "from jt_core import hooks\n"
-        "from jt_core.interpreter.ffi_launcher import CpuFfiLauncher\n"
-        "print(hooks.launcher_for('cpu').name)\n"
+        "from jt_core.plugin import facade\n"
+        "from jt_core.cpu.ffi_launcher import CpuFfiLauncher\n"
+        "print(facade.launcher_for('cpu').name)\n"
         "print(CpuFfiLauncher().unavailable_reason())\n"
     )
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "JT_CACHE_DIR": str(tmp_path / "cache")}

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 import jt_core as jt
-from jt_core import hooks
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
-from jt_core.testing import compile_request, failing_writes, sample_add_kernel, sample_call
+from jt_core.plugin import facade
+from jt_core.plugin.roles import Backend, CompileRequest
+from jt_core.plugin.values import CompiledKernel, Target
+from jt_core.testing import failing_writes, sample_add_kernel
+from jt_core.testing._calls import compile_request, sample_call
 
 
 class IrBackend(Backend):
@@ -50,8 +52,8 @@ def test_every_ir_the_backend_kept_and_its_binary_are_dumped(tmp_path: Path, mon
     backend = FakebinBackend()
     call = sample_call()
     request = compile_request(backend, call)
-    kernel = hooks.compile_kernel(request)
-    hooks.compile_kernel(request)  # the same kernel again: files are replaced, not an error
+    kernel = facade.compile_kernel(request)
+    facade.compile_kernel(request)  # the same kernel again: files are replaced, not an error
     (folder,) = tmp_path.iterdir()
     assert folder.name.startswith("sample_add_kernel-")
     names = sorted(p.name for p in folder.iterdir())
@@ -72,7 +74,7 @@ def test_a_binary_without_a_named_suffix_is_dumped_as_bin(tmp_path: Path, monkey
     monkeypatch.setenv("JAX_TRITON_DUMP_DIR", str(tmp_path))
     backend = IrBackend()
     call = sample_call()
-    kernel = hooks.compile_kernel(compile_request(backend, call))
+    kernel = facade.compile_kernel(compile_request(backend, call))
     (folder,) = tmp_path.iterdir()
     assert (folder / "sample_add_kernel.bin").read_bytes() == kernel.binary
 
@@ -95,7 +97,7 @@ def test_no_dump_without_the_variable(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.chdir(tmp_path)
     backend = IrBackend()
     call = sample_call(BLOCK=16)
-    hooks.compile_kernel(compile_request(backend, call))
+    facade.compile_kernel(compile_request(backend, call))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -107,7 +109,7 @@ def test_a_dump_folder_that_takes_no_file_fails_no_compile(tmp_path: Path, monke
     requests = [compile_request(backend, call) for call in (sample_call(), sample_call(BLOCK=16))]
     with warnings.catch_warnings(record=True) as caught, failing_writes(tmp_path / "dumps", error):
         warnings.simplefilter("always")
-        kernels = [hooks.compile_kernel(request) for request in requests]
+        kernels = [facade.compile_kernel(request) for request in requests]
     assert [k.binary for k in kernels] == [b"BIN:sample_add_kernel"] * 2
     reported = [str(w.message) for w in caught if "cannot write to the folder" in str(w.message)]
     assert len(reported) == 1 and "JAX_TRITON_DUMP_DIR" in reported[0]
@@ -136,7 +138,7 @@ def test_dumps_stay_in_the_dump_folder_and_are_private_whatever_the_umask(
     request = compile_request(PathNamingBackend(), dataclasses.replace(sample_call(), name="../../call"))
     previous = os.umask(0)
     try:
-        hooks.compile_kernel(request)
+        facade.compile_kernel(request)
     finally:
         os.umask(previous)
     written = [p for p in tmp_path.rglob("*") if p.is_file()]

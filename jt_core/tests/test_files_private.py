@@ -283,8 +283,9 @@ def _project_folder(root: Path) -> dict[Path, bytes]:
 
 
 def test_cache_clear_and_info_touch_only_jts_own_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core import cache, plugins
-    from jt_core.contracts import CompiledKernel, Target
+    from jt_core import cache
+    from jt_core.plugin import faults
+    from jt_core.plugin.values import CompiledKernel, Target
 
     root = tmp_path / "project"
     theirs = _project_folder(root)
@@ -292,7 +293,7 @@ def test_cache_clear_and_info_touch_only_jts_own_files(tmp_path: Path, monkeypat
     # jt's own files, one of each kind that these folders hold, written the way jt writes them.
     cache.store("12" * 32, CompiledKernel(name="k", target=Target("cpu", "interpreter", 1), binary=b"\0" * 64))
     files.write_record(files.cache_folder("xla") / ("34" * 32 + ".json"), {"accepted": True})
-    files.write_record(plugins.faults_file("some-plugin"), {"faults": []})
+    files.write_record(faults.faults_file("some-plugin"), {"faults": []})
     files.write_file(files.cache_folder("native") / ("libjt_x-" + "5" * 24 + ".so"), b"\x7fELF jt's")
     summary = cache.info()["folders"]
     counted = {purpose: usage["files"] for purpose, usage in summary.items() if usage["files"]}

@@ -29,7 +29,7 @@ from core_gpu_testlib import (
 
 import jt_core as jt
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
+from jt_core.plugin.values import CompiledKernel
 from jt_core.testing import (
     LaunchHandlerConformance,
     autotuned_scale_inplace_kernel,

@@ -31,7 +31,7 @@ from jt_core.errors import JtError, KernelCallTypeError, KernelCallValueError, P
 from jt_core.gpu import LaunchHandlerLibrary, jaxlib_call
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR, PARAM_TENSOR_MAP, DescriptorParam
 from jt_core.gpu.xla import TARGET_NAME
-from jt_core.registry import Registry
+from jt_core.plugin.registry import Registry
 from jt_core.testing import (
     accumulate_kernel,
     autotuned_scale_inplace_kernel,

@@ -22,8 +22,8 @@ import triton.language as tl
 from jt_core import frontend
 from jt_core.call import CallOptions, KernelCall
 from jt_core.cpu.backend import CpuBackend
-from jt_core.interpreter.backend import execute
-from jt_core.testing import bind, compile_request
+from jt_core.interpreter.execute import execute
+from jt_core.testing._calls import bind, compile_request
 
 F32_4 = jax.ShapeDtypeStruct((4,), np.float32)
 

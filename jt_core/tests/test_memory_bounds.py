@@ -19,7 +19,7 @@ import pytest
 
 import jt_core as jt
 from jt_core import memory
-from jt_core.interpreter import ffi_launcher
+from jt_core.cpu import ffi_launcher
 
 RNG = np.random.default_rng(2024)
 

@@ -38,7 +38,7 @@ def with_cpu_handler(cache: Path) -> Path:
     """A cache folder holding the CPU handler library this machine built, with its integrity record (so each
     process need not build it again), unless the processes use the one jt-core's platform wheel carries."""
     from jt_core import files
-    from jt_core.interpreter import ffi_launcher
+    from jt_core.cpu import ffi_launcher
 
     spec = ffi_launcher.library_spec()
     if spec.prebuilt().path is not None:
@@ -161,7 +161,7 @@ def test_every_lowering_is_compared_and_a_refused_job_ends_on_every_process_in_t
 
 
 def prebuilt_cpu_handler() -> Path | None:
-    from jt_core.interpreter import ffi_launcher
+    from jt_core.cpu import ffi_launcher
 
     return ffi_launcher.library_spec().prebuilt().path
 

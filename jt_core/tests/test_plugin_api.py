@@ -16,8 +16,9 @@ import pytest
 
 from jt_core import plugin
 from jt_core._version import __version__
-from jt_core.plugins import FAILED, LOADED
-from jt_core.testing import fake_entry_point, make_registry
+from jt_core.plugin.records import FAILED, LOADED
+from jt_core.testing import fake_entry_point
+from jt_core.testing.fixtures import make_registry
 
 #: The modules a plugin may import from jt-core, and the distributions shipped with it.
 SURFACE = ("jt_core.plugin", "jt_core.gpu")
@@ -126,7 +127,7 @@ def test_the_writing_a_backend_page_lists_the_surface() -> None:
 
 
 def test_contract_methods_get_the_arguments_they_name() -> None:
-    from jt_core.contracts import invoke
+    from jt_core.plugin.roles import invoke
 
     class Narrow:
         def target(self, device: Any) -> tuple[str, Any]:
@@ -149,7 +150,7 @@ def test_a_launcher_that_names_fewer_arguments_still_lowers(jt_register_plugin: 
     import numpy as np
 
     import jt_core as jt
-    from jt_core.interpreter.backend import CpuLauncher
+    from jt_core.cpu.interpreter_launcher import CpuLauncher
     from jt_core.testing import sample_add_kernel
 
     seen: list[str] = []

@@ -25,11 +25,13 @@ import triton.language as tl
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.contracts import Backend, CompiledKernel, Launcher
-from jt_core.interpreter.backend import CpuLauncher
-from jt_core.plugins import BUILTIN, FAILED, FAULTED, LOADED
-from jt_core.registry import Registry
-from jt_core.testing import custom_calls, fake_entry_point, make_registry, sample_add_kernel
+from jt_core.cpu.interpreter_launcher import CpuLauncher
+from jt_core.plugin.records import BUILTIN, FAILED, FAULTED, LOADED
+from jt_core.plugin.registry import Registry
+from jt_core.plugin.roles import Backend, Launcher
+from jt_core.plugin.values import CompiledKernel
+from jt_core.testing import custom_calls, fake_entry_point, sample_add_kernel
+from jt_core.testing.fixtures import make_registry
 from jt_core.triton_dialect import TritonDialect
 
 
@@ -428,7 +430,7 @@ def test_cli_shows_a_fault_recorded_by_another_process(tmp_path: pathlib.Path) -
         textwrap.dedent(
             """
             import jt_core as jt
-            from jt_core.interpreter.backend import CpuLauncher
+            from jt_core.cpu.interpreter_launcher import CpuLauncher
 
             JT_PLUGIN_API = 1
 
@@ -508,33 +510,34 @@ def test_cli_output_into_a_closed_pipe_exits_quietly(flags: list[str]) -> None:
     "content", [b"\xff\xfe not text", b"{not json", b'{"faults": []}', b'[1, {"plugin": 2}, {"pid": "x"}]']
 )
 def test_a_damaged_fault_record_holds_no_faults(jt_fake_entry_points: Any, content: bytes) -> None:
-    from jt_core import plugins
+    from jt_core.plugin import faults as kept
 
     registry = _with_plugin(jt_fake_entry_points, "unsure", _launcher_plugin(UnsureLauncher()))
     with pytest.warns(RuntimeWarning):
         _check_add()
-    path = plugins.faults_file("unsure")
+    path = kept.faults_file("unsure")
     assert len(json.loads(path.read_text())["faults"]) == 1
     path.write_bytes(content)
     (record,) = [r for r in registry.list_plugins() if r.name == "unsure"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert plugins.recorded_faults(record) == []
+        assert kept.recorded_faults(record) == []
     assert [str(w.message) for w in caught if "is unusable" in str(w.message)], "a damaged record is reported"
     assert not path.exists()
-    merged = {r.name: r for r in plugins.with_recorded_faults(registry.list_plugins())}
+    merged = {r.name: r for r in kept.with_recorded_faults(registry.list_plugins())}
     assert len(merged["unsure"].faults) == 1  # this process's own, which it holds in memory
-    plugins.remember_fault(record.faults[0])  # and a damaged file is replaced on the next fault
-    assert len(plugins.recorded_faults(record)) == 1
+    kept.remember_fault(record.faults[0])  # and a damaged file is replaced on the next fault
+    assert len(kept.recorded_faults(record)) == 1
 
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS], ids=["full-disk", "read-only"])
 def test_a_fault_folder_that_takes_no_file_loses_only_the_record(jt_fake_entry_points: Any, error: int) -> None:
-    from jt_core import files, plugins
+    from jt_core import files
+    from jt_core.plugin import faults as kept
     from jt_core.testing import failing_writes
 
     registry = _with_plugin(jt_fake_entry_points, "unsure", _launcher_plugin(UnsureLauncher()))
-    folder = files.cache_folder(plugins.FAULTS_FOLDER)
+    folder = files.cache_folder(kept.FAULTS_FOLDER)
     with warnings.catch_warnings(record=True) as caught, failing_writes(folder, error):
         warnings.simplefilter("always")
         _check_add()  # the call goes on without the faulty launcher, and is right

@@ -18,31 +18,29 @@ import pytest
 import jt_core as jt
 from jt_core import _version as jt_version
 from jt_core import hookimpl
-from jt_core.contracts import (
+from jt_core.cpu.interpreter_launcher import CpuLauncher
+from jt_core.errors import KernelCallValueError, PluginLoadError, UnsupportedKernelError
+from jt_core.plugin.records import FAILED, LOADED
+from jt_core.plugin.registry import Registry
+from jt_core.plugin.retired import Retired
+from jt_core.plugin.roles import (
     RETIRED_ATTRIBUTES,
     RETIRED_PARAMETERS,
     Backend,
-    CompiledKernel,
     CompileRequest,
     Dialect,
     Launcher,
-    Retired,
-    Target,
     invoke,
 )
-from jt_core.errors import KernelCallValueError, PluginLoadError, UnsupportedKernelError
-from jt_core.interpreter.backend import CpuLauncher
-from jt_core.plugins import FAILED, LOADED
-from jt_core.registry import Registry
+from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing import (
     autotuned_scale_inplace_kernel,
-    compile_request,
     fake_entry_point,
     load_tile,
     read_tile_kernel,
     sample_add_kernel,
-    sample_call,
 )
+from jt_core.testing._calls import compile_request, sample_call
 from jt_core.triton_dialect import TritonDialect
 
 MakeRegistry = Callable[..., Registry]

@@ -23,23 +23,15 @@ import pytest
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.contracts import (
-    ROLES,
-    Backend,
-    CompiledKernel,
-    CompileRequest,
-    Dialect,
-    Launcher,
-    Target,
-    contract_methods,
-    contract_problems,
-    invoke,
-)
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.errors import PluginLoadError
-from jt_core.interpreter.backend import CpuLauncher
-from jt_core.plugins import FAILED, LOADED
-from jt_core.registry import Registry
-from jt_core.testing import fake_entry_point, sample_add_kernel, sample_call
+from jt_core.plugin.records import FAILED, LOADED
+from jt_core.plugin.registry import Registry
+from jt_core.plugin.roles import ROLES, Backend, CompileRequest, Dialect, Launcher, contract_methods, invoke
+from jt_core.plugin.validation import contract_problems
+from jt_core.plugin.values import CompiledKernel, Target
+from jt_core.testing import fake_entry_point, sample_add_kernel
+from jt_core.testing._calls import sample_call
 from jt_core.triton_dialect import TritonDialect
 
 MakeRegistry = Callable[..., Registry]

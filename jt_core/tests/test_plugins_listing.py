@@ -11,12 +11,12 @@ import sys
 import textwrap
 from typing import Any
 
-from jt_core.testing import has_platform
+from jt_core.testing.markers import has_platform
 
 PLUGIN = """
 import jt_core as jt
-from jt_core.contracts import Launcher
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.plugin.roles import Launcher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.native import LibrarySpec
 
 JT_PLUGIN_API = 1
@@ -124,7 +124,7 @@ def test_the_table_says_why_a_plugin_failed_or_is_blocked(tmp_path: pathlib.Path
 
 OLD_STYLE = """
 import jt_core as jt
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 
 JT_PLUGIN_API = 1
 

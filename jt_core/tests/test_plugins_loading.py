@@ -15,11 +15,13 @@ import pytest
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Launcher, Target
 from jt_core.errors import DuplicateBackendError, NoBackendError, PluginLoadError
-from jt_core.plugins import BLOCKED, BUILTIN, FAILED, LOADED
-from jt_core.registry import Registry
-from jt_core.testing import fake_entry_point, make_registry, sample_add_kernel
+from jt_core.plugin.records import BLOCKED, BUILTIN, FAILED, LOADED
+from jt_core.plugin.registry import Registry
+from jt_core.plugin.roles import Backend, CompileRequest, Launcher
+from jt_core.plugin.values import CompiledKernel, Target
+from jt_core.testing import fake_entry_point, sample_add_kernel
+from jt_core.testing.fixtures import make_registry
 
 
 class FakeBackend(Backend):
@@ -419,8 +421,8 @@ def test_a_call_every_launcher_refuses_is_an_error_naming_their_reasons(
 ) -> None:
     jt_fake_entry_points([])  # jt-core's own launchers only: an installed plugin may add a CPU launcher
     from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-    from jt_core.interpreter.backend import CpuLauncher
-    from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.interpreter_launcher import CpuLauncher
 
     monkeypatch.setattr(CpuCompiledLauncher, "fallback_reason", lambda self, call, kernels, device: "no xla today")
     monkeypatch.setattr(CpuFfiLauncher, "fallback_reason", lambda self, call, kernels, device: "no ffi today")

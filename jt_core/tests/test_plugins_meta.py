@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 import jt_core
-from jt_core import hookspecs
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Target
 from jt_core.cpu.backend import CpuBackend
 from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
+from jt_core.plugin import specs
+from jt_core.plugin.roles import Backend, CompileRequest
+from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing import BackendConformance, DialectConformance, LauncherConformance, fake_entry_point
 from jt_core.triton_dialect import TritonDialect
 
@@ -26,7 +27,7 @@ DISTRIBUTIONS = ["jt_core", "jt_cuda", "jt_rocm", "jt_gluon"]
 
 
 def _specs() -> list[Any]:
-    return [getattr(hookspecs, name) for name in dir(hookspecs) if name.startswith("jt_")]
+    return [getattr(specs, name) for name in dir(specs) if name.startswith("jt_")]
 
 
 def test_there_are_backend_dialect_launcher_and_observer_hooks() -> None:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import jt_core as jt
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.errors import from_runtime_error
-from jt_core.interpreter.backend import CpuLauncher
 from jt_core.plugin import (
     CompiledKernel,
     Dialect,

@@ -16,8 +16,8 @@ import pytest
 
 import jt_core as jt
 from jt_core.call import CallOptions, KernelCall, static_key
-from jt_core.interpreter import ffi_launcher
-from jt_core.testing import bind
+from jt_core.cpu import ffi_launcher
+from jt_core.testing._calls import bind
 
 RNG = np.random.default_rng(2024)
 LAUNCHERS = ["ffi", "interpreter"]

@@ -11,9 +11,11 @@ import pytest
 
 import jt_core as jt
 from jt_core import hookimpl
-from jt_core.contracts import CompiledKernel, CompileRequest
 from jt_core.errors import KernelCompileError
-from jt_core.testing import HookRecorder, has_platform, sample_add_kernel
+from jt_core.plugin.roles import CompileRequest
+from jt_core.plugin.values import CompiledKernel
+from jt_core.testing import HookRecorder, sample_add_kernel
+from jt_core.testing.markers import has_platform
 
 pytest_plugins = ["pytester"]
 
@@ -124,7 +126,7 @@ def test_plugin_can_replace_the_compile(jt_register_plugin: Any) -> None:
 
 MISNAMED = """
 import pytest
-from jt_core.interpreter.backend import CpuLauncher
+from jt_core.cpu.interpreter_launcher import CpuLauncher
 from jt_core.testing import LauncherConformance
 
 class MisnamedLauncher(CpuLauncher):

@@ -18,9 +18,11 @@ import pytest
 
 import jt_core as jt
 from jt_core import cache, frontend
-from jt_core.contracts import CompiledKernel, CompileRequest
 from jt_core.cpu.backend import CpuBackend
-from jt_core.testing import BackendConformance, distinct_kernels, run_threads
+from jt_core.plugin.roles import CompileRequest
+from jt_core.plugin.values import CompiledKernel
+from jt_core.testing import BackendConformance
+from jt_core.testing._concurrency import distinct_kernels, run_threads
 
 THREADS = 8
 ROUNDS = 3

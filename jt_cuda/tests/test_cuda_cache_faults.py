@@ -17,8 +17,9 @@ import pytest
 
 from jt_core import cache, files
 from jt_core.call import CallOptions
-from jt_core.contracts import CompiledKernel, CompileRequest
-from jt_core.testing import bind, compile_request, damage, failing_writes, sample_add_kernel
+from jt_core.plugin import CompiledKernel, CompileRequest
+from jt_core.testing import damage, failing_writes, sample_add_kernel
+from jt_core.testing._calls import bind, compile_request
 from jt_cuda.backend import CudaBackend
 
 

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import pytest
 from cuda_testlib import big_shared_kernel, f32, matmul_kernel
 
-from jt_core import hooks
 from jt_core.call import CallOptions, KernelCall
-from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
-from jt_core.testing import bind as bind_kernel
-from jt_core.testing import compile_request, sample_add_kernel
+from jt_core.plugin import CompiledKernel, facade
+from jt_core.testing import sample_add_kernel
+from jt_core.testing._calls import bind as bind_kernel
+from jt_core.testing._calls import compile_request
 from jt_cuda.backend import CudaBackend
 from jt_cuda.target import limits_for, parse_compute_capability
 
@@ -56,7 +56,7 @@ def compile_call(call: KernelCall, backend: CudaBackend | None = None) -> Compil
     """Compiles the call's first configuration as a lowering does: through the compile hook (jt's caches, dumps,
     IR printing)."""
     backend = backend or CudaBackend()
-    return hooks.compile_kernel(compile_request(backend, call))
+    return facade.compile_kernel(compile_request(backend, call))
 
 
 def small_matmul_call(cc: int, block: int, stages: int, dtype: Any = jnp.float16) -> KernelCall:

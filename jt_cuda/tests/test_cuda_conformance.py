@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jt_core.contracts import Backend, Launcher
+from jt_core.plugin import Backend, Launcher
 from jt_core.testing import BackendConformance, LauncherConformance
 from jt_cuda.backend import CudaBackend
 from jt_cuda.launchers import CudaJaxlibLauncher, CudaJtLauncher, CudaXlaLauncher

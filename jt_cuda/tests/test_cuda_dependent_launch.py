@@ -16,7 +16,8 @@ from triton.tools.disasm import get_sass
 import jt_core as jt
 from jt_core import cache
 from jt_core.gpu.attributes import ENTRY_WAIT
-from jt_core.testing import autotuned_scale_inplace_kernel, backend_config, compile_request, custom_calls
+from jt_core.testing import autotuned_scale_inplace_kernel, backend_config, custom_calls
+from jt_core.testing._calls import compile_request
 from jt_cuda.backend import CudaBackend
 from jt_cuda.dependent_launch import insert_entry_wait
 from jt_cuda.launchers import CudaJaxlibLauncher

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
-from jt_core.testing import LaunchHandlerConformance, compile_request, sample_call
+from jt_core.plugin import CompiledKernel
+from jt_core.testing import LaunchHandlerConformance
+from jt_core.testing._calls import compile_request, sample_call
 from jt_cuda.backend import CudaBackend
 from jt_cuda.launchers import HANDLER as handler
 from jt_cuda.launchers import CudaJtLauncher

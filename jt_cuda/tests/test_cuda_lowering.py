@@ -179,8 +179,8 @@ def test_has_side_effect_marks_the_custom_call() -> None:
 
 
 def test_environment_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core import registry
-    from jt_core.testing import make_registry
+    from jt_core.plugin import registry
+    from jt_core.testing.fixtures import make_registry
 
     monkeypatch.setenv("JT_LAUNCHER_CUDA", "nonexistent")
     previous = registry.set_registry(make_registry())

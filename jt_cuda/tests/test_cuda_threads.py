@@ -17,7 +17,8 @@ from cuda_testlib import lower_for_cuda
 
 import jt_core as jt
 from jt_core import cache
-from jt_core.testing import custom_calls, distinct_kernels, run_threads
+from jt_core.testing import custom_calls
+from jt_core.testing._concurrency import distinct_kernels, run_threads
 
 LOWERING_THREADS = 3
 

@@ -17,9 +17,8 @@ import triton.language as tl
 from cuda_testlib import add_call, f32, lower_for_cuda
 
 import jt_core as jt
-from jt_core.contracts import CompiledKernel
 from jt_core.gpu.xla import TARGET_NAME
-from jt_core.hookspecs import hookimpl
+from jt_core.plugin import CompiledKernel, hookimpl
 from jt_core.testing import (
     accumulate_kernel,
     autotuned_scale_inplace_kernel,
@@ -200,8 +199,8 @@ def test_ir_the_bundled_triton_rejects_goes_to_the_jt_launcher(
 def test_the_environment_selects_xla_too(monkeypatch: pytest.MonkeyPatch, jt_plugin_manager: Any) -> None:
     del jt_plugin_manager
     monkeypatch.setenv("JT_LAUNCHER_CUDA", "xla")
-    from jt_core import registry
-    from jt_core.testing import make_registry
+    from jt_core.plugin import registry
+    from jt_core.testing.fixtures import make_registry
 
     registry.set_registry(make_registry())
     lowered = lower_for_cuda(lambda x, y: add_call(x, y, compute_capability=90), f32((N,)), f32((N,)))

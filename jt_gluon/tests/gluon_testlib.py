@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from jt_core.call import CallOptions, KernelCall
-from jt_core.testing import bind
+from jt_core.testing._calls import bind
 
 
 def gluon_call(

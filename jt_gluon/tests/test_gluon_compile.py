@@ -25,11 +25,10 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 
 import jt_core as jt
-from jt_core import hooks
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Target
 from jt_core.errors import KernelCompileError
-from jt_core.testing import compile_request
+from jt_core.plugin import CompiledKernel, Target, facade
+from jt_core.testing._calls import compile_request
 from jt_gluon import _compat
 from jt_gluon.dialect import GluonDialect
 
@@ -153,7 +152,7 @@ def test_gluon_call_lowers_for_rocm(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 @pytest.mark.requires_plugin("cuda")
 def test_gluon_compiles_and_lowers_through_the_cuda_backend() -> None:
-    backend = hooks.backend_for("cuda")
+    backend = facade.backend_for("cuda")
     call = memcpy_call(32, compute_capability=90)
     kernel = backend.compile(compile_request(backend, call))
     assert kernel.binary[:4] == ELF_MAGIC

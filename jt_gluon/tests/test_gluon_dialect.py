@@ -15,9 +15,9 @@ from gluon_testlib import gluon_call
 from triton.backends.compiler import Language
 
 import jt_core as jt
-from jt_core import hooks
 from jt_core.call import kernel_params
 from jt_core.errors import UnsupportedKernelError
+from jt_core.plugin import facade
 from jt_core.testing import DialectConformance, sample_add_kernel
 from jt_gluon import _compat
 from jt_gluon.dialect import GluonDialect
@@ -38,7 +38,7 @@ class TestGluonDialectConformance(DialectConformance):
 
 
 def test_the_cpu_backend_says_it_cannot_run_gluon_kernels() -> None:
-    reason = hooks.serve(hooks.backend_for("cpu"), "unsupported_dialect_reason", dialect=GluonDialect())
+    reason = facade.serve(facade.backend_for("cpu"), "unsupported_dialect_reason", dialect=GluonDialect())
     assert isinstance(reason, str) and "nor Triton's interpreter can execute them" in reason
 
 
@@ -47,8 +47,8 @@ def test_gluon_kernels_take_descriptors_with_their_shared_layout() -> None:
 
 
 def test_plain_triton_kernels_still_go_to_the_triton_dialect() -> None:
-    assert hooks.dialect_for(sample_add_kernel).name == "triton"
-    assert hooks.dialect_for(memcpy_kernel).name == "gluon"
+    assert facade.dialect_for(sample_add_kernel).name == "triton"
+    assert facade.dialect_for(memcpy_kernel).name == "gluon"
 
 
 def test_gluon_constexpr_annotations_are_detected() -> None:

@@ -12,7 +12,8 @@ import triton
 import triton.language as tl
 
 from jt_core.call import CallOptions, KernelCall
-from jt_core.testing import bind, sample_add_kernel
+from jt_core.testing import sample_add_kernel
+from jt_core.testing._calls import bind
 
 
 def bound_call(
@@ -40,8 +41,8 @@ def bound_call(
 def use_launcher(monkeypatch: Any, name: str) -> None:
     """Makes ``name`` the ROCm launcher for the rest of the test: ``JT_LAUNCHER_ROCM`` and a fresh registry that
     reads it (``monkeypatch`` restores both)."""
-    from jt_core import registry
-    from jt_core.testing import make_registry
+    from jt_core.plugin import registry
+    from jt_core.testing.fixtures import make_registry
 
     monkeypatch.setenv("JT_LAUNCHER_ROCM", name)
     monkeypatch.setattr(registry, "_registry", make_registry())

@@ -13,10 +13,9 @@ import triton
 import triton.language as tl
 from rocm_testlib import bound_call
 
-from jt_core import hooks
-from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
-from jt_core.testing import compile_request
+from jt_core.plugin import CompiledKernel, facade
+from jt_core.testing._calls import compile_request
 from jt_rocm.backend import RocmBackend
 
 ELF_MAGIC = b"\x7fELF"
@@ -28,7 +27,7 @@ def compile_for(arch: str, call=None) -> CompiledKernel:  # type: ignore[no-unty
     dumps)."""
     call = call if call is not None else bound_call(backend_options={"arch": arch})
     backend = RocmBackend()
-    return hooks.compile_kernel(compile_request(backend, call))
+    return facade.compile_kernel(compile_request(backend, call))
 
 
 @pytest.mark.parametrize(("arch", "warp_size"), [("gfx942", 64), ("gfx90a", 64), ("gfx1100", 32)])

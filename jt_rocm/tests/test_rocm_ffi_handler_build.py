@@ -12,8 +12,9 @@ import pytest
 from rocm_testlib import bound_call
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
-from jt_core.testing import LaunchHandlerConformance, compile_request
+from jt_core.plugin import CompiledKernel
+from jt_core.testing import LaunchHandlerConformance
+from jt_core.testing._calls import compile_request
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import HANDLER as handler
 from jt_rocm.launchers import RocmJtLauncher

@@ -17,17 +17,11 @@ import triton
 from rocm_testlib import add_one_kernel, bound_call
 
 import jt_core as jt
-from jt_core import registry
 from jt_core.gpu.attributes import PARAM_OPERAND, PARAM_RESULT, PARAM_SCALAR
-from jt_core.testing import (
-    LauncherConformance,
-    backend_config,
-    compile_request,
-    custom_calls,
-    make_registry,
-    out_first_kernel,
-    sample_add_kernel,
-)
+from jt_core.plugin import registry
+from jt_core.testing import LauncherConformance, backend_config, custom_calls, out_first_kernel, sample_add_kernel
+from jt_core.testing._calls import compile_request
+from jt_core.testing.fixtures import make_registry
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import HANDLER as handler
 from jt_rocm.launchers import RocmJtLauncher

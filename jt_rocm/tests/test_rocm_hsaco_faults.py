@@ -16,7 +16,8 @@ from rocm_testlib import bound_call, use_launcher
 
 import jt_core as jt
 from jt_core import files
-from jt_core.testing import compile_request, custom_calls, damage, decode_jaxlib_call, failing_writes, sample_add_kernel
+from jt_core.testing import custom_calls, damage, decode_jaxlib_call, failing_writes, sample_add_kernel
+from jt_core.testing._calls import compile_request
 from jt_rocm.backend import RocmBackend
 from jt_rocm.launchers import store_hsaco
 

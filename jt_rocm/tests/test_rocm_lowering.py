@@ -23,14 +23,9 @@ from rocm_testlib import add_one_kernel, bound_call, use_launcher
 
 import jt_core as jt
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.testing import (
-    compile_request,
-    custom_calls,
-    decode_jaxlib_call,
-    distinct_kernels,
-    out_first_kernel,
-    sample_add_kernel,
-)
+from jt_core.testing import custom_calls, decode_jaxlib_call, out_first_kernel, sample_add_kernel
+from jt_core.testing._calls import compile_request
+from jt_core.testing._concurrency import distinct_kernels
 from jt_rocm.backend import RocmBackend
 
 F32_64 = jax.ShapeDtypeStruct((64,), jnp.float32)

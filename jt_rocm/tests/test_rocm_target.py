@@ -10,7 +10,7 @@ from rocm_testlib import bound_call
 
 from jt_core.call import CompileOptions
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
-from jt_core.testing import compile_request, sample_call, target_of
+from jt_core.testing._calls import compile_request, sample_call, target_of
 from jt_rocm.backend import RocmBackend
 from jt_rocm.target import parse_arch
 

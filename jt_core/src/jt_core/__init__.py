@@ -11,7 +11,6 @@ from jt_core.api import triton_call
 from jt_core.call import CompileOptions
 from jt_core.checks import CpuChecks, cpu_checks
 from jt_core.configs import normalize_grid
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target
 from jt_core.dtypes import get_type_id
 from jt_core.errors import (
     DataRaceError,
@@ -33,9 +32,11 @@ from jt_core.errors import (
     UnwrittenOutputWarning,
 )
 from jt_core.gradients import kernel_vjp
-from jt_core.hookspecs import hookimpl, hookspec
 from jt_core.partitioning import BatchDims, Elementwise, PartitionRule, partitioned
-from jt_core.registry import list_plugins
+from jt_core.plugin.registry import list_plugins
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher
+from jt_core.plugin.specs import hookimpl, hookspec
+from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.tensordesc import TensorDescriptor
 from jt_core.triton_lib import CUSTOM_CALL_TARGET_NAME, get_compute_capability, get_serialized_metadata
 from jt_core.utils import cdiv, next_power_of_2, strides_from_shape

@@ -12,12 +12,12 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from jt_core import plugins
+from jt_core.plugin import faults, records
 
 
 def _native_launchers() -> list[tuple[str, Any]]:
     """``(platform:name, its library spec)`` for every registered launcher that builds a library."""
-    from jt_core.registry import SET_ASIDE, get_registry
+    from jt_core.plugin.registry import SET_ASIDE, get_registry
 
     registry = get_registry().ensure_loaded()
     found = []
@@ -62,7 +62,7 @@ def _lowers_only(records: Sequence[Any]) -> set[str]:
 
 def _provides(record: Any) -> str:
     """The table's last column: what a plugin provides, or why it provides nothing, and its newest fault."""
-    if record.status in (plugins.FAILED, plugins.BLOCKED):
+    if record.status in (records.FAILED, records.BLOCKED):
         return f"nothing: {record.error}"
     provides = []
     if record.platforms:
@@ -81,17 +81,17 @@ def _provides(record: Any) -> str:
 
 
 def _plugins(args: argparse.Namespace) -> int:
-    from jt_core.registry import list_plugins
+    from jt_core.plugin.registry import list_plugins
 
     if args.forget_faults:
-        print(f"forgot the faults of {plugins.forget_faults()} plugins")
+        print(f"forgot the faults of {faults.forget_faults()} plugins")
         return 0
     with warnings.catch_warnings():
         # The table says why a plugin failed or what it still uses of an earlier contract: the loader's warning
         # would say it again, pointing at runpy.
         warnings.filterwarnings("ignore", message="jt plugin ", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message="jt plugin ", category=DeprecationWarning)
-        records = plugins.with_recorded_faults(list_plugins())
+        records = faults.with_recorded_faults(list_plugins())
     native = _native_status()
     lowers_only = _lowers_only(records)
     if args.json:

@@ -7,8 +7,9 @@ from collections.abc import Generator
 
 from jt_core import cache, dumps, files
 from jt_core.call import static_key
-from jt_core.contracts import CompiledKernel, CompileRequest, invoke
-from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+from jt_core.plugin.roles import CompileRequest, invoke
+from jt_core.plugin.specs import PLUGIN_API_VERSION, hookimpl
+from jt_core.plugin.values import CompiledKernel
 
 JT_PLUGIN_API = PLUGIN_API_VERSION
 

@@ -11,7 +11,7 @@ from typing import Any
 from jax import tree_util
 
 import jt_core.batching  # noqa: F401  (registers the primitive's vmap rule)
-from jt_core import checks, hooks
+from jt_core import checks
 from jt_core.binding import bind_call
 from jt_core.call import CallOptions, kernel_name, kernel_params, kernel_signature_text
 from jt_core.configs import unwrap_kernel
@@ -19,6 +19,7 @@ from jt_core.conventions import suggest
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.lowering import dispatch as _dispatch  # noqa: F401  (registers the lowering rule)
 from jt_core.partitioning import partitioned_triton_call
+from jt_core.plugin import facade
 from jt_core.primitive import triton_kernel_call_p
 
 __all__ = ["triton_call"]
@@ -159,7 +160,7 @@ def triton_call(
         vmap=vmap,
         checks=checks.current(),
     )
-    dialect = hooks.dialect_for(wrappers.fn)
+    dialect = facade.dialect_for(wrappers.fn)
 
     def run(args: Sequence[Any], metaparams: Mapping[str, Any], options: CallOptions) -> Any:
         bound = bind_call(kernel, wrappers, dialect, args, metaparams, options)

@@ -26,6 +26,7 @@ from jt_core.call import (
     SCALAR,
     CallOptions,
     KernelCall,
+    KernelDialect,
     KernelParam,
     ParamSlot,
     Specialization,
@@ -34,10 +35,11 @@ from jt_core.call import (
     kernel_signature_text,
 )
 from jt_core.configs import KernelWrappers, expand_configs
-from jt_core.contracts import Dialect, Target, invoke
 from jt_core.conventions import assign_arguments
 from jt_core.dtypes import int_type, triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
+from jt_core.plugin.roles import Dialect, invoke
+from jt_core.plugin.values import Target
 from jt_core.tensordesc import TensorDescriptor
 
 __all__ = ["BoundCall", "bind_call"]
@@ -394,7 +396,7 @@ _refusals: memory.BoundedStore[tuple[Any, ...], tuple[str | None]] = memory.Boun
 memory.mourn_in(_refusals)
 
 
-def _refusal(dialect: Dialect, fn: Any, spec: Specialization) -> str | None:
+def _refusal(dialect: KernelDialect, fn: Any, spec: Specialization) -> str | None:
     """Triton's front end's refusal of the kernel specialised as ``spec`` (:func:`jt_core.frontend.refusal`), or
     ``None`` when it accepts it; remembered per kernel and specialisation, for every probe below."""
     key = (memory.kernel_key(fn), dialect.name, spec.key())
@@ -406,7 +408,7 @@ def _refusal(dialect: Dialect, fn: Any, spec: Specialization) -> str | None:
 
 
 def _float_probe(
-    dialect: Dialect, fn: Any, params: Sequence[KernelParam], spec: Specialization, floats: tuple[str, ...]
+    dialect: KernelDialect, fn: Any, params: Sequence[KernelParam], spec: Specialization, floats: tuple[str, ...]
 ) -> tuple[tuple[str, ...], str] | None:
     """Which of the float constexprs ``floats`` the front end needs as ints, and its refusal of ``spec``; ``None``
     when it accepts ``spec`` or refuses it with ints too."""
@@ -429,7 +431,7 @@ def _float_probe(
 
 
 def _probe(
-    dialect: Dialect, fn: Any, spec: Specialization, name: str, path: tuple[int, ...], scalar_type: str
+    dialect: KernelDialect, fn: Any, spec: Specialization, name: str, path: tuple[int, ...], scalar_type: str
 ) -> str | None:
     """The front end's refusal of ``spec`` when the same kernel takes parameter ``name`` as ``scalar_type``
     instead; ``None`` when the pointer is fine or the scalar is no better."""

@@ -1,7 +1,7 @@
 """Caches of compiled kernels: one in memory per process, one on disk per machine.
 
 The disk cache keeps every compiled kernel its backend lets it keep
-(:meth:`~jt_core.contracts.Backend.may_keep_on_disk`), keyed on everything that changes the binary and nothing
+(:meth:`~jt_core.plugin.Backend.may_keep_on_disk`), keyed on everything that changes the binary and nothing
 else: the kernel's source together with the sources of the ``@triton.jit`` functions it calls (Triton's own
 ``cache_key``), its dialect, the specialisation, constants, target, options, the backend, and the Triton and jt
 versions.
@@ -46,7 +46,8 @@ from typing import Any
 
 from jt_core import files, memory, settings
 from jt_core._version import __version__
-from jt_core.contracts import CompiledKernel, CompileRequest, Target, invoke
+from jt_core.plugin.roles import CompileRequest, invoke
+from jt_core.plugin.values import CompiledKernel, Target
 
 log = logging.getLogger("jt_core.cache")
 

@@ -13,8 +13,8 @@ carries. It holds four things:
 
 Nothing in it belongs to one backend: what a call gives the backend that compiles it (``backend_options=``,
 ``compute_capability=``, the CPU checks in force) travels unopened in :attr:`KernelCall.backend_arguments`, and
-each backend reads what it owns there (:meth:`jt_core.contracts.Backend.target`,
-:meth:`jt_core.contracts.Backend.parse_options`). :meth:`KernelCall.specialization` gives the
+each backend reads what it owns there (:meth:`jt_core.plugin.Backend.target`,
+:meth:`jt_core.plugin.Backend.parse_options`). :meth:`KernelCall.specialization` gives the
 :class:`Specialization` a backend compiles.
 """
 
@@ -25,7 +25,7 @@ import functools
 import inspect
 import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 import numpy as np
 from jax import tree_util
@@ -33,9 +33,6 @@ from jax import tree_util
 from jt_core.checks import CpuChecks
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 from jt_core.tensordesc import TensorDescriptorSpec
-
-if TYPE_CHECKING:
-    from jt_core.contracts import Dialect
 
 __all__ = [
     "CLASSIC",
@@ -50,6 +47,7 @@ __all__ = [
     "CompileOptions",
     "ExactEquality",
     "KernelCall",
+    "KernelDialect",
     "KernelParam",
     "LaunchConfig",
     "LaunchOptions",
@@ -227,7 +225,7 @@ class CompileOptions(ExactEquality):
 @dataclasses.dataclass(frozen=True)
 class TritonOptions:
     """A base for a backend's own options when it compiles with one of Triton's backends
-    (:meth:`jt_core.contracts.Backend.parse_options`): the options every backend takes, and the further ones for
+    (:meth:`jt_core.plugin.Backend.parse_options`): the options every backend takes, and the further ones for
     Triton's backend, passed as given.
 
     Attributes:
@@ -477,6 +475,24 @@ class LaunchConfig(ExactEquality):
         return dict(self.constexprs)
 
 
+class KernelDialect(Protocol):
+    """What a bound call needs of the dialect that claimed its kernel: a :class:`jt_core.plugin.Dialect`, named here
+    by what the call model reads of it, so that the model does not import the roles, which are built on it."""
+
+    @property
+    def name(self) -> str:
+        """The dialect's name (``"triton"``, ``"gluon"``)."""
+
+    def claims(self, kernel: Any) -> bool:
+        """Whether ``kernel`` is written in this dialect."""
+
+    def make_source(self, kernel: Any, specialization: Specialization, target: Any) -> Any:
+        """The source object ``triton.compile`` accepts."""
+
+    def requires_descriptor_layout(self, kernel: Any) -> bool:
+        """Whether host-side tensor descriptors passed to ``kernel`` carry the block's layout."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class KernelCall(ExactEquality):
     """Everything static about one ``triton_call``: the primitive's only parameter.
@@ -506,7 +522,7 @@ class KernelCall(ExactEquality):
 
     kernel: Any
     fn: Any
-    dialect: Dialect
+    dialect: KernelDialect
     name: str
     params: tuple[KernelParam, ...]
     slots: tuple[ParamSlot, ...]

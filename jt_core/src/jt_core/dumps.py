@@ -1,10 +1,10 @@
 """``JAX_TRITON_DUMP_DIR``: every compiled kernel's IRs, binary and compile info, written to a folder.
 
-jt-core writes the dumps for every backend (from :class:`~jt_core.contracts.CompiledKernel`), from the builtin
+jt-core writes the dumps for every backend (from :class:`~jt_core.plugin.CompiledKernel`), from the builtin
 ``jt_compile_kernel`` wrapper, each time a kernel comes back from compilation or from a cache. One folder per
 kernel variant, ``<call name>-<key>``, holds ``<kernel>.<stage>`` for each IR the backend kept (``ttir``, ``ttgir``,
 ``llir``, ``ptx`` or ``amdgcn`` ...), the binary as ``<kernel>.<suffix>`` (the backend's answer to
-:meth:`~jt_core.contracts.Backend.binary_file_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
+:meth:`~jt_core.plugin.Backend.binary_file_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
 replaced atomically, so dumping the same kernel twice, or from two processes, is safe; a folder that cannot take a
 dump is reported once and fails no call.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from jt_core import files, settings
-from jt_core.contracts import CompiledKernel, CompileRequest, invoke, plain_metadata
+from jt_core.plugin.roles import CompileRequest, invoke
+from jt_core.plugin.values import CompiledKernel, plain_metadata
 
 __all__ = ["dump_dir", "write_dump"]
 

@@ -32,10 +32,11 @@ from jax import tree_util
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jt_core import distributed, hooks
+from jt_core import distributed
 from jt_core.call import SCALAR, CallOptions, KernelCall
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 from jt_core.lowering import agreement
+from jt_core.plugin import facade
 
 F = TypeVar("F", bound=Callable[..., Any])
 Shape = tuple[int, ...]
@@ -291,7 +292,7 @@ def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
 
     JAX drops the host callbacks of a ``custom_partitioning`` body (they live in a temporary module), so the
     executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that answers ``False``
-    to :meth:`~jt_core.contracts.Launcher.runs_through_host_callback` (such as the ``ffi`` launcher) run fine; one
+    to :meth:`~jt_core.plugin.Launcher.runs_through_host_callback` (such as the ``ffi`` launcher) run fine; one
     set aside for raising when asked counts as using them. In a multi-process job the processes compare their
     launchers first, so that one whose launcher differs (a host without a C++ compiler) fails on every process,
     naming itself, instead of on its own.
@@ -300,9 +301,9 @@ def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
         name = eqn.primitive.name
         if name == "triton_kernel_call":
             call = eqn.params["call"]
-            launcher = hooks.launcher_for("cpu", call.launch.launcher)
-            needed = hooks.requested("cpu", launcher, call.launch.launcher)
-            if hooks.ask(launcher, "runs_through_host_callback", otherwise=True, needed=needed, call=call):
+            launcher = facade.launcher_for("cpu", call.launch.launcher)
+            needed = facade.requested("cpu", launcher, call.launch.launcher)
+            if facade.ask(launcher, "runs_through_host_callback", otherwise=True, needed=needed, call=call):
                 job = distributed.job_of(tuple(mesh.devices.flat))
                 if job is not None:
                     exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")

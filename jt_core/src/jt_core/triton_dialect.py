@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from jt_core.call import Specialization
-from jt_core.contracts import Dialect, Target
-from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+from jt_core.plugin.roles import Dialect
+from jt_core.plugin.specs import PLUGIN_API_VERSION, hookimpl
+from jt_core.plugin.values import Target
 
 JT_PLUGIN_API = PLUGIN_API_VERSION
 

@@ -61,14 +61,14 @@ def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:
     bad.write_text(
         "from triton.runtime import interpreter\n"
         "from jax._src import callback\n"
-        "from jt_core.interpreter.backend import execute\n"
+        "from jt_core.interpreter.execute import execute\n"
         "from jt_core.plugin import run_on_host, _private\n"
         "interpreter._patch_lang(None)\n",
         encoding="utf-8",
     )
     assert problems_in(bad, PLUGIN_SURFACE) == [
         "bad.py:2 imports jax._src.callback, which is private",
-        "bad.py:3 imports jt_core.interpreter.backend, which is not one of ['jt_core.plugin']",
+        "bad.py:3 imports jt_core.interpreter.execute, which is not one of ['jt_core.plugin']",
         "bad.py:4 imports jt_core.plugin._private, which is private",
         "bad.py:5 reads the private attribute ._patch_lang",
     ]

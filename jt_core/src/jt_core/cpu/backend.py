@@ -11,18 +11,27 @@ from typing import Any
 from jt_core import frontend, settings
 from jt_core.call import CPU_CHECKS, CompileOptions
 from jt_core.checks import CpuChecks
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Target
 from jt_core.cpu.compiled.extract import enum_names, extract
 from jt_core.cpu.compiled.program import Program
 from jt_core.interpreter import runner
-from jt_core.interpreter.backend import CPU_TARGET, INTERPRETED_DIALECTS, compile_check_enabled
+from jt_core.interpreter.execute import INTERPRETED_DIALECTS
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect
+from jt_core.plugin.values import CompiledKernel, Target
 
-__all__ = ["PROGRAM_FORMAT", "CpuBackend", "CpuKernel", "CpuOptions"]
+__all__ = ["CPU_TARGET", "PROGRAM_FORMAT", "CpuBackend", "CpuKernel", "CpuOptions", "compile_check_enabled"]
+
+#: The target of every CPU kernel.
+CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
 #: The version of what the disk cache keeps of a CPU kernel (its TTIR as :meth:`Program.to_bytes` writes it).
 PROGRAM_FORMAT = 2
+
+
+def compile_check_enabled() -> bool:
+    """Whether lowering for the CPU checks kernels with Triton's front end (``JT_CPU_COMPILE_CHECK``, default on)."""
+    return settings.flag("JT_CPU_COMPILE_CHECK", default=True)
 
 
 @dataclasses.dataclass(frozen=True)

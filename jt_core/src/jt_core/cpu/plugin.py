@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jt_core.contracts import Backend, Launcher
-from jt_core.hookspecs import PLUGIN_API_VERSION, hookimpl
+from jt_core.plugin.roles import Backend, Launcher
+from jt_core.plugin.specs import PLUGIN_API_VERSION, hookimpl
 
 JT_PLUGIN_API = PLUGIN_API_VERSION
 
@@ -27,7 +27,7 @@ def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     if platform not in (None, "cpu"):
         return []  # another platform's call: nothing to import
     from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-    from jt_core.interpreter.backend import CpuLauncher
-    from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.ffi_launcher import CpuFfiLauncher
+    from jt_core.cpu.interpreter_launcher import CpuLauncher
 
     return [CpuCompiledLauncher(), CpuLauncher(), CpuFfiLauncher()]

@@ -17,8 +17,8 @@ import numpy as np
 
 from jt_core import cache, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall, ParamSlot
-from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallValueError
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "PARAM_OPERAND",

@@ -17,12 +17,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jt_core.call import INPUT, OUTPUT, SCALAR, KernelCall, LaunchConfig, ParamSlot
-from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.attributes import RUNTIME_NAMES, DescriptorParams, ffi_attributes, refuse_profile_scratch
 from jt_core.gpu.handler import LaunchHandlerLibrary
 from jt_core.native import LibrarySpec
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "BufferPlan",

@@ -19,7 +19,7 @@ program. ``JT_XLA_PROBE=0`` skips the probe.
 What the call cannot express this way goes to the platform's next launcher, with the reason: host-side tensor
 descriptors, clusters (``num_ctas > 1``), global scratch memory, cooperative or dependent launches, kernels of another
 dialect than plain Triton (Gluon), and IR the bundled Triton rejects. Autotuned calls are tuned ahead of lowering
-(:meth:`~jt_core.contracts.Launcher.needs_tuning_ahead`).
+(:meth:`~jt_core.plugin.Launcher.needs_tuning_ahead`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ import numpy as np
 
 from jt_core import files, settings
 from jt_core.call import INPUT, OUTPUT, KernelCall
-from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import KernelCallValueError
 from jt_core.gpu.launchers import OperandSource, source_avals, source_values
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["TARGET_NAME", "XlaKernel", "XlaTritonLauncher", "build_xla_kernel", "probe_records"]
 

@@ -1,15 +1,9 @@
-"""The embedded CPU backend: runs Triton kernels with Triton's interpreter inside ``jax.jit``.
+"""Triton's interpreter on host buffers: what jt's CPU launchers and :func:`jt_core.plugin.run_on_host` run.
 
-Switches:
-
-* ``JT_CPU_BOUNDS_CHECK=0`` turns off the address checks on loads and stores (about 30% faster; an out-of-bounds
-  access may then crash the process instead of raising :class:`~jt_core.errors.OutOfBoundsAccessError`).
-* ``JT_CPU_RACE_CHECK=1`` (or :func:`jt_core.cpu_checks`) reports data races between the program instances of a
-  launch (:class:`~jt_core.errors.DataRaceError`) and outputs no program wrote (``JT_CPU_UNWRITTEN``).
-* ``debug=True`` on a call also sanitises integer overflow (slower).
-
-Autotuned kernels run with one configuration on the CPU: the first ``triton.Config`` left after the caller's
-fixed values have pruned the list. With ``JT_CPU_AUTOTUNE=1`` they are tuned instead: every configuration runs
-once on the first execution, the fastest is kept, and the choice is remembered in the cache directory
-(``JT_CACHE_DIR``) so that later processes do not tune again.
+* :mod:`~jt_core.interpreter.execute` -- one configuration of a call on host arrays: outputs prepared, the kernel
+  run, unwritten outputs reported;
+* :mod:`~jt_core.interpreter.runner` -- the kernel in Triton's interpreter, without torch, under a process-wide lock;
+* :mod:`~jt_core.interpreter.rewriting` -- the kernel's source made to mean what compiled Triton makes of it;
+* :mod:`~jt_core.interpreter.access`, :mod:`~jt_core.interpreter.races` -- the bounds check and the race check;
+* :mod:`~jt_core.interpreter.numerics` -- where the interpreter's numbers differ from a GPU's, put right.
 """

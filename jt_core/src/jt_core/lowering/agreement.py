@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core import distributed, hooks, settings
+from jt_core import distributed, settings
 from jt_core.call import KernelCall
-from jt_core.contracts import Launcher
+from jt_core.plugin import facade
+from jt_core.plugin.roles import Launcher
 
 __all__ = ["agree_on_lowering"]
 
@@ -29,10 +30,10 @@ def agree_on_lowering(
     """
     passed_over: dict[str, str] = {}
     if call.launch.launcher is None and platform not in settings.launcher_overrides():  # chosen by priority
-        for other in hooks.launchers_for(platform):
+        for other in facade.launchers_for(platform):
             if other is launcher or other.name in (refused or {}):
                 break
-            reason = hooks.unavailable_reason(other)  # a plugin's that raises is set aside, as in selection
+            reason = facade.unavailable_reason(other)  # a plugin's that raises is set aside, as in selection
             if reason is not None:
                 passed_over[other.name] = f"unavailable here: {reason}"
     passed_over.update({name: f"cannot express the call: {why}" for name, why in (refused or {}).items()})

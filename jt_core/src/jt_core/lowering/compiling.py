@@ -13,8 +13,10 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 
-from jt_core import hooks, native, settings
-from jt_core.contracts import CompiledKernel, CompileRequest
+from jt_core import native, settings
+from jt_core.plugin import facade
+from jt_core.plugin.roles import CompileRequest
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["ahead_of_native_builds", "compile_all", "compile_workers"]
 
@@ -27,13 +29,13 @@ def compile_workers(count: int) -> int:
 
 def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
     """Compiles every configuration of a call, in parallel threads when there are several; results keep the
-    configurations' order. Each compile is kept in memory (:func:`jt_core.hooks.compile_kernel`), so compiling a
+    configurations' order. Each compile is kept in memory (:func:`jt_core.plugin.facade.compile_kernel`), so compiling a
     request again returns at once."""
     workers = compile_workers(len(requests))
     if workers == 1:
-        return [hooks.compile_kernel(request) for request in requests]
+        return [facade.compile_kernel(request) for request in requests]
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jt-compile") as pool:
-        return list(pool.map(hooks.compile_kernel, requests))
+        return list(pool.map(facade.compile_kernel, requests))
 
 
 #: The platforms whose launchers' libraries :func:`native_build_due` has asked about (the answer is then known).
@@ -47,8 +49,8 @@ def native_build_due(platform: str) -> bool:
     if platform in _asked:
         return False
     _asked.add(platform)
-    for launcher in hooks.launchers_for(platform):
-        spec = hooks.serve(launcher, "native_library")
+    for launcher in facade.launchers_for(platform):
+        spec = facade.serve(launcher, "native_library")
         if isinstance(spec, native.LibrarySpec) and native.build_due(spec):
             return True
     return False

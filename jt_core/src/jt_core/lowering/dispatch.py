@@ -9,14 +9,15 @@ from typing import Any
 from jax._src import dispatch
 from jax._src.interpreters import mlir
 
-from jt_core import distributed, hooks
+from jt_core import distributed
 from jt_core.call import KernelCall
-from jt_core.contracts import CompileRequest
 from jt_core.errors import UnsupportedKernelError
 from jt_core.lowering import compiling
 from jt_core.lowering.devices import computation_devices, lowering_device
 from jt_core.lowering.fallback import lower_with
 from jt_core.lowering.tune_ahead import tune_ahead
+from jt_core.plugin import facade
+from jt_core.plugin.roles import CompileRequest
 from jt_core.primitive import kernel_side_effect, triton_kernel_call_p
 
 __all__ = ["lower_for_platform"]
@@ -46,16 +47,16 @@ def _lower(
     devices: Sequence[Any] | None,
     exchange: distributed.Exchange | None,
 ) -> Sequence[Any]:
-    backend = hooks.backend_for(platform)
+    backend = facade.backend_for(platform)
     needed = f"lowering triton_call {call.name!r} for platform {platform!r} needs"
     dialect = call.dialect
-    refusal = hooks.serve(backend, "unsupported_dialect_reason", dialect=dialect, needed=needed)
+    refusal = facade.serve(backend, "unsupported_dialect_reason", dialect=dialect, needed=needed)
     if refusal is not None:
         raise UnsupportedKernelError(
             f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend: {refusal}"
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
-    target = hooks.serve(
+    target = facade.serve(
         backend,
         "target",
         backend_arguments=call.arguments_for_backend(),
@@ -72,7 +73,7 @@ def _lower(
                 config,
                 target,
                 backend,
-                hooks.serve(
+                facade.serve(
                     backend,
                     "parse_options",
                     **CompileRequest.option_arguments(call, config, target),
@@ -84,10 +85,10 @@ def _lower(
         ]
 
     with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):
-        launcher = hooks.launcher_for(platform, call.launch.launcher)
+        launcher = facade.launcher_for(platform, call.launch.launcher)
     if len(call.configs) > 1:
-        named = hooks.requested(platform, launcher, call.launch.launcher)
-        ahead = hooks.ask(launcher, "needs_tuning_ahead", otherwise=False, needed=named, call=call)
+        named = facade.requested(platform, launcher, call.launch.launcher)
+        ahead = facade.ask(launcher, "needs_tuning_ahead", otherwise=False, needed=named, call=call)
         if ahead or exchange is not None:
             call = tune_ahead(call, platform, device, launcher, exchange, through_next_launcher=ahead)
     kernels = compiling.compile_all(requests(call))

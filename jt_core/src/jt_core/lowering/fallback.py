@@ -7,12 +7,14 @@ from typing import Any
 
 from jax._src.interpreters import mlir
 
-from jt_core import distributed, hooks
+from jt_core import distributed
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Launcher
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
 from jt_core.lowering.agreement import agree_on_lowering
 from jt_core.lowering.reporting import report
+from jt_core.plugin import facade
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["lower_with"]
 
@@ -40,24 +42,24 @@ def lower_with(
     """
     refused: dict[str, str] = {}
     while True:
-        needed = hooks.requested(platform, launcher, call.launch.launcher)
-        reason = hooks.serve(launcher, "fallback_reason", call=call, kernels=kernels, device=device, needed=needed)
+        needed = facade.requested(platform, launcher, call.launch.launcher)
+        reason = facade.serve(launcher, "fallback_reason", call=call, kernels=kernels, device=device, needed=needed)
         if reason is None:
             if exchange is not None:
                 agree_on_lowering(exchange, call, platform, launcher, refused)
                 needed = needed or "the agreement between the processes of this jax.distributed job names"
             _check_tensor_descriptors(call, platform, launcher, needed)
             emitted = _EmittedOperations()
-            lowered = hooks.serve(
+            lowered = facade.serve(
                 launcher, "lower", ctx=ctx, call=call, kernels=kernels, operands=operands, device=device, needed=needed
             )
-            if lowered is not hooks.SET_ASIDE:
+            if lowered is not facade.SET_ASIDE:
                 return lowered
             emitted.remove()
-        if reason is None or reason is hooks.SET_ASIDE:
-            reason = hooks.aside_reason(launcher)
+        if reason is None or reason is facade.SET_ASIDE:
+            reason = facade.aside_reason(launcher)
         refused[launcher.name] = reason
-        fallback = hooks.next_launcher(platform, launcher)
+        fallback = facade.next_launcher(platform, launcher)
         if fallback.name in refused:
             reasons = "; ".join(f"{name!r}: {why}" for name, why in refused.items())
             raise UnsupportedKernelError(
@@ -94,14 +96,14 @@ def _check_tensor_descriptors(call: KernelCall, platform: str, launcher: Launche
     if not described:
         return
     question = "passes_tensor_descriptors"
-    if hooks.ask(launcher, question, otherwise=True, needed=needed, call=call, parameters=described):
+    if facade.ask(launcher, question, otherwise=True, needed=needed, call=call, parameters=described):
         return
     able = [
         other.name
-        for other in hooks.launchers_for(platform)
+        for other in facade.launchers_for(platform)
         if other is not launcher
-        and hooks.ask(other, question, otherwise=False, call=call, parameters=described)
-        and hooks.unavailable_reason(other) is None
+        and facade.ask(other, question, otherwise=False, call=call, parameters=described)
+        and facade.unavailable_reason(other) is None
     ]
     hint = (
         f"use launcher={able[0]!r} (or JT_LAUNCHER_{platform.upper()}={able[0]})"

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from jt_core import distributed, hooks, tuning
+from jt_core import distributed, tuning
 from jt_core.call import KernelCall
-from jt_core.contracts import Launcher
 from jt_core.lowering.reporting import report
+from jt_core.plugin import facade
+from jt_core.plugin.roles import Launcher
 from jt_core.primitive import triton_kernel_call_p
 
 __all__ = ["tune_ahead"]
@@ -30,7 +31,7 @@ def tune_ahead(
 
     The choice is the remembered winner for this device kind, else the winner of trials run now on scratch buffers
     through the launcher, or ``through_next_launcher`` through the platform's next one (for a launcher that cannot
-    run the candidates itself: :meth:`~jt_core.contracts.Launcher.needs_tuning_ahead`). In a job, the first process
+    run the candidates itself: :meth:`~jt_core.plugin.Launcher.needs_tuning_ahead`). In a job, the first process
     sharing the computation chooses and every process runs its choice (:func:`jt_core.tuning.agreed_config`).
     Returns ``call`` unchanged when no winner can be had outside a job (no device, tuning records disabled): the
     launcher then says why it cannot express the call.
@@ -55,7 +56,7 @@ def _local_winner(
     key = tuning.tuning_key(call, f"{platform}:{kind}")
     index = tuning.load_choice(key, len(call.configs))
     if index is None:
-        tuner = hooks.next_launcher(platform, launcher) if through_next_launcher else launcher
+        tuner = facade.next_launcher(platform, launcher) if through_next_launcher else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
         tuning.take_recent_choice(call)  # an earlier choice, on another device say, is not this run's
         _run_on_scratch(dataclasses.replace(call, launch=dataclasses.replace(call.launch, launcher=tuner.name)), device)

@@ -8,7 +8,8 @@
 * :mod:`~jt_core.cpu.compiled.affine` -- integers affine in the program id, and what they prove about stores;
 * :mod:`~jt_core.cpu.compiled.shapes`, :mod:`~jt_core.cpu.compiled.accesses`, :mod:`~jt_core.cpu.compiled.reductions`
   -- the operations that make and move values, reach memory, reduce;
-* :mod:`~jt_core.cpu.compiled.kernel` -- tracing operations, calls;
+* :mod:`~jt_core.cpu.compiled.kernel` -- tracing operations, calls; :mod:`~jt_core.cpu.compiled.tracer` -- what the
+  handlers use of the kernel they trace;
 * :mod:`~jt_core.cpu.compiled.grid` -- every program of the grid, in order or side by side;
 * :mod:`~jt_core.cpu.compiled.checking` -- raising a kernel's out-of-bounds error after it ran;
 * :mod:`~jt_core.cpu.compiled.launcher` -- the ``compiled`` launcher.

@@ -8,8 +8,8 @@ unknown) or an atomic stops it, and the programs run one after the other instead
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -19,17 +19,13 @@ from jt_core.cpu.compiled import lang
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Operation, parse_type
+from jt_core.cpu.compiled.tracer import Handler, Tracer
 from jt_core.cpu.compiled.values import BlockPointer, NotVectorizable, Unsupported
-
-if TYPE_CHECKING:
-    from jt_core.cpu.compiled.kernel import Kernel
 
 __all__ = ["HANDLERS"]
 
-Handler = Callable[["Kernel", Operation, State], State]
 
-
-def _addptr(k: Kernel, op: Operation, state: State) -> State:
+def _addptr(k: Tracer, op: Operation, state: State) -> State:
     pointer = k.get(op.operands[0])
     if not isinstance(pointer, Pointer):
         raise Unsupported("tt.addptr on something that is not a pointer", op.line)
@@ -51,7 +47,7 @@ def _addptr(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _ptr_bitcast(k: Kernel, op: Operation, state: State) -> State:
+def _ptr_bitcast(k: Tracer, op: Operation, state: State) -> State:
     value = k.get(op.operands[0])
     ty = k.type(op.results[0])
     if isinstance(value, Pointer):
@@ -64,7 +60,7 @@ def _ptr_bitcast(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _pointer_operand(k: Kernel, op: Operation) -> Pointer:
+def _pointer_operand(k: Tracer, op: Operation) -> Pointer:
     pointer = k.get(op.operands[0])
     if isinstance(pointer, BlockPointer):
         raise Unsupported("a block pointer here", op.line)
@@ -73,7 +69,7 @@ def _pointer_operand(k: Kernel, op: Operation) -> Pointer:
     return pointer
 
 
-def _load(k: Kernel, op: Operation, state: State) -> State:
+def _load(k: Tracer, op: Operation, state: State) -> State:
     target = k.get(op.operands[0])
     ty = k.type(op.results[0])
     if isinstance(target, BlockPointer):
@@ -91,7 +87,7 @@ def _load(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _store(k: Kernel, op: Operation, state: State) -> State:
+def _store(k: Tracer, op: Operation, state: State) -> State:
     target = k.get(op.operands[0])
     value = k.array(op.operands[1])
     if isinstance(target, BlockPointer):
@@ -111,7 +107,7 @@ def _store(k: Kernel, op: Operation, state: State) -> State:
     return k.memory.store(state, pointer, value, mask, shape)
 
 
-def _atomic_rmw(k: Kernel, op: Operation, state: State) -> State:
+def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:
     if k.vector:
         raise NotVectorizable("an atomic")
     pointer = _pointer_operand(k, op)
@@ -125,7 +121,7 @@ def _atomic_rmw(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _atomic_cas(k: Kernel, op: Operation, state: State) -> State:
+def _atomic_cas(k: Tracer, op: Operation, state: State) -> State:
     if k.vector:
         raise NotVectorizable("an atomic")
     pointer = _pointer_operand(k, op)
@@ -136,7 +132,7 @@ def _atomic_cas(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _make_block_ptr(k: Kernel, op: Operation, state: State) -> State:
+def _make_block_ptr(k: Tracer, op: Operation, state: State) -> State:
     base = k.get(op.operands[0])
     if not isinstance(base, Pointer):
         raise Unsupported("a block pointer on something that is not a pointer", op.line)
@@ -155,7 +151,7 @@ def _make_block_ptr(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _advance(k: Kernel, op: Operation, state: State) -> State:
+def _advance(k: Tracer, op: Operation, state: State) -> State:
     block = k.get(op.operands[0])
     steps = [k.get(v) for v in op.operands[1:]]
     offsets = tuple(_add(a, b) for a, b in zip(block.offsets, steps, strict=True))
@@ -169,7 +165,7 @@ def _add(a: Any, b: Any) -> Any:
     return jnp.asarray(a, jnp.int64) + jnp.asarray(b, jnp.int64)
 
 
-def _block_lanes(k: Kernel, block: BlockPointer, checked: Sequence[int]) -> tuple[Pointer, Any]:
+def _block_lanes(k: Tracer, block: BlockPointer, checked: Sequence[int]) -> tuple[Pointer, Any]:
     """The lanes of a block pointer: one pointer per element of the block, and the mask of the checked axes."""
     offset: Any = jnp.asarray(block.base, jnp.int64)
     mask: Any = None

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import jax
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
-from jt_core.interpreter import ffi_launcher
+from jt_core.cpu import ffi_launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["checked", "handler_ready", "register"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,10 +18,8 @@ from jax import lax
 from jt_core.cpu.compiled import lang
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, TensorType
+from jt_core.cpu.compiled.tracer import Tracer
 from jt_core.cpu.compiled.values import BlockPointer, Unsupported
-
-if TYPE_CHECKING:
-    from jt_core.cpu.compiled.kernel import Kernel
 
 __all__ = ["scf_for", "scf_if", "scf_while"]
 
@@ -76,7 +74,7 @@ def _packed(
     return out
 
 
-def _nested(k: Kernel, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
+def _nested(k: Tracer, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
     """Runs a block of a loop or branch that JAX's control flow runs (a vectorised run makes no store there)."""
     k.region_depth += 1
     try:
@@ -85,7 +83,7 @@ def _nested(k: Kernel, block: Block, args: Sequence[Any], state: State) -> tuple
         k.region_depth -= 1
 
 
-def scf_for(k: Kernel, op: Operation, state: State) -> State:
+def scf_for(k: Tracer, op: Operation, state: State) -> State:
     """``scf.for``: a ``fori_loop`` over the iterations, with the trip count XLA sees when the bounds are known."""
     lower, upper, step = (k.get(v) for v in op.operands[:3])
     inits = [k.get(v) for v in op.operands[3:]]
@@ -127,7 +125,7 @@ def scf_for(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def scf_if(k: Kernel, op: Operation, state: State) -> State:
+def scf_if(k: Tracer, op: Operation, state: State) -> State:
     """``scf.if``: the branch itself when its condition is known at trace time, else a ``lax.cond``."""
     condition = k.get(op.operands[0])
     then_block = op.regions[0][0]
@@ -164,7 +162,7 @@ def scf_if(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _writes(k: Kernel, block: Block, seen: frozenset[str] = frozenset()) -> bool:
+def _writes(k: Tracer, block: Block, seen: frozenset[str] = frozenset()) -> bool:
     """Whether running ``block`` may store (through the functions it calls too)."""
     for op in block.operations:
         if op.name in _WRITES:
@@ -179,7 +177,7 @@ def _writes(k: Kernel, block: Block, seen: frozenset[str] = frozenset()) -> bool
     return False
 
 
-def scf_while(k: Kernel, op: Operation, state: State) -> State:
+def scf_while(k: Tracer, op: Operation, state: State) -> State:
     """``scf.while``: a ``lax.while_loop`` whose condition runs the ``before`` region."""
 
     before, after = op.regions[0][0], op.regions[1][0]

@@ -25,7 +25,7 @@ import numpy as np
 
 from jt_core import _compat, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
-from jt_core.contracts import CompiledKernel, Launcher
+from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
 from jt_core.cpu.compiled.accesses import pointer_argument
 from jt_core.cpu.compiled.grid import run_grid
@@ -33,10 +33,11 @@ from jt_core.cpu.compiled.kernel import unsupported_operation
 from jt_core.cpu.compiled.memory import BufferSpec, Memory, State, no_error
 from jt_core.cpu.compiled.program import Program
 from jt_core.cpu.compiled.values import Unsupported
+from jt_core.cpu.ffi_launcher import CpuFfiLauncher
+from jt_core.cpu.lowered import cpu_autotune_enabled
 from jt_core.errors import UnsupportedKernelError
-from jt_core.interpreter import ffi_launcher
-from jt_core.interpreter.backend import cpu_autotune_enabled
-from jt_core.interpreter.ffi_launcher import CpuFfiLauncher
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["CpuCompiledLauncher", "kernel_function"]
 

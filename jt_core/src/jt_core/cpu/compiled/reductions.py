@@ -5,7 +5,7 @@ applied element by element."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,13 +15,10 @@ from jax import lax
 from jt_core.cpu.compiled import lang
 from jt_core.cpu.compiled.memory import State
 from jt_core.cpu.compiled.program import Operation
-
-if TYPE_CHECKING:
-    from jt_core.cpu.compiled.kernel import Kernel
+from jt_core.cpu.compiled.tracer import Handler, Tracer
 
 __all__ = ["HANDLERS"]
 
-Handler = Callable[["Kernel", Operation, State], State]
 
 _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "arith.addf": lambda x, axis: jnp.sum(x, axis=axis),
@@ -61,7 +58,7 @@ def _ignoring_nan(reduce: Callable[..., jax.Array], fill: float, x: jax.Array, a
     return jnp.where(jnp.all(nan, axis=axis), jnp.asarray(jnp.nan, x.dtype), value)
 
 
-def _dot(k: Kernel, op: Operation, state: State) -> State:
+def _dot(k: Tracer, op: Operation, state: State) -> State:
     a, b, acc = (k.array(v) for v in op.operands[:3])
     a, b = lang.widen_for_dot(a), lang.widen_for_dot(b)
     precision = op.attr("inputPrecision", "IEEE")
@@ -78,7 +75,7 @@ def _dot(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _combiner(k: Kernel, op: Operation) -> str | None:
+def _combiner(k: Tracer, op: Operation) -> str | None:
     """The single element-wise operation a reduction's or scan's combining region applies, or ``None``."""
     block = op.regions[0][0]
     body = block.operations
@@ -96,7 +93,7 @@ def _combiner(k: Kernel, op: Operation) -> str | None:
     return first.name
 
 
-def _region_function(k: Kernel, op: Operation) -> Callable[..., Any]:
+def _region_function(k: Tracer, op: Operation) -> Callable[..., Any]:
     """A reduction's or scan's combining region as a function of arrays (applied element by element)."""
 
     def combine(*args: Any) -> Any:
@@ -109,7 +106,7 @@ def _region_function(k: Kernel, op: Operation) -> Callable[..., Any]:
 _NO_STATE = State((), np.zeros((), bool))  # type: ignore[arg-type]
 
 
-def _reduce(k: Kernel, op: Operation, state: State) -> State:
+def _reduce(k: Tracer, op: Operation, state: State) -> State:
     axis = int(op.attr("axis"))
     inputs = [k.array(v) for v in op.operands]
     combiner = _combiner(k, op) if len(inputs) == 1 else None
@@ -134,7 +131,7 @@ def _tree_reduce(combine: Callable[..., Any], inputs: list[jax.Array], axis: int
     return [jnp.squeeze(v, axis=axis) for v in values]
 
 
-def _scan(k: Kernel, op: Operation, state: State) -> State:
+def _scan(k: Tracer, op: Operation, state: State) -> State:
     axis = int(op.attr("axis"))
     reverse = bool(op.attr("reverse", False))
     inputs = [k.array(v) for v in op.operands]

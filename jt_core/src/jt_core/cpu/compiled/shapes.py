@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -16,17 +15,13 @@ from jt_core.cpu.compiled import lang
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Operation, TensorType
+from jt_core.cpu.compiled.tracer import Handler, Tracer
 from jt_core.cpu.compiled.values import Unsupported
-
-if TYPE_CHECKING:
-    from jt_core.cpu.compiled.kernel import Kernel
 
 __all__ = ["HANDLERS"]
 
-Handler = Callable[["Kernel", Operation, State], State]
 
-
-def _constant(k: Kernel, op: Operation, state: State) -> State:
+def _constant(k: Tracer, op: Operation, state: State) -> State:
     ty = k.type(op.results[0])
     value = lang.constant(op.attr("text"), op.attr("value"), ty)
     k.env[op.results[0]] = value
@@ -37,13 +32,13 @@ def _constant(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _poison(k: Kernel, op: Operation, state: State) -> State:
+def _poison(k: Tracer, op: Operation, state: State) -> State:
     ty = k.type(op.results[0])
     k.env[op.results[0]] = jnp.zeros(ty.shape, lang.dtype_of(ty.element)) if not ty.is_pointer else None
     return state
 
 
-def _program_id(k: Kernel, op: Operation, state: State) -> State:
+def _program_id(k: Tracer, op: Operation, state: State) -> State:
     axis = int(op.attr("axis", 0))
     k.env[op.results[0]] = k.pids[axis]
     pids = [0, 0, 0]
@@ -52,19 +47,19 @@ def _program_id(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _num_programs(k: Kernel, op: Operation, state: State) -> State:
+def _num_programs(k: Tracer, op: Operation, state: State) -> State:
     k.env[op.results[0]] = k.grid[int(op.attr("axis", 0))]
     return state
 
 
-def _make_range(k: Kernel, op: Operation, state: State) -> State:
+def _make_range(k: Tracer, op: Operation, state: State) -> State:
     start, end = int(op.attr("start")), int(op.attr("end"))
     k.env[op.results[0]] = lax.iota(jnp.int32, end - start) + jnp.int32(start)
     k.affine[op.results[0]] = Affine(start, (0, 0, 0), (1,), (end - start,))
     return state
 
 
-def _splat(k: Kernel, op: Operation, state: State) -> State:
+def _splat(k: Tracer, op: Operation, state: State) -> State:
     value = k.get(op.operands[0])
     ty = k.type(op.results[0])
     known = k.affine_of(op.operands[0])
@@ -90,7 +85,7 @@ def _shaped(
     """A handler for an operation that moves elements around, on numbers and on pointers alike; ``track`` says what
     it does to an affine value."""
 
-    def handle(k: Kernel, op: Operation, state: State) -> State:
+    def handle(k: Tracer, op: Operation, state: State) -> State:
         value = k.get(op.operands[0])
         ty = k.type(op.results[0])
         if isinstance(value, Pointer):
@@ -139,30 +134,30 @@ def _trans_affine(a: Affine, op: Operation, ty: TensorType) -> Affine:
     return dataclasses.replace(a, lanes=tuple(a.lanes[i] for i in order), shape=tuple(a.shape[i] for i in order))
 
 
-def _cat(k: Kernel, op: Operation, state: State) -> State:
+def _cat(k: Tracer, op: Operation, state: State) -> State:
     k.env[op.results[0]] = jnp.concatenate([k.array(v) for v in op.operands], axis=0)
     return state
 
 
-def _join(k: Kernel, op: Operation, state: State) -> State:
+def _join(k: Tracer, op: Operation, state: State) -> State:
     k.env[op.results[0]] = jnp.stack([k.array(v) for v in op.operands], axis=-1)
     return state
 
 
-def _split(k: Kernel, op: Operation, state: State) -> State:
+def _split(k: Tracer, op: Operation, state: State) -> State:
     x = k.array(op.operands[0])
     k.env[op.results[0]] = x[..., 0]
     k.env[op.results[1]] = x[..., 1]
     return state
 
 
-def _gather(k: Kernel, op: Operation, state: State) -> State:
+def _gather(k: Tracer, op: Operation, state: State) -> State:
     source, index = k.array(op.operands[0]), k.array(op.operands[1])
     k.env[op.results[0]] = jnp.take_along_axis(source, index, axis=int(op.attr("axis")), mode="clip")
     return state
 
 
-def _histogram(k: Kernel, op: Operation, state: State) -> State:
+def _histogram(k: Tracer, op: Operation, state: State) -> State:
     data = jnp.ravel(k.array(op.operands[0]))
     bins = k.type(op.results[0]).shape[0]
     keep = (data >= 0) & (data < bins)
@@ -173,7 +168,7 @@ def _histogram(k: Kernel, op: Operation, state: State) -> State:
     return state
 
 
-def _unsplat(k: Kernel, op: Operation, state: State) -> State:
+def _unsplat(k: Tracer, op: Operation, state: State) -> State:
     k.env[op.results[0]] = jnp.reshape(k.array(op.operands[0]), ())
     return state
 

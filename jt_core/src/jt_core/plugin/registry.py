@@ -1,17 +1,17 @@
 """The registries: backends per platform, launchers per platform, dialects, and the choice among them.
 
-A :class:`Registry` asks the plugins a :class:`~jt_core.plugins.PluginLoader` loaded for their backends, launchers
-and dialects (the registration hooks, one plugin at a time), checks what they return against their role's contract
-(:func:`~jt_core.contracts.contract_problems`: a plugin whose component breaks it is refused as a whole; one that
-still uses names of an earlier contract is warned, until the version that refuses them), and answers the questions
-lowering asks: which backend serves a platform, which launcher lowers a call there, which dialect a kernel is
-written in. Selection is explicit and deterministic: the ``launcher=`` argument, else ``JT_LAUNCHER_<PLATFORM>``,
-else the available launcher of highest priority (ties broken by name); plugin dialects before the builtin Triton
-dialect.
+A :class:`Registry` asks the plugins a :class:`~jt_core.plugin.loader.PluginLoader` loaded for their backends,
+launchers and dialects (the registration hooks, one plugin at a time), checks what they return against their role's
+contract (:func:`~jt_core.plugin.validation.contract_problems`: a plugin whose component breaks it is refused as a
+whole; one that still uses names of an earlier contract is warned, until the version that refuses them), and answers
+the questions lowering asks: which backend serves a platform, which launcher lowers a call there, which dialect a
+kernel is written in. Selection is explicit and deterministic: the ``launcher=`` argument, else
+``JT_LAUNCHER_<PLATFORM>``, else the available launcher of highest priority (ties broken by name); plugin dialects
+before the builtin Triton dialect.
 
 A plugin's backend, launcher or dialect that raises while serving a call (:meth:`Registry.serve`), or a plugin's
 ``jt_compile_kernel`` that raises (:meth:`Registry.compile_fault`), is a fault of that plugin: it is recorded with its
-traceback (:class:`~jt_core.plugins.PluginFault`). When the call can go on without it (a launcher chosen by
+traceback (:class:`~jt_core.plugin.records.PluginFault`). When the call can go on without it (a launcher chosen by
 priority, a dialect among several, an observer of compiles), the part that raised is set aside for the process, with
 one warning, and the call goes on; when the call needs it (the launcher it names, its backend), the call fails with
 a :class:`~jt_core.errors.PluginFaultError` naming the plugin and the fix. jt's own builtins are not isolated: an
@@ -22,8 +22,8 @@ Loading and collecting the registrations is one transaction: when it raises (a `
 problem under ``JT_STRICT_PLUGINS``), the registries are emptied and the plugins unloaded before the exception
 propagates, and the next query starts again.
 
-The process-wide registry (:func:`get_registry`) is created on first use; :mod:`jt_core.hooks` is the only module
-of the call path that reads it.
+The process-wide registry (:func:`get_registry`) is created on first use; :mod:`jt_core.plugin.facade` is the only
+module of the call path that reads it.
 """
 
 from __future__ import annotations
@@ -34,19 +34,12 @@ from typing import Any
 
 from jt_core import _version as jt_version
 from jt_core import settings
-from jt_core.contracts import (
-    Backend,
-    Dialect,
-    Launcher,
-    Retired,
-    contract_problems,
-    is_removed,
-    keeps_default,
-    prepare_call,
-    retired_uses,
-)
 from jt_core.errors import DuplicateBackendError, JtError, KernelCallTypeError, NoBackendError, PluginFaultError
-from jt_core.plugins import BLOCKED, BROKEN, BUILTIN, FAILED, PluginFault, PluginLoader, PluginRecord
+from jt_core.plugin.loader import PluginLoader
+from jt_core.plugin.records import BLOCKED, BROKEN, BUILTIN, FAILED, PluginFault, PluginRecord
+from jt_core.plugin.retired import Retired, is_removed
+from jt_core.plugin.roles import Backend, Dialect, Launcher, keeps_default, prepare_call
+from jt_core.plugin.validation import contract_problems, retired_uses
 
 __all__ = ["SET_ASIDE", "Registry", "get_registry", "list_plugins", "set_registry"]
 
@@ -142,8 +135,9 @@ class Registry:
 
     def _accepted(self, hook: str, kind: type, what: str, **arguments: Any) -> list[tuple[str, Any]]:
         """What the plugins return from a registration hook that keeps the contract of ``kind``
-        (:func:`~jt_core.contracts.contract_problems`). A plugin that returns anything else fails as a whole; one
-        that uses retired names keeps working, with a deprecation warning, until the version that refuses them."""
+        (:func:`~jt_core.plugin.validation.contract_problems`). A plugin that returns anything else fails as a
+        whole; one that uses retired names keeps working, with a deprecation warning, until the version that refuses
+        them."""
         accepted = []
         for name, item, taken in self.loader.call_each(hook, **arguments):
             record = self.records[name]
@@ -386,7 +380,7 @@ class Registry:
         return None
 
     def serve(self, component: Any, method: str, *, needed: str | None = None, **arguments: Any) -> Any:
-        """``component.method(...)`` for a call (with the ``arguments`` it names: :func:`jt_core.contracts.invoke`),
+        """``component.method(...)`` for a call (with the ``arguments`` it names: :func:`jt_core.plugin.roles.invoke`),
         with what a plugin's component raises made a fault of it.
 
         Args:
@@ -505,7 +499,7 @@ def _component_problem(
     name: str, what: str, component: Any, problems: list[str], removed: list[tuple[str, Retired]]
 ) -> str:
     """What is wrong with a registered component: how it breaks its role's contract
-    (:func:`~jt_core.contracts.contract_problems`), and the names of earlier contracts it still uses that this
+    (:func:`~jt_core.plugin.validation.contract_problems`), and the names of earlier contracts it still uses that this
     jt-core refuses (an attribute, or a parameter as ``method(argument)``)."""
     cls = type(component)
     parts = list(problems)

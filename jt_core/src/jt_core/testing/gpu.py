@@ -1,5 +1,5 @@
-"""What :mod:`jt_core.testing` offers GPU plugins (re-exported there): reading the custom calls a lowering emits,
-decoding jaxlib's kernel-call message, and running jt's launch handler on XLA's CPU client.
+"""What :mod:`jt_core.testing` offers GPU plugins (re-exported there): reading the custom calls a lowering emits
+(:func:`custom_calls`), decoding jaxlib's kernel-call message, and running jt's launch handler on XLA's CPU client.
 
 jt's launch handler (:mod:`jt_core.gpu.handler`) is shared C++ that each GPU plugin builds over its runtime's driver.
 Much of it can be checked without a GPU: the library builds, exports its stages and takes its handler from jt_core's
@@ -9,6 +9,7 @@ where it needs the GPU stream). :class:`LaunchHandlerConformance` holds those ch
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import re
@@ -23,17 +24,18 @@ import numpy as np
 import pytest
 
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel
 from jt_core.gpu import jaxlib_call
 from jt_core.gpu.handler import LaunchHandlerLibrary, headers, include_dir
 from jt_core.gpu.launchers import HandlerLauncher
 from jt_core.native import NativeBuildError, build_shared_library, find_compiler
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "HANDLER_HEADER",
     "HANDLER_STAGES",
     "LaunchHandlerConformance",
     "backend_config",
+    "custom_calls",
     "decode_jaxlib_call",
     "exported_symbols",
     "output_operand_aliases",
@@ -58,6 +60,40 @@ _SHARED_ONLY = ("ReadRememberedConfig", "Autotune(", "TimeConfig(", "GetAttr<", 
 
 
 # -- reading lowerings ------------------------------------------------------------------------------------------
+
+
+#: The lowerings :func:`custom_calls` walked last. An MLIR operation is freed with the lowering that owns it, and
+#: reading a freed one crashes the process; tests read the operations right after the call, often with the lowering
+#: as a temporary (``custom_calls(jax.jit(f).lower(...))``), so the most recent ones are kept alive here.
+_recent_lowerings: collections.deque[Any] = collections.deque(maxlen=256)
+
+
+def custom_calls(lowered: Any, target: str | None = None) -> list[Any]:
+    """The ``stablehlo.custom_call`` operations of a lowered module (optionally only those calling ``target``).
+
+    The operations stay valid while ``lowered`` lives; the last 256 lowerings passed here are kept alive, so a
+    temporary lowering is safe to inspect in the test that made it.
+
+    Args:
+        lowered: What ``jax.jit(f).trace(...).lower(...)`` returns.
+        target: A custom-call target name to keep, or ``None`` for all.
+    """
+    _recent_lowerings.append(lowered)
+    module = lowered.compiler_ir("stablehlo")
+    found: list[Any] = []
+
+    def visit(operation: Any) -> None:
+        if operation.name == "stablehlo.custom_call":
+            name = str(operation.attributes["call_target_name"]).strip('"')
+            if target is None or name == target:
+                found.append(operation)
+        for region in operation.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
 
 
 def _attribute_value(attr: Any) -> Any:

@@ -6,7 +6,7 @@ that a plugin that fails to import (``sys.exit()`` included), fails pluggy's val
 wrong signature), defines a function named like a hook without the ``hookimpl`` decorator (which pluggy would leave
 uncalled without a word) or raises inside a registration hook is recorded, warned about once and skipped, while
 every other plugin and the builtin CPU backend keep working. Blocked plugins are blocked in pluggy too
-(``set_blocked``). The registries built from the loaded plugins live in :mod:`jt_core.registry`.
+(``set_blocked``). The registries built from the loaded plugins live in :mod:`jt_core.plugin.registry`.
 
 Loading is a transaction: when it is interrupted (``KeyboardInterrupt``) or fails (``JT_STRICT_PLUGINS``), every
 plugin it registered is unregistered again and the records are dropped, so the exception reaches the caller and
@@ -39,61 +39,47 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pluggy
 
-from jt_core import files, hookspecs, settings
+from jt_core import settings
 from jt_core._compat import entry_points_for_group
 from jt_core._version import __version__
 from jt_core.errors import PluginFaultError, PluginLoadError
+from jt_core.plugin import specs
+from jt_core.plugin.faults import KEPT_FAULTS, remember_fault
+from jt_core.plugin.records import (
+    BLOCKED,
+    BROKEN,
+    BUILTIN,
+    FAILED,
+    FAULTED,
+    LOADED,
+    PluginFault,
+    PluginRecord,
+    describe_exception,
+)
 
 __all__ = [
-    "BLOCKED",
-    "BROKEN",
-    "BUILTIN",
+    "BUILTIN_DISTRIBUTION",
     "BUILTIN_PLUGINS",
-    "FAILED",
-    "FAULTED",
-    "LOADED",
+    "ENTRY_POINT_GROUP",
     "EntryPointInfo",
-    "PluginFault",
     "PluginLoader",
-    "PluginRecord",
     "discover_entry_points",
-    "describe_exception",
     "plugin_traceback",
-    "faults_file",
-    "forget_faults",
-    "recorded_faults",
-    "remember_fault",
-    "with_recorded_faults",
 ]
 
-log = logging.getLogger("jt_core.plugins")
+log = logging.getLogger("jt_core.plugin.loader")
 
 ENTRY_POINT_GROUP = "jt"
 BUILTIN_DISTRIBUTION = "jt-core"
-
-LOADED = "loaded"
-BLOCKED = "blocked"
-FAILED = "failed"
-BUILTIN = "builtin"
-FAULTED = "faulted"
-
-#: What a broken plugin raises: any error, and ``SystemExit`` (a plugin must not end the user's program).
-#: ``KeyboardInterrupt`` is not among them: a Ctrl-C reaches the program, and leaves the load retryable.
-BROKEN: tuple[type[BaseException], ...] = (Exception, SystemExit)
 
 #: How alike (``difflib`` ratio) a hook implementation without a spec and a spec's name must be for the name to be
 #: suggested: a letter added, dropped or swapped scores above 0.9; hook names that share only the ``jt_`` prefix
 #: and a word score below 0.7.
 HOOK_NAME_CUTOFF = 0.75
-
-#: The cache folder keeping the faults of the last processes, and how many each plugin keeps.
-FAULTS_FOLDER = "plugins"
-KEPT_FAULTS = 5
 
 #: jt-core's own plugins, registered by module name like any plugin: the compile through the caches (and the dump
 #: wrapper), the plain Triton dialect, and the CPU backend with its launchers.
@@ -102,99 +88,6 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("triton", "jt_core.triton_dialect"),
     ("cpu", "jt_core.cpu.plugin"),
 )
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``Type: message`` of an exception, with ``sys.exit(code)`` for a ``SystemExit``."""
-    if isinstance(exc, SystemExit):
-        return f"SystemExit: sys.exit({exc.code!r}) was called"
-    return f"{type(exc).__name__}: {exc}"
-
-
-@dataclasses.dataclass(frozen=True)
-class PluginFault:
-    """A plugin's code that raised while jt served a call, after the plugin had loaded.
-
-    Attributes:
-        plugin: The plugin's name.
-        distribution: The distribution that declares it.
-        version: That distribution's version.
-        where: What raised: ``"jt_compile_kernel"``, ``"launcher 'cpu:fast' lower()"``,
-            ``"dialect 'gluon' claims()"``.
-        error: The exception as ``Type: message``.
-        traceback: The exception's traceback, formatted.
-        consequence: What jt did about it.
-        pid: The process it happened in.
-        time: When, in seconds since the epoch.
-    """
-
-    plugin: str
-    distribution: str
-    version: str
-    where: str
-    error: str
-    traceback: str
-    consequence: str
-    pid: int
-    time: float
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fault as JSON-ready data."""
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class PluginRecord:
-    """What is known about one plugin.
-
-    Attributes:
-        name: The entry-point name (or the builtin plugin's name).
-        distribution: The distribution that declares it.
-        version: That distribution's version.
-        status: ``"loaded"``, ``"blocked"``, ``"failed"``, ``"builtin"``, or ``"faulted"`` (loaded, but something
-            it provides raised while serving a call).
-        error: Why it failed or is blocked, and the fix (``"failed to import (...): ImportError: ...; fix or
-            uninstall it, or set JT_DISABLE_PLUGINS=name"``), or ``None``. The plugin's name, distribution and
-            version are not repeated in it: messages about the plugin say them first.
-        platforms: Platforms it registered backends for.
-        dialects: Dialects it registered.
-        launchers: ``platform:name`` of the launchers it registered.
-        launcher_details: For each of those, its ``priority`` and ``falls_back_for``: what makes a call go to the
-            platform's next launcher (empty for launchers that take every call).
-        faults: What it raised while serving calls, oldest first.
-        deprecations: The names of earlier jt contracts its components use, each with its replacement and the
-            jt-core version that refuses it (they keep working until then).
-    """
-
-    name: str
-    distribution: str
-    version: str
-    status: str
-    error: str | None = None
-    platforms: list[str] = dataclasses.field(default_factory=list)
-    dialects: list[str] = dataclasses.field(default_factory=list)
-    launchers: list[str] = dataclasses.field(default_factory=list)
-    launcher_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    faults: list[PluginFault] = dataclasses.field(default_factory=list)
-    deprecations: list[str] = dataclasses.field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data."""
-        return {
-            "name": self.name,
-            "distribution": self.distribution,
-            "version": self.version,
-            "status": self.status,
-            "provides": {
-                "platforms": self.platforms,
-                "dialects": self.dialects,
-                "launchers": self.launchers,
-                "launcher_details": self.launcher_details,
-            },
-            "error": self.error,
-            "faults": [fault.as_dict() for fault in self.faults],
-            "deprecations": list(self.deprecations),
-        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,8 +148,8 @@ class PluginLoader:
         self._warned_deprecations: set[tuple[str, str]] = set()
         self._checked_names = False
         self._answered: set[tuple[str, str]] = set()
-        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-        self.pm.add_hookspecs(hookspecs)
+        self.pm = pluggy.PluginManager(specs.PROJECT_NAME)
+        self.pm.add_hookspecs(specs)
         self.records: dict[str, PluginRecord] = {}
         if self.trace:
             self.pm.trace.root.setwriter(lambda msg: sys.stderr.write(f"[jt-plugins] {msg}"))
@@ -400,7 +293,7 @@ class PluginLoader:
             )
             self.problem(record, f"{what}. Fix or uninstall it, or set JT_DISABLE_PLUGINS={ep.name}.")
             return
-        problem = hookspecs.api_version_problem(module)
+        problem = specs.api_version_problem(module)
         if problem is not None:
             self.problem(record, f"{problem}; until then set JT_DISABLE_PLUGINS={ep.name} to silence this.")
             return
@@ -594,90 +487,3 @@ def plugin_traceback(exc: BaseException) -> str:
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(machinery):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
-
-
-# -- faults kept on this machine -----------------------------------------------------------------------------
-
-_FAULT_TEXT_FIELDS = ("plugin", "distribution", "version", "where", "error", "traceback", "consequence")
-
-
-def faults_file(plugin: str) -> Path:
-    """Where the faults of ``plugin`` are kept on this machine (``<plugin>.jt-faults.json`` in the cache root's
-    ``plugins`` folder).
-
-    Raises:
-        OSError: When the cache has no usable folder.
-    """
-    return files.cache_folder(FAULTS_FOLDER) / f"{files.safe_name(plugin)}.jt-faults.json"
-
-
-def _read_faults(path: Path) -> list[PluginFault]:
-    """The faults kept in ``path``; a missing, unreadable or damaged file (one that fails its integrity check is
-    deleted, with a warning) holds none, and entries that are not faults are skipped."""
-    data = files.read_record(path)
-    found = []
-    for entry in data.get("faults", ()) if data is not None else ():
-        if not isinstance(entry, dict):
-            continue
-        texts: dict[str, Any] = {name: entry.get(name) for name in _FAULT_TEXT_FIELDS}
-        pid, when = entry.get("pid"), entry.get("time")
-        if all(isinstance(t, str) for t in texts.values()) and isinstance(pid, int) and isinstance(when, (int, float)):
-            found.append(PluginFault(**texts, pid=pid, time=float(when)))
-    return found
-
-
-def remember_fault(fault: PluginFault) -> None:
-    """Keeps ``fault`` in jt's cache folder (the last :data:`KEPT_FAULTS` of its plugin, as a record with its
-    integrity check), for ``python -m jt_core plugins`` in any process. A folder that cannot be written only loses
-    the record (reported once, as every cache folder that takes no file)."""
-    try:
-        path = faults_file(fault.plugin)
-    except OSError as exc:
-        log.debug("the fault of plugin %r was not kept: %s", fault.plugin, exc)
-        return
-    kept = [*_read_faults(path)[-(KEPT_FAULTS - 1) :], fault]
-    files.write_record(path, {"faults": [f.as_dict() for f in kept]})
-
-
-def recorded_faults(record: PluginRecord) -> list[PluginFault]:
-    """The faults kept on this machine for ``record``'s plugin at its installed distribution and version, oldest
-    first (those of an older or newer version are left out: they may be fixed)."""
-    try:
-        path = faults_file(record.name)
-    except OSError:
-        return []
-    return [f for f in _read_faults(path) if (f.distribution, f.version) == (record.distribution, record.version)]
-
-
-def with_recorded_faults(records: Iterable[PluginRecord]) -> list[PluginRecord]:
-    """``records``, each loaded plugin's with the faults kept on this machine added (by time) and its status
-    ``"faulted"`` when it has any. The records themselves are left as they are."""
-    merged = []
-    for record in records:
-        if record.status not in (LOADED, FAULTED):
-            merged.append(record)
-            continue
-        known = {(f.pid, f.time, f.where) for f in record.faults}
-        extra = [f for f in recorded_faults(record) if (f.pid, f.time, f.where) not in known]
-        if not extra:
-            merged.append(record)
-            continue
-        faults = sorted([*record.faults, *extra], key=lambda f: f.time)
-        merged.append(dataclasses.replace(record, status=FAULTED, faults=faults))
-    return merged
-
-
-def forget_faults() -> int:
-    """Deletes every fault kept on this machine; returns how many plugins had some."""
-    try:
-        paths = files.kept_files(FAULTS_FOLDER, files.cache_folder(FAULTS_FOLDER))
-    except OSError:
-        return 0
-    forgotten = 0
-    for path in paths:
-        try:
-            path.unlink()
-            forgotten += 1
-        except OSError:
-            continue
-    return forgotten

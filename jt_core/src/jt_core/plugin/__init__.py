@@ -35,9 +35,26 @@ arguments. jt calls a hook, and the contract methods a plugin overrides, with th
 and no others, so an implementation that does not name a new argument is not affected by it; when a plugin
 registers a backend, launcher or dialect, jt checks that each parameter of those methods is one jt offers, and
 that the role's class attributes are set. A name jt-core retires keeps working for one minor version, with a
-``DeprecationWarning`` naming its replacement and the jt-core version that refuses it (``RETIRED_ATTRIBUTES`` and
-``RETIRED_PARAMETERS`` of :mod:`jt_core.contracts`). Anything else (a changed meaning) comes with a new version, and
-the loader names the plugins still written for the old one.
+``DeprecationWarning`` naming its replacement and the jt-core version that refuses it
+(:mod:`jt_core.plugin.retired`). Anything else (a changed meaning) comes with a new version, and the loader names the
+plugins still written for the old one.
+
+**Inside the package.** This module is the interface; the package's modules hold jt's plugin machinery, one role
+each, and are not an interface (a plugin that imports one is refused by jt's own import contract):
+
+* :mod:`~jt_core.plugin.specs` -- the hook specifications, :data:`hookimpl` and the API version;
+* :mod:`~jt_core.plugin.values` -- :class:`Target`, :class:`CompiledKernel`, :func:`plain_metadata`;
+* :mod:`~jt_core.plugin.roles` -- the roles (:class:`Backend`, :class:`Launcher`, :class:`Dialect`),
+  :class:`CompileRequest`, and how jt asks a component its questions (the arguments its methods name);
+* :mod:`~jt_core.plugin.retired` -- the names of earlier contracts and the version that refuses each;
+* :mod:`~jt_core.plugin.validation` -- what jt checks when a plugin registers a component;
+* :mod:`~jt_core.plugin.signatures` -- calling a function with the arguments it names;
+* :mod:`~jt_core.plugin.records` -- what jt knows of each plugin (status, what it provides, its faults);
+* :mod:`~jt_core.plugin.faults` -- the faults of plugins kept on this machine;
+* :mod:`~jt_core.plugin.loader` -- entry points, loading, isolation of broken plugins, the ``JT_*`` switches;
+* :mod:`~jt_core.plugin.registry` -- backends, launchers and dialects, and the choice among them;
+* :mod:`~jt_core.plugin.facade` -- the typed facade: the only caller of the hooks in jt's call path;
+* :mod:`~jt_core.plugin.host` -- :func:`run_on_host` and :func:`emit_host_callback`.
 """
 
 from __future__ import annotations
@@ -57,7 +74,6 @@ from jt_core.call import (
     Specialization,
     TritonOptions,
 )
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher, Target, plain_metadata
 from jt_core.errors import (
     JtError,
     KernelCallTypeError,
@@ -67,10 +83,12 @@ from jt_core.errors import (
     NoDeviceError,
     UnsupportedKernelError,
 )
-from jt_core.hookspecs import PLUGIN_API_VERSION as API_VERSION
-from jt_core.hookspecs import hookimpl
-from jt_core.interpreter.host import emit_host_callback, run_on_host
 from jt_core.native import LibrarySpec, NativeBuildError
+from jt_core.plugin.host import emit_host_callback, run_on_host
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher
+from jt_core.plugin.specs import PLUGIN_API_VERSION as API_VERSION
+from jt_core.plugin.specs import hookimpl
+from jt_core.plugin.values import CompiledKernel, Target, plain_metadata
 from jt_core.tensordesc import TensorDescriptorSpec
 
 __all__ = [

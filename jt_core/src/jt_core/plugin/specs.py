@@ -9,7 +9,7 @@ A jt plugin is a module (or object) exposed through the ``jt`` entry-point group
 
 plus the wrapper hook :func:`jt_compile_kernel` for observers (timing, IR dumps, caches).
 
-jt never calls ``pm.hook.*`` outside :mod:`jt_core.hooks`, the typed facade over these specs.
+jt never calls ``pm.hook.*`` outside :mod:`jt_core.plugin.facade`, the typed facade over these specs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pluggy
 from jt_core._version import __version__
 
 if TYPE_CHECKING:
-    from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
+    from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher
+    from jt_core.plugin.values import CompiledKernel
 
 PROJECT_NAME = "jt"
 
@@ -30,7 +31,7 @@ PROJECT_NAME = "jt"
 #: it is written for as ``JT_PLUGIN_API``; the loader refuses one that declares none or another. Within a version,
 #: jt-core only adds: hooks, optional methods with a default, and arguments (jt passes a hook or a contract method
 #: only the arguments its signature names, so an implementation that does not name a new one is unaffected); a name
-#: it retires keeps working, with a warning, for one minor version (``jt_core.contracts.Retired``).
+#: it retires keeps working, with a warning, for one minor version (``jt_core.plugin.retired.Retired``).
 PLUGIN_API_VERSION = 1
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -69,7 +70,7 @@ def jt_register_backends(platform: str | None) -> Sequence[Backend]:
             leaves ``platform`` out of its signature is called once and returns all its backends.
 
     Returns:
-        A sequence of :class:`jt_core.contracts.Backend` instances (empty when the plugin provides none).
+        A sequence of :class:`jt_core.plugin.Backend` instances (empty when the plugin provides none).
 
     Implemented by: jt-core's builtin ``cpu`` plugin (the Triton interpreter), ``jt-cuda``, ``jt-rocm`` and
     third-party backends.
@@ -86,14 +87,14 @@ def jt_register_backends(platform: str | None) -> Sequence[Backend]:
 def jt_register_dialects() -> Sequence[Dialect]:
     """Called once per process, at the first call, to collect the kernel dialects each plugin provides.
 
-    A dialect answers "is this kernel object mine?" (:meth:`jt_core.contracts.Dialect.claims`) and builds the
+    A dialect answers "is this kernel object mine?" (:meth:`jt_core.plugin.Dialect.claims`) and builds the
     Triton AST source a backend compiles. It is asked about every kernel, so it answers without importing its
     language: no kernel of the language exists before the user has imported it (look in ``sys.modules`` first).
     Kernel selection asks the plugins' dialects first and the builtin plain Triton dialect last, so the first
     dialect that claims a kernel wins.
 
     Returns:
-        A sequence of :class:`jt_core.contracts.Dialect` instances.
+        A sequence of :class:`jt_core.plugin.Dialect` instances.
 
     Implemented by: jt-core's builtin ``triton`` dialect (runs last) and ``jt-gluon``.
     """
@@ -113,13 +114,13 @@ def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     A launcher turns compiled kernels into an XLA operation for one platform. Several may exist for a platform;
     the one used is chosen deterministically: the ``launcher=`` argument of ``triton_call``, else the environment
     variable ``JT_LAUNCHER_<PLATFORM>`` (e.g. ``JT_LAUNCHER_CUDA=jaxlib``), else the available launcher with the
-    highest :attr:`~jt_core.contracts.Launcher.priority` (ties broken by name).
+    highest :attr:`~jt_core.plugin.Launcher.priority` (ties broken by name).
 
     Args:
         platform: The platform jt looks up, or ``None`` for every platform (as for :func:`jt_register_backends`).
 
     Returns:
-        A sequence of :class:`jt_core.contracts.Launcher` instances.
+        A sequence of :class:`jt_core.plugin.Launcher` instances.
 
     Implemented by: jt-core's builtin ``cpu`` plugin, ``jt-cuda`` (its own FFI handler and jaxlib's handler) and
     ``jt-rocm``.
@@ -139,7 +140,7 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
     Stops at the first non-None result. jt-core's builtin implementation runs last and calls
     ``request.backend.compile(request)`` through its caches (once per process per variant, once per machine for
     backends that let the disk cache keep their kernels); a plugin returns a
-    :class:`~jt_core.contracts.CompiledKernel` to replace the compile (a cache of its own), or ``None`` to let the
+    :class:`~jt_core.plugin.CompiledKernel` to replace the compile (a cache of its own), or ``None`` to let the
     others decide. Observers implement it as a wrapper
     (``@hookimpl(wrapper=True)``) to time the compile or to look at its result; jt-core's own wrapper writes the
     ``JAX_TRITON_DUMP_DIR`` dumps and prints the IRs of ``debug=True`` calls, for every backend.

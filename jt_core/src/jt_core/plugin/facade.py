@@ -1,6 +1,6 @@
 """The typed facade over the hook specs: the only place jt's call path calls plugin hooks or reads the registries.
 
-What a plugin raises on the way is its fault, not the call's (:mod:`jt_core.registry`): the calls that can go on
+What a plugin raises on the way is its fault, not the call's (:mod:`jt_core.plugin.registry`): the calls that can go on
 without it do.
 """
 
@@ -10,10 +10,11 @@ from typing import Any
 
 from jt_core import frontend
 from jt_core.call import SCALAR, KernelCall
-from jt_core.contracts import Backend, CompiledKernel, CompileRequest, Dialect, Launcher
 from jt_core.errors import JtError, KernelCompileError
-from jt_core.plugins import BROKEN
-from jt_core.registry import SET_ASIDE, get_registry
+from jt_core.plugin.records import BROKEN
+from jt_core.plugin.registry import SET_ASIDE, get_registry
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "SET_ASIDE",
@@ -63,7 +64,7 @@ def requested(platform: str, launcher: Launcher, name: str | None) -> str | None
 
 def serve(component: Any, method: str, *, needed: str | None = None, **arguments: Any) -> Any:
     """``component.method(...)`` with the ``arguments`` it names, or :data:`SET_ASIDE` when the plugin's component
-    raised and the call does not need it (see :meth:`jt_core.registry.Registry.serve`)."""
+    raised and the call does not need it (see :meth:`jt_core.plugin.registry.Registry.serve`)."""
     return get_registry().serve(component, method, needed=needed, **arguments)
 
 

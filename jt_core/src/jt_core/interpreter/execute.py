@@ -1,41 +1,34 @@
-"""Running a CPU call in Triton's interpreter: on host buffers (:func:`execute`), with the configuration chosen at the
-first run (:class:`LoweredCall`), and the launcher that does so through a JAX host callback (:class:`CpuLauncher`)."""
+"""Running one configuration of a call in Triton's interpreter on host buffers: :func:`execute` and
+:func:`execute_into`, the run every CPU launcher and :func:`jt_core.plugin.run_on_host` make."""
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat, settings, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
-from jt_core.contracts import CompiledKernel, Launcher, Target
 from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
 from jt_core.interpreter import runner
 from jt_core.interpreter.races import RaceTracker, describe_elements
 
-CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
-#: The device name autotuning results on the CPU are remembered under.
-CPU_DEVICE_NAME = "cpu-triton-interpreter"
+__all__ = ["INTERPRETED_DIALECTS", "InterpretedKernel", "execute", "execute_into", "poison"]
+
 #: The dialects whose kernels Triton's interpreter runs: those written in ``triton.language`` (Gluon kernels name
 #: GPU layouts, which the interpreter has no model of).
 INTERPRETED_DIALECTS = ("triton",)
 
 
-def cpu_autotune_enabled() -> bool:
-    """Whether autotuned kernels are tuned on the CPU (``JT_CPU_AUTOTUNE=1``); otherwise the first config runs."""
-    return settings.flag("JT_CPU_AUTOTUNE")
+class InterpretedKernel(Protocol):
+    """A compiled configuration as the interpreter runs it (a :class:`jt_core.plugin.CompiledKernel`): its payload
+    holds the kernel's Python function (``fn``) and the checks the run makes (``checks``)."""
 
-
-def compile_check_enabled() -> bool:
-    """Whether lowering for the CPU checks kernels with Triton's front end (``JT_CPU_COMPILE_CHECK``, default on)."""
-    return settings.flag("JT_CPU_COMPILE_CHECK", default=True)
+    @property
+    def payload(self) -> Any:
+        """The kernel's Python function and checks."""
 
 
 def poison(array: np.ndarray) -> None:
@@ -50,7 +43,7 @@ def poison(array: np.ndarray) -> None:
 
 
 def execute(
-    call: KernelCall, kernel: CompiledKernel, operands: Sequence[np.ndarray], config_index: int = 0
+    call: KernelCall, kernel: InterpretedKernel, operands: Sequence[np.ndarray], config_index: int = 0
 ) -> list[np.ndarray]:
     """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated)."""
     outputs = [np.empty(aval.shape, dtype=aval.dtype) for aval in call.out_avals]
@@ -60,7 +53,7 @@ def execute(
 
 def execute_into(
     call: KernelCall,
-    kernel: CompiledKernel,
+    kernel: InterpretedKernel,
     operands: Sequence[np.ndarray],
     outputs: Sequence[np.ndarray],
     config_index: int = 0,
@@ -182,83 +175,3 @@ def _report_unwritten(
         if action == "error":
             raise UnwrittenOutputError(message)
         warnings.warn(message, UnwrittenOutputWarning, stacklevel=2)
-
-
-@dataclasses.dataclass
-class LoweredCall:
-    """A lowered call as the CPU launchers run it: the call, its compiled configurations and the one chosen.
-
-    The configuration is chosen on the first run (by trials when ``JT_CPU_AUTOTUNE=1``, else the first) and then
-    kept: the devices running their shards of the call at the same time wait for that one choice, so every device
-    runs the same configuration.
-
-    Attributes:
-        call: The bound call.
-        kernels: One compiled kernel per ``call.configs`` entry.
-        chosen: The configuration that runs (``None`` before the first run).
-    """
-
-    call: KernelCall
-    kernels: tuple[CompiledKernel, ...]
-    chosen: int | None = None
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def run(self, operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        """Runs the chosen configuration on host arrays, writing into ``outputs`` (choosing it on the first run)."""
-        call, kernels = self.call, self.kernels
-        index = self.chosen
-        if index is None:
-            with self.lock:
-                index = self.chosen
-                if index is None:
-                    if len(kernels) == 1 or not cpu_autotune_enabled():
-                        index = 0
-                    else:
-                        # Trials run on copies (execute() allocates its outputs), so the buffers XLA handed over,
-                        # an aliased operand's included, are untouched until the chosen configuration's results land.
-                        results: dict[int, list[np.ndarray]] = {}
-
-                        def trial(i: int) -> float:
-                            start = time.perf_counter()
-                            results[i] = execute(call, kernels[i], operands, i)
-                            return time.perf_counter() - start
-
-                        index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
-                        self.chosen = index
-                        if index in results:
-                            for out, value in zip(outputs, results[index]):
-                                np.copyto(out, value)
-                            return
-                    self.chosen = index
-        execute_into(call, kernels[index], operands, outputs, index)
-
-
-class CpuLauncher(Launcher):
-    """Lowers a call to a host callback that runs the interpreter."""
-
-    platform = "cpu"
-    name = "interpreter"
-    priority = 0
-
-    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
-        return True
-
-    def runs_through_host_callback(self, call: KernelCall) -> bool:
-        return True
-
-    def lower(
-        self,
-        ctx: Any,
-        call: KernelCall,
-        kernels: Sequence[CompiledKernel],
-        operands: Sequence[Any],
-        device: Any | None,
-    ) -> Sequence[Any]:
-        lowered = LoweredCall(call, tuple(kernels))
-
-        def callback(*arrays: Any) -> tuple[np.ndarray, ...]:
-            outputs = [np.empty(aval.shape, dtype=aval.dtype) for aval in call.out_avals]
-            lowered.run([np.asarray(a) for a in arrays], outputs)
-            return tuple(outputs)
-
-        return _compat.emit_python_callback(ctx, callback, operands, has_side_effect=call.launch.has_side_effect)

@@ -16,22 +16,16 @@ import jax
 import numpy as np
 import pytest
 
-from jt_core._testing_kernels import sample_add_kernel
 from jt_core.api import triton_call
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Launcher, contract_problems, retired_attributes
 from jt_core.errors import short_repr
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.validation import contract_problems, retired_attributes
+from jt_core.plugin.values import CompiledKernel
+from jt_core.testing.kernels import sample_add_kernel
+from jt_core.testing.markers import has_platform
 
-__all__ = ["LauncherConformance", "Lowering", "has_platform", "record_lowerings"]
-
-
-@functools.cache
-def has_platform(platform: str) -> bool:
-    """Whether JAX sees a device of ``platform`` (``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"gpu"``)."""
-    try:
-        return bool(jax.devices(platform))
-    except RuntimeError:
-        return False
+__all__ = ["LauncherConformance", "Lowering", "record_lowerings"]
 
 
 @dataclasses.dataclass(frozen=True)

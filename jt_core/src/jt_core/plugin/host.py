@@ -18,8 +18,8 @@ import numpy as np
 from jt_core import _compat
 from jt_core.call import CPU_CHECKS, INPUT, OUTPUT, KernelCall
 from jt_core.checks import CpuChecks
-from jt_core.contracts import CompiledKernel
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError, short_repr
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = ["emit_host_callback", "run_on_host"]
 
@@ -55,7 +55,7 @@ def run_on_host(
     host-callback threads.
 
     Args:
-        call: The bound call, as :meth:`Launcher.lower <jt_core.contracts.Launcher.lower>` receives it.
+        call: The bound call, as :meth:`Launcher.lower <jt_core.plugin.Launcher.lower>` receives it.
         kernel: The compiled kernel of configuration ``config`` (``kernels[config]`` in ``lower``). A kernel jt's
             CPU backend compiled runs with the checks it was compiled with; a kernel of another backend runs from
             the call's kernel function (its binary is not used), with the checks the CPU backend would make for the
@@ -79,7 +79,7 @@ def run_on_host(
             :class:`~jt_core.errors.DataRaceError` with the race check on, ...).
     """
     # Loaded at the first run: importing jt_core.plugin (every plugin does) must not load the interpreter.
-    from jt_core.interpreter.backend import INTERPRETED_DIALECTS, execute_into
+    from jt_core.interpreter.execute import INTERPRETED_DIALECTS, execute_into
 
     if not isinstance(call, KernelCall):
         raise KernelCallTypeError(
@@ -197,7 +197,7 @@ def emit_host_callback(
     *,
     has_side_effect: bool = False,
 ) -> Sequence[Any]:
-    """Emits, inside :meth:`Launcher.lower <jt_core.contracts.Launcher.lower>`, an operation that calls
+    """Emits, inside :meth:`Launcher.lower <jt_core.plugin.Launcher.lower>`, an operation that calls
     ``callback`` on the host when XLA runs the computation, as jt's ``interpreter`` CPU launcher does.
 
     ``callback`` receives one NumPy array per operand (the lowering context's ``avals_in``) and returns one array
@@ -205,7 +205,7 @@ def emit_host_callback(
     XLA's; what it raises reaches the caller as ``jax.errors.JaxRuntimeError``, whose message carries the
     exception's type and text. The operation is a JAX host callback: it runs on the CPU platform (and on GPUs, with
     copies to and from the host), but not inside ``custom_partitioning`` bodies spread over several CPU devices
-    (answer :meth:`Launcher.runs_through_host_callback <jt_core.contracts.Launcher.runs_through_host_callback>`
+    (answer :meth:`Launcher.runs_through_host_callback <jt_core.plugin.Launcher.runs_through_host_callback>`
     with ``True``, so that jt refuses such calls with a clear error).
 
     Args:

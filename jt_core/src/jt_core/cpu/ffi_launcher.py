@@ -14,7 +14,7 @@ the CPU once per process, and each lowered call carries only an integer ``call_i
 * at run time, the handler passes the id and the addresses and byte sizes of XLA's buffers to a dispatcher
   installed when the library was loaded (a ``ctypes`` callback, which takes the GIL). The dispatcher wraps the
   buffers as NumPy arrays with the avals of the call and runs the interpreter straight into XLA's result buffers
-  (:func:`jt_core.interpreter.backend.execute_into`); it returns a status code and message, which the handler
+  (:func:`jt_core.interpreter.execute.execute_into`); it returns a status code and message, which the handler
   turns into an XLA error, so no Python exception ever crosses C++ frames.
 
 The launcher takes precedence over the host-callback launcher (``interpreter``) when the library builds and
@@ -40,10 +40,11 @@ import numpy as np
 
 from jt_core import _compat, distributed
 from jt_core.call import KernelCall
-from jt_core.contracts import CompiledKernel, Launcher
+from jt_core.cpu.lowered import LoweredCall
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter.backend import LoweredCall
 from jt_core.native import LibrarySpec
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
     "ABI_VERSION",

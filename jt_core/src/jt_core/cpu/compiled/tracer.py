@@ -1,0 +1,57 @@
+"""What the operation handlers use of the kernel they trace: the :class:`Tracer` protocol, which
+:class:`~jt_core.cpu.compiled.kernel.Kernel` fulfils.
+
+The kernel dispatches each operation to the handlers of :mod:`~jt_core.cpu.compiled.shapes`,
+:mod:`~jt_core.cpu.compiled.accesses`, :mod:`~jt_core.cpu.compiled.reductions` and
+:mod:`~jt_core.cpu.compiled.control`, so the handlers name it by this protocol rather than import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import jax
+
+from jt_core.cpu.compiled.affine import Affine
+from jt_core.cpu.compiled.memory import Memory, State
+from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
+
+__all__ = ["Handler", "Tracer"]
+
+
+class Tracer(Protocol):
+    """The kernel being traced, as a handler sees it (see :class:`~jt_core.cpu.compiled.kernel.Kernel`)."""
+
+    ir: Program
+    memory: Memory
+    grid: tuple[int, int, int]
+    vector: bool
+    pids: tuple[Any, Any, Any]
+    env: dict[int, Any]
+    affine: dict[int, Affine]
+    region_depth: int
+    stores: list[tuple[int, Affine]]
+    used: set[int]
+
+    def type(self, value: int) -> TensorType:
+        """The type of a value."""
+
+    def get(self, value: int) -> Any:
+        """A value as traced so far."""
+
+    def affine_of(self, value: int) -> Affine | None:
+        """The affine form of an integer value, where it is known."""
+
+    def array(self, value: int) -> jax.Array:
+        """A value as a JAX array of its type."""
+
+    def run_block(self, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
+        """Runs a block's operations; returns what its terminator hands on, and the state."""
+
+    def elementwise(self, op: Operation) -> None:
+        """Traces an element-wise operation."""
+
+
+#: An operation's handler: traces ``op`` in the kernel, from the memory state before it to the one after.
+Handler = Callable[[Tracer, Operation, State], State]
