@@ -146,7 +146,12 @@ def test_every_lowering_is_compared_and_a_refused_job_ends_on_every_process_in_t
     # no failed lowering, so the second call lowers it again. That lowering used to skip the comparison and run
     # another launcher on each process, and the job hung until JAX's shutdown barrier gave up, minutes later. With
     # 3 processes, process 1 (which agrees with process 0) must stop too, not wait for the others in a collective.
-    no_compiler = {"CXX": str(tmp_path / "no-such-compiler"), "PATH": str(private_folder(tmp_path / "empty-bin"))}
+    # Installed from the sdist: the platform wheel's prebuilt handler is not there either.
+    no_compiler = {
+        "CXX": str(tmp_path / "no-such-compiler"),
+        "PATH": str(private_folder(tmp_path / "empty-bin")),
+        "JT_PREBUILT_NATIVE": "0",
+    }
     per_process = [{} for _ in range(processes - 1)] + [no_compiler]
     started = time.monotonic()
     results = run_scenario(tmp_path, "no_compiler_again", per_process=per_process, seconds=REFUSED_JOB_SECONDS)
