@@ -40,7 +40,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from jt_core import cache, files, tuning
+    from jt_core import cache, files, integrity, tuning
     from jt_core.call import CallOptions
     from jt_core.cpu import ffi_launcher
     from jt_core.testing import sample_add_kernel
@@ -71,7 +71,7 @@ def main() -> None:
     rows.append(("autotune record (read, check)", median_us(lambda: tuning.load_choice(tuning_key, 3)), ""))
 
     library = ffi_launcher.library_spec().build().path
-    rows.append(("native library check before dlopen", median_us(lambda: files.integrity_problem(library), 50),
+    rows.append(("native library check before dlopen", median_us(lambda: integrity.integrity_problem(library), 50),
                  f"{library.stat().st_size} B, once per process"))  # fmt: skip
 
     try:
@@ -87,8 +87,8 @@ def main() -> None:
     triton_file = files.cache_folder("triton") / "KEY" / "kernel.cubin"
     triton_file.parent.mkdir()
     triton_file.write_bytes(compiled.binary)
-    files.record_integrity(triton_file)
-    rows.append(("Triton file in jt's folder (check)", median_us(lambda: files.integrity_problem(triton_file)),
+    integrity.record_integrity(triton_file)
+    rows.append(("Triton file in jt's folder (check)", median_us(lambda: integrity.integrity_problem(triton_file)),
                  f"{len(compiled.binary)} B"))  # fmt: skip
 
     print("| lookup | µs (median) | size |")

@@ -1,5 +1,5 @@
 """The layout of jt's source holds: no import circle in any package, imports made only for type annotations
-included."""
+included, and no module so long that its role cannot be told at a glance."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: jt's import packages, each a distribution's ``src/<package>``.
 PACKAGES = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
+#: The most lines a source module may have.
+MODULE_LINES = 600
 
 
 def import_circles(*packages: str) -> list[str]:
@@ -67,3 +69,13 @@ def test_a_circle_of_type_only_imports_is_found(tmp_path: Path, monkeypatch: pyt
     package_name, edge = circles[0].split(": ")
     assert package_name == "circled.inner"
     assert set(edge.split(" -> ")) == {"circled.inner.model", "circled.inner.roles"}
+
+
+def test_no_source_module_is_over_the_line_limit() -> None:
+    modules = [path for package in PACKAGES for path in (ROOT / package / "src" / package).rglob("*.py")]
+    assert len(modules) > 50, modules  # the packages are where this looks
+    lengths = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines()) for path in modules
+    }
+    over = {name: lines for name, lines in lengths.items() if lines > MODULE_LINES}
+    assert not over, f"modules over {MODULE_LINES} lines (split each by role): {over}"

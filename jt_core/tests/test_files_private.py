@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jt_core import files
+from jt_core import files, integrity, triton_cache
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "getuid"), reason="ownership checks need POSIX user ids")
 
@@ -134,7 +134,7 @@ def test_file_lock_excludes_other_processes(tmp_path: Path) -> None:
         f"""
         import time
         from pathlib import Path
-        from jt_core import files
+        from jt_core import files, integrity, triton_cache
         with files.file_lock(Path({str(lock)!r})) as held:
             print("held" if held else "unlocked", time.monotonic(), flush=True)
         """
@@ -178,7 +178,7 @@ def test_triton_gets_jts_folder_when_its_own_cannot_be_used(
         monkeypatch.setenv("TRITON_HOME", str(home))
     before = knobs.cache.dir
     environment = dict(os.environ)
-    with files.triton_cache_folder():
+    with triton_cache.triton_cache_folder():
         assert knobs.cache.dir == str(files.cache_folder("triton"))
     assert knobs.cache.dir == before and dict(os.environ) == environment
 
@@ -188,7 +188,7 @@ def test_tritons_own_usable_folder_is_left_alone(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "jt-cache"))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-own"))
-    with files.triton_cache_folder():
+    with triton_cache.triton_cache_folder():
         assert knobs.cache.dir == str(tmp_path / "triton-own")
 
 
@@ -292,8 +292,8 @@ def test_cache_clear_and_info_touch_only_jts_own_files(tmp_path: Path, monkeypat
     monkeypatch.setenv("JT_CACHE_DIR", str(root))
     # jt's own files, one of each kind that these folders hold, written the way jt writes them.
     cache.store("12" * 32, CompiledKernel(name="k", target=Target("cpu", "interpreter", 1), binary=b"\0" * 64))
-    files.write_record(files.cache_folder("xla") / ("34" * 32 + ".json"), {"accepted": True})
-    files.write_record(faults.faults_file("some-plugin"), {"faults": []})
+    integrity.write_record(files.cache_folder("xla") / ("34" * 32 + ".json"), {"accepted": True})
+    integrity.write_record(faults.faults_file("some-plugin"), {"faults": []})
     files.write_file(files.cache_folder("native") / ("libjt_x-" + "5" * 24 + ".so"), b"\x7fELF jt's")
     summary = cache.info()["folders"]
     counted = {purpose: usage["files"] for purpose, usage in summary.items() if usage["files"]}

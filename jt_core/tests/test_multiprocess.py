@@ -37,7 +37,7 @@ def private_folder(path: Path) -> Path:
 def with_cpu_handler(cache: Path) -> Path:
     """A cache folder holding the CPU handler library this machine built, with its integrity record (so each
     process need not build it again), unless the processes use the one jt-core's platform wheel carries."""
-    from jt_core import files
+    from jt_core import integrity
     from jt_core.cpu import ffi_launcher
 
     spec = ffi_launcher.library_spec()
@@ -45,7 +45,7 @@ def with_cpu_handler(cache: Path) -> Path:
         return private_folder(cache)
     built = spec.build()
     native = private_folder(private_folder(cache) / "native")
-    for path in (built.path, files.integrity_path(built.path)):
+    for path in (built.path, integrity.integrity_path(built.path)):
         shutil.copy2(path, native / path.name)
     return cache
 

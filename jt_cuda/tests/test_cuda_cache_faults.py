@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jt_core import cache, files
+from jt_core import cache, files, triton_cache
 from jt_core.call import CallOptions
 from jt_core.plugin import CompiledKernel, CompileRequest
 from jt_core.testing import damage, failing_writes, sample_add_kernel
@@ -128,7 +128,7 @@ def triton_folder(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _triton_compile() -> CompiledKernel:
     """A compile as jt's compile hook runs it (Triton's cache folder provided), without jt's own cache."""
     request = _request()
-    with files.triton_cache_folder():
+    with triton_cache.triton_cache_folder():
         return request.backend.compile(request)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Generator
 
-from jt_core import cache, dumps, files
+from jt_core import cache, dumps, triton_cache
 from jt_core.call import static_key
 from jt_core.plugin.roles import CompileRequest, invoke
 from jt_core.plugin.specs import PLUGIN_API_VERSION, hookimpl
@@ -41,7 +41,7 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
 
 
 def _compile(request: CompileRequest) -> CompiledKernel:
-    with files.triton_cache_folder():  # Triton's cache needs a folder even where the environment empties it
+    with triton_cache.triton_cache_folder():  # Triton's cache needs a folder even where the environment empties it
         return cache.compile_cached(request)
 
 

@@ -18,7 +18,7 @@ name first (:func:`safe_name`).
 
 Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
 processes never see a torn file, and two writers of the same file simply replace each other. Each file carries a
-record of its size and SHA-256 (:func:`write_record`, or beside it, :func:`record_integrity`) or is named by its
+record of its size and SHA-256 (:mod:`jt_core.integrity`) or is named by its
 contents, and is checked against it before every use: a file that fails the check is deleted with a warning and
 made again. Work that should happen once per machine (building a native library, compiling a kernel) runs under
 :func:`file_lock`: one process does it while the others on the host wait, then find the result.
@@ -34,8 +34,6 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
-import hashlib
-import json
 import logging
 import os
 import re
@@ -48,7 +46,6 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from jt_core import settings
 
@@ -60,30 +57,24 @@ __all__ = [
     "atomic_write",
     "cache_folder",
     "cache_root",
-    "checked_triton_cache",
     "configured_root",
     "created_by_jt",
     "discard",
     "entry_path",
     "file_lock",
     "folder_problem",
-    "integrity_problem",
     "is_entry",
     "kept_files",
     "lock_path",
     "make_folders",
     "private_folder",
     "read_file",
-    "read_record",
-    "record_integrity",
     "remove_stale_temporaries",
     "report_fault",
     "safe_name",
     "scratch_folder",
-    "triton_cache_folder",
     "unusable",
     "write_file",
-    "write_record",
 ]
 
 #: The subfolders of the cache root and what each holds.
@@ -476,83 +467,6 @@ def unusable(path: Path, reason: str) -> None:
     discard(path)
 
 
-# -- integrity records -----------------------------------------------------------------------------------------
-
-_INTEGRITY = "integrity"
-
-
-def _integrity(payload: bytes) -> dict[str, Any]:
-    return {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
-
-
-def write_record(path: Path, record: dict[str, Any]) -> bool:
-    """Writes a JSON record with its integrity record (the size and SHA-256 of the record's canonical JSON) inside.
-
-    Returns:
-        As :func:`write_file`.
-    """
-    body = json.dumps(record, sort_keys=True)
-    sealed = {**record, _INTEGRITY: _integrity(body.encode())}
-    return write_file(path, json.dumps(sealed, sort_keys=True).encode())
-
-
-def read_record(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
-    """The JSON record at ``path`` when it passes its integrity check; ``None`` when it is missing or unreadable,
-    and when it fails the check (then it is deleted with a warning, see :func:`unusable`). ``data``: the file's
-    contents when the caller has read them already."""
-    if data is None:
-        data = read_file(path)
-    if data is None:
-        return None
-    try:
-        record = json.loads(data.decode())
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
-        recorded = record.pop(_INTEGRITY, None)
-        if recorded is None:
-            raise ValueError("it has no integrity record")
-        if recorded != _integrity(json.dumps(record, sort_keys=True).encode()):
-            raise ValueError("its size or SHA-256 differs from its integrity record")
-    except (ValueError, UnicodeDecodeError) as exc:
-        unusable(path, str(exc))
-        return None
-    return record
-
-
-def integrity_path(path: Path) -> Path:
-    """Where the integrity record of a file written by another program (a compiler) is kept: beside it."""
-    return path.with_name(path.name + ".integrity.json")
-
-
-def record_integrity(path: Path) -> bool:
-    """Records the size and SHA-256 of the file at ``path`` beside it (:func:`integrity_path`).
-
-    Raises:
-        OSError: When ``path`` cannot be read.
-    """
-    return write_record(integrity_path(path), _integrity(path.read_bytes()))
-
-
-def integrity_problem(path: Path) -> str | None:
-    """Why the file at ``path`` does not match the integrity record beside it (missing, other size, other SHA-256,
-    no record), or ``None`` when it does. The size is compared first, so a truncated file is never read whole."""
-    try:
-        size = path.stat().st_size
-        if not path.is_file():
-            return "it is not a file"
-    except OSError as exc:
-        return f"it cannot be read ({exc.strerror or exc})"
-    recorded = read_record(integrity_path(path))
-    if recorded is None:
-        return "it has no valid integrity record"
-    if recorded.get("size") != size:
-        return f"it has {size} bytes, {recorded.get('size')} were written"
-    data = read_file(path)
-    if data is None or recorded != _integrity(data):
-        return "its SHA-256 differs from the one recorded when it was written"
-    return None
-
-
 # -- temporary files and locks ---------------------------------------------------------------------------------
 
 
@@ -652,136 +566,3 @@ def file_lock(path: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)  # closing the only descriptor of this open file releases the lock
-
-
-# -- Triton's own cache folder ---------------------------------------------------------------------------------
-
-_triton_lock = threading.Lock()
-_triton_users = 0
-_triton_saved: dict[str, Any] = {}
-_triton_usable: dict[str, bool] = {}
-_triton_manager: list[type] = []
-_UNSET = object()
-
-
-def _usable_folder(path: str) -> bool:
-    """Whether Triton can keep its cache in ``path``: it can be created, and a file can be made in it (once per
-    folder and process)."""
-    known = _triton_usable.get(path)
-    if known is None:
-        try:
-            make_folders(Path(path))
-            fd, probe = tempfile.mkstemp(dir=path, prefix=".jt-probe-")
-            os.close(fd)
-            os.unlink(probe)
-            known = True
-        except OSError as exc:
-            log.info("Triton's cache folder %s cannot be used (%s); Triton uses jt's instead", path, exc)
-            known = False
-        _triton_usable[path] = known
-    return known
-
-
-def checked_triton_cache() -> type:
-    """Triton's file cache manager as jt runs it in its own ``triton`` folder: each file Triton writes gets an
-    integrity record beside it and is checked before Triton reads it (a file that fails is a miss: Triton compiles
-    again), and a folder that cannot take a file (reported once) sends it to the process's scratch folder, since
-    Triton reads back what it has just written."""
-    if _triton_manager:
-        return _triton_manager[0]
-    from triton.runtime.cache import FileCacheManager
-
-    class CheckedFileCacheManager(FileCacheManager):  # type: ignore[misc]
-        cache_dir: str
-        lock_path: str | None
-
-        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
-            try:
-                super().__init__(key, override, dump)
-            except OSError as exc:
-                report_fault(Path(self.cache_dir).parent, exc)  # the folder of the key's folder, once for all keys
-                self.cache_dir = str(scratch_folder("triton") / key)
-                self.lock_path = os.path.join(self.cache_dir, "lock")
-                make_folders(Path(self.cache_dir))
-
-        def has_file(self, filename: str) -> bool:
-            if not super().has_file(filename):
-                return False
-            path = Path(self._make_path(filename))
-            problem = integrity_problem(path)
-            if problem is not None:
-                unusable(path, problem)
-            return problem is None
-
-        def get_group(self, filename: str) -> dict[str, str] | None:
-            group: dict[str, str] | None = super().get_group(filename)
-            for child in (group or {}).values():
-                problem = integrity_problem(Path(child))
-                if problem is not None:
-                    unusable(Path(child), problem)
-                    return None
-            return group
-
-        def put(self, data: Any, filename: str, binary: bool = True) -> str:
-            try:
-                path: str = super().put(data, filename, binary)
-                record_integrity(Path(path))  # without its record (reported), the next process compiles again
-                return path
-            except OSError as exc:
-                report_fault(Path(self.cache_dir).parent, exc)
-            target = scratch_folder("triton") / Path(self.cache_dir).name / filename
-            make_folders(target.parent)
-            atomic_write(target, data if isinstance(data, bytes) else str(data).encode())
-            return str(target)
-
-    _triton_manager.append(CheckedFileCacheManager)
-    return CheckedFileCacheManager
-
-
-def _override(knobs: Any, name: str, value: Any) -> None:
-    _triton_saved[name] = knobs.__dict__.get(name, _UNSET)
-    knobs.__dict__[name] = value
-
-
-@contextmanager
-def triton_cache_folder() -> Iterator[None]:
-    """Gives Triton's compiler a cache folder for the duration of a compile, when it has no usable one.
-
-    Triton keeps its own cache in ``TRITON_CACHE_DIR``, by default ``~/.triton/cache``. jax-triton 0.3 sets that
-    variable to an empty string when it is imported, and a home folder may be missing or read-only; either way
-    every ``triton.compile`` would fail ("Could not create or locate cache dir", ``PermissionError``). Inside this
-    context, when Triton's cache folder setting (``triton.knobs.cache.dir``) is empty or names a folder that
-    cannot be created or written, it reads jt's private ``triton`` folder instead, kept by
-    :func:`checked_triton_cache` (unless ``TRITON_CACHE_MANAGER`` names a manager of the user's own). The settings
-    are overridden on Triton's settings object only (assigning a knob would write the environment), and restored
-    when the last compile in the process leaves the context; the environment is never written.
-    """
-    global _triton_users
-    from triton import knobs
-
-    with _triton_lock:
-        if _triton_users == 0:
-            _triton_saved.clear()
-            configured = knobs.cache.dir
-            if not configured or not _usable_folder(str(configured)):
-                try:
-                    folder: str | None = str(cache_folder("triton"))
-                except OSError:
-                    folder = None  # nothing usable at all: Triton reports its own error
-                if folder is not None:
-                    _override(knobs.cache, "dir", folder)
-                    if knobs.cache.manager_class is None:
-                        _override(knobs.cache, "manager_class", checked_triton_cache())
-        _triton_users += 1
-    try:
-        yield
-    finally:
-        with _triton_lock:
-            _triton_users -= 1
-            if _triton_users == 0:
-                for name, previous in _triton_saved.items():
-                    if previous is _UNSET:
-                        knobs.cache.__dict__.pop(name, None)
-                    else:
-                        knobs.cache.__dict__[name] = previous
-                _triton_saved.clear()

@@ -46,7 +46,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import hashlib
-import json
 import os
 import shlex
 import shutil
@@ -59,8 +58,15 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from jt_core import _compat, files, settings
-from jt_core.errors import JtError
+from jt_core import files, integrity, settings
+from jt_core.compiler import NativeBuildError, compiler_identity, find_compiler, jax_version
+from jt_core.prebuilt import (
+    PREBUILT_VARIABLE,
+    PrebuiltLibrary,
+    check_prebuilt,
+    write_prebuilt_record,
+    xla_ffi_api_problem,
+)
 
 __all__ = [
     "BUILD_INFO_SOURCE",
@@ -80,12 +86,6 @@ __all__ = [
 
 #: jt's own source, compiled into every library: it exports the XLA FFI C API version the library was built for.
 BUILD_INFO_SOURCE = Path(__file__).with_name("native_build_info.cc")
-#: The switch that, set to ``0``, ignores prebuilt libraries: every library is built on this machine.
-PREBUILT_VARIABLE = "JT_PREBUILT_NATIVE"
-
-
-class NativeBuildError(JtError, RuntimeError):
-    """A native library could not be built (no compiler, or the compiler failed)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,25 +128,6 @@ class LibraryStatus:
     failure: str | None = None
     prebuilt: bool = False
     prebuilt_problem: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class PrebuiltLibrary:
-    """A library as the installed platform wheel carries it, checked for use in this process.
-
-    Attributes:
-        path: The prebuilt file when it can be used here, else ``None``.
-        problem: Why it cannot be used here (it is damaged, built from other sources, or built for an XLA FFI API
-            the installed jaxlib does not take); ``None`` when it can, and when there is none (an install from an
-            sdist, a platform without prebuilt libraries, or ``JT_PREBUILT_NATIVE=0``).
-        xla_ffi_api: The XLA FFI API version it was built for, as the library reports it.
-        library: The loaded library, when it can be used.
-    """
-
-    path: Path | None
-    problem: str | None = None
-    xla_ffi_api: tuple[int, int] | None = None
-    library: ctypes.CDLL | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,31 +213,7 @@ class LibrarySpec:
         XLA FFI API version the installed jaxlib takes (:func:`xla_ffi_api_problem`). Asks no compiler."""
         if not self.sources or not settings.flag(PREBUILT_VARIABLE, default=True):
             return PrebuiltLibrary(None)
-        path = self.prebuilt_path
-        record_path = _prebuilt_record_path(path)
-        if not (path.exists() or record_path.exists()):
-            return PrebuiltLibrary(None)
-        try:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-            data = path.read_bytes()
-            sources = self.source_digest()
-        except (OSError, ValueError) as exc:
-            return PrebuiltLibrary(None, f"it, its build record or its sources cannot be read ({exc})")
-        if not isinstance(record, dict) or record.get("size") != len(data):
-            return PrebuiltLibrary(None, "it is not the file the wheel was built with (its size differs)")
-        if record.get("sha256") != hashlib.sha256(data).hexdigest():
-            return PrebuiltLibrary(None, "it is not the file the wheel was built with (its SHA-256 differs)")
-        if record.get("sources") != sources:
-            return PrebuiltLibrary(None, "it was built from other sources than the installed ones")
-        try:
-            library = ctypes.CDLL(str(path))
-            built_for = _built_for(library)
-        except (OSError, AttributeError) as exc:
-            return PrebuiltLibrary(None, f"it cannot be loaded here ({exc})")
-        problem = xla_ffi_api_problem(built_for, _compat.xla_ffi_api_version())
-        if problem is not None:
-            return PrebuiltLibrary(None, problem, built_for)
-        return PrebuiltLibrary(path, None, built_for, library)
+        return check_prebuilt(self.prebuilt_path, self.source_digest)
 
     def status(self) -> LibraryStatus:
         """Whether the library is prebuilt here (:meth:`prebuilt`) or built on this machine (and passes its
@@ -267,7 +224,7 @@ class LibrarySpec:
             return LibraryStatus(self.name, prebuilt.path, None, None, prebuilt=True)
         unused = prebuilt.problem
         try:
-            compiler = _compiler_identity(find_compiler())
+            compiler = compiler_identity(find_compiler())
         except NativeBuildError as exc:
             return LibraryStatus(self.name, None, None, str(exc), prebuilt_problem=unused)
         try:
@@ -275,10 +232,10 @@ class LibrarySpec:
         except OSError as exc:
             unusable = f"the native cache folder is unusable ({exc})"
             return LibraryStatus(self.name, None, compiler, None, unusable, prebuilt_problem=unused)
-        problem = files.integrity_problem(target)
+        problem = integrity.integrity_problem(target)
         if problem is None:
             return LibraryStatus(self.name, target, compiler, None, prebuilt_problem=unused)
-        failed = files.read_record(_failure_path(target))
+        failed = integrity.read_record(_failure_path(target))
         failure: str | None = None
         if failed is not None:
             failure = f"the last build failed: {failed.get('error')}"
@@ -304,7 +261,7 @@ class LibrarySpec:
         """What the cache key is the hash of: the compiler's identity, the jax and jaxlib versions, then
         :meth:`source_parts`, then every file in each include folder as its path inside the folder and its contents
         (a folder's own path is not part of it)."""
-        parts = [compiler.encode(), _jax_version().encode(), *self.source_parts()]
+        parts = [compiler.encode(), jax_version().encode(), *self.source_parts()]
         for folder in self.include_dirs:
             parts += _folder_contents(Path(folder))
         return parts
@@ -319,33 +276,6 @@ def _digest(parts: Sequence[bytes]) -> str:
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
     return digest.hexdigest()
-
-
-def _prebuilt_record_path(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
-
-
-def _built_for(library: ctypes.CDLL) -> tuple[int, int]:
-    """The XLA FFI API version a library jt built reports (``(-1, -1)``: built without the XLA FFI headers)."""
-    major, minor = ctypes.c_int32(), ctypes.c_int32()
-    library.jt_native_xla_ffi_api_version(ctypes.byref(major), ctypes.byref(minor))
-    return major.value, minor.value
-
-
-def xla_ffi_api_problem(built_for: tuple[int, int], installed: tuple[int, int] | None) -> str | None:
-    """Why a library built for XLA FFI API ``built_for`` cannot be loaded into the installed jaxlib, whose headers
-    declare ``installed``; ``None`` when it can. XLA's rule: the same major version, and a minor version not newer
-    than its own (a newer jaxlib takes a library built for an older one). A library built without the XLA FFI
-    headers (``(-1, -1)``) uses no XLA API and fits any jaxlib."""
-    if built_for == (-1, -1):
-        return None
-    shown = ".".join(map(str, built_for))
-    if installed is None:
-        return f"it was built for XLA FFI API {shown}, and the installed jaxlib's headers declare no version"
-    if built_for[0] != installed[0] or built_for[1] > installed[1]:
-        found = ".".join(map(str, installed))
-        return f"it was built for XLA FFI API {shown}, which the installed jaxlib (XLA FFI API {found}) does not take"
-    return None
 
 
 #: The libraries this process has loaded or asked :func:`build_due` about.
@@ -403,44 +333,6 @@ def cache_dir() -> Path:
     return files.cache_folder("native")
 
 
-def find_compiler() -> list[str]:
-    """The C++ compiler command: ``$CXX`` if set, else the first of ``c++``, ``g++``, ``clang++`` on ``PATH``.
-
-    Raises:
-        NativeBuildError: When none is found, saying how to install one or set ``CXX``.
-    """
-    env = settings.text("CXX")
-    if env:
-        command = shlex.split(env)
-        if command and shutil.which(command[0]):
-            return command
-        raise NativeBuildError(f"CXX={env!r} does not name an executable compiler; set CXX to a C++17 compiler")
-    for candidate in ("c++", "g++", "clang++"):
-        found = shutil.which(candidate)
-        if found:
-            return [found]
-    raise NativeBuildError(
-        "no C++ compiler found (looked for $CXX, c++, g++, clang++ on PATH); install one (e.g. apt-get install "
-        "g++) or set CXX to a C++17 compiler"
-    )
-
-
-def _compiler_identity(command: Sequence[str]) -> str:
-    try:
-        result = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except OSError as exc:
-        raise NativeBuildError(f"C++ compiler {command[0]!r} cannot be run: {exc}") from exc
-    first_line = (result.stdout or result.stderr).strip().splitlines()[:1]
-    return f"{' '.join(command)} | {first_line[0] if first_line else '?'}"
-
-
-def _jax_version() -> str:
-    import jax
-    import jaxlib
-
-    return f"jax {jax.__version__} jaxlib {getattr(jaxlib, '__version__', '?')}"
-
-
 def build_shared_library(
     name: str,
     sources: Sequence[str | os.PathLike[str]],
@@ -489,7 +381,7 @@ def build_shared_library(
             raise NativeBuildError(f"native source {str(source)!r} of {name!r} does not exist (broken install?)")
     try:
         compiler = find_compiler()
-        identity = _compiler_identity(compiler)
+        identity = compiler_identity(compiler)
     except NativeBuildError as exc:
         if announce:
             _say_once(name, f"jt: cannot build {name}: {exc}{_instead(spec)}\n")
@@ -497,10 +389,10 @@ def build_shared_library(
     key = spec._key(identity)
     folder = _library_folder(directory)
     target = folder / _file_name(name, key)
-    if files.integrity_problem(target) is None:
+    if integrity.integrity_problem(target) is None:
         return NativeLibrary(name, target, key, built=False, compiler=identity)
     with _build_lock(target), files.file_lock(files.lock_path(target)):
-        problem = files.integrity_problem(target)  # built by another process while this one waited?
+        problem = integrity.integrity_problem(target)  # built by another process while this one waited?
         if problem is None:
             return NativeLibrary(name, target, key, built=False, compiler=identity)
         if target.exists():
@@ -587,7 +479,7 @@ def _compile(spec: LibrarySpec, compiler: list[str], identity: str, target: Path
         if os.path.exists(temporary):
             os.unlink(temporary)
     try:
-        files.record_integrity(placed)
+        integrity.record_integrity(placed)
     except OSError as exc:
         files.report_fault(placed.parent, exc)
     files.discard(_failure_path(placed))
@@ -624,7 +516,7 @@ def build_prebuilt(spec: LibrarySpec, folder: str | os.PathLike[str]) -> Path:
         NativeBuildError: When no compiler is found or the compile fails (the command and the compiler's output).
     """
     compiler = find_compiler()
-    identity = _compiler_identity(compiler)
+    identity = compiler_identity(compiler)
     target = Path(folder) / spec.prebuilt_path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     command = _command(spec, compiler, str(target))
@@ -635,17 +527,7 @@ def build_prebuilt(spec: LibrarySpec, folder: str | os.PathLike[str]) -> Path:
             f"building native library {spec.name!r} failed (exit {result.returncode}).\n"
             f"command: {shlex.join(command)}\n{output[-4000:]}".rstrip()
         )
-    data = target.read_bytes()
-    record = {
-        "name": spec.name,
-        "sources": spec.source_digest(),
-        "xla_ffi_api": list(_built_for(ctypes.CDLL(str(target)))),
-        "jax": _jax_version(),
-        "compiler": identity,
-        "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-    _prebuilt_record_path(target).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_prebuilt_record(target, spec.name, spec.source_digest(), identity)
     return target
 
 
@@ -679,5 +561,5 @@ def _failed(
     if announce:
         sys.stderr.write(f"failed ({summary}){_instead(spec)}. `python -m jt_core plugins` shows it again\n")
     message = f"building native library {spec.name!r} failed ({what}).\ncommand: {shlex.join(command)}\n"
-    files.write_record(_failure_path(target), {"error": summary, "compiler": identity, "time": time.time()})
+    integrity.write_record(_failure_path(target), {"error": summary, "compiler": identity, "time": time.time()})
     return NativeBuildError((message + output[-4000:]).rstrip())

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jt_core import cache, distributed, files
+from jt_core import cache, distributed, files, integrity
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import ProcessAgreementError
 
@@ -112,7 +112,7 @@ HANDLER_PREFIX = "jt_"
 
 
 def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
-    """A tuning record: one written here carries its integrity record (:func:`jt_core.files.write_record`); one a
+    """A tuning record: one written here carries its integrity record (:func:`jt_core.integrity.write_record`); one a
     GPU launch handler wrote after tuning at run time (``"tuned_by": "jt_cuda_launch"``, no SHA-256 at hand there)
     must agree with itself instead: a timing for every candidate, and the index of the fastest (the first of
     equals, as the handler picks). A record that fails is deleted, with a warning."""
@@ -126,7 +126,7 @@ def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
     if not (
         isinstance(raw, dict) and "integrity" not in raw and str(raw.get("tuned_by", "")).startswith(HANDLER_PREFIX)
     ):
-        return files.read_record(path, data)
+        return integrity.read_record(path, data)
     seconds, index = raw.get("seconds"), raw.get("index")
     timings = seconds if isinstance(seconds, list) else []
     numbers = [t for t in timings if isinstance(t, (int, float)) and t == t and t >= 0]
@@ -147,7 +147,7 @@ def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> N
     record = {"index": index, "config": label, "seconds": list(timings)}
     path = record_path(key)
     if path is not None:
-        files.write_record(path, record)
+        integrity.write_record(path, record)
 
 
 def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from jt_core import files, settings
+from jt_core import files, integrity, settings
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import KernelCallValueError
 from jt_core.gpu.launchers import OperandSource, source_avals, source_values
@@ -253,7 +253,7 @@ def probe_records() -> list[dict[str, Any]]:
         paths = sorted(files.cache_folder("xla").glob("*.json"))
     except OSError:
         return []
-    return [record for record in map(files.read_record, paths) if record is not None]
+    return [record for record in map(integrity.read_record, paths) if record is not None]
 
 
 def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
@@ -263,7 +263,7 @@ def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
 
     digest = xla.digest(f"jaxlib {jaxlib.__version__} {getattr(device, 'device_kind', '')}")
     path = files.entry_path("xla", f"{digest}.json")
-    record = None if path is None else files.read_record(path)
+    record = None if path is None else integrity.read_record(path)
     if record is None:
         started = time.perf_counter()
         error = None
@@ -284,7 +284,7 @@ def _probe(call: KernelCall, xla: XlaKernel, device: Any) -> str | None:
         }
         if path is not None:
             with _records_lock:
-                files.write_record(path, record)
+                integrity.write_record(path, record)
     return None if record.get("accepted") else f"XLA could not compile the kernel's IR ({record.get('error')})"
 
 

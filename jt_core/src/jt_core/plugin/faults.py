@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from jt_core import files
+from jt_core import files, integrity
 from jt_core.plugin.records import FAULTED, LOADED, PluginFault, PluginRecord
 
 __all__ = [
@@ -45,7 +45,7 @@ def faults_file(plugin: str) -> Path:
 def _read_faults(path: Path) -> list[PluginFault]:
     """The faults kept in ``path``; a missing, unreadable or damaged file (one that fails its integrity check is
     deleted, with a warning) holds none, and entries that are not faults are skipped."""
-    data = files.read_record(path)
+    data = integrity.read_record(path)
     found = []
     for entry in data.get("faults", ()) if data is not None else ():
         if not isinstance(entry, dict):
@@ -67,7 +67,7 @@ def remember_fault(fault: PluginFault) -> None:
         log.debug("the fault of plugin %r was not kept: %s", fault.plugin, exc)
         return
     kept = [*_read_faults(path)[-(KEPT_FAULTS - 1) :], fault]
-    files.write_record(path, {"faults": [f.as_dict() for f in kept]})
+    integrity.write_record(path, {"faults": [f.as_dict() for f in kept]})
 
 
 def recorded_faults(record: PluginRecord) -> list[PluginFault]:

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from jt_core import files
+from jt_core import files, integrity
 
 __all__ = ["KEPT", "forget", "recorded", "remember"]
 
@@ -53,13 +53,13 @@ def _remember(kernel: str, reason: str) -> None:
         with files.file_lock(files.lock_path(path)):  # unlocked where no lock can be had: a record may be lost
             entries = [e for e in recorded() if (e.get("kernel"), e.get("reason")) != key]
             entries.append({"kernel": kernel, "reason": reason, "time": time.time(), "pid": os.getpid()})
-            files.write_record(path, {"handed_over": entries[-KEPT:]})
+            integrity.write_record(path, {"handed_over": entries[-KEPT:]})
 
 
 def recorded() -> list[dict[str, Any]]:
     """The kernels kept, oldest first: ``{"kernel", "reason", "time", "pid"}`` each."""
     path = _path()
-    data = files.read_record(path) if path is not None else None
+    data = integrity.read_record(path) if path is not None else None
     entries = data.get("handed_over", []) if data else []
     return [e for e in entries if isinstance(e, dict) and isinstance(e.get("kernel"), str)]
 
