@@ -234,6 +234,10 @@ x = np.random.default_rng(0).standard_normal(200).astype(np.float32)
 start = time.perf_counter()
 np.testing.assert_allclose(np.asarray(jax.jit(affine)(x)), 3.0 * x + 1.0, rtol=1e-6)
 first_call = time.perf_counter() - start
+# The interpreter's FFI handler, prebuilt too, runs the kernel as well.
+by_ffi = jax.jit(lambda v: jt.triton_call(v, v.size, kernel=affine_kernel, out_shape=v, grid=jt.cdiv(v.size, 64),
+                                          BLOCK=64, launcher="ffi"))
+np.testing.assert_allclose(np.asarray(by_ffi(x)), 3.0 * x + 1.0, rtol=1e-6)
 # The CUDA launcher 'jt' lowers here (no GPU needed), and its prebuilt handler loads.
 lowered = jax.jit(lambda v: jt.triton_call(v, v.size, kernel=affine_kernel, out_shape=v, grid=4, BLOCK=64,
                                            compute_capability=90, launcher="jt"))

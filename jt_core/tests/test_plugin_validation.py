@@ -123,6 +123,21 @@ def _the_others_work(registry: Registry) -> None:
         np.testing.assert_array_equal(np.asarray(out), x + y)
 
 
+def _fails_alone(make: MakeRegistry, component: Any, what: str, problems: list[str]) -> None:
+    """A plugin registering ``component`` beside a good one: it alone is refused, with exactly ``problems``."""
+    registry = make(
+        [
+            fake_entry_point("faulty", Components(component), distribution="jt-faulty", version="1.0"),
+            fake_entry_point("good", Components(GoodLauncher()), distribution="jt-good"),
+        ]
+    )
+    with pytest.warns(RuntimeWarning) as caught:
+        registry.ensure_loaded()
+    (message,) = [str(w.message) for w in caught if "'faulty'" in str(w.message)]
+    assert message == _refusal(what, type(component), *problems)
+    _the_others_work(registry)
+
+
 def _refusal(what: str, cls: type, *problems: str) -> str:
     return (
         f"jt plugin 'faulty' from jt-faulty 1.0 registered the {what} {cls.__module__}.{cls.__qualname__}, which "
@@ -182,17 +197,7 @@ class UnnamedDialect(TritonDialect):
 def test_a_class_attribute_of_the_wrong_type_fails_its_plugin_alone(
     jt_fake_entry_points: MakeRegistry, component: Any, what: str, problems: list[str]
 ) -> None:
-    registry = jt_fake_entry_points(
-        [
-            fake_entry_point("faulty", Components(component), distribution="jt-faulty", version="1.0"),
-            fake_entry_point("good", Components(GoodLauncher()), distribution="jt-good"),
-        ]
-    )
-    with pytest.warns(RuntimeWarning) as caught:
-        registry.ensure_loaded()
-    (message,) = [str(w.message) for w in caught if "'faulty'" in str(w.message)]
-    assert message == _refusal(what, type(component), *problems)
-    _the_others_work(registry)
+    _fails_alone(jt_fake_entry_points, component, what, problems)
 
 
 # -- the platform ---------------------------------------------------------------------------------------------
@@ -311,17 +316,7 @@ class UnofferedDialect(TritonDialect):
 def test_an_override_that_takes_a_parameter_jt_does_not_offer_fails_its_plugin_alone(
     jt_fake_entry_points: MakeRegistry, component: Any, what: str, problems: list[str]
 ) -> None:
-    registry = jt_fake_entry_points(
-        [
-            fake_entry_point("faulty", Components(component), distribution="jt-faulty", version="1.0"),
-            fake_entry_point("good", Components(GoodLauncher()), distribution="jt-good"),
-        ]
-    )
-    with pytest.warns(RuntimeWarning) as caught:
-        registry.ensure_loaded()
-    (message,) = [str(w.message) for w in caught if "'faulty'" in str(w.message)]
-    assert message == _refusal(what, type(component), *problems)
-    _the_others_work(registry)
+    _fails_alone(jt_fake_entry_points, component, what, problems)
 
 
 class NarrowLauncher(GoodLauncher):
