@@ -155,6 +155,8 @@ def test_an_executable_of_the_compiled_path_kept_past_clear_caches_runs(
 ) -> None:
     monkeypatch.delenv("JT_LAUNCHER_CPU", raising=False)
     monkeypatch.delenv("JT_CPU_RACE_CHECK", raising=False)
+    # Compared with the interpreter (JT_CPU_DIFFERENTIAL=1), the call runs the interpreter's registered twin too.
+    monkeypatch.delenv("JT_CPU_DIFFERENTIAL", raising=False)
     kernel = generated_kernel(tmp_path, 3)
     x = jnp.asarray(RNG.standard_normal(32).astype(np.float32))
     compiled = jax.jit(lambda v: call(kernel, v, "compiled")).lower(x).compile()
