@@ -31,13 +31,13 @@ wheel_of() {
 # on PATH, CXX and CC unset: tests that build skip), so nothing is built, which is checked after them; with -P, so
 # that the checkout's jt_* folders do not import as (empty) packages; and with a cache folder of their own
 # (JT_CACHE_DIR), so that nothing compiled or built by another environment is served to them.
-run_separated() {
-    local python="$1" venv="$ROOT/.ci-venv-separate" constraints dist installed rc bare
+prepare_separated() {
+    local python="$1" venv="$ROOT/.ci-venv-separate" constraints
     if [ ! -x "$venv/bin/python" ]; then
         step "creating the virtualenv .ci-venv-separate"
         "$(find_python)" -m venv "$venv"
     fi
-    step "installing in .ci-venv-separate jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)'), and jt-core alone from dist/"
+    step "installing in .ci-venv-separate jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)')"
     constraints="$(mktemp)"
     "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     # shellcheck disable=SC2046  # one requirement a word
@@ -45,6 +45,12 @@ run_separated() {
         jax triton pluggy numpy ml_dtypes pytest-xdist $(test_requirements "$venv/bin/python") || status=1
     rm -f "$constraints"
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
+}
+
+# run_separated: the suites in .ci-venv-separate (prepare_separated made it), with jt-core's wheel from dist/ and each
+# plugin's in turn.
+run_separated() {
+    local venv="$ROOT/.ci-venv-separate" dist installed rc bare
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of jt_core)" || status=1
     rm -rf "$venv/jt-cache"
     bare="$("$venv/bin/python" -c 'import sys; from jt_core.testing import no_compiler_path
@@ -83,6 +89,28 @@ step "import contracts (lint-imports)"
 "$latest/bin/lint-imports" || status=1
 step "mkdocs build --strict"
 NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$ROOT/.ci-venv-latest/site" || status=1
+# While the suites of the newest set run, beside them (mostly downloads and installs, in one process at a time): the
+# pinned set's virtualenv; the wheelhouse, built in the pinned set's environment (its jaxlib is the oldest jt supports,
+# whose XLA FFI headers the prebuilt libraries are compiled against), checked, and installed by name in fresh
+# virtualenvs; and the virtualenv of the separated suites. Their output is shown once the suites are done.
+prepared_log="$(mktemp)"
+prepared_rc="$(mktemp)"
+(
+    status=0
+    make_venv pinned pinned
+    install_build_tools "$ROOT/.ci-venv-pinned/bin/python" || status=1
+    build_wheelhouse "$ROOT/.ci-venv-pinned/bin/python" || status=1
+    step "checking the wheelhouse and installing jt by name from it in fresh virtualenvs (tests/check_wheelhouse.py)"
+    figures="$(mktemp)"
+    JT_WHEELHOUSE_FIGURES="$figures" "$latest/bin/python" -m pytest -q -p no:cacheprovider tests/check_wheelhouse.py ||
+        status=1
+    sed 's/^/    /' "$figures"
+    rm -f "$figures"
+    prepare_separated "$latest/bin/python"
+    echo "$status" >"$prepared_rc"  # not reached when a step that must succeed failed (errexit holds here)
+) >"$prepared_log" 2>&1 &
+prepared=$!
+
 # The suites, the examples and the docs' code run on the CPU's compiled path (the default), then again in Triton's
 # interpreter with the race check, which finds no race and no unwritten output in any kernel they run; in that
 # second run every call the compiled path takes also runs compiled, and the two results are compared
@@ -97,20 +125,14 @@ for example in jt_example_backend jt_example_launcher; do
     fi
 done
 
-# The platform wheels are built in the pinned set's environment: its jaxlib is the oldest jt supports, whose XLA FFI
-# headers the prebuilt libraries are compiled against.
-make_venv pinned pinned
-pinned="$VENV"
-install_build_tools "$pinned/bin/python" || status=1
-build_wheelhouse "$pinned/bin/python" || status=1
-step "checking the wheelhouse and installing jt by name from it in fresh virtualenvs (tests/check_wheelhouse.py)"
-figures="$(mktemp)"
-JT_WHEELHOUSE_FIGURES="$figures" "$latest/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" \
-    tests/check_wheelhouse.py || status=1
-sed 's/^/    /' "$figures"
-rm -f "$figures"
+wait "$prepared" || true
+step "the pinned set's virtualenv, the wheelhouse and its checks, and the separated suites' virtualenv, prepared beside the suites:"
+cat "$prepared_log"
+if [ "$(cat "$prepared_rc" 2>/dev/null)" != 0 ]; then status=1; fi
+rm -f "$prepared_log" "$prepared_rc"
+pinned="$ROOT/.ci-venv-pinned"
 
-run_separated "$latest/bin/python"
+run_separated
 
 run_pytest "$pinned" pinned
 

@@ -192,7 +192,7 @@ def test_a_long_run_keeps_every_store_bounded(tmp_path: Path, monkeypatch: pytes
     dropped kernels is left."""
     bound = 12
     monkeypatch.setenv(memory.ENTRIES_VARIABLE, str(bound))
-    calls, shapes, kernels, clear_every = 180, 15, 9, 60
+    calls, shapes, kernels, clear_every = 120, 15, 8, 40
     per_kernel = calls // kernels
     dropped: list[weakref.ReferenceType[Any]] = []
     largest: dict[str, int] = {}
