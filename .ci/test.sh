@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Sets up and runs the whole test suite: lint, types, docs, pytest on both version sets (newest jax + triton;
-# jax/jaxlib 0.11.2 + triton 3.6.0), the wheelhouse (jt built with `python -m build`, its platform wheels in the
-# pinned set's environment, and installed by name in fresh virtualenvs without a compiler), and each distribution's
-# suite with only it and jt-core installed, from the platform wheels, without a compiler. Prints each step with the
-# seconds elapsed.
+# Sets up and runs the whole test suite: lint, types, docs; the wheelhouse (jt built with `python -m build`, its
+# platform wheels in the pinned set's environment, and installed by name in fresh virtualenvs without a compiler);
+# pytest on the newest jax + triton, twice (the CPU's compiled path, then Triton's interpreter with the race check,
+# compared with the compiled path); and on jax/jaxlib 0.11.2 + triton 3.6.0 each distribution's suite with only it and
+# jt-core installed, from the platform wheels, without a compiler, and the suite across distributions. Prints each
+# step with the seconds elapsed.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 status=0
@@ -24,8 +25,8 @@ wheel_of() {
     echo "${found:-$(ls "$ROOT"/dist/"$1"-*-py3-none-any.whl)}"
 }
 
-# run_separated PYTHON: each distribution's suite passes with only that distribution and jt-core installed, so no
-# test of one reaches into another: one virtualenv with the packages the suites need, at the versions PYTHON's
+# prepare_separated PYTHON, then run_separated: each distribution's suite passes with only that distribution and
+# jt-core installed, so no test of one reaches into another: one virtualenv with the packages the suites need, at the versions PYTHON's
 # environment has, jt-core's wheel from dist/, and each plugin's wheel in turn (installed, tested, uninstalled);
 # the platform wheels, whose native libraries are prebuilt. The suites run where no compiler is (no C or C++ compiler
 # on PATH, CXX and CC unset: tests that build skip), so nothing is built, which is checked after them; with -P, so
@@ -61,7 +62,7 @@ print(no_compiler_path(sys.argv[1]))' "$venv/no-compiler-bin")" || status=1
         fi
         installed="$("$venv/bin/python" -c 'import importlib.metadata as m
 print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("jt-"))))')"
-        step "pytest $dist/tests with only $installed installed, no compiler ($workers workers)"
+        step "pytest $dist/tests with only $installed installed, no compiler ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
         rc=0
         env -u CXX -u CC PATH="$venv/bin:$bare" JT_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 \
             "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
@@ -106,7 +107,7 @@ prepared_rc="$(mktemp)"
         status=1
     sed 's/^/    /' "$figures"
     rm -f "$figures"
-    prepare_separated "$latest/bin/python"
+    prepare_separated "$ROOT/.ci-venv-pinned/bin/python"
     echo "$status" >"$prepared_rc"  # not reached when a step that must succeed failed (errexit holds here)
 ) >"$prepared_log" 2>&1 &
 prepared=$!
@@ -132,9 +133,10 @@ if [ "$(cat "$prepared_rc" 2>/dev/null)" != 0 ]; then status=1; fi
 rm -f "$prepared_log" "$prepared_rc"
 pinned="$ROOT/.ci-venv-pinned"
 
+# The pinned set: each distribution's suite from the platform wheels with only it and jt-core installed, without a
+# compiler (the tests that build a library run on the newest set above), then the suite across distributions.
 run_separated
-
-run_pytest "$pinned" pinned
+run_pytest "$pinned" "pinned, the suite across distributions (tests/)" tests
 
 step "finished"
 if [ "$status" -ne 0 ]; then echo "FAILED"; else echo "all checks passed"; fi
