@@ -8,25 +8,6 @@ comma-separated; an empty value is an empty list, which differs from an unset va
 
 The variables:
 
-``JT_CACHE_DIR``           the per-machine cache folder (default ``$XDG_CACHE_HOME/jt`` or ``~/.cache/jt``)
-``JT_DISABLE_CACHE``       flag: neither read nor write compiled kernels and tuning winners on disk
-``JT_CACHE_MAX_BYTES``     size bound of the compiled-kernel cache (default 2 GiB)
-``JT_COMPILE_WORKERS``     threads compiling the configurations of one call (default: one per core)
-``JT_LOAD_PLUGINS``        list: load only these plugins (empty: none but the builtins)
-``JT_DISABLE_PLUGINS``     list: never load these plugins
-``JT_TRACE_PLUGINS``       flag: trace plugin loading and every hook call to stderr
-``JT_STRICT_PLUGINS``      flag: a plugin problem raises instead of being recorded
-``JT_LAUNCHER_<P>``        the launcher of platform ``<P>`` (``JT_LAUNCHER_CUDA=jaxlib``)
-``JT_CPU_BOUNDS_CHECK``    flag, on by default: the CPU backend checks every load and store address
-``JT_CPU_RACE_CHECK``      flag: the CPU backend reports data races between the program instances of a launch
-``JT_CPU_UNWRITTEN``       ``warn`` (default), ``error`` or ``ignore``: outputs left partly unwritten (race check)
-``JT_CPU_AUTOTUNE``        flag: tune autotuned kernels on the CPU too
-``JT_CPU_COMPILE_CHECK``   flag, on by default: lowering for the CPU runs Triton's front end on the kernel
-``JT_DISTRIBUTED_TIMEOUT`` seconds a process of a ``jax.distributed`` job waits for another at lowering (600)
-``JT_PREBUILT_NATIVE``     flag, on by default: load the native libraries a platform wheel carries prebuilt
-``JAX_TRITON_DUMP_DIR``    write every compiled kernel's IRs, binary and compile info under this folder
-========================== ===============================================================================
-=======
 ============================ ===============================================================================
 ``JT_CACHE_DIR``             the per-machine cache folder (default ``$XDG_CACHE_HOME/jt`` or ``~/.cache/jt``)
 ``JT_DISABLE_CACHE``         flag: neither read nor write compiled kernels and tuning winners on disk
