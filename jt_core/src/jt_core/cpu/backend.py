@@ -15,6 +15,7 @@ from jt_core.cpu.compiled.extract import enum_names, extract
 from jt_core.cpu.compiled.program import Program
 from jt_core.interpreter import runner
 from jt_core.interpreter.execute import INTERPRETED_DIALECTS
+from jt_core.plugin import facade
 from jt_core.plugin.roles import Backend, CompileRequest, Dialect
 from jt_core.plugin.values import CompiledKernel, Target
 
@@ -67,7 +68,7 @@ class CpuKernel:
 
 def _interpreter_chosen(request: CompileRequest) -> bool:
     """Whether the call names one of the interpreter's launchers (``launcher=`` or ``JT_LAUNCHER_CPU``)."""
-    named = request.call.launch.launcher or settings.launcher_overrides().get("cpu")
+    named = request.call.launch.launcher or facade.launcher_override("cpu")
     return named in INTERPRETER_LAUNCHERS
 
 

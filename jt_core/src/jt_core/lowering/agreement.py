@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jt_core import distributed, settings
+from jt_core import distributed
 from jt_core.call import KernelCall
 from jt_core.plugin import facade
 from jt_core.plugin.roles import Launcher
@@ -29,7 +29,7 @@ def agree_on_lowering(
         ProcessAgreementError: When another process lowers it with another launcher or configuration.
     """
     passed_over: dict[str, str] = {}
-    if call.launch.launcher is None and platform not in settings.launcher_overrides():  # chosen by priority
+    if call.launch.launcher is None and facade.launcher_override(platform) is None:  # chosen by priority
         for other in facade.launchers_for(platform):
             if other is launcher or other.name in (refused or {}):
                 break

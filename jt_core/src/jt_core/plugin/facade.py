@@ -24,6 +24,7 @@ __all__ = [
     "compile_kernel",
     "dialect_for",
     "launcher_for",
+    "launcher_override",
     "launchers_for",
     "next_launcher",
     "requested",
@@ -55,6 +56,12 @@ def next_launcher(platform: str, launcher: Launcher) -> Launcher:
 def unavailable_reason(launcher: Launcher) -> str | None:
     """Why ``launcher`` cannot be used in this process (its own reason, or that it raised and is set aside)."""
     return get_registry().unavailable_reason(launcher)
+
+
+def launcher_override(platform: str) -> str | None:
+    """The launcher ``JT_LAUNCHER_<PLATFORM>`` names, as the registry reads it when it chooses one; ``None`` when
+    unset."""
+    return get_registry().launcher_overrides.get(platform)
 
 
 def requested(platform: str, launcher: Launcher, name: str | None) -> str | None:
