@@ -72,7 +72,7 @@ MODES = ("on", "off", "races")
 
 @contextlib.contextmanager
 def checks(mode: str) -> Iterator[None]:
-    """Chooses the CPU backend's checks (one of :data:`MODES`) for the calls traced inside the block."""
+    """Chooses the CPU backend's checks (one of `MODES`) for the calls traced inside the block."""
     with jt.cpu_checks(bounds=mode != "off", races=mode == "races", unwritten="error"):
         yield
 

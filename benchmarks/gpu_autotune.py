@@ -133,7 +133,7 @@ def two_processes(
     """A first and a second process on one new cache folder; with ``prebuilt``, the launch handler is built into
     that folder first (``python -m jt_core build-native``, timed as the first process's ``handler_build_s``), so the
     first process's compile is the configurations' alone; with ``wheels``, jt comes from the platform wheels there,
-    where no compiler is (:func:`wheel_environment`), and nothing may be built."""
+    where no compiler is (`wheel_environment`), and nothing may be built."""
     with tempfile.TemporaryDirectory() as tmp:
         env = wheel_environment(wheels, tmp) if wheels else dict(os.environ)
         env.update({"JT_CACHE_DIR": os.path.join(tmp, "jt"), "TRITON_CACHE_DIR": os.path.join(tmp, "t")})

@@ -31,7 +31,7 @@ def add_kernel(x_ptr, y_ptr, length, output_ptr, block_size: tl.constexpr):
 
 
 def add(x: jax.Array, y: jax.Array, block_size: int = 1024) -> jax.Array:
-    """Adds two vectors of the same shape and dtype with :func:`add_kernel`."""
+    """Adds two vectors of the same shape and dtype with `add_kernel`."""
     out_shape = jax.ShapeDtypeStruct(shape=x.shape, dtype=x.dtype)
     return jt.triton_call(
         x,

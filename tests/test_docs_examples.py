@@ -70,7 +70,7 @@ def fenced_blocks(page: Path) -> list[tuple[re.Match[str], CodeBlock]]:
 
 
 def python_blocks(page: Path) -> list[CodeBlock]:
-    """The ``python`` fenced blocks of a page (see :func:`fenced_blocks`)."""
+    """The ``python`` fenced blocks of a page (see `fenced_blocks`)."""
     return [block for match, block in fenced_blocks(page) if match["lang"] == "python"]
 
 

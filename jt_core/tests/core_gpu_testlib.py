@@ -2,7 +2,7 @@
 
 The backend serves the ``cuda`` lowering platform (JAX lowers for it on any host) and compiles nothing: each kernel
 is random bytes standing for a binary, with Triton IR whose function takes the call's parameters and does nothing
-(what XLA's Triton call wraps). The launchers are the three bases of :mod:`jt_core.gpu` as a GPU plugin subclasses
+(what XLA's Triton call wraps). The launchers are the three bases of `jt_core.gpu` as a GPU plugin subclasses
 them; the ``jt`` launcher runs jt's handler built over ``core_fake_launch.cc``, a driver that runs nothing.
 """
 
@@ -55,7 +55,7 @@ class FakeGpuBackend(Backend):
 
     platform = "cuda"
 
-    #: Metadata every compiled kernel carries, and extra fields of :class:`CompiledKernel` (set by a test).
+    #: Metadata every compiled kernel carries, and extra fields of `CompiledKernel` (set by a test).
     metadata: ClassVar[dict[str, Any]] = {}
     fields: ClassVar[dict[str, Any]] = {}
 

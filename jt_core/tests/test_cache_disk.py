@@ -62,7 +62,7 @@ class SelectiveBackend(CountingBackend):
 
 
 class ForgetfulBackend(CountingBackend):
-    """Leaves :meth:`Backend.may_keep_on_disk` at its default."""
+    """Leaves `Backend.may_keep_on_disk` at its default."""
 
     may_keep_on_disk = Backend.may_keep_on_disk
 

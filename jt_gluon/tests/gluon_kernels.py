@@ -26,7 +26,7 @@ def blocked_rows(warp_size: int, num_warps: int = 4) -> Any:
 
 
 def blocked_cols(warp_size: int, num_warps: int = 4) -> Any:
-    """A 2-D layout whose threads run down columns: converting to it from :func:`blocked_rows` moves data."""
+    """A 2-D layout whose threads run down columns: converting to it from `blocked_rows` moves data."""
     return gl.BlockedLayout(
         size_per_thread=[4, 1], threads_per_warp=[8, warp_size // 8], warps_per_cta=[1, num_warps], order=[0, 1]
     )

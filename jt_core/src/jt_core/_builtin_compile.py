@@ -20,11 +20,11 @@ PRINTED_STAGES = ("ttir", "glir", "ttgir", "llir", "ptx", "amdgcn")
 @hookimpl(trylast=True)
 def jt_compile_kernel(request: CompileRequest) -> CompiledKernel:
     """Compiles with the request's backend, once per process for each distinct kernel variant, and once per
-    machine for backends whose kernels go to the disk cache (:mod:`jt_core.cache`).
+    machine for backends whose kernels go to the disk cache (`jt_core.cache`).
 
     Runs after every plugin's implementation. The variant is identified by the kernel, its dialect, the
     specialisation, the target, the options, the backend's class and its cache tag (as on disk: a backend switch
-    read at compile time changes the binary), each value by its :func:`~jt_core.call.static_key`.
+    read at compile time changes the binary), each value by its `static_key`.
     """
     key = static_key(
         (

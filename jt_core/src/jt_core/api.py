@@ -62,7 +62,7 @@ def triton_call(
     """Calls a Triton (or Gluon) kernel on JAX arrays, inside or outside ``jax.jit``.
 
     Two calling conventions are accepted and told apart by counting the kernel's non-constexpr parameters
-    that the arguments leave unfilled (see :mod:`jt_core.conventions`):
+    that the arguments leave unfilled (see `jt_core.conventions`):
 
     * *classic*: the operands fill the kernel's non-constexpr parameters in order and one pointer per output is
       appended after them; an output aliased with ``input_output_aliases`` keeps its own pointer parameter.
@@ -106,13 +106,13 @@ def triton_call(
         launcher: Name of the launcher to use on the platform (see ``python -m jt_core plugins``).
         vmap: How ``jax.vmap`` batches the call: ``"grid"`` (one launch, the batch on a free grid axis),
             ``"sequential"`` (one launch per batch element) or ``"auto"`` (grid where the kernel allows it).
-            See :mod:`jt_core.batching`.
+            See `jt_core.batching`.
         partition: How the call partitions when its operands are sharded under ``jax.jit``
-            (:class:`jt_core.Elementwise`, :class:`jt_core.BatchDims`); each shard then runs the call on its
+            (`jt_core.Elementwise`, `jt_core.BatchDims`); each shard then runs the call on its
             local operands with no gather. The grid must then be a callable (it is re-evaluated with the
             per-shard shapes); scalars reach every shard unchanged, and one that is a global size the shards do
             not have (``n=x.size``) is refused: make such calls inside ``@jt.partitioned(...)``. ``None``: XLA
-            gathers the operands. See :mod:`jt_core.partitioning`.
+            gathers the operands. See `jt_core.partitioning`.
         **metaparams: Constexpr values and keyword operands.
 
     Returns:

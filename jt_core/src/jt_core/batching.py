@@ -209,7 +209,7 @@ def _release(key: Any, wrapper: _Wrapper) -> None:
 
 
 #: The generated wrappers, by wrapped kernel (held weakly) and source: bounded and emptied by
-#: ``jax.clear_caches()`` (:mod:`jt_core.memory`); a wrapper needed again is generated again.
+#: ``jax.clear_caches()`` (`jt_core.memory`); a wrapper needed again is generated again.
 _wrappers: memory.BoundedStore[tuple[Any, str], _Wrapper] = memory.BoundedStore("generated vmap wrappers", _release)
 memory.mourn_in(_wrappers)
 _wrappers_lock = threading.Lock()
@@ -337,8 +337,8 @@ def _tuple_text(value: Any) -> str:
 def wrapper_kernel(base: KernelCall, num_dims: int, axis: int) -> tuple[Any, list[str]]:
     """The ``@triton.jit`` wrapper batching ``base`` over ``num_dims`` dimensions on grid ``axis`` (cached).
 
-    The module is run from its source in memory (:class:`_GeneratedModule`); the source is also written
-    (atomically) to a file in :func:`cache_dir`, named by its digest, for tracebacks and people to read: a file
+    The module is run from its source in memory (`_GeneratedModule`); the source is also written
+    (atomically) to a file in `cache_dir`, named by its digest, for tracebacks and people to read: a file
     there that differs from it (corrupt, truncated, a folder) is replaced, and one that cannot be written is
     reported once and changes nothing. The user's kernel is bound to the module's ``_jt_kernel`` global.
 
@@ -397,7 +397,7 @@ def grid_axis(base: KernelCall) -> tuple[int | None, str]:
 
 
 def batched_call(base: KernelCall, info: BatchInfo) -> KernelCall:
-    """The :class:`KernelCall` running ``base`` over ``info.batch_shape`` through the wrapper kernel."""
+    """The `KernelCall` running ``base`` over ``info.batch_shape`` through the wrapper kernel."""
     num_dims = len(info.batch_shape)
     wrapper, extra = wrapper_kernel(base, num_dims, info.axis)
     total = math.prod(info.batch_shape)

@@ -1,8 +1,8 @@
 """Binding a ``triton_call`` to the kernel's parameters: calling conventions, operands, outputs and scalars.
 
-:func:`bind_call` turns the user's arguments and :class:`~jt_core.call.CallOptions` into a
-:class:`~jt_core.call.KernelCall` (see :mod:`jt_core.call`), with the configurations expanded by
-:mod:`jt_core.configs`.
+`bind_call` turns the user's arguments and `CallOptions` into a
+`KernelCall` (see `jt_core.call`), with the configurations expanded by
+`jt_core.configs`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class BoundCall:
 
     Attributes:
         call: The static description the primitive carries.
-        operands: The array operands, in :attr:`KernelCall.operand_avals` order.
+        operands: The array operands, in `KernelCall.operand_avals` order.
         refs: ``(operand index, Ref)`` pairs: the Refs to write back after the call.
         out_tree: The pytree structure of the user's outputs.
     """
@@ -85,7 +85,7 @@ def bind_call(
 
     Args:
         kernel: The object the user passed (kept in the call).
-        wrappers: What :func:`jt_core.configs.unwrap_kernel` read from it.
+        wrappers: What `jt_core.configs.unwrap_kernel` read from it.
         dialect: The dialect that claims ``wrappers.fn``.
         args: The positional operands.
         kwargs: The keyword arguments: operands by parameter name, and metaparameters.

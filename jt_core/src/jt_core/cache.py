@@ -1,31 +1,31 @@
 """Caches of compiled kernels: one in memory per process, one on disk per machine.
 
 The disk cache keeps every compiled kernel its backend lets it keep
-(:meth:`~jt_core.plugin.Backend.may_keep_on_disk`), keyed on everything that changes the binary and nothing
+(`may_keep_on_disk`), keyed on everything that changes the binary and nothing
 else: the kernel's source together with the sources of the ``@triton.jit`` functions it calls (Triton's own
 ``cache_key``), its dialect, the specialisation, constants, target, options, the backend, and the Triton and jt
 versions.
 
-Configuration (read on every use, see :mod:`jt_core.settings`):
+Configuration (read on every use, see `jt_core.settings`):
 
-* ``JT_CACHE_DIR`` -- the cache root (:mod:`jt_core.files`); compiled kernels live in its ``kernels`` folder;
+* ``JT_CACHE_DIR`` -- the cache root (`jt_core.files`); compiled kernels live in its ``kernels`` folder;
 * ``JT_DISABLE_CACHE=1`` -- neither read nor write the disk cache;
 * ``JT_CACHE_MAX_BYTES`` -- size bound of the compiled-kernel entries (default 2 GiB); the least recently used
   entries are evicted beyond it.
 
-Entries are written atomically (:func:`jt_core.files.atomic_write`), so concurrent processes never see a torn entry.
+Entries are written atomically (`jt_core.files.atomic_write`), so concurrent processes never see a torn entry.
 Each entry carries its integrity record, a SHA-256 checksum of its contents (the sizes of its parts are inside): a
 corrupt or truncated entry is reported with a warning, deleted and rebuilt, never loaded. Entries are JSON plus raw
 binary blobs; nothing is unpickled. The binary is device code that a launcher loads onto the GPU, which is why the
 folder is checked like every folder jt executes from. A compile that misses runs under the entry's lock
-(:func:`jt_core.files.file_lock`): processes of one machine compiling the same kernel at once compile it once, and the
+(`jt_core.files.file_lock`): processes of one machine compiling the same kernel at once compile it once, and the
 others read the entry back. The cache only saves time: an entry that cannot be read is a miss, and one that cannot be
 written (a full disk, a read-only folder) leaves the kernel compiled but uncached, with one warning for the folder.
 
-:func:`info` and :func:`clear` cover every folder jt keeps (:data:`jt_core.files.PURPOSES`), Triton's files under a
-``triton`` folder jt created included, and count or delete nothing else (:func:`jt_core.files.kept_files`).
+`info` and `clear` cover every folder jt keeps (`jt_core.files.PURPOSES`), Triton's files under a
+``triton`` folder jt created included, and count or delete nothing else (`jt_core.files.kept_files`).
 
-The in-memory cache is one of jt's bounded stores (:mod:`jt_core.memory`): ``JT_MEMORY_CACHE_ENTRIES`` entries at
+The in-memory cache is one of jt's bounded stores (`jt_core.memory`): ``JT_MEMORY_CACHE_ENTRIES`` entries at
 most, the kernel held weakly, emptied by ``jax.clear_caches()``.
 """
 
@@ -57,7 +57,7 @@ _DEFAULT_MAX_BYTES = 2 << 30
 
 _lock = threading.Lock()
 #: The compiled variants of this process, by kernel (held weakly) and variant: bounded and emptied by
-#: ``jax.clear_caches()`` (:mod:`jt_core.memory`).
+#: ``jax.clear_caches()`` (`jt_core.memory`).
 _memory: memory.BoundedStore[tuple[Any, Hashable], Any] = memory.BoundedStore("compiled kernel variants")
 memory.mourn_in(_memory)
 _stats = {"memory_hits": 0, "disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "corrupt": 0}
@@ -106,7 +106,7 @@ def enabled() -> bool:
 
 
 def cache_dir() -> pathlib.Path:
-    """The cache root (:func:`jt_core.files.cache_root`)."""
+    """The cache root (`jt_core.files.cache_root`)."""
     return files.cache_root()
 
 
@@ -243,7 +243,7 @@ def load(key: str, *, count: bool = True) -> CompiledKernel | None:
 
 def store(key: str, kernel: CompiledKernel) -> None:
     """Writes ``kernel`` under ``key`` (no-op when disabled or when its metadata is not JSON data). A folder that
-    cannot take it is reported once (:func:`jt_core.files.report_fault`) and the kernel stays uncached."""
+    cannot take it is reported once (`jt_core.files.report_fault`) and the kernel stays uncached."""
     if not enabled():
         return
     try:
@@ -318,7 +318,7 @@ def _folder_usage(purpose: str, folder: pathlib.Path) -> tuple[int, int]:
 
 def info() -> dict[str, Any]:
     """What the cache holds: the compiled-kernel entries, and the files and bytes jt keeps in each of its folders
-    (:func:`jt_core.files.kept_files`: files of the user's own there are not counted)."""
+    (`jt_core.files.kept_files`: files of the user's own there are not counted)."""
     stats = _entry_stats()
     folders = {}
     for purpose, what in files.PURPOSES.items():
@@ -336,14 +336,14 @@ def info() -> dict[str, Any]:
 
 
 def clear() -> int:
-    """Deletes every file jt keeps (:func:`jt_core.files.kept_files` of every folder of
-    :data:`jt_core.files.PURPOSES`: the files jt names as its own, and Triton's files in a ``triton`` folder jt
+    """Deletes every file jt keeps (`jt_core.files.kept_files` of every folder of
+    `jt_core.files.PURPOSES`: the files jt names as its own, and Triton's files in a ``triton`` folder jt
     created) and the in-memory entries; returns how many files were removed.
 
     Nothing else goes: files of the user's own in a folder ``JT_CACHE_DIR`` names, and whatever a symbolic link
     leads to (no link is followed). Lock files stay (deleting a lock that another process holds would let a third
     one in beside it), and so do the temporary files of writers at work (younger than
-    :data:`jt_core.files.STALE_SECONDS`). Libraries, modules and kernels already loaded by a process stay loaded and
+    `jt_core.files.STALE_SECONDS`). Libraries, modules and kernels already loaded by a process stay loaded and
     keep working; whatever a process needs again is made again."""
     removed = 0
     for purpose in files.PURPOSES:

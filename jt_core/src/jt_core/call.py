@@ -1,21 +1,21 @@
 """The bound-call model: what one ``triton_call`` becomes, and what plugins read from it.
 
-:class:`CallOptions` is what the caller asked for (``triton_call``'s keyword arguments, checked once).
-:class:`KernelCall` is the result of binding them to a kernel: the hashable, static description the primitive
+`CallOptions` is what the caller asked for (``triton_call``'s keyword arguments, checked once).
+`KernelCall` is the result of binding them to a kernel: the hashable, static description the primitive
 carries. It holds four things:
 
 * the kernel: the object the caller passed, its function, the dialect that claimed it, its parameters;
 * the binding: for every leaf of every non-constexpr parameter, where its value comes from (an input operand, an
-  output buffer or a scalar) as a :class:`ParamSlot`, the operands' and outputs' avals and the aliases;
-* the configurations: one :class:`LaunchConfig` per autotuning candidate, with its constexpr values, grid, the
-  :class:`CompileOptions` every backend takes and the zeroed outputs;
-* the launch: :class:`LaunchOptions`, how the call becomes an operation whatever the platform.
+  output buffer or a scalar) as a `ParamSlot`, the operands' and outputs' avals and the aliases;
+* the configurations: one `LaunchConfig` per autotuning candidate, with its constexpr values, grid, the
+  `CompileOptions` every backend takes and the zeroed outputs;
+* the launch: `LaunchOptions`, how the call becomes an operation whatever the platform.
 
 Nothing in it belongs to one backend: what a call gives the backend that compiles it (``backend_options=``,
-``compute_capability=``, the CPU checks in force) travels unopened in :attr:`KernelCall.backend_arguments`, and
-each backend reads what it owns there (:meth:`jt_core.plugin.Backend.target`,
-:meth:`jt_core.plugin.Backend.parse_options`). :meth:`KernelCall.specialization` gives the
-:class:`Specialization` a backend compiles.
+``compute_capability=``, the CPU checks in force) travels unopened in `KernelCall.backend_arguments`, and
+each backend reads what it owns there (`jt_core.plugin.Backend.target`,
+`jt_core.plugin.Backend.parse_options`). `KernelCall.specialization` gives the
+`Specialization` a backend compiles.
 """
 
 from __future__ import annotations
@@ -67,23 +67,23 @@ __all__ = [
     "static_key",
 ]
 
-#: :attr:`ParamSlot.kind` of an array operand (or the base of a tensor descriptor).
+#: `ParamSlot.kind` of an array operand (or the base of a tensor descriptor).
 INPUT = "input"
-#: :attr:`ParamSlot.kind` of an output buffer.
+#: `ParamSlot.kind` of an output buffer.
 OUTPUT = "output"
-#: :attr:`ParamSlot.kind` of a by-value scalar.
+#: `ParamSlot.kind` of a by-value scalar.
 SCALAR = "scalar"
 
-#: :attr:`KernelCall.convention`: every output has a pointer parameter, appended after the inputs.
+#: `KernelCall.convention`: every output has a pointer parameter, appended after the inputs.
 CLASSIC = "classic"
-#: :attr:`KernelCall.convention`: only outputs not aliased to an input have a pointer parameter.
+#: `KernelCall.convention`: only outputs not aliased to an input have a pointer parameter.
 CURRENT = "current"
 
 #: Values of ``triton_call(vmap=...)``.
 VMAP_STRATEGIES = ("auto", "grid", "sequential")
 
-#: The key of :attr:`KernelCall.backend_arguments` under which a call carries the CPU checks in force when it was
-#: made (:func:`jt_core.cpu_checks`); the CPU backend reads it.
+#: The key of `KernelCall.backend_arguments` under which a call carries the CPU checks in force when it was
+#: made (`jt_core.cpu_checks`); the CPU backend reads it.
 CPU_CHECKS = "cpu_checks"
 
 
@@ -103,7 +103,7 @@ class Specialization:
     attrs: Mapping[tuple[int, ...], Sequence[Sequence[Any]]]
 
     def key(self) -> tuple[Any, ...]:
-        """A hashable identity of the specialisation (for caches). Constant values count by :func:`static_key`:
+        """A hashable identity of the specialisation (for caches). Constant values count by `static_key`:
         ``2``, ``2.0`` and ``True``, or ``-0.0`` and ``0.0``, are equal in Python but compile to different kernels."""
         return (
             tuple(self.signature.items()),
@@ -116,9 +116,9 @@ class Specialization:
 class CallOptions:
     """The options of one ``triton_call``: everything it takes besides the kernel, operands and metaparameters.
 
-    Built once by :func:`jt_core.triton_call`; binding and partitioning read it. The fields are the arguments of
-    the same names (see ``triton_call``), with ``out_shape=``/``out_type=`` as :attr:`out_spec` and the explicit
-    compiler options gathered in :attr:`compile_options`.
+    Built once by `jt_core.triton_call`; binding and partitioning read it. The fields are the arguments of
+    the same names (see ``triton_call``), with ``out_shape=``/``out_type=`` as `out_spec` and the explicit
+    compiler options gathered in `compile_options`.
 
     Raises:
         KernelCallTypeError, KernelCallValueError: For an option of the wrong type or value, naming it.
@@ -185,8 +185,8 @@ class CallOptions:
 
     def backend_arguments(self) -> tuple[tuple[str, Any], ...]:
         """What the call gives the backend that compiles it, by argument name, for
-        :attr:`KernelCall.backend_arguments`: ``backend_options`` (as sorted pairs) and ``compute_capability``
-        when given, and the CPU checks in force (:data:`CPU_CHECKS`) when they are not the defaults."""
+        `KernelCall.backend_arguments`: ``backend_options`` (as sorted pairs) and ``compute_capability``
+        when given, and the CPU checks in force (`CPU_CHECKS`) when they are not the defaults."""
         arguments: dict[str, Any] = {}
         if self.backend_options:
             arguments["backend_options"] = tuple(sorted(self.backend_options.items()))
@@ -225,8 +225,8 @@ class ParamSlot(ExactEquality):
     Attributes:
         path: The full parameter path: ``(param_index,)`` or ``(param_index, i, ...)`` inside tuple parameters.
         name: A readable name (``x_ptr`` or ``pair[1]``).
-        kind: :data:`INPUT` (an array operand, or the base of a tensor descriptor), :data:`OUTPUT` (an output
-            buffer) or :data:`SCALAR`.
+        kind: `INPUT` (an array operand, or the base of a tensor descriptor), `OUTPUT` (an output
+            buffer) or `SCALAR`.
         index: The operand index (inputs) or output index (outputs); -1 for scalars.
         value: The scalar value (scalars only).
         type_str: The Triton type (``"*fp32"``, ``"i32"``, ``"tensordesc<fp16[64, 64]>"``, ``"constexpr"`` for
@@ -271,7 +271,7 @@ class LaunchConfig(ExactEquality):
 
 
 class KernelDialect(Protocol):
-    """What a bound call needs of the dialect that claimed its kernel: a :class:`jt_core.plugin.Dialect`, named here
+    """What a bound call needs of the dialect that claimed its kernel: a `jt_core.plugin.Dialect`, named here
     by what the call model reads of it, so that the model does not import the roles, which are built on it."""
 
     @property
@@ -304,15 +304,15 @@ class KernelCall(ExactEquality):
         out_avals: The avals of the outputs (user outputs, then the hidden ones backing Refs).
         num_user_outputs: How many of ``out_avals`` the user asked for.
         aliases: ``(operand index, output index)`` pairs of buffers shared by an input and an output.
-        convention: :data:`CLASSIC` or :data:`CURRENT`.
+        convention: `CLASSIC` or `CURRENT`.
         configs: The configurations; more than one only for autotuned kernels.
         autotune_keys: The autotuner's ``key`` names (empty if not autotuned).
-        launch: How the call becomes an operation (:class:`LaunchOptions`).
+        launch: How the call becomes an operation (`LaunchOptions`).
         backend_arguments: What the call gives the backend that compiles it, as sorted ``(argument, value)``
-            pairs, carried unopened (see :meth:`CallOptions.backend_arguments`); :meth:`arguments_for_backend` gives
+            pairs, carried unopened (see `CallOptions.backend_arguments`); `arguments_for_backend` gives
             them as a backend is offered them.
         batch: For a call produced by the grid batching strategy, how it relates to the unbatched call
-            (:class:`BatchInfo`); ``None`` otherwise.
+            (`BatchInfo`); ``None`` otherwise.
     """
 
     kernel: Any
@@ -334,7 +334,7 @@ class KernelCall(ExactEquality):
     batch: BatchInfo | None = None
 
     def arguments_for_backend(self) -> dict[str, Any]:
-        """:attr:`backend_arguments` as a backend is offered them (``backend_arguments=``): a dict, with
+        """`backend_arguments` as a backend is offered them (``backend_arguments=``): a dict, with
         ``backend_options`` as a dict."""
         return {key: dict(value) if key == "backend_options" else value for key, value in self.backend_arguments}
 
@@ -386,12 +386,12 @@ class KernelCall(ExactEquality):
 class BatchInfo(ExactEquality):
     """How a grid-batched call relates to the unbatched call it was made from.
 
-    Under ``jax.vmap``, where the batch can become a grid axis, jt binds a new :class:`KernelCall` instead of
+    Under ``jax.vmap``, where the batch can become a grid axis, jt binds a new `KernelCall` instead of
     looping, and launchers are given that call: its ``fn`` is a generated ``@triton.jit`` wrapper kernel that reads
-    the batch index from grid axis :attr:`axis`, offsets every batched pointer by the index times the batch stride
+    the batch index from grid axis `axis`, offsets every batched pointer by the index times the batch stride
     and calls the user's kernel (``base.fn``) unchanged; its ``params`` are the user's kernel's followed by the
     wrapper's constexpr batch sizes and strides (named ``_JT_...``); its ``operand_avals`` and ``out_avals`` have
-    the batch dimensions in front, and each configuration's grid carries the flattened batch on :attr:`axis`. The
+    the batch dimensions in front, and each configuration's grid carries the flattened batch on `axis`. The
     platform's backend compiles the wrapper like any kernel.
 
     Attributes:

@@ -3,15 +3,15 @@
 Three checks, each found by watching every load, store and atomic of a run:
 
 * **bounds** (on by default): an access outside every buffer passed to the kernel, or a store into an input,
-  raises :class:`~jt_core.errors.OutOfBoundsAccessError`. ``JT_CPU_BOUNDS_CHECK=0`` turns it off.
+  raises `OutOfBoundsAccessError`. ``JT_CPU_BOUNDS_CHECK=0`` turns it off.
 * **races** (off by default): two program instances of one launch touching the same element, at least one of them
-  writing and not both with atomics, raise :class:`~jt_core.errors.DataRaceError`. ``JT_CPU_RACE_CHECK=1``
+  writing and not both with atomics, raise `DataRaceError`. ``JT_CPU_RACE_CHECK=1``
   turns it on.
 * **unwritten outputs** (with the race check): an output that is neither aliased to an input nor zeroed, with
-  elements no program wrote, warns (:class:`~jt_core.errors.UnwrittenOutputWarning`, the default) or raises
-  (:class:`~jt_core.errors.UnwrittenOutputError`, ``unwritten="error"`` or ``JT_CPU_UNWRITTEN=error``).
+  elements no program wrote, warns (`UnwrittenOutputWarning`, the default) or raises
+  (`UnwrittenOutputError`, ``unwritten="error"`` or ``JT_CPU_UNWRITTEN=error``).
 
-The environment gives the process-wide default; :func:`cpu_checks` overrides it for the calls traced inside a
+The environment gives the process-wide default; `cpu_checks` overrides it for the calls traced inside a
 ``with`` block. The choice is made when a call is traced and is part of ``jax.jit``'s cache key, so a jitted
 function called inside the block is traced again with the block's checks, and again without them afterwards.
 """
@@ -71,7 +71,7 @@ def _from_environment() -> CpuChecks:
 
 
 def current() -> CpuChecks:
-    """The checks for a call traced now: the innermost :func:`cpu_checks` block's, else the environment's."""
+    """The checks for a call traced now: the innermost `cpu_checks` block's, else the environment's."""
     chosen = _block.value
     return chosen if isinstance(chosen, CpuChecks) else _from_environment()
 
@@ -89,14 +89,14 @@ def cpu_checks(
         ...     out = step(x)  # every triton_call in step runs with the race check
 
     Args:
-        races: Report data races between program instances (:class:`~jt_core.errors.DataRaceError`).
+        races: Report data races between program instances (`DataRaceError`).
         unwritten: ``"warn"``, ``"error"`` or ``"ignore"``: what an output with elements no program wrote does
             (checked with the race check).
         bounds: Check addresses against the buffers (``False`` turns the check off; the race check keeps the
             bookkeeping it needs).
 
     Yields:
-        The :class:`CpuChecks` in force inside the block.
+        The `CpuChecks` in force inside the block.
     """
     given: dict[str, Any] = {
         name: value

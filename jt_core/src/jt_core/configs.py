@@ -2,7 +2,7 @@
 
 The user's ``Autotuner`` / ``Heuristics`` objects are only read, never mutated. Values the caller fixes (constexpr
 keywords, ``num_warps=`` ...) prune the autotuning configs that disagree with them; heuristics are evaluated per
-remaining config; :func:`normalize_grid` turns each config's grid into three axes.
+remaining config; `normalize_grid` turns each config's grid into three axes.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def expand_configs(
     num_outputs: int,
     slots: Sequence[ParamSlot],
 ) -> list[LaunchConfig]:
-    """Builds one :class:`LaunchConfig` per autotuning candidate (one when not autotuned)."""
+    """Builds one `LaunchConfig` per autotuning candidate (one when not autotuned)."""
     constexpr_params = [p for p in params if p.is_constexpr]
     constexpr_names = {p.name for p in constexpr_params}
     candidates = wrappers.configs or [AutotuneConfig((), ())]

@@ -45,7 +45,7 @@ class Assignment:
         metaparams: Constexpr parameter name to the value given for it (by keyword or, in declaration order, by
             position).
         outputs: The non-constexpr parameters left unfilled, which take the outputs, in signature order.
-        convention: :data:`~jt_core.call.CLASSIC` or :data:`~jt_core.call.CURRENT`.
+        convention: `CLASSIC` or `CURRENT`.
         declaration_order: Whether positional values were read in declaration order (one of them set a constexpr).
     """
 

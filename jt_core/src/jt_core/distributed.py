@@ -8,18 +8,18 @@ own remembered winner) and the launcher (a host without a C++ compiler cannot bu
 each call of such a computation, the processes exchange small records through the job's own key-value store (the
 one ``jax.distributed`` runs; jt has no transport of its own):
 
-* :meth:`Exchange.decide`: the leader (process 0, or the first of the processes sharing the computation) decides
+* `Exchange.decide`: the leader (process 0, or the first of the processes sharing the computation) decides
   (tunes, say) and publishes the decision; the others wait for it and use it;
-* :meth:`Exchange.compare`: each process publishes how it lowers the call (launcher, configuration); the leader
+* `Exchange.compare`: each process publishes how it lowers the call (launcher, configuration); the leader
   compares every other process's record with its own and publishes its verdict, and each other process compares its
   own with the leader's and waits for the verdict, so a difference is an
-  :class:`~jt_core.errors.ProcessAgreementError` on every process, naming two that differ, instead of a hang.
+  `ProcessAgreementError` on every process, naming two that differ, instead of a hang.
   Every lowering is compared: only a record the whole job was found to share is not exchanged again (a refused
   lowering tried again is compared again);
-* :meth:`Exchange.reporting`: a process that fails while lowering the call publishes its error, so the processes
+* `Exchange.reporting`: a process that fails while lowering the call publishes its error, so the processes
   waiting for its records fail at once with it instead of waiting.
 
-Records are keyed by :func:`call_digest`, the call's content (the same on every process whatever the order in which
+Records are keyed by `call_digest`, the call's content (the same on every process whatever the order in which
 the processes lowered their computations), and by how many times this process lowered the call before (every
 process lowers the same computations, so the n-th lowering on one meets the n-th on the others). A process waits
 only while lowering, for the others to lower the same call, never while a computation runs (a wait inside a running
@@ -179,7 +179,7 @@ class Exchange:
 
     Args:
         job: The job.
-        digest: The call's :func:`call_digest`.
+        digest: The call's `call_digest`.
         what: Names the call in messages (``"triton_call 'add'"``).
     """
 

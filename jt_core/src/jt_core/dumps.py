@@ -1,10 +1,10 @@
 """``JAX_TRITON_DUMP_DIR``: every compiled kernel's IRs, binary and compile info, written to a folder.
 
-jt-core writes the dumps for every backend (from :class:`~jt_core.plugin.CompiledKernel`), from the builtin
+jt-core writes the dumps for every backend (from `CompiledKernel`), from the builtin
 ``jt_compile_kernel`` wrapper, each time a kernel comes back from compilation or from a cache. One folder per
 kernel variant, ``<call name>-<key>``, holds ``<kernel>.<stage>`` for each IR the backend kept (``ttir``, ``ttgir``,
 ``llir``, ``ptx`` or ``amdgcn`` ...), the binary as ``<kernel>.<suffix>`` (the backend's answer to
-:meth:`~jt_core.plugin.Backend.binary_file_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
+`binary_file_suffix`: ``cubin``, ``hsaco``) and ``compile_info.json``. Files are
 replaced atomically, so dumping the same kernel twice, or from two processes, is safe; a folder that cannot take a
 dump is reported once and fails no call.
 """
@@ -30,7 +30,7 @@ def dump_dir() -> Path | None:
 
 
 def _options_record(options: Any) -> dict[str, Any]:
-    """A backend's parsed options (a frozen dataclass, as :meth:`Backend.parse_options` asks) as JSON data."""
+    """A backend's parsed options (a frozen dataclass, as `Backend.parse_options` asks) as JSON data."""
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
         return plain_metadata(dataclasses.asdict(options))
     return {"value": repr(options)}

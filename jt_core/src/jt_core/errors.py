@@ -2,12 +2,12 @@
 
 User mistakes in a ``triton_call`` raise the built-in ``TypeError`` / ``ValueError`` families (subclassed here so
 that callers can catch jt's own), with messages naming the argument, what was expected and what was given. Plugin
-problems raise :class:`PluginError` subclasses naming the plugin, its distribution and the fix.
+problems raise `PluginError` subclasses naming the plugin, its distribution and the fix.
 
-Errors raised while a kernel runs (:class:`KernelRuntimeError`, :class:`OutOfBoundsAccessError`,
-:class:`DataRaceError`, :class:`UnwrittenOutputError`, and
-:class:`UnsupportedKernelError` from the CPU interpreter) cross XLA's host callback and reach the caller as
-``jax.errors.JaxRuntimeError``, whose message carries the jt error's type and text; :func:`from_runtime_error`
+Errors raised while a kernel runs (`KernelRuntimeError`, `OutOfBoundsAccessError`,
+`DataRaceError`, `UnwrittenOutputError`, and
+`UnsupportedKernelError` from the CPU interpreter) cross XLA's host callback and reach the caller as
+``jax.errors.JaxRuntimeError``, whose message carries the jt error's type and text; `from_runtime_error`
 rebuilds the jt error from it.
 """
 

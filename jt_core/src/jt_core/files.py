@@ -2,31 +2,31 @@
 every read, and never a reason for a call to fail.
 
 Everything jt keeps between processes lives under one root, ``JT_CACHE_DIR`` (default ``$XDG_CACHE_HOME/jt`` or
-``~/.cache/jt``), in one subfolder per purpose (:data:`PURPOSES`). Some of it is executed: built libraries are
+``~/.cache/jt``), in one subfolder per purpose (`PURPOSES`). Some of it is executed: built libraries are
 loaded into the process (``native``) and compiled kernels are loaded onto the GPU (``kernels``, ``rocm-hsaco``).
 So before anything is read from the root or a subfolder, jt checks that the folder belongs to the current user and
 that neither its group nor others may write to it, and that it is no symbolic link of another user's (who could
 point it elsewhere after the check). A folder that fails the check is never used: jt warns once, saying why, and
 works from a private folder instead (the default location when that one passes, else a fresh temporary folder for
 the process, removed when it exits). The same holds for a folder that cannot be created. jt creates its folders,
-and the missing folders above them, with mode 0700 whatever the umask (:func:`make_folders`).
+and the missing folders above them, with mode 0700 whatever the umask (`make_folders`).
 
 The root may be a folder that also holds files of the user's own. jt's files are those named as it names them
-(:data:`ENTRY_NAMES`, :func:`kept_files`); Triton's, which Triton names, count as jt's only in a ``triton`` folder
-jt created, which holds jt's marker (:data:`MARKER`). Names taken from the user's code are made fit for a file
-name first (:func:`safe_name`).
+(`ENTRY_NAMES`, `kept_files`); Triton's, which Triton names, count as jt's only in a ``triton`` folder
+jt created, which holds jt's marker (`MARKER`). Names taken from the user's code are made fit for a file
+name first (`safe_name`).
 
 Files are written to a temporary file in the same folder and renamed into place, so readers in other threads and
 processes never see a torn file, and two writers of the same file simply replace each other. Each file carries a
-record of its size and SHA-256 (:mod:`jt_core.integrity`) or is named by its
+record of its size and SHA-256 (`jt_core.integrity`) or is named by its
 contents, and is checked against it before every use: a file that fails the check is deleted with a warning and
 made again. Work that should happen once per machine (building a native library, compiling a kernel) runs under
-:func:`file_lock`: one process does it while the others on the host wait, then find the result.
+`file_lock`: one process does it while the others on the host wait, then find the result.
 
 The cache only saves time, so no fault in it fails a call: a file that cannot be read is a miss, and a file that
 cannot be written (a full disk, a read-only folder, a folder where the file should be) leaves the work uncached,
-with one warning per folder (:func:`report_fault`). Temporary files of writers that were killed are removed once
-they are older than any write takes (:data:`STALE_SECONDS`).
+with one warning per folder (`report_fault`). Temporary files of writers that were killed are removed once
+they are older than any write takes (`STALE_SECONDS`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ PURPOSES: dict[str, str] = {
 #: How jt names the files it keeps in each folder: ``cache info`` counts and ``cache clear`` removes only files
 #: named so (the cache root may be a folder that holds files of the user's own). Triton's own files under the
 #: ``triton`` folder have names of Triton's choosing: they count as jt's only in a folder jt created
-#: (:func:`created_by_jt`).
+#: (`created_by_jt`).
 ENTRY_NAMES: dict[str, re.Pattern[str]] = {
     "kernels": re.compile(r"[0-9a-f]{64}\.jtk"),
     "autotune": re.compile(r"[0-9a-f]{64}\.json"),
@@ -188,7 +188,7 @@ def make_folders(path: Path, mode: int = 0o700) -> bool:
 
 
 def _mark(folder: Path) -> None:
-    """Leaves :data:`MARKER` in a folder jt has just created (a folder without it is taken as someone else's)."""
+    """Leaves `MARKER` in a folder jt has just created (a folder without it is taken as someone else's)."""
     try:
         atomic_write(folder / MARKER, _MARKER_TEXT)
     except OSError as exc:
@@ -196,7 +196,7 @@ def _mark(folder: Path) -> None:
 
 
 def created_by_jt(folder: Path) -> bool:
-    """Whether jt created ``folder`` (it holds :data:`MARKER` as a plain file, and is itself no link)."""
+    """Whether jt created ``folder`` (it holds `MARKER` as a plain file, and is itself no link)."""
     try:
         return stat.S_ISDIR(folder.lstat().st_mode) and stat.S_ISREG((folder / MARKER).lstat().st_mode)
     except OSError:
@@ -263,10 +263,10 @@ def cache_root() -> Path:
 
 
 def cache_folder(purpose: str) -> Path:
-    """The subfolder of the cache root for ``purpose`` (one of :data:`PURPOSES`), created private and checked.
+    """The subfolder of the cache root for ``purpose`` (one of `PURPOSES`), created private and checked.
 
     The first use in a process also removes killed writers' temporary files from it
-    (:func:`remove_stale_temporaries`).
+    (`remove_stale_temporaries`).
 
     Raises:
         ValueError: For an unknown purpose.
@@ -306,10 +306,10 @@ def scratch_folder(purpose: str) -> Path:
 
 def entry_path(purpose: str, name: str) -> Path | None:
     """Where the file ``name`` of the ``purpose`` folder lies, or ``None`` when no folder can be had at all (a full
-    disk, say): then the fault is reported once (:func:`report_fault`) and the caller works uncached.
+    disk, say): then the fault is reported once (`report_fault`) and the caller works uncached.
 
     Raises:
-        ValueError: When ``name`` is not named as jt names the entries of that folder (:func:`is_entry`): a name
+        ValueError: When ``name`` is not named as jt names the entries of that folder (`is_entry`): a name
             holding a path separator or ``..`` never reaches the file system.
     """
     if not is_entry(purpose, name):
@@ -329,7 +329,7 @@ def safe_name(text: str, limit: int = 80) -> str:
 
 
 def is_entry(purpose: str, name: str) -> bool:
-    """Whether ``name`` is named as jt names the files of its ``purpose`` folder (:data:`ENTRY_NAMES`)."""
+    """Whether ``name`` is named as jt names the files of its ``purpose`` folder (`ENTRY_NAMES`)."""
     pattern = ENTRY_NAMES.get(purpose)
     return pattern is not None and pattern.fullmatch(name) is not None and name not in (".", "..")
 
@@ -444,11 +444,11 @@ def discard(path: Path) -> None:
 
 
 def write_file(path: Path, data: bytes) -> bool:
-    """Writes ``data`` to ``path`` atomically (:func:`atomic_write`); an empty folder in its place is replaced.
+    """Writes ``data`` to ``path`` atomically (`atomic_write`); an empty folder in its place is replaced.
 
     Returns:
         ``True`` when written; ``False`` when the folder cannot take it (full disk, read-only, a non-empty folder
-        in the file's place...), after :func:`report_fault`: the caller goes on uncached.
+        in the file's place...), after `report_fault`: the caller goes on uncached.
     """
     try:
         if path.is_dir():
@@ -474,7 +474,7 @@ _TEMPORARY = re.compile(r"\.(?P<entry>.+)\.[A-Za-z0-9_]+\.(?:part|tmp)")
 
 
 def _is_temporary(name: str, purpose: str | None) -> bool:
-    """Whether ``name`` is a temporary file of a jt writer (:func:`atomic_write`, a native build) of an entry of the
+    """Whether ``name`` is a temporary file of a jt writer (`atomic_write`, a native build) of an entry of the
     ``purpose`` folder (of any entry when ``purpose`` is ``None``)."""
     match = _TEMPORARY.fullmatch(name)
     if match is None:
@@ -488,8 +488,8 @@ def _is_temporary(name: str, purpose: str | None) -> bool:
 def remove_stale_temporaries(folder: Path, purpose: str | None = None, prefix: str | None = None) -> int:
     """Removes the temporary files left in ``folder`` by jt writers that were killed; returns how many.
 
-    Only temporary files of jt's own entries count (:func:`_is_temporary`; ``purpose``: the folder's, ``None``
-    for a folder of no single purpose). One is stale once it is older than :data:`STALE_SECONDS`; one whose name
+    Only temporary files of jt's own entries count (`_is_temporary`; ``purpose``: the folder's, ``None``
+    for a folder of no single purpose). One is stale once it is older than `STALE_SECONDS`; one whose name
     starts with ``prefix`` goes whatever its age (the caller holds the lock of the entry it belongs to, so no live
     writer uses it). Never raises.
     """
@@ -522,7 +522,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename.
 
     Raises:
-        OSError: When the folder cannot take the file (see :func:`write_file` for the form that does not raise).
+        OSError: When the folder cannot take the file (see `write_file` for the form that does not raise).
     """
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:

@@ -3,7 +3,7 @@
 The CPU backend runs kernels with Triton's interpreter, which finds mistakes only when a program reaches them (a
 block size that is not a power of two, a pointer used as a number). Triton's front end finds them all up front,
 in milliseconds per kernel (6 for a vector add, 15 to 35 for a matrix product), so the CPU backend runs it when a
-call is lowered and binding uses it to tell how a kernel uses an argument (:func:`refusal`).
+call is lowered and binding uses it to tell how a kernel uses an argument (`refusal`).
 
 The front end needs a target's code generation hooks; it takes Triton's own CUDA backend (shipped in every Triton
 wheel, usable without a GPU) with one change: ``tl.dot`` may take any block size, as the interpreter does, where
@@ -12,13 +12,13 @@ real GPUs want at least 16 rows.
 Triton's interpreter (the CPU backend) works by patching ``triton.language`` for the whole process while it runs a
 kernel, and Triton's front end reads those same functions when it turns a kernel into IR. So the two must never
 overlap, whichever threads they run on: every path of jt into Triton's front end (a compile for any backend, the
-checks here) holds :func:`compiling`, which any number of threads may hold together, and every interpreter run holds
-:func:`interpreting`, which excludes everything else.
+checks here) holds `compiling`, which any number of threads may hold together, and every interpreter run holds
+`interpreting`, which excludes everything else.
 
 Triton's front end takes time quadratic in the number of a kernel's parameters in three places, each a lookup or an
 update that walks every parameter for each parameter, and in MLIR, which rewrites the attributes of every argument
-to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While :func:`check` runs, the
-three places take constant time per parameter (:func:`_linear_front_end`), each replaced only where the installed
+to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While `check` runs, the
+three places take constant time per parameter (`_linear_front_end`), each replaced only where the installed
 Triton's function is the one it stands in for, word for word, so a Triton that changes them keeps its own; and the
 check sets no argument attributes, which only later passes read.
 """
@@ -184,7 +184,7 @@ def check(source: Any) -> None:
 # --------------------------------------------------------------------------------------------------------------
 # Triton's front end in time linear in the parameters.
 
-#: The functions of Triton's front end that :func:`_linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
+#: The functions of Triton's front end that `_linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
 _SETITEM = """\
 def _setitem(self, idx, value):
     idx = _unwrap_if_constexpr(idx)
@@ -318,7 +318,7 @@ class _IndexedNames(list[str]):
 @contextmanager
 def _linear_front_end(fn: Any) -> Iterator[None]:
     """Runs the body with Triton's front end in time linear in the parameters of kernel ``fn`` (see
-    :data:`_SETITEM`, :data:`_VISIT_ARG`, :data:`_ARG_NAMES_INDEX`); the stand-ins compute what Triton's functions
+    `_SETITEM`, `_VISIT_ARG`, `_ARG_NAMES_INDEX`); the stand-ins compute what Triton's functions
     compute. Held under ``_lock``: one body at a time puts them in place and takes them out."""
     stand_ins = _stand_ins()
     originals = [owner.__dict__[name] for owner, name, _ in stand_ins]

@@ -1,7 +1,7 @@
 """Integrity records: every file jt reads back carries the size and SHA-256 it was written with, inside it (a JSON
-record, :func:`write_record`) or beside it (a file another program wrote, :func:`record_integrity`), and is checked
-against them before each use (:func:`read_record`, :func:`integrity_problem`). A file that fails is deleted with a
-warning (:func:`jt_core.files.unusable`) and made again."""
+record, `write_record`) or beside it (a file another program wrote, `record_integrity`), and is checked
+against them before each use (`read_record`, `integrity_problem`). A file that fails is deleted with a
+warning (`jt_core.files.unusable`) and made again."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def write_record(path: Path, record: dict[str, Any]) -> bool:
     """Writes a JSON record with its integrity record (the size and SHA-256 of the record's canonical JSON) inside.
 
     Returns:
-        As :func:`write_file`.
+        As `write_file`.
     """
     body = json.dumps(record, sort_keys=True)
     sealed = {**record, _INTEGRITY: _integrity(body.encode())}
@@ -34,7 +34,7 @@ def write_record(path: Path, record: dict[str, Any]) -> bool:
 
 def read_record(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
     """The JSON record at ``path`` when it passes its integrity check; ``None`` when it is missing or unreadable,
-    and when it fails the check (then it is deleted with a warning, see :func:`unusable`). ``data``: the file's
+    and when it fails the check (then it is deleted with a warning, see `unusable`). ``data``: the file's
     contents when the caller has read them already."""
     if data is None:
         data = read_file(path)
@@ -61,7 +61,7 @@ def integrity_path(path: Path) -> Path:
 
 
 def record_integrity(path: Path) -> bool:
-    """Records the size and SHA-256 of the file at ``path`` beside it (:func:`integrity_path`).
+    """Records the size and SHA-256 of the file at ``path`` beside it (`integrity_path`).
 
     Raises:
         OSError: When ``path`` cannot be read.

@@ -2,13 +2,13 @@
 
 A long-running process (a server, a notebook) sees ever new shapes and kernels. Everything jt keeps in memory for
 them (compiled variants, the interpreter's rewritten kernels, the generated ``vmap`` wrappers) lives in a
-:class:`BoundedStore`, which
+`BoundedStore`, which
 
-* keeps at most ``JT_MEMORY_CACHE_ENTRIES`` entries (default :data:`DEFAULT_ENTRIES`), dropping the least recently
+* keeps at most ``JT_MEMORY_CACHE_ENTRIES`` entries (default `DEFAULT_ENTRIES`), dropping the least recently
   used one beyond that (``0``: none is kept);
-* holds kernels weakly where a kernel is part of the key (:func:`kernel_key`): a kernel the program no longer
+* holds kernels weakly where a kernel is part of the key (`kernel_key`): a kernel the program no longer
   holds takes its entries with it;
-* is emptied, with JAX's own caches, by ``jax.clear_caches()`` (:func:`jt_core._compat.on_clear_caches`).
+* is emptied, with JAX's own caches, by ``jax.clear_caches()`` (`jt_core._compat.on_clear_caches`).
 
 Dropping an entry costs only time: what is needed again is made again (compiled, rewritten, generated).
 """
@@ -54,7 +54,7 @@ def entries_limit() -> int:
 
 
 class BoundedStore[K: Hashable, V]:
-    """A thread-safe least-recently-used map, bounded by :func:`entries_limit` and emptied by
+    """A thread-safe least-recently-used map, bounded by `entries_limit` and emptied by
     ``jax.clear_caches()``.
 
     Args:
@@ -144,7 +144,7 @@ class BoundedStore[K: Hashable, V]:
 
 class KernelRef:
     """A kernel held weakly, as part of a store's key: equal for the same live kernel, hashed like it, and, when the
-    kernel dies, the cue to drop its entries from the stores that asked (:func:`kernel_key`)."""
+    kernel dies, the cue to drop its entries from the stores that asked (`kernel_key`)."""
 
     __slots__ = ("__weakref__", "_hash", "_ref")
 
@@ -180,7 +180,7 @@ _mourners: list[weakref.ReferenceType[BoundedStore[Any, Any]]] = []
 
 
 def kernel_key(kernel: Any) -> Any:
-    """What stands for ``kernel`` in a store's key: a weak reference (:class:`KernelRef`), one per kernel, whose
+    """What stands for ``kernel`` in a store's key: a weak reference (`KernelRef`), one per kernel, whose
     death drops the kernel's entries from every store; the kernel itself when it cannot be referenced weakly."""
     try:
         with _refs_lock:
@@ -194,7 +194,7 @@ def kernel_key(kernel: Any) -> Any:
 
 
 def mourn_in(store: BoundedStore[Any, Any]) -> None:
-    """Makes a dead kernel's entries leave ``store``: every key holding its :func:`kernel_key` (first element of a
+    """Makes a dead kernel's entries leave ``store``: every key holding its `kernel_key` (first element of a
     tuple key, or the key itself)."""
     _mourners.append(weakref.ref(store))
 

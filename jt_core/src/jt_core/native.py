@@ -6,15 +6,15 @@ headers and no GPU toolkit, so a plain ``pip install`` works on any machine with
 
 Headers a library includes from outside the build's system folders are passed as ``headers=``: their contents
 are part of the cache key, so a changed header rebuilds the libraries that include it (jt's GPU launch handler,
-:mod:`jt_core.gpu.handler`, passes its shared headers).
+`jt_core.gpu.handler`, passes its shared headers).
 
-Built libraries are cached per machine in the cache root's ``native`` folder (:mod:`jt_core.files`, checked to be
-private before anything is loaded from it), keyed by what the build reads (:meth:`LibrarySpec.key_parts`): the
+Built libraries are cached per machine in the cache root's ``native`` folder (`jt_core.files`, checked to be
+private before anything is loaded from it), keyed by what the build reads (`LibrarySpec.key_parts`): the
 library's name, the contents of its sources, of the given headers and of every file in its include folders (not the
 folders' paths, so a second virtualenv with the same jax finds the library the first one built), the flags, the jax
 and jaxlib versions, and the compiler's identity (its command and version line).
 
-A build happens once per machine and library, under the library's lock (:func:`jt_core.files.file_lock`): processes
+A build happens once per machine and library, under the library's lock (`jt_core.files.file_lock`): processes
 that need it at the same time wait for the one that builds, then load its result. It says on stderr what it builds,
 then, on the same line, how long it took or why it failed and what jt does without it; a failure is also recorded
 beside the library for ``python -m jt_core plugins``. The build writes to a private temporary file and renames it
@@ -24,13 +24,13 @@ instead of being loaded. Temporary files of builds that were killed are removed.
 take the library (a full disk, a read-only folder) is reported once, and the library is built into a private
 temporary folder for the process instead.
 
-Every library is compiled with one more source of jt's own, :data:`BUILD_INFO_SOURCE`, which exports the XLA FFI
+Every library is compiled with one more source of jt's own, `BUILD_INFO_SOURCE`, which exports the XLA FFI
 C API version of the headers it was compiled against (``jt_native_xla_ffi_api_version``).
 
-Prebuilt libraries: a platform wheel (``JT_BUILD_PLATFORM_WHEEL=1``, :mod:`jt_core.native_setup`) carries each
+Prebuilt libraries: a platform wheel (``JT_BUILD_PLATFORM_WHEEL=1``, `jt_core.native_setup`) carries each
 library compiled against the XLA FFI headers of the oldest jaxlib jt supports, as ``lib<name>.so`` beside the spec's
-first source (:attr:`LibrarySpec.prebuilt_path`) with a build record (``lib<name>.so.json``). :meth:`LibrarySpec.load`
-loads it without a compiler and without building when it fits (:meth:`LibrarySpec.prebuilt`): it is the file the
+first source (`LibrarySpec.prebuilt_path`) with a build record (``lib<name>.so.json``). `LibrarySpec.load`
+loads it without a compiler and without building when it fits (`LibrarySpec.prebuilt`): it is the file the
 wheel was built with (size and SHA-256), built from the installed sources (their digest), and its XLA FFI API version
 is one the installed jaxlib takes (the same major version, a minor version not newer than jaxlib's, XLA's own rule).
 Otherwise one line on stderr says why, and the library is built on this machine as from an sdist.
@@ -132,7 +132,7 @@ class LibraryStatus:
 
 @dataclasses.dataclass(frozen=True)
 class LibrarySpec:
-    """How to build one library: what :func:`build_shared_library` takes, kept to build or inspect it later.
+    """How to build one library: what `build_shared_library` takes, kept to build or inspect it later.
 
     A launcher that needs a library returns its spec from ``native_library()``, so that
     ``python -m jt_core build-native`` can build it ahead of time and ``python -m jt_core plugins`` can say whether
@@ -148,7 +148,7 @@ class LibrarySpec:
     without_it: str = ""
 
     def build(self, *, announce: bool = True) -> NativeLibrary:
-        """Builds the library (or finds it in the cache); see :func:`build_shared_library`."""
+        """Builds the library (or finds it in the cache); see `build_shared_library`."""
         return build_shared_library(
             self.name,
             self.sources,
@@ -162,7 +162,7 @@ class LibrarySpec:
 
     @property
     def compiled_sources(self) -> tuple[Path, ...]:
-        """The files the compiler is given: the spec's sources, then :data:`BUILD_INFO_SOURCE`."""
+        """The files the compiler is given: the spec's sources, then `BUILD_INFO_SOURCE`."""
         return (*self.sources, BUILD_INFO_SOURCE)
 
     @property
@@ -178,7 +178,7 @@ class LibrarySpec:
         return self.sources[0].parent / f"lib{self.name}.so"
 
     def load(self) -> ctypes.CDLL:
-        """Loads the library into the process: the prebuilt one where it fits (:meth:`prebuilt`), else the one built
+        """Loads the library into the process: the prebuilt one where it fits (`prebuilt`), else the one built
         on this machine (built now, or found in the cache, checked).
 
         Raises:
@@ -210,13 +210,13 @@ class LibrarySpec:
     def prebuilt(self) -> PrebuiltLibrary:
         """The library as the installed platform wheel carries it, checked (and loaded) for use in this process: it
         must be the file the wheel was built with, built from the installed sources and headers, and built for an
-        XLA FFI API version the installed jaxlib takes (:func:`xla_ffi_api_problem`). Asks no compiler."""
+        XLA FFI API version the installed jaxlib takes (`xla_ffi_api_problem`). Asks no compiler."""
         if not self.sources or not settings.flag(PREBUILT_VARIABLE, default=True):
             return PrebuiltLibrary(None)
         return check_prebuilt(self.prebuilt_path, self.source_digest)
 
     def status(self) -> LibraryStatus:
-        """Whether the library is prebuilt here (:meth:`prebuilt`) or built on this machine (and passes its
+        """Whether the library is prebuilt here (`prebuilt`) or built on this machine (and passes its
         integrity check), with which compiler (runs ``c++ --version``, unless it is prebuilt), and why the last
         build failed if it did."""
         prebuilt = self.prebuilt()
@@ -246,7 +246,7 @@ class LibrarySpec:
     def source_parts(self) -> list[bytes]:
         """What the library is built from, wherever it is built: the name, the flags and linked libraries, then the
         name and contents of each compiled source and header. The include folders are left out: a prebuilt library
-        is compiled against other XLA FFI headers than the installed ones, which :meth:`prebuilt` compares by
+        is compiled against other XLA FFI headers than the installed ones, which `prebuilt` compares by
         version instead."""
         parts = [part.encode() for part in (self.name, *self.flags, *[f"-l{lib}" for lib in self.libraries])]
         for source in [*self.compiled_sources, *self.headers]:
@@ -254,12 +254,12 @@ class LibrarySpec:
         return parts
 
     def source_digest(self) -> str:
-        """The SHA-256 of :meth:`source_parts`: a prebuilt library's record holds the one it was built from."""
+        """The SHA-256 of `source_parts`: a prebuilt library's record holds the one it was built from."""
         return _digest(self.source_parts())
 
     def key_parts(self, compiler: str) -> list[bytes]:
         """What the cache key is the hash of: the compiler's identity, the jax and jaxlib versions, then
-        :meth:`source_parts`, then every file in each include folder as its path inside the folder and its contents
+        `source_parts`, then every file in each include folder as its path inside the folder and its contents
         (a folder's own path is not part of it)."""
         parts = [compiler.encode(), jax_version().encode(), *self.source_parts()]
         for folder in self.include_dirs:
@@ -278,7 +278,7 @@ def _digest(parts: Sequence[bytes]) -> str:
     return digest.hexdigest()
 
 
-#: The libraries this process has loaded or asked :func:`build_due` about.
+#: The libraries this process has loaded or asked `build_due` about.
 _settled: set[LibrarySpec] = set()
 
 
@@ -355,7 +355,7 @@ def build_shared_library(
         headers: Header files the sources include from elsewhere; their contents are part of the cache key.
         flags: Compiler flags (part of the cache key).
         libraries: ``-l`` libraries to link (e.g. ``dl``).
-        directory: Where to keep the library; defaults to :func:`cache_dir`.
+        directory: Where to keep the library; defaults to `cache_dir`.
         without_it: What jt does when the library cannot be built; ends the message of a failed build.
         announce: Whether a build says on stderr that it runs, how long it took or why it failed (one line); off
             where the caller reports builds itself (``python -m jt_core build-native``, whose builds run at once).
@@ -504,9 +504,9 @@ def _command(spec: LibrarySpec, compiler: Sequence[str], output: str) -> list[st
 
 
 def build_prebuilt(spec: LibrarySpec, folder: str | os.PathLike[str]) -> Path:
-    """Compiles ``spec`` for a platform wheel (:mod:`jt_core.native_setup`): into ``folder`` as the file
-    :attr:`LibrarySpec.prebuilt_path` names, with the build record that :meth:`LibrarySpec.prebuilt` checks: the
-    library's size and SHA-256, the digest of what it was built from (:meth:`LibrarySpec.source_digest`), and the
+    """Compiles ``spec`` for a platform wheel (`jt_core.native_setup`): into ``folder`` as the file
+    `LibrarySpec.prebuilt_path` names, with the build record that `LibrarySpec.prebuilt` checks: the
+    library's size and SHA-256, the digest of what it was built from (`LibrarySpec.source_digest`), and the
     XLA FFI API version it reports (it is loaded here to ask), with the jax version and the compiler, for people.
 
     Returns:

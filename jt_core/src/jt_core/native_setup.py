@@ -1,16 +1,16 @@
 """Platform wheels: the setuptools commands that compile a distribution's native libraries into its wheel.
 
 jt's C++ libraries (the CPU backend's XLA FFI handler, the CUDA and ROCm launch handlers) need no Python ABI: they are
-plain shared libraries, built from a :class:`~jt_core.native.LibrarySpec` and loaded with ``ctypes``. A wheel built
-as usual is pure Python, and each library is built on the machine at first use (:mod:`jt_core.native`). With
+plain shared libraries, built from a `LibrarySpec` and loaded with ``ctypes``. A wheel built
+as usual is pure Python, and each library is built on the machine at first use (`jt_core.native`). With
 ``JT_BUILD_PLATFORM_WHEEL=1``, the ``setup.py`` of jt-core, jt-cuda and jt-rocm compiles them into the wheel instead:
 
 * the libraries are the specs that the distribution's ``[tool.jt] native-libraries`` names in its
   ``pyproject.toml`` (``"module:attribute"``, a callable that returns the spec, as the launcher's
   ``native_library()`` does): what a library is built from stays in its spec, so a source added to a spec is
   compiled into the wheel too;
-* each is compiled by :func:`jt_core.native.build_prebuilt` into the build folder, at the place its
-  :attr:`~jt_core.native.LibrarySpec.prebuilt_path` names in the installed package, with its build record;
+* each is compiled by `jt_core.native.build_prebuilt` into the build folder, at the place its
+  `prebuilt_path` names in the installed package, with its build record;
 * against the XLA FFI headers of the oldest jaxlib jt supports (jt-core's ``jaxlib>=`` floor), which must be the
   jaxlib of the build environment: ``setup.py`` asks for ``jax`` and ``jaxlib`` at that version, and for what
   importing jt takes, as build requirements (setuptools' ``setup_requires``, which a PEP 517 front end such as
@@ -56,7 +56,7 @@ def requested() -> bool:
 
 def setup_arguments(root: str | os.PathLike[str]) -> dict[str, Any]:
     """The keyword arguments for ``setup()`` of the distribution in the folder ``root``: none unless
-    :func:`requested`; then the build requirements and the commands that compile the libraries and tag the wheel."""
+    `requested`; then the build requirements and the commands that compile the libraries and tag the wheel."""
     if not requested():
         return {}
     from setuptools import Distribution

@@ -1,9 +1,9 @@
 """The options every call carries, whatever its backend, and how static values are compared.
 
-:func:`static_key` keys a static value (a scalar operand, a constexpr, an option) so that two values are equal
-exactly when they compile and run alike; :class:`ExactEquality` gives the call model's dataclasses that equality.
-:class:`CompileOptions` are the compile options every backend takes (:class:`TritonOptions` reads them as Triton's
-names), :class:`LaunchOptions` how a call becomes an operation on any platform.
+`static_key` keys a static value (a scalar operand, a constexpr, an option) so that two values are equal
+exactly when they compile and run alike; `ExactEquality` gives the call model's dataclasses that equality.
+`CompileOptions` are the compile options every backend takes (`TritonOptions` reads them as Triton's
+names), `LaunchOptions` how a call becomes an operation on any platform.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _field_names(kind: type) -> tuple[str, ...]:
 
 
 class ExactEquality:
-    """Equality and hash of a frozen dataclass (declared with ``eq=False``) by the :func:`static_key` of its fields:
+    """Equality and hash of a frozen dataclass (declared with ``eq=False``) by the `static_key` of its fields:
     a call made with ``-0.0`` is not the call made with ``0.0``, and a call made with a NaN is the call made again
     with a NaN of the same bits. JAX's caches of compiled calls and jt's own memos compare calls this way."""
 
@@ -137,7 +137,7 @@ class CompileOptions(ExactEquality):
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> CompileOptions:
         """The options a configuration's values give (the rest keep their defaults): those named in
-        :data:`OPTION_NAMES` checked here, the others kept in :attr:`extra` for the backend to check.
+        `OPTION_NAMES` checked here, the others kept in `extra` for the backend to check.
 
         Raises:
             KernelCallValueError, KernelCallTypeError: For a value out of range, or an extra one that is not
@@ -174,7 +174,7 @@ class CompileOptions(ExactEquality):
 @dataclasses.dataclass(frozen=True)
 class TritonOptions:
     """A base for a backend's own options when it compiles with one of Triton's backends
-    (:meth:`jt_core.plugin.Backend.parse_options`): the options every backend takes, and the further ones for
+    (`jt_core.plugin.Backend.parse_options`): the options every backend takes, and the further ones for
     Triton's backend, passed as given.
 
     Attributes:

@@ -4,9 +4,9 @@ JAX cannot see inside a Triton kernel, so by default XLA gathers sharded operand
 arrays on every device. A call whose author declares how it partitions runs once per shard instead, on the local
 pieces, with no gather, through ``jax.experimental.custom_partitioning`` (with a Shardy sharding rule):
 
-* :class:`Elementwise`: every array operand and output has the same shape and element ``i`` of each output
+* `Elementwise`: every array operand and output has the same shape and element ``i`` of each output
   depends only on element ``i`` of the operands: any sharding works.
-* :class:`BatchDims`: the listed dimensions of every operand and output are independent batch dimensions (same
+* `BatchDims`: the listed dimensions of every operand and output are independent batch dimensions (same
   size everywhere): they may be sharded; the other dimensions are replicated (gathered if they arrive sharded).
 
 Declare it on a function making any number of calls (``@jt.partitioned(jt.BatchDims(0))``), which is traced again
@@ -292,7 +292,7 @@ def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
 
     JAX drops the host callbacks of a ``custom_partitioning`` body (they live in a temporary module), so the
     executable would call a callback that no longer exists. Kernels lowered by a CPU launcher that answers ``False``
-    to :meth:`~jt_core.plugin.Launcher.runs_through_host_callback` (such as the ``ffi`` launcher) run fine; one
+    to `runs_through_host_callback` (such as the ``ffi`` launcher) run fine; one
     set aside for raising when asked counts as using them. In a multi-process job the processes compare their
     launchers first, so that one whose launcher differs (a host without a C++ compiler) fails on every process,
     naming itself, instead of on its own.
@@ -395,7 +395,7 @@ def partitioned(rule: PartitionRule) -> Callable[[F], F]:
     The function must not close over arrays (pass them as arguments).
 
     Args:
-        rule: :class:`Elementwise`, :class:`BatchDims` or another :class:`PartitionRule`.
+        rule: `Elementwise`, `BatchDims` or another `PartitionRule`.
 
     Returns:
         A decorator.

@@ -1,7 +1,7 @@
 """Prebuilt libraries: a platform wheel carries each native library compiled against the XLA FFI headers of the
-oldest jaxlib jt supports, with a build record beside it (:func:`write_prebuilt_record`); one is used only where it
+oldest jaxlib jt supports, with a build record beside it (`write_prebuilt_record`); one is used only where it
 is the file the wheel was built with, built from the installed sources, and built for an XLA FFI API version the
-installed jaxlib takes (:func:`check_prebuilt`). ``JT_PREBUILT_NATIVE=0`` (:data:`PREBUILT_VARIABLE`) ignores
+installed jaxlib takes (`check_prebuilt`). ``JT_PREBUILT_NATIVE=0`` (`PREBUILT_VARIABLE`) ignores
 them."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ``triton_kernel_call`` primitive: abstract evaluation, effects, the JVP rule's refusal.
 
-Lowering lives in :mod:`jt_core.lowering` (which registers the lowering rule), batching in :mod:`jt_core.batching`.
+Lowering lives in `jt_core.lowering` (which registers the lowering rule), batching in `jt_core.batching`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What Triton's own front end says of a bound call, asked where only the kernel's code can tell: a 0-d array bound
-to a parameter the kernel uses as a number (:func:`refuse_traced_scalars`), a whole-number float constexpr the
-kernel needs as an int (:func:`refuse_float_sizes`). Each refuses the call with the fix; the front end's verdicts
+to a parameter the kernel uses as a number (`refuse_traced_scalars`), a whole-number float constexpr the
+kernel needs as an int (`refuse_float_sizes`). Each refuses the call with the fix; the front end's verdicts
 are remembered per kernel and specialisation."""
 
 from __future__ import annotations
@@ -108,13 +108,13 @@ def _int_fix(name: str, value: Any, wrappers: KernelWrappers, user_meta: Mapping
     return f"its default in the kernel's signature is {value!r}: write {name}: tl.constexpr = {whole}"
 
 
-#: The front end's answers, by kernel (held weakly), dialect and specialisation (:mod:`jt_core.memory`).
+#: The front end's answers, by kernel (held weakly), dialect and specialisation (`jt_core.memory`).
 _refusals: memory.BoundedStore[tuple[Any, ...], tuple[str | None]] = memory.BoundedStore("front-end refusals")
 memory.mourn_in(_refusals)
 
 
 def _refusal(dialect: KernelDialect, fn: Any, spec: Specialization) -> str | None:
-    """Triton's front end's refusal of the kernel specialised as ``spec`` (:func:`jt_core.frontend.refusal`), or
+    """Triton's front end's refusal of the kernel specialised as ``spec`` (`jt_core.frontend.refusal`), or
     ``None`` when it accepts it; remembered per kernel and specialisation, for every probe below."""
     key = (memory.kernel_key(fn), dialect.name, spec.key())
     known = _refusals.get(key)

@@ -12,7 +12,7 @@ The variables:
 ``JT_CACHE_DIR``             the per-machine cache folder (default ``$XDG_CACHE_HOME/jt`` or ``~/.cache/jt``)
 ``JT_DISABLE_CACHE``         flag: neither read nor write compiled kernels and tuning winners on disk
 ``JT_CACHE_MAX_BYTES``       size bound of the compiled-kernel cache (default 2 GiB)
-``JT_MEMORY_CACHE_ENTRIES``  entries each in-memory store keeps (default 1024; :mod:`jt_core.memory`)
+``JT_MEMORY_CACHE_ENTRIES``  entries each in-memory store keeps (default 1024; `jt_core.memory`)
 ``JT_COMPILE_WORKERS``       threads compiling the configurations of one call (default: one per core)
 ``JT_LOAD_PLUGINS``          list: load only these plugins (empty: none but the builtins)
 ``JT_DISABLE_PLUGINS``       list: never load these plugins

@@ -13,8 +13,8 @@ The parameter is specialised as ``tensordesc<fp16[64, 64]>`` (Gluon kernels add 
 launcher passes the descriptor the way the compiled kernel expects it: on NVIDIA GPUs from sm90 a TMA descriptor
 built at launch from the buffer's real address, elsewhere the decomposed base pointer, shape and strides.
 
-:class:`TensorDescriptor` is a JAX pytree whose only leaf is the base array, so it crosses ``jax.jit`` boundaries
-like the array does. :class:`TensorDescriptorSpec` is the static part a bound call keeps.
+`TensorDescriptor` is a JAX pytree whose only leaf is the base array, so it crosses ``jax.jit`` boundaries
+like the array does. `TensorDescriptorSpec` is the static part a bound call keeps.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _int_tuple(value: Any, what: str) -> tuple[Any, ...]:
 class TensorDescriptor:
     """A host-side tensor descriptor over a JAX array, passed to a kernel parameter that takes one.
 
-    ``TensorDescriptor(array, block_shape=[...])`` (or :meth:`from_array`) describes the whole array: its shape
+    ``TensorDescriptor(array, block_shape=[...])`` (or `from_array`) describes the whole array: its shape
     and row-major strides. ``TensorDescriptor(base, shape, strides, block_shape)`` describes a view of ``base``
     that starts at its first element, with the given shape and strides in elements (the last stride 1, the
     others multiples of 16 bytes); the view must lie inside ``base``. The block shape is the tile one
@@ -160,7 +160,7 @@ class TensorDescriptor:
 
     Raises:
         KernelCallTypeError, KernelCallValueError: For a descriptor no kernel can take (rank, block shape, view,
-            padding, dtype, alignment); :func:`jt_core.triton_call` checks again, naming the argument.
+            padding, dtype, alignment); `jt_core.triton_call` checks again, naming the argument.
     """
 
     base: Any

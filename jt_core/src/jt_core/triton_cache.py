@@ -1,5 +1,5 @@
 """Triton's own compile cache, where Triton has no usable folder: jt's private ``triton`` folder, each file Triton
-writes there checked by its integrity record before Triton reads it (:func:`triton_cache_folder`)."""
+writes there checked by its integrity record before Triton reads it (`triton_cache_folder`)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def triton_cache_folder() -> Iterator[None]:
     every ``triton.compile`` would fail ("Could not create or locate cache dir", ``PermissionError``). Inside this
     context, when Triton's cache folder setting (``triton.knobs.cache.dir``) is empty or names a folder that
     cannot be created or written, it reads jt's private ``triton`` folder instead, kept by
-    :func:`checked_triton_cache` (unless ``TRITON_CACHE_MANAGER`` names a manager of the user's own). The settings
+    `checked_triton_cache` (unless ``TRITON_CACHE_MANAGER`` names a manager of the user's own). The settings
     are overridden on Triton's settings object only (assigning a knob would write the environment), and restored
     when the last compile in the process leaves the context; the environment is never written.
     """

@@ -1,6 +1,6 @@
 """The names jax-triton's releases published beyond ``triton_call``, kept for existing code.
 
-The kernel wrapper (:class:`JTJITFunction`, with the attributes of both jax-triton's wrappers), ``get_type_id``
+The kernel wrapper (`JTJITFunction`, with the attributes of both jax-triton's wrappers), ``get_type_id``
 and ``normalize_grid`` (its ``triton_lib`` module), ``get_compute_capability`` and ``get_serialized_metadata``
 (top level in the 0.3 line, where they came from a CUDA jaxlib), and ``CUSTOM_CALL_TARGET_NAME`` (0.4 line).
 """

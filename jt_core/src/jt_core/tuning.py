@@ -1,14 +1,14 @@
 """Autotuning winners: choosing a configuration of an autotuned call and remembering the choice per machine.
 
 A tuning problem is identified by the kernel's source, the values of the autotuner's ``key`` arguments, the device
-kind and the candidate configurations (:func:`tuning_key`); its winner is kept as a small JSON record in the cache
+kind and the candidate configurations (`tuning_key`); its winner is kept as a small JSON record in the cache
 root's ``autotune`` folder, with its integrity record (size and SHA-256, checked before every use), so later
 processes on the machine skip the trials. The CPU backend tunes through
-:func:`choose_config`; GPU launch handlers read and write the same records themselves (:func:`tuning_path`).
+`choose_config`; GPU launch handlers read and write the same records themselves (`tuning_path`).
 
 In a ``jax.distributed`` job, the processes sharing a computation must run one configuration: each timing its own
-trials (or reading its own record) would let them differ. :func:`agreed_config` makes the choice of the first of them
-(process 0 for a global mesh) everyone's (:mod:`jt_core.distributed`).
+trials (or reading its own record) would let them differ. `agreed_config` makes the choice of the first of them
+(process 0 for a global mesh) everyone's (`jt_core.distributed`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
 
 _tuning_log = logging.getLogger("jt_core.tuning")
 
-#: The configuration :func:`choose_config` chose last for each tuning problem (by :func:`tuning_key` without a
+#: The configuration `choose_config` chose last for each tuning problem (by `tuning_key` without a
 #: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk.
 _recent: dict[str, int] = {}
 
@@ -86,7 +86,7 @@ def tuning_path(key: str) -> pathlib.Path:
 
 
 def record_path(key: str) -> pathlib.Path | None:
-    """:func:`tuning_path`, or ``None`` when the cache has no usable folder (reported once): tune uncached."""
+    """`tuning_path`, or ``None`` when the cache has no usable folder (reported once): tune uncached."""
     return files.entry_path("autotune", f"{key}.json")
 
 
@@ -112,7 +112,7 @@ HANDLER_PREFIX = "jt_"
 
 
 def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
-    """A tuning record: one written here carries its integrity record (:func:`jt_core.integrity.write_record`); one a
+    """A tuning record: one written here carries its integrity record (`jt_core.integrity.write_record`); one a
     GPU launch handler wrote after tuning at run time (``"tuned_by": "jt_cuda_launch"``, no SHA-256 at hand there)
     must agree with itself instead: a timing for every candidate, and the index of the fastest (the first of
     equals, as the handler picks). A record that fails is deleted, with a warning."""
@@ -200,7 +200,7 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
 
 
 def take_recent_choice(call: KernelCall) -> int | None:
-    """The configuration :func:`choose_config` chose last in this process for the tuning problem of ``call`` (on
+    """The configuration `choose_config` chose last in this process for the tuning problem of ``call`` (on
     any device), or ``None``; taken, so that a later question gets only a later choice."""
     index = _recent.pop(tuning_key(call, ""), None)
     return index if index is not None and 0 <= index < len(call.configs) else None

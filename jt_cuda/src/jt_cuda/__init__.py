@@ -1,7 +1,7 @@
 """CUDA backend for jt: compile Triton kernels to cubin and launch them on NVIDIA GPUs from JAX.
 
 Installing the distribution is all it takes: jt finds the plugin through its entry point. Import this package only
-for :func:`register_handlers`, needed by a process that runs a serialized module (``jax.export``) containing jt
+for `register_handlers`, needed by a process that runs a serialized module (``jax.export``) containing jt
 calls without making a ``triton_call`` itself.
 """
 

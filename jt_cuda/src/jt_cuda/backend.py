@@ -23,7 +23,7 @@ from jt_cuda.target import limits_for, parse_compute_capability
 #: Environment variable giving the compute capability when lowering without a CUDA device.
 ARCH_VARIABLE = "JT_CUDA_ARCH"
 
-#: IR stages kept in :attr:`CompiledKernel.asm`.
+#: IR stages kept in `CompiledKernel.asm`.
 KEPT_STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin")
 
 #: Options jt sets itself; ``backend_options`` may not name them (they have their own arguments or are derived).
@@ -33,7 +33,7 @@ _RESERVED_OPTIONS = frozenset({"arch", "backend_name", "warp_size"})
 @dataclasses.dataclass(frozen=True)
 class CudaOptions(TritonOptions):
     """The options one configuration compiles with for CUDA: what Triton's CUDA backend is given (its
-    ``CUDAOptions`` fills in its own defaults for the options not set here). Built by :meth:`parse`, which checks
+    ``CUDAOptions`` fills in its own defaults for the options not set here). Built by `parse`, which checks
     them against the target."""
 
     @classmethod
@@ -80,8 +80,8 @@ class CudaBackend(Backend):
     ``compute_capability=``, else ``JT_CUDA_ARCH``. Compiles go through ``triton.compile`` with an explicit
     ``GPUTarget``, so Triton picks the stage list for the source's language and no GPU is needed to compile; for
     sm90 and above the kernel is made to wait for its prerequisite grids at entry, so that jt's handler can launch
-    it as a programmatic dependent (:mod:`jt_cuda.dependent_launch`; ``JT_CUDA_PDL=0`` turns it off).
-    Compiled kernels are cached by jt-core (in memory and on disk); :meth:`restore` checks them against the
+    it as a programmatic dependent (`jt_cuda.dependent_launch`; ``JT_CUDA_PDL=0`` turns it off).
+    Compiled kernels are cached by jt-core (in memory and on disk); `restore` checks them against the
     device's limits whichever way they come.
     """
 

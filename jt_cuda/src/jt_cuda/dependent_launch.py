@@ -6,11 +6,11 @@ kernel has no such wait unless its author wrote ``gdc_wait()``, so jt cannot lau
 could read its inputs before the previous kernel has written them.
 
 For targets of compute capability 90 and above, jt-cuda therefore compiles every kernel through Triton's own stage
-list with one more step between ``ptx`` and ``cubin``: :func:`insert_entry_wait` puts ``griddepcontrol.wait`` at the
+list with one more step between ``ptx`` and ``cubin``: `insert_entry_wait` puts ``griddepcontrol.wait`` at the
 entry of the kernel function, before any of its instructions. The wait returns at once when the kernel was not
 launched as a dependent, and otherwise when every prerequisite grid has completed and its memory is visible. Such
-a kernel carries :data:`jt_core.gpu.attributes.ENTRY_WAIT` in its metadata, and jt's launch handler launches it as a
-programmatic dependent (:func:`jt_core.gpu.attributes.programmatic_launch`).
+a kernel carries `jt_core.gpu.attributes.ENTRY_WAIT` in its metadata, and jt's launch handler launches it as a
+programmatic dependent (`jt_core.gpu.attributes.programmatic_launch`).
 
 Left as Triton compiles them, and launched as Triton would: kernels for older targets, ``JT_CUDA_PDL=0``, kernels
 that ask for ``launch_pdl`` themselves (their author placed the ``gdc_wait``), cooperative kernels, and compiles
@@ -89,7 +89,7 @@ def insert_entry_wait(ptx: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
-    """What :func:`compile_waiting` returns: the parts of Triton's ``CompiledKernel`` that jt reads."""
+    """What `compile_waiting` returns: the parts of Triton's ``CompiledKernel`` that jt reads."""
 
     name: str
     asm: Mapping[str, Any]

@@ -8,13 +8,13 @@ Both emit one ``stablehlo.custom_call`` per ``triton_call``; they differ in what
   one; ``JT_CUDA_RECORD=0`` falls back to XLA capturing the call). It takes the cubin, the launch shape and an
   index-based parameter layout as attributes, zeroes ``zeroed_outputs`` on the stream, gets global scratch from
   XLA as an extra output, launches clusters and programmatic dependents (sm90+ kernels, compiled to wait for their
-  prerequisite grids at entry: :mod:`jt_cuda.dependent_launch`) with ``cuLaunchKernelEx``, encodes the TMA
-  descriptors of host-side tensor descriptors at launch (:mod:`jt_cuda.tensormaps`) and autotunes on the real
+  prerequisite grids at entry: `jt_cuda.dependent_launch`) with ``cuLaunchKernelEx``, encodes the TMA
+  descriptors of host-side tensor descriptors at launch (`jt_cuda.tensormaps`) and autotunes on the real
   buffers in its initialize stage.
 * ``"jaxlib"`` (priority 10): the handler that ships with jaxlib's CUDA plugin (where the installed jaxlib has
   it). It takes PTX, assembles it itself, and autotunes with aliased inputs restored. It cannot pass host-side
   tensor descriptors, so calls with one are refused with a pointer to ``"jt"``.
-* ``"xla"``: XLA's own Triton custom call, given the kernel's Triton IR (:mod:`jt_core.gpu.xla`); XLA compiles it
+* ``"xla"``: XLA's own Triton custom call, given the kernel's Triton IR (`jt_core.gpu.xla`); XLA compiles it
   with the Triton it bundles and runs it as one of its own kernels. What it cannot express goes to ``"jt"``.
 
 Selection follows the plugin contract: ``launcher=`` on the call, else ``JT_LAUNCHER_CUDA``, else priority.

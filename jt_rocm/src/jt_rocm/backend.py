@@ -38,7 +38,7 @@ def _hip_option_names() -> frozenset[str]:
 
 
 def arch_of(target: Target) -> GfxArch:
-    """The :class:`GfxArch` of a ROCm target."""
+    """The `GfxArch` of a ROCm target."""
     return parse_arch(target.arch, "target.arch")
 
 
@@ -46,7 +46,7 @@ def arch_of(target: Target) -> GfxArch:
 class RocmOptions(TritonOptions):
     """The options one configuration compiles with for ROCm: what Triton's AMD backend is given (its ``HIPOptions``
     fills in its own defaults for the options not set here), ``backend_options["arch"]`` left out (it chooses the
-    target). Built by :meth:`parse`, which checks them against the target's architecture."""
+    target). Built by `parse`, which checks them against the target's architecture."""
 
     @classmethod
     def parse(cls, options: CompileOptions, target: Target, name: str) -> RocmOptions:

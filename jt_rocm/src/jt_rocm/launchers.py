@@ -10,7 +10,7 @@
   ``num_warps * 64`` threads per program, so the HSACO is written to a content-addressed file in the cache root's
   ``rocm-hsaco`` folder (``JT_ROCM_HSACO_DIR`` overrides it) and the warp count is given in its units. An
   executable exported elsewhere needs the same file there.
-* ``"xla"`` (opt-in): XLA's own Triton custom call with the kernel's Triton IR (:mod:`jt_core.gpu.xla`). Pallas
+* ``"xla"`` (opt-in): XLA's own Triton custom call with the kernel's Triton IR (`jt_core.gpu.xla`). Pallas
   lowers its Triton kernels to the same call on ROCm, so XLA's ROCm build takes it; it has not been run on AMD
   hardware.
 """
@@ -69,7 +69,7 @@ class RocmJtLauncher(HandlerLauncher):
 
 def hsaco_dir() -> Path:
     """``$JT_ROCM_HSACO_DIR``, else the cache root's ``rocm-hsaco`` folder; either is created private and checked
-    like every cache folder (:func:`jt_core.files.private_folder`): a folder that fails is not used.
+    like every cache folder (`jt_core.files.private_folder`): a folder that fails is not used.
 
     Raises:
         OSError: When no folder at all can be had.
@@ -97,7 +97,7 @@ def store_hsaco(kernel_name: str, hsaco: bytes) -> Path:
     path, so the lowering stays deterministic. A file already there is referenced only when it is a plain file
     whose contents have the SHA-256 its name records; anything else (corrupt, truncated, of the right size but other
     bytes, a link, a folder) is replaced. The folder itself is one only this user may write to (a folder that
-    fails :func:`jt_core.files.folder_problem` is not used), so nothing can be planted there after the check.
+    fails `jt_core.files.folder_problem` is not used), so nothing can be planted there after the check.
     Where the folder cannot take the file (a full disk, a read-only folder: reported once), it goes to a private
     folder of the process instead.
 

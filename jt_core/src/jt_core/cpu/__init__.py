@@ -1,21 +1,21 @@
-"""jt's builtin CPU backend: kernels compiled by XLA from their Triton IR (:mod:`jt_core.cpu.compiled`), or run by
-Triton's interpreter (:mod:`jt_core.interpreter`) where the compiled path cannot take them or a check asks for it.
+"""jt's builtin CPU backend: kernels compiled by XLA from their Triton IR (`jt_core.cpu.compiled`), or run by
+Triton's interpreter (`jt_core.interpreter`) where the compiled path cannot take them or a check asks for it.
 
-* :mod:`~jt_core.cpu.plugin` -- the builtin plugin ``cpu``, which registers the backend and its launchers;
-* :mod:`~jt_core.cpu.backend` -- the backend: Triton's front end on the kernel, which checks it and gives its TTIR;
-* :mod:`~jt_core.cpu.compiled` -- the compiled path and its launcher ``compiled``;
-* :mod:`~jt_core.cpu.lowered` -- a lowered call as the interpreter's launchers run it, its configuration chosen at
+* `plugin` -- the builtin plugin ``cpu``, which registers the backend and its launchers;
+* `backend` -- the backend: Triton's front end on the kernel, which checks it and gives its TTIR;
+* `compiled` -- the compiled path and its launcher ``compiled``;
+* `lowered` -- a lowered call as the interpreter's launchers run it, its configuration chosen at
   the first run;
-* :mod:`~jt_core.cpu.ffi_launcher` -- the launcher ``ffi``: an XLA FFI handler (``csrc/``) that calls the
+* `ffi_launcher` -- the launcher ``ffi``: an XLA FFI handler (``csrc/``) that calls the
   interpreter;
-* :mod:`~jt_core.cpu.interpreter_launcher` -- the launcher ``interpreter``: a JAX host callback that calls it.
+* `interpreter_launcher` -- the launcher ``interpreter``: a JAX host callback that calls it.
 
 Switches:
 
 * ``JT_CPU_BOUNDS_CHECK=0`` turns off the address checks on loads and stores (about 30% faster; an out-of-bounds
-  access may then crash the process instead of raising :class:`~jt_core.errors.OutOfBoundsAccessError`).
-* ``JT_CPU_RACE_CHECK=1`` (or :func:`jt_core.cpu_checks`) reports data races between the program instances of a
-  launch (:class:`~jt_core.errors.DataRaceError`) and outputs no program wrote (``JT_CPU_UNWRITTEN``).
+  access may then crash the process instead of raising `OutOfBoundsAccessError`).
+* ``JT_CPU_RACE_CHECK=1`` (or `jt_core.cpu_checks`) reports data races between the program instances of a
+  launch (`DataRaceError`) and outputs no program wrote (``JT_CPU_UNWRITTEN``).
 * ``debug=True`` on a call also sanitises integer overflow (slower).
 
 Autotuned kernels run with one configuration on the CPU: the first ``triton.Config`` left after the caller's

@@ -1,5 +1,5 @@
 """The CPU backend: a compile runs Triton's front end on the kernel, which checks it and gives its TTIR, kept as a
-:class:`~jt_core.cpu.compiled.program.Program` for the compiled path; the kernel's Python function is rewritten for
+`Program` for the compiled path; the kernel's Python function is rewritten for
 the interpreter too, which runs what the compiled path cannot."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
-#: The version of what the disk cache keeps of a CPU kernel (its TTIR as :meth:`Program.to_bytes` writes it).
+#: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it).
 PROGRAM_FORMAT = 2
 
 
@@ -41,7 +41,7 @@ class CpuOptions:
 
     Attributes:
         num_warps: Warps per program, as configured (a program runs as one thread).
-        checks: The checks the run makes (the call's :func:`jt_core.cpu_checks` when it was made, else the
+        checks: The checks the run makes (the call's `jt_core.cpu_checks` when it was made, else the
             defaults).
     """
 

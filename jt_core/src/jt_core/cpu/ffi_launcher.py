@@ -3,10 +3,10 @@
 JAX's host callbacks live in the module that lowered them; inside a ``custom_partitioning`` body that module is
 temporary, so the callback is gone when the executable runs. This launcher does not use them. Its handler
 (``csrc/jt_cpu_interpreter_call.cc``, prebuilt in jt-core's platform wheels, else built at first use by
-:mod:`jt_core.native`) is registered with XLA for
+`jt_core.native`) is registered with XLA for
 the CPU once per process, and each lowered call carries only an integer ``call_id``:
 
-* at lowering, the call and its compiled configurations are entered in a process-wide :class:`CallRegistry`,
+* at lowering, the call and its compiled configurations are entered in a process-wide `CallRegistry`,
   under an id computed from the call's content (lowering always precedes execution, also when JAX's persistent
   cache supplies the executable, so the id is known when the handler runs). Equal calls get the same id whatever
   was lowered before, so every process of a ``jax.distributed`` job compiles the same program, and JAX's
@@ -14,11 +14,11 @@ the CPU once per process, and each lowered call carries only an integer ``call_i
 * at run time, the handler passes the id and the addresses and byte sizes of XLA's buffers to a dispatcher
   installed when the library was loaded (a ``ctypes`` callback, which takes the GIL). The dispatcher wraps the
   buffers as NumPy arrays with the avals of the call and runs the interpreter straight into XLA's result buffers
-  (:func:`jt_core.interpreter.execute.execute_into`); it returns a status code and message, which the handler
+  (`jt_core.interpreter.execute.execute_into`); it returns a status code and message, which the handler
   turns into an XLA error, so no Python exception ever crosses C++ frames.
 
 The launcher takes precedence over the host-callback launcher (``interpreter``) when the library builds and
-loads; without a C++ compiler :meth:`CpuFfiLauncher.unavailable_reason` says so and the callback launcher is used,
+loads; without a C++ compiler `CpuFfiLauncher.unavailable_reason` says so and the callback launcher is used,
 unless the FFI launcher was asked for by name, which is then an error. ``JT_LAUNCHER_CPU=interpreter`` or
 ``launcher="interpreter"`` selects the callback launcher explicitly.
 """
@@ -62,11 +62,11 @@ __all__ = [
 #: Python's interpreter). Its name starts as jax-triton's and jaxlib's targets do, so that a search of a lowered
 #: module for ``triton_kernel_call`` finds it.
 TARGET_NAME = "triton_kernel_call_jt_cpu"
-#: The custom-call target of a compiled CPU kernel's check (:mod:`jt_core.cpu.compiled.checking`; handler symbol
+#: The custom-call target of a compiled CPU kernel's check (`jt_core.cpu.compiled.checking`; handler symbol
 #: ``jt_cpu_kernel_check``), in the same library: on a stray access it runs the call again in the interpreter,
-#: through :func:`_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
+#: through `_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
 CHECK_TARGET_NAME = "triton_kernel_call_jt_cpu_compiled"
-#: The calling convention between the handlers and :func:`_dispatch`; the library reports the one it implements.
+#: The calling convention between the handlers and `_dispatch`; the library reports the one it implements.
 ABI_VERSION = 2
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
 #: message and of its line in ``python -m jt_core plugins``).
@@ -115,7 +115,7 @@ class RegisteredCall(LoweredCall):
 class CallRegistry:
     """Process-wide map from call ids to lowered calls. Thread-safe.
 
-    A call's id is a positive 60-bit number computed from its content (:func:`jt_core.distributed.call_digest`),
+    A call's id is a positive 60-bit number computed from its content (`jt_core.distributed.call_digest`),
     so it does not depend on what was lowered before: lowering the same computation twice, or in another process,
     gives the same module. Calls that differ only in what the digest cannot see (two kernel objects with the same
     source) get the following ids of the same digest, in order of registration.

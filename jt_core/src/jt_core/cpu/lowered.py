@@ -1,4 +1,4 @@
-"""A lowered call as jt's CPU launchers run it (:class:`LoweredCall`): the configuration is chosen at the first run,
+"""A lowered call as jt's CPU launchers run it (`LoweredCall`): the configuration is chosen at the first run,
 by trials under ``JT_CPU_AUTOTUNE=1``."""
 
 from __future__ import annotations

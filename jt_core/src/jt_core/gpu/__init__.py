@@ -2,12 +2,12 @@
 
 Inside, one module per part:
 
-* :mod:`jt_core.gpu.handler` -- jt's C++ launch handler (shared headers, built per runtime, registered with XLA);
-* :mod:`jt_core.gpu.attributes` -- the attributes a call to that handler carries;
-* :mod:`jt_core.gpu.jaxlib_call` -- the kernel-call message jaxlib's Triton handler reads;
-* :mod:`jt_core.gpu.launchers` -- :class:`~jt_core.gpu.launchers.HandlerLauncher` and
-  :class:`~jt_core.gpu.launchers.JaxlibLauncher`, the bases of every GPU plugin's launchers;
-* :mod:`jt_core.gpu.xla` -- :class:`~jt_core.gpu.xla.XlaTritonLauncher`, the base of launchers that hand the
+* `jt_core.gpu.handler` -- jt's C++ launch handler (shared headers, built per runtime, registered with XLA);
+* `jt_core.gpu.attributes` -- the attributes a call to that handler carries;
+* `jt_core.gpu.jaxlib_call` -- the kernel-call message jaxlib's Triton handler reads;
+* `jt_core.gpu.launchers` -- `HandlerLauncher` and
+  `JaxlibLauncher`, the bases of every GPU plugin's launchers;
+* `jt_core.gpu.xla` -- `XlaTritonLauncher`, the base of launchers that hand the
   kernel's Triton IR to XLA's own Triton call.
 
 A plugin imports the names below from ``jt_core.gpu`` itself; each loads its module on first use, so that

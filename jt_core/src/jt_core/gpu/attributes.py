@@ -1,6 +1,6 @@
 """The attributes of jt's GPU launch handler: what the CUDA and ROCm ``jt`` launchers write into their custom call.
 
-jt-cuda and jt-rocm run the same handler (``csrc/jt_launch_common.h``, built by :mod:`jt_core.native` on top of
+jt-cuda and jt-rocm run the same handler (``csrc/jt_launch_common.h``, built by `jt_core.native` on top of
 each runtime's driver), so they describe a call the same way: the code objects, the launch shape of every
 configuration, and an index-based parameter layout, so that the order of the kernel's parameters never matters.
 The schema is documented at the top of ``csrc/jt_launch_state.h``.
@@ -143,7 +143,7 @@ def refuse_profile_scratch(call: KernelCall, kernels: Sequence[CompiledKernel], 
 
 def programmatic_launch(kernel: CompiledKernel) -> bool:
     """Whether the handler launches ``kernel`` as a programmatic dependent of the previous kernel on the stream:
-    when it asks for it (Triton's ``launch_pdl``, with its own ``gdc_wait``) or waits at entry (:data:`ENTRY_WAIT`)."""
+    when it asks for it (Triton's ``launch_pdl``, with its own ``gdc_wait``) or waits at entry (`ENTRY_WAIT`)."""
     return bool(kernel.metadata.get("launch_pdl") or kernel.metadata.get(ENTRY_WAIT))
 
 

@@ -4,8 +4,8 @@ jt_core ships the runtime-neutral handler as headers (``csrc/jt_launch_state.h``
 attribute schema, remembered tuning winners; ``csrc/jt_launch_common.h``: module loading, launching, autotuning
 and the XLA FFI stages; ``csrc/jt_launch_record.h``: the record stage, which makes each call one kernel node of
 XLA's command buffers). A GPU plugin ships one C++ file that supplies its runtime's driver (entry points loaded
-with ``dlopen``, so no toolkit is needed to build it) and includes them; :class:`LaunchHandlerLibrary` builds that
-file with :func:`jt_core.native.build_shared_library` against ``jax.ffi.include_dir()`` and registers the handler
+with ``dlopen``, so no toolkit is needed to build it) and includes them; `LaunchHandlerLibrary` builds that
+file with `jt_core.native.build_shared_library` against ``jax.ffi.include_dir()`` and registers the handler
 with XLA, with the command-buffer trait so that chains of launches are captured into CUDA graphs.
 """
 
@@ -63,7 +63,7 @@ class LaunchHandlerLibrary:
     stages plus a record stage, with which XLA adds each call to its command buffers as one kernel node (and updates
     it when buffers move) instead of capturing the execute stage into a child graph. XLA's plugin interface
     registers four stages only, so these two are registered through the XLA FFI API that XLA passed to the library
-    while registering the first two. Lowering uses them whenever they are registered (:meth:`custom_call_target`).
+    while registering the first two. Lowering uses them whenever they are registered (`custom_call_target`).
 
     The targets' names start with ``triton_kernel_call``, the target of jax-triton's and jaxlib's Triton calls, so
     that code looking for Triton kernel calls in a lowered module (``text.count("triton_kernel_call")``) finds them.
@@ -217,7 +217,7 @@ class LaunchHandlerLibrary:
             self._registered = True
 
     def _register_record(self, lib: ctypes.CDLL) -> None:
-        """Registers the record-stage targets, or says in :attr:`record_unavailable` why not."""
+        """Registers the record-stage targets, or says in `record_unavailable` why not."""
         register = getattr(lib, f"{self.prefix}_register_record", None)
         if self.record_variable is None or register is None:
             self.record_unavailable = "this runtime's handler has no record stage"

@@ -118,7 +118,7 @@ class ArrayParameter:
 
 @dataclasses.dataclass(frozen=True)
 class ScalarParameter:
-    """A by-value parameter; ``type_str`` is one of :data:`SCALAR_TYPES`.
+    """A by-value parameter; ``type_str`` is one of `SCALAR_TYPES`.
 
     Raises:
         ValueError: For another type, or a value out of the type's range.

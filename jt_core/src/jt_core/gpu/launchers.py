@@ -1,8 +1,8 @@
 """The launcher bases GPU plugins share: jt's own handler (``"jt"``) and jaxlib's Triton handler (``"jaxlib"``).
 
-A GPU plugin's launchers are small subclasses of these two: :class:`HandlerLauncher` lowers a call to jt's launch
-handler (:mod:`jt_core.gpu.handler`, attributes from :mod:`jt_core.gpu.attributes`), :class:`JaxlibLauncher` to
-the Triton handler of the installed jaxlib (the message of :mod:`jt_core.gpu.jaxlib_call`). A subclass says which
+A GPU plugin's launchers are small subclasses of these two: `HandlerLauncher` lowers a call to jt's launch
+handler (`jt_core.gpu.handler`, attributes from `jt_core.gpu.attributes`), `JaxlibLauncher` to
+the Triton handler of the installed jaxlib (the message of `jt_core.gpu.jaxlib_call`). A subclass says which
 handler library or which code object it uses, and adds the checks of its runtime; the lowering itself, the order of
 the buffers and the refusals shared by every runtime live here.
 """
@@ -76,8 +76,8 @@ def source_values(ctx: Any, call: KernelCall, sources: Sequence[OperandSource], 
 class HandlerLauncher(Launcher):
     """Base of the ``"jt"`` launchers: jt's own XLA FFI launch handler (command-buffer compatible).
 
-    Subclasses set :attr:`platform` and :attr:`handler`, and may override :meth:`descriptor_params` (how the
-    runtime passes host-side tensor descriptors) and :meth:`check` (what the runtime cannot launch).
+    Subclasses set `platform` and `handler`, and may override `descriptor_params` (how the
+    runtime passes host-side tensor descriptors) and `check` (what the runtime cannot launch).
     """
 
     name = "jt"
@@ -89,7 +89,7 @@ class HandlerLauncher(Launcher):
         return self.handler.spec()
 
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
-        """Whether the runtime passes host-side tensor descriptors: when :meth:`descriptor_params` says how."""
+        """Whether the runtime passes host-side tensor descriptors: when `descriptor_params` says how."""
         return self.descriptor_params() is not None
 
     def unavailable_reason(self) -> str | None:
@@ -113,7 +113,7 @@ class HandlerLauncher(Launcher):
         self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None
     ) -> tuple[dict[str, Any], int]:
         """The custom call's attributes and the size of its global scratch output (see
-        :func:`jt_core.gpu.attributes.ffi_attributes`)."""
+        `jt_core.gpu.attributes.ffi_attributes`)."""
         return ffi_attributes(call, kernels, device, self.platform, self.descriptor_params())
 
     def lower(
@@ -243,8 +243,8 @@ class BufferPlan:
 class JaxlibLauncher(Launcher):
     """Base of the ``"jaxlib"`` launchers: the Triton kernel-call handler of the installed jaxlib.
 
-    Subclasses set :attr:`platform` and implement :meth:`kernel_spec` (the code object the handler loads); they
-    may override :meth:`scalar` (the by-value types they can pass) and :meth:`custom_call_target` (the custom
+    Subclasses set `platform` and implement `kernel_spec` (the code object the handler loads); they
+    may override `scalar` (the by-value types they can pass) and `custom_call_target` (the custom
     call's target).
     """
 

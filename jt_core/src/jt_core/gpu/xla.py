@@ -19,7 +19,7 @@ program. ``JT_XLA_PROBE=0`` skips the probe.
 What the call cannot express this way goes to the platform's next launcher, with the reason: host-side tensor
 descriptors, clusters (``num_ctas > 1``), global scratch memory, cooperative or dependent launches, kernels of another
 dialect than plain Triton (Gluon), and IR the bundled Triton rejects. Autotuned calls are tuned ahead of lowering
-(:meth:`~jt_core.plugin.Launcher.needs_tuning_ahead`).
+(`needs_tuning_ahead`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class XlaKernel:
         num_stages: Pipelining stages.
         grid: The grid.
         debug: Whether XLA compiles it with Triton's debug checks.
-        operands: Per custom-call operand, where it comes from (:data:`jt_core.gpu.launchers.OperandSource`: one of
+        operands: Per custom-call operand, where it comes from (`jt_core.gpu.launchers.OperandSource`: one of
             the call's operands, or a zero-filled buffer for an output).
         aliases: ``(custom-call operand, output)`` pairs sharing a buffer.
     """
@@ -306,12 +306,12 @@ def _probe_primitive() -> Any:
 class XlaTritonLauncher(Launcher):
     """Base of the ``"xla"`` launchers: XLA's own Triton custom call, with the kernel's Triton IR.
 
-    Subclasses set :attr:`platform` (and :attr:`priority`).
+    Subclasses set `platform` (and `priority`).
     """
 
     name = "xla"
     priority = 5
-    #: What makes a call go to the next launcher, in the words :meth:`fallback_reason` uses.
+    #: What makes a call go to the next launcher, in the words `fallback_reason` uses.
     fallback_rules: ClassVar[tuple[str, ...]] = (
         "host-side tensor descriptors",
         "clusters (num_ctas > 1)",

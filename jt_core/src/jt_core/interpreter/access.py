@@ -2,7 +2,7 @@
 
 Triton's interpreter reads and writes raw addresses, so a kernel that strays outside its arguments would read
 garbage or crash the process. Every load, store and atomic is checked first; an access outside every buffer, or a
-store into an input, becomes :class:`~jt_core.errors.OutOfBoundsAccessError` naming the argument the access was
+store into an input, becomes `OutOfBoundsAccessError` naming the argument the access was
 meant for: the one holding the access's other addresses, else the nearest one (said to be only the nearest when the
 address lies far from it), and the arguments that hold no element. An access past the end of an output
 also names the output's shape as ``out_shape`` gives it and the furthest element reached: the mistake may be
@@ -78,7 +78,7 @@ class AccessChecker:
         """Checks one access (the lanes ``mask`` leaves on) and says where it lands.
 
         Returns:
-            The accessed addresses and the buffer each lies in (an index into :attr:`buffers`, one for all when
+            The accessed addresses and the buffer each lies in (an index into `buffers`, one for all when
             they share a buffer), or ``None`` when every lane is masked off.
 
         Raises:

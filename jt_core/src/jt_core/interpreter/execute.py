@@ -1,5 +1,5 @@
-"""Running one configuration of a call in Triton's interpreter on host buffers: :func:`execute` and
-:func:`execute_into`, the run every CPU launcher and :func:`jt_core.plugin.run_on_host` make."""
+"""Running one configuration of a call in Triton's interpreter on host buffers: `execute` and
+`execute_into`, the run every CPU launcher and `jt_core.plugin.run_on_host` make."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ INTERPRETED_DIALECTS = ("triton",)
 
 
 class InterpretedKernel(Protocol):
-    """A compiled configuration as the interpreter runs it (a :class:`jt_core.plugin.CompiledKernel`): its payload
+    """A compiled configuration as the interpreter runs it (a `jt_core.plugin.CompiledKernel`): its payload
     holds the kernel's Python function (``fn``) and the checks the run makes (``checks``)."""
 
     @property

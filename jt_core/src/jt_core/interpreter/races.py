@@ -5,7 +5,7 @@ least one writing and not both with atomics, the result depends on which runs fi
 test on one GPU and fail on the next. Triton's interpreter runs the programs one after another, so such a race
 never shows there. The race check records, for each element of each buffer the kernel may write, which program
 last loaded, stored and atomically updated it (and, for loads and atomics, the last other program that did too),
-and raises :class:`~jt_core.errors.DataRaceError` at the first access that conflicts with another program's:
+and raises `DataRaceError` at the first access that conflicts with another program's:
 
 ==================  ===========================================================
 this access         races with another program's
@@ -19,7 +19,7 @@ Buffers the kernel may not write (inputs that are not aliased to an output) are 
 refuses any store into them, so loads of them never race. Elements are the buffer's own (its dtype's size); an
 access through a pointer of another width covers every element it overlaps.
 
-After the launch, :meth:`RaceTracker.unwritten` tells which elements of an output no program stored to.
+After the launch, `RaceTracker.unwritten` tells which elements of an output no program stored to.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class RaceTracker:
     Args:
         kernel_name: For messages.
         grid: The launch's grid (program ids in messages are ``(x, y, z)``).
-        buffers: The buffers of the launch (as the address checker orders them: :attr:`Located.slots` index it).
+        buffers: The buffers of the launch (as the address checker orders them: `Located.slots` index it).
         kernel_codes: The code objects of the kernel and its helpers as the interpreter runs them: an access is
             placed at the innermost frame running one of them.
     """

@@ -160,7 +160,7 @@ def _located(new: ast.AST, old: ast.AST) -> ast.AST:
 def _language_members() -> dict[int, tuple[str, str]]:
     """Where each callable member of ``triton.language`` (then ``.math``, then ``.core``) lives, by identity.
 
-    Read once, while no interpreter run has the members replaced (:func:`frontend.compiling` excludes runs).
+    Read once, while no interpreter run has the members replaced (`frontend.compiling` excludes runs).
     """
     index: dict[int, tuple[str, str]] = {}
     with frontend.compiling():

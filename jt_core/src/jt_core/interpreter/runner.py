@@ -1,12 +1,12 @@
 """Running an unmodified ``@triton.jit`` kernel on NumPy buffers with Triton's interpreter.
 
 Triton's interpreter keeps global state (the builder, the patched ``triton.language``), so every run holds the
-exclusive side of the process-wide Triton lock (:func:`jt_core.frontend.interpreting`: no compile runs meanwhile,
+exclusive side of the process-wide Triton lock (`jt_core.frontend.interpreting`: no compile runs meanwhile,
 in any thread), and everything patched for a run is restored when it ends: nothing leaks into later GPU
 compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of the stock interpreter a run:
 
 * redirects nested ``@triton.jit`` helpers to their interpreted versions;
-* rewrites the kernel and its helpers (:mod:`jt_core.interpreter.rewriting`) so that ``and``, ``or`` and ``not``
+* rewrites the kernel and its helpers (`jt_core.interpreter.rewriting`) so that ``and``, ``or`` and ``not``
   on tensors and names standing for ``triton.language`` members (``exp = tl.exp``) mean what compiled Triton
   makes of them; keeps the kernel's closure variables (the stock rewriter resolves names in the module's globals
   only) and does not write into the kernel's module globals;
@@ -16,7 +16,7 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
 * checks every load, store and atomic address against the buffers passed to the kernel, turning an
-  out-of-bounds access (which would crash the process) into :class:`~jt_core.errors.OutOfBoundsAccessError`.
+  out-of-bounds access (which would crash the process) into `OutOfBoundsAccessError`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class _CheckedLibrary:
 
 
 #: The interpreter's versions of kernels and helpers, by function (held weakly): bounded and emptied by
-#: ``jax.clear_caches()`` (:mod:`jt_core.memory`).
+#: ``jax.clear_caches()`` (`jt_core.memory`).
 _rewritten: memory.BoundedStore[Any, Callable[..., Any]] = memory.BoundedStore("kernels rewritten for the interpreter")
 memory.mourn_in(_rewritten)
 #: The code objects of the rewritten kernels and helpers written by users (not ``triton.language``'s own): where

@@ -1,15 +1,15 @@
 """Lowering a ``triton_kernel_call``: one module per job.
 
-* :mod:`~jt_core.lowering.dispatch` -- the lowering rule: per platform, the backend's target, the launcher, the
+* `dispatch` -- the lowering rule: per platform, the backend's target, the launcher, the
   compiles, then the launcher's emission;
-* :mod:`~jt_core.lowering.fallback` -- handing a call to the platform's next launcher while one cannot express it
+* `fallback` -- handing a call to the platform's next launcher while one cannot express it
   or raises;
-* :mod:`~jt_core.lowering.tune_ahead` -- choosing an autotuned call's configuration before lowering, for launchers
+* `tune_ahead` -- choosing an autotuned call's configuration before lowering, for launchers
   that lower one and for computations several processes share;
-* :mod:`~jt_core.lowering.compiling` -- compiling the configurations, in parallel and ahead of native builds;
-* :mod:`~jt_core.lowering.agreement` -- comparing the lowerings of the processes of a ``jax.distributed`` job;
-* :mod:`~jt_core.lowering.devices` -- the devices a lowering runs on;
-* :mod:`~jt_core.lowering.reporting` -- what a lowering says about its choices.
+* `compiling` -- compiling the configurations, in parallel and ahead of native builds;
+* `agreement` -- comparing the lowerings of the processes of a ``jax.distributed`` job;
+* `devices` -- the devices a lowering runs on;
+* `reporting` -- what a lowering says about its choices.
 
 Importing the package registers the lowering rule with JAX.
 """

@@ -2,7 +2,7 @@
 
 Triton's compiler spends its time in native code that releases the GIL, so threads overlap the configurations of
 an autotuned kernel. The first call on a machine also builds a launcher's native library (seconds of C++), which
-the launcher's selection waits for; :func:`ahead_of_native_builds` starts the configurations' compiles first, so
+the launcher's selection waits for; `ahead_of_native_builds` starts the configurations' compiles first, so
 that the two overlap instead of adding up.
 """
 
@@ -29,7 +29,7 @@ def compile_workers(count: int) -> int:
 
 def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
     """Compiles every configuration of a call, in parallel threads when there are several; results keep the
-    configurations' order. Each compile is kept in memory (:func:`jt_core.plugin.facade.compile_kernel`), so compiling a
+    configurations' order. Each compile is kept in memory (`jt_core.plugin.facade.compile_kernel`), so compiling a
     request again returns at once."""
     workers = compile_workers(len(requests))
     if workers == 1:
@@ -38,7 +38,7 @@ def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
         return list(pool.map(facade.compile_kernel, requests))
 
 
-#: The platforms whose launchers' libraries :func:`native_build_due` has asked about (the answer is then known).
+#: The platforms whose launchers' libraries `native_build_due` has asked about (the answer is then known).
 _asked: set[str] = set()
 
 

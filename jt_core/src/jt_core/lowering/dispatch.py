@@ -1,5 +1,5 @@
 """The lowering rule of ``triton_kernel_call``: for each platform, the backend's target, the launcher, the compiles
-of the configurations, then the launcher's emission (:mod:`jt_core.lowering.fallback`)."""
+of the configurations, then the launcher's emission (`jt_core.lowering.fallback`)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
     """Lowers a call for one platform through its backend and launcher.
 
     In a ``jax.distributed`` job, a call of a computation spanning several processes runs the configuration the
-    first of them chose (:func:`tune_ahead`), and the processes compare how they lower it
-    (:func:`agree_on_lowering`).
+    first of them chose (`tune_ahead`), and the processes compare how they lower it
+    (`agree_on_lowering`).
     """
     devices = computation_devices(ctx)
     job = distributed.job_of(devices)

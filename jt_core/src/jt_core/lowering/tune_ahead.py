@@ -31,8 +31,8 @@ def tune_ahead(
 
     The choice is the remembered winner for this device kind, else the winner of trials run now on scratch buffers
     through the launcher, or ``through_next_launcher`` through the platform's next one (for a launcher that cannot
-    run the candidates itself: :meth:`~jt_core.plugin.Launcher.needs_tuning_ahead`). In a job, the first process
-    sharing the computation chooses and every process runs its choice (:func:`jt_core.tuning.agreed_config`).
+    run the candidates itself: `needs_tuning_ahead`). In a job, the first process
+    sharing the computation chooses and every process runs its choice (`jt_core.tuning.agreed_config`).
     Returns ``call`` unchanged when no winner can be had outside a job (no device, tuning records disabled): the
     launcher then says why it cannot express the call.
     """

@@ -1,6 +1,6 @@
 """The typed facade over the hook specs: the only place jt's call path calls plugin hooks or reads the registries.
 
-What a plugin raises on the way is its fault, not the call's (:mod:`jt_core.plugin.registry`): the calls that can go on
+What a plugin raises on the way is its fault, not the call's (`jt_core.plugin.registry`): the calls that can go on
 without it do.
 """
 
@@ -70,14 +70,14 @@ def requested(platform: str, launcher: Launcher, name: str | None) -> str | None
 
 
 def serve(component: Any, method: str, *, needed: str | None = None, **arguments: Any) -> Any:
-    """``component.method(...)`` with the ``arguments`` it names, or :data:`SET_ASIDE` when the plugin's component
-    raised and the call does not need it (see :meth:`jt_core.plugin.registry.Registry.serve`)."""
+    """``component.method(...)`` with the ``arguments`` it names, or `SET_ASIDE` when the plugin's component
+    raised and the call does not need it (see `jt_core.plugin.registry.Registry.serve`)."""
     return get_registry().serve(component, method, needed=needed, **arguments)
 
 
 def ask(component: Any, question: str, *, otherwise: Any, needed: str | None = None, **arguments: Any) -> Any:
     """A component's answer to one of the contract's questions (``component.question(...)`` with the ``arguments``
-    it names), or ``otherwise`` when the plugin's component raised and is set aside (:func:`serve`)."""
+    it names), or ``otherwise`` when the plugin's component raised and is set aside (`serve`)."""
     answer = serve(component, question, needed=needed, **arguments)
     return otherwise if answer is SET_ASIDE else answer
 

@@ -1,5 +1,5 @@
 """The faults of plugins kept on this machine, so that ``python -m jt_core plugins`` shows them from any process:
-the last :data:`KEPT_FAULTS` of each plugin, as a record with its integrity check in the cache root's ``plugins``
+the last `KEPT_FAULTS` of each plugin, as a record with its integrity check in the cache root's ``plugins``
 folder."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _read_faults(path: Path) -> list[PluginFault]:
 
 
 def remember_fault(fault: PluginFault) -> None:
-    """Keeps ``fault`` in jt's cache folder (the last :data:`KEPT_FAULTS` of its plugin, as a record with its
+    """Keeps ``fault`` in jt's cache folder (the last `KEPT_FAULTS` of its plugin, as a record with its
     integrity check), for ``python -m jt_core plugins`` in any process. A folder that cannot be written only loses
     the record (reported once, as every cache folder that takes no file)."""
     try:

@@ -1,7 +1,7 @@
-"""Running a call's kernel on host arrays, for launchers: :func:`run_on_host`, and :func:`emit_host_callback`, which
+"""Running a call's kernel on host arrays, for launchers: `run_on_host`, and `emit_host_callback`, which
 makes a lowered call run a Python function on the host when XLA executes it.
 
-Both are part of the plugin surface (:mod:`jt_core.plugin`): a launcher that runs kernels on the host builds on them
+Both are part of the plugin surface (`jt_core.plugin`): a launcher that runs kernels on the host builds on them
 instead of on Triton's interpreter, whose state and language patches are private to Triton and must be set up for
 every run (a kernel that calls ``@triton.jit`` helpers, as the wrapper kernel of a ``jax.vmap`` call does, fails
 with "Cannot call @triton.jit'd outside of the scope of a kernel" without them).
@@ -44,30 +44,30 @@ def run_on_host(
     """Runs one configuration of a call on host arrays with Triton's interpreter, as jt's CPU backend does, and
     returns its outputs.
 
-    It runs any call a launcher is given, including those ``jax.vmap`` made (their :attr:`KernelCall.fn` is a
-    generated ``@triton.jit`` wrapper that calls the user's kernel: see :class:`~jt_core.call.BatchInfo`), with the
+    It runs any call a launcher is given, including those ``jax.vmap`` made (their `KernelCall.fn` is a
+    generated ``@triton.jit`` wrapper that calls the user's kernel: see `BatchInfo`), with the
     same meaning as jt's CPU backend: nested ``@triton.jit`` helpers, ``and``/``or`` on tensors, ``bfloat16``,
     tensor descriptors, and the memory-access checks (an out-of-bounds access raises
-    :class:`~jt_core.errors.OutOfBoundsAccessError` instead of crashing the process). Before the kernel starts, an
+    `OutOfBoundsAccessError` instead of crashing the process). Before the kernel starts, an
     output aliased with an operand holds that operand's values, an output named in ``zeroed_outputs`` holds zeros,
     and every other output is filled with NaN (or ``0xA5`` bytes), so that an element the kernel does not write
     shows. Runs are serialised process-wide (Triton's interpreter keeps global state); it is safe to call from XLA's
     host-callback threads.
 
     Args:
-        call: The bound call, as :meth:`Launcher.lower <jt_core.plugin.Launcher.lower>` receives it.
+        call: The bound call, as `Launcher.lower <jt_core.plugin.Launcher.lower>` receives it.
         kernel: The compiled kernel of configuration ``config`` (``kernels[config]`` in ``lower``). A kernel jt's
             CPU backend compiled runs with the checks it was compiled with; a kernel of another backend runs from
             the call's kernel function (its binary is not used), with the checks the CPU backend would make for the
             call.
-        operands: The array operands, in :attr:`KernelCall.operand_avals` order: NumPy arrays, or anything
+        operands: The array operands, in `KernelCall.operand_avals` order: NumPy arrays, or anything
             ``numpy.asarray`` takes, of exactly those shapes and dtypes.
-        config: Which of :attr:`KernelCall.configs` runs.
+        config: Which of `KernelCall.configs` runs.
         outputs: Arrays to write the outputs into (XLA's result buffers, say): writable, C-contiguous, of the shapes
-            and dtypes of :attr:`KernelCall.out_avals`. ``None`` allocates them.
+            and dtypes of `KernelCall.out_avals`. ``None`` allocates them.
 
     Returns:
-        The outputs, in :attr:`KernelCall.out_avals` order (``outputs`` itself when given).
+        The outputs, in `KernelCall.out_avals` order (``outputs`` itself when given).
 
     Raises:
         KernelCallTypeError: When ``call`` or ``kernel`` is not what a launcher is given.
@@ -75,8 +75,8 @@ def run_on_host(
             ``kernel`` was compiled for another kernel.
         UnsupportedKernelError: For a kernel of a dialect Triton's interpreter cannot run (Gluon), or one using
             what it cannot run (inline assembly).
-        KernelRuntimeError: When the kernel fails while running (:class:`~jt_core.errors.OutOfBoundsAccessError`,
-            :class:`~jt_core.errors.DataRaceError` with the race check on, ...).
+        KernelRuntimeError: When the kernel fails while running (`OutOfBoundsAccessError`,
+            `DataRaceError` with the race check on, ...).
     """
     # Loaded at the first run: importing jt_core.plugin (every plugin does) must not load the interpreter.
     from jt_core.interpreter.execute import INTERPRETED_DIALECTS, execute_into
@@ -197,7 +197,7 @@ def emit_host_callback(
     *,
     has_side_effect: bool = False,
 ) -> Sequence[Any]:
-    """Emits, inside :meth:`Launcher.lower <jt_core.plugin.Launcher.lower>`, an operation that calls
+    """Emits, inside `Launcher.lower <jt_core.plugin.Launcher.lower>`, an operation that calls
     ``callback`` on the host when XLA runs the computation, as jt's ``interpreter`` CPU launcher does.
 
     ``callback`` receives one NumPy array per operand (the lowering context's ``avals_in``) and returns one array
@@ -205,7 +205,7 @@ def emit_host_callback(
     XLA's; what it raises reaches the caller as ``jax.errors.JaxRuntimeError``, whose message carries the
     exception's type and text. The operation is a JAX host callback: it runs on the CPU platform (and on GPUs, with
     copies to and from the host), but not inside ``custom_partitioning`` bodies spread over several CPU devices
-    (answer :meth:`Launcher.runs_through_host_callback <jt_core.plugin.Launcher.runs_through_host_callback>`
+    (answer `Launcher.runs_through_host_callback <jt_core.plugin.Launcher.runs_through_host_callback>`
     with ``True``, so that jt refuses such calls with a clear error).
 
     Args:

@@ -6,15 +6,15 @@ that a plugin that fails to import (``sys.exit()`` included), fails pluggy's val
 wrong signature), defines a function named like a hook without the ``hookimpl`` decorator (which pluggy would leave
 uncalled without a word) or raises inside a registration hook is recorded, warned about once and skipped, while
 every other plugin and the builtin CPU backend keep working. Blocked plugins are blocked in pluggy too
-(``set_blocked``). The registries built from the loaded plugins live in :mod:`jt_core.plugin.registry`.
+(``set_blocked``). The registries built from the loaded plugins live in `jt_core.plugin.registry`.
 
 Loading is a transaction: when it is interrupted (``KeyboardInterrupt``) or fails (``JT_STRICT_PLUGINS``), every
 plugin it registered is unregistered again and the records are dropped, so the exception reaches the caller and
-the next use loads from the start. A plugin that raises later, while serving a call, is a :class:`PluginFault`: the
-registry sets the part that raised aside, and the fault is kept on this machine (:func:`remember_fault`) so that
+the next use loads from the start. A plugin that raises later, while serving a call, is a `PluginFault`: the
+registry sets the part that raised aside, and the fault is kept on this machine (`remember_fault`) so that
 ``python -m jt_core plugins`` shows it from any process.
 
-Switches (read when the loader is created; see :mod:`jt_core.settings`):
+Switches (read when the loader is created; see `jt_core.settings`):
 
 * ``JT_LOAD_PLUGINS`` -- unset: load every plugin; empty: load none (builtins only); ``a,b``: only these.
 * ``JT_DISABLE_PLUGINS`` -- ``a,b``: never load these (builtins are always loaded).
@@ -125,7 +125,7 @@ class PluginLoader:
         entry_points: The entry points to consider; ``None`` enumerates the installed ones.
         environ: Where the ``JT_*`` variables are read; ``None`` uses ``os.environ``.
         builtins: The builtin plugins as ``(name, module or module name)`` pairs; ``None`` uses
-            :data:`BUILTIN_PLUGINS`.
+            `BUILTIN_PLUGINS`.
     """
 
     def __init__(
@@ -159,7 +159,7 @@ class PluginLoader:
         """Imports and registers every plugin once (thread-safe).
 
         A load that raises (a ``KeyboardInterrupt``, or a plugin problem under ``JT_STRICT_PLUGINS``) is undone
-        (:meth:`unload`) before the exception propagates, so the next call loads again from the start.
+        (`unload`) before the exception propagates, so the next call loads again from the start.
         """
         if self._loaded:
             return self
@@ -224,7 +224,7 @@ class PluginLoader:
         log.debug(message)
 
     def problem(self, record: PluginRecord, error: str) -> None:
-        """Records a plugin failure: raises :class:`~jt_core.errors.PluginLoadError` in strict mode, else warns
+        """Records a plugin failure: raises `PluginLoadError` in strict mode, else warns
         once per plugin.
 
         Args:
@@ -390,7 +390,7 @@ class PluginLoader:
 
     def fault(self, record: PluginRecord, where: str, exc: BaseException, consequence: str) -> PluginFault:
         """Records that ``record``'s plugin raised ``exc`` in ``where`` while serving a call (its status becomes
-        ``"faulted"``), and keeps the fault on this machine (:func:`remember_fault`).
+        ``"faulted"``), and keeps the fault on this machine (`remember_fault`).
 
         Args:
             record: The plugin's record.

@@ -1,5 +1,5 @@
-"""What jt knows of each plugin: its :class:`PluginRecord` (distribution, status, what it provides, why it failed),
-and the :class:`PluginFault` records of what it raised while serving calls."""
+"""What jt knows of each plugin: its `PluginRecord` (distribution, status, what it provides, why it failed),
+and the `PluginFault` records of what it raised while serving calls."""
 
 from __future__ import annotations
 

@@ -1,20 +1,20 @@
 """The registries: backends per platform, launchers per platform, dialects, and the choice among them.
 
-A :class:`Registry` asks the plugins a :class:`~jt_core.plugin.loader.PluginLoader` loaded for their backends,
+A `Registry` asks the plugins a `PluginLoader` loaded for their backends,
 launchers and dialects (the registration hooks, one plugin at a time), checks what they return against their role's
-contract (:func:`~jt_core.plugin.validation.contract_problems`: a plugin whose component breaks it is refused as a
+contract (`contract_problems`: a plugin whose component breaks it is refused as a
 whole; one that still uses names of an earlier contract is warned, until the version that refuses them), and answers
 the questions lowering asks: which backend serves a platform, which launcher lowers a call there, which dialect a
 kernel is written in. Selection is explicit and deterministic: the ``launcher=`` argument, else
 ``JT_LAUNCHER_<PLATFORM>``, else the available launcher of highest priority (ties broken by name); plugin dialects
 before the builtin Triton dialect.
 
-A plugin's backend, launcher or dialect that raises while serving a call (:meth:`Registry.serve`), or a plugin's
-``jt_compile_kernel`` that raises (:meth:`Registry.compile_fault`), is a fault of that plugin: it is recorded with its
-traceback (:class:`~jt_core.plugin.records.PluginFault`). When the call can go on without it (a launcher chosen by
+A plugin's backend, launcher or dialect that raises while serving a call (`Registry.serve`), or a plugin's
+``jt_compile_kernel`` that raises (`Registry.compile_fault`), is a fault of that plugin: it is recorded with its
+traceback (`PluginFault`). When the call can go on without it (a launcher chosen by
 priority, a dialect among several, an observer of compiles), the part that raised is set aside for the process, with
 one warning, and the call goes on; when the call needs it (the launcher it names, its backend), the call fails with
-a :class:`~jt_core.errors.PluginFaultError` naming the plugin and the fix. jt's own builtins are not isolated: an
+a `PluginFaultError` naming the plugin and the fix. jt's own builtins are not isolated: an
 exception of theirs is a bug in jt, and propagates as it is. Errors of jt's own types (``JtError``) are a plugin's
 deliberate answer and pass unchanged.
 
@@ -22,7 +22,7 @@ Loading and collecting the registrations is one transaction: when it raises (a `
 problem under ``JT_STRICT_PLUGINS``), the registries are emptied and the plugins unloaded before the exception
 propagates, and the next query starts again.
 
-The process-wide registry (:func:`get_registry`) is created on first use; :mod:`jt_core.plugin.facade` is the only
+The process-wide registry (`get_registry`) is created on first use; `jt_core.plugin.facade` is the only
 module of the call path that reads it.
 """
 
@@ -49,11 +49,11 @@ class _SetAside:
         return "SET_ASIDE"
 
 
-#: What :meth:`Registry.serve` returns for a part of a plugin that raised and was set aside.
+#: What `Registry.serve` returns for a part of a plugin that raised and was set aside.
 SET_ASIDE: Any = _SetAside()
 
 COMPILE_HOOK = "jt_compile_kernel"
-#: What :meth:`Registry.collect_dialects` collects, beside platforms' registrations.
+#: What `Registry.collect_dialects` collects, beside platforms' registrations.
 _DIALECTS = object()
 
 _INSTALL_HINTS = {"cuda": "pip install jt-cuda", "rocm": "pip install jt-rocm"}
@@ -95,7 +95,7 @@ class Registry:
 
     def ensure_loaded(self) -> Registry:
         """Loads the plugins and collects every registration: the dialects, and the backends and launchers of every
-        platform (thread-safe, once). Lowering collects only what a call needs (:meth:`collect`)."""
+        platform (thread-safe, once). Lowering collects only what a call needs (`collect`)."""
         return self.collect(None)
 
     def collect(self, platform: str | None) -> Registry:
@@ -110,7 +110,7 @@ class Registry:
         return self._collect(platform)
 
     def collect_dialects(self) -> Registry:
-        """Loads the plugins and collects the dialects, once (thread-safe, as :meth:`collect`)."""
+        """Loads the plugins and collects the dialects, once (thread-safe, as `collect`)."""
         return self._collect(_DIALECTS)
 
     def _collect(self, part: object) -> Registry:
@@ -135,7 +135,7 @@ class Registry:
 
     def _accepted(self, hook: str, kind: type, what: str, **arguments: Any) -> list[tuple[str, Any]]:
         """What the plugins return from a registration hook that keeps the contract of ``kind``
-        (:func:`~jt_core.plugin.validation.contract_problems`). A plugin that returns anything else fails as a
+        (`contract_problems`). A plugin that returns anything else fails as a
         whole; one that uses retired names keeps working, with a deprecation warning, until the version that refuses
         them."""
         accepted = []
@@ -380,7 +380,7 @@ class Registry:
         return None
 
     def serve(self, component: Any, method: str, *, needed: str | None = None, **arguments: Any) -> Any:
-        """``component.method(...)`` for a call (with the ``arguments`` it names: :func:`jt_core.plugin.roles.invoke`),
+        """``component.method(...)`` for a call (with the ``arguments`` it names: `jt_core.plugin.roles.invoke`),
         with what a plugin's component raises made a fault of it.
 
         Args:
@@ -391,7 +391,7 @@ class Registry:
                 when it can.
 
         Returns:
-            What the method returned, or :data:`SET_ASIDE` when the component is set aside: it raised, now or
+            What the method returned, or `SET_ASIDE` when the component is set aside: it raised, now or
             earlier, and the call does not need it. The caller goes on without it.
 
         Raises:
@@ -424,7 +424,7 @@ class Registry:
             return SET_ASIDE
 
     def unavailable_reason(self, launcher: Launcher) -> str | None:
-        """``launcher.unavailable_reason()``, or why it is set aside (:meth:`serve`)."""
+        """``launcher.unavailable_reason()``, or why it is set aside (`serve`)."""
         reason = self.serve(launcher, "unavailable_reason")
         return self.aside_reason(launcher) if reason is SET_ASIDE else reason
 
@@ -499,7 +499,7 @@ def _component_problem(
     name: str, what: str, component: Any, problems: list[str], removed: list[tuple[str, Retired]]
 ) -> str:
     """What is wrong with a registered component: how it breaks its role's contract
-    (:func:`~jt_core.plugin.validation.contract_problems`), and the names of earlier contracts it still uses that this
+    (`contract_problems`), and the names of earlier contracts it still uses that this
     jt-core refuses (an attribute, or a parameter as ``method(argument)``)."""
     cls = type(component)
     parts = list(problems)

@@ -2,10 +2,10 @@
 
 jt-core retires a name of its plugin contract in two steps, as pytest retires a hook's argument: a component that
 still uses the name keeps working for one minor version, its plugin warned with a ``DeprecationWarning`` naming the
-replacement and the version that refuses it (:class:`Retired`); from that version on (:func:`is_removed`), the plugin
-is refused, naming the replacement. The names of each role are listed here (:data:`BACKEND_ATTRIBUTES`, ...);
-:mod:`jt_core.plugin.roles` keys them by the role classes (``RETIRED_ATTRIBUTES``, ``RETIRED_PARAMETERS``), and
-:mod:`jt_core.plugin.validation` finds the ones a component uses.
+replacement and the version that refuses it (`Retired`); from that version on (`is_removed`), the plugin
+is refused, naming the replacement. The names of each role are listed here (`BACKEND_ATTRIBUTES`, ...);
+`jt_core.plugin.roles` keys them by the role classes (``RETIRED_ATTRIBUTES``, ``RETIRED_PARAMETERS``), and
+`jt_core.plugin.validation` finds the ones a component uses.
 """
 
 from __future__ import annotations
@@ -34,20 +34,20 @@ class Retired:
     """A name of an earlier contract: a class attribute, or a parameter of a contract method.
 
     A component that still uses it keeps working for one minor version of jt-core: its plugin is warned when it
-    registers it (a ``DeprecationWarning`` naming the replacement and :attr:`removed_in`), and jt honours the name
-    where it can. From :attr:`removed_in` on, the plugin is refused, naming the replacement.
+    registers it (a ``DeprecationWarning`` naming the replacement and `removed_in`), and jt honours the name
+    where it can. From `removed_in` on, the plugin is refused, naming the replacement.
 
     Attributes:
         replacement: What replaced it, as messages name it.
         removed_in: The jt-core version that refuses it.
         question: The contract method it belongs to: the one whose answer the attribute gave (of the role that
             asks it now), or the one that took the parameter.
-        offered: What jt still offers :attr:`question` for it, beside the contract's own arguments, until
-            :attr:`removed_in`: the retired parameter itself, or what :attr:`answer` reads. A method is passed
+        offered: What jt still offers `question` for it, beside the contract's own arguments, until
+            `removed_in`: the retired parameter itself, or what `answer` reads. A method is passed
             such an argument only when it names it.
-        answer: How jt answers :attr:`question` from the attribute, ``answer(component, arguments)``, for a
+        answer: How jt answers `question` from the attribute, ``answer(component, arguments)``, for a
             component that keeps the role's default for the question (one that answers it itself is asked).
-        amend: How jt completes the answer :attr:`question` gave from the attribute,
+        amend: How jt completes the answer `question` gave from the attribute,
             ``amend(component, answer)``.
         unhonoured: Why jt-core cannot honour the attribute (for one it neither answers from nor amends with).
     """
@@ -84,8 +84,8 @@ def _with_without_it(component: Any, spec: Any) -> Any:
     return spec
 
 
-#: The class attributes of earlier contracts of :class:`~jt_core.plugin.Backend`, each with what replaced it. A
-#: component that still sets one keeps working, with a warning, until the version that refuses it (:class:`Retired`);
+#: The class attributes of earlier contracts of `Backend`, each with what replaced it. A
+#: component that still sets one keeps working, with a warning, until the version that refuses it (`Retired`);
 #: jt answers the question from it meanwhile where it can.
 BACKEND_ATTRIBUTES: Mapping[str, Retired] = {
     "interprets": Retired(
@@ -114,7 +114,7 @@ BACKEND_ATTRIBUTES: Mapping[str, Retired] = {
     ),
 }
 
-#: The class attributes of earlier contracts of :class:`~jt_core.plugin.Launcher` (as :data:`BACKEND_ATTRIBUTES`).
+#: The class attributes of earlier contracts of `Launcher` (as `BACKEND_ATTRIBUTES`).
 LAUNCHER_ATTRIBUTES: Mapping[str, Retired] = {
     "supports_tensor_descriptors": Retired(
         "Launcher.passes_tensor_descriptors(call, parameters)",
@@ -139,7 +139,7 @@ LAUNCHER_ATTRIBUTES: Mapping[str, Retired] = {
     ),
 }
 
-#: The class attributes of earlier contracts of :class:`~jt_core.plugin.Dialect` (as :data:`BACKEND_ATTRIBUTES`).
+#: The class attributes of earlier contracts of `Dialect` (as `BACKEND_ATTRIBUTES`).
 DIALECT_ATTRIBUTES: Mapping[str, Retired] = {
     "interpretable": Retired(
         "Backend.unsupported_dialect_reason(dialect), asked of the backend that cannot run it",
@@ -156,9 +156,9 @@ DIALECT_ATTRIBUTES: Mapping[str, Retired] = {
     ),
 }
 
-#: Parameters that methods of earlier contracts of :class:`~jt_core.plugin.Backend` took and jt no longer offers, by
+#: Parameters that methods of earlier contracts of `Backend` took and jt no longer offers, by
 #: method, each with what replaced it. jt still passes one, to a method that names it, until the version that
-#: refuses it (:class:`Retired`).
+#: refuses it (`Retired`).
 BACKEND_PARAMETERS: Mapping[str, Mapping[str, Retired]] = {
     "target": {
         "call": Retired(
@@ -183,7 +183,7 @@ def _version_numbers(text: str) -> tuple[int, ...]:
 
 
 def is_removed(retired: Retired) -> bool:
-    """Whether this jt-core (:data:`jt_core._version.__version__`) is at or past the version that refuses
+    """Whether this jt-core (`jt_core._version.__version__`) is at or past the version that refuses
     ``retired``."""
     return _version_numbers(jt_version.__version__) >= _version_numbers(retired.removed_in)
 

@@ -1,11 +1,11 @@
-"""The roles a plugin fills -- :class:`Backend`, :class:`Launcher`, :class:`Dialect` -- with the request a backend
-compiles (:class:`CompileRequest`), and how jt asks a component of a role its questions (:func:`invoke`).
+"""The roles a plugin fills -- `Backend`, `Launcher`, `Dialect` -- with the request a backend
+compiles (`CompileRequest`), and how jt asks a component of a role its questions (`invoke`).
 
 Each role is an abstract base class: a plugin that forgets a method fails when it constructs the object, not in
-the middle of a lowering. Targets, options and requests are frozen dataclasses (:mod:`jt_core.plugin.values` holds
+the middle of a lowering. Targets, options and requests are frozen dataclasses (`jt_core.plugin.values` holds
 the values that name no role). jt calls every contract method with the arguments its signature names
-(:func:`prepare_call`), honouring the names of earlier contracts a component still uses
-(:mod:`jt_core.plugin.retired`); the request asks its backend that way too, so the asking lives here, beside the
+(`prepare_call`), honouring the names of earlier contracts a component still uses
+(`jt_core.plugin.retired`); the request asks its backend that way too, so the asking lives here, beside the
 roles.
 """
 
@@ -53,11 +53,11 @@ class CompileRequest:
     """Everything needed to compile one configuration of one call.
 
     Attributes:
-        call: The bound call (its kernel function is :attr:`kernel`, its dialect :attr:`dialect`).
+        call: The bound call (its kernel function is `kernel`, its dialect `dialect`).
         config: The configuration being compiled (its core options are ``config.options``).
         specialization: The parameter specialisation of this configuration.
         target: The compilation target.
-        options: The configuration's options as the backend parsed them (:meth:`Backend.parse_options`): the
+        options: The configuration's options as the backend parsed them (`Backend.parse_options`): the
             backend's own frozen type, carried by jt-core unopened.
         backend: The backend that compiles it.
     """
@@ -88,7 +88,7 @@ class CompileRequest:
 
         Args:
             options: The configuration's options as ``backend`` parsed them; ``None`` asks it
-                (:meth:`Backend.parse_options`, with :meth:`option_arguments`).
+                (`Backend.parse_options`, with `option_arguments`).
 
         Raises:
             KernelCallValueError, KernelCallTypeError: For options the backend refuses.
@@ -107,7 +107,7 @@ class CompileRequest:
 
     @staticmethod
     def option_arguments(call: KernelCall, config: LaunchConfig, target: Target) -> dict[str, Any]:
-        """What :meth:`Backend.parse_options` is offered for one configuration of a call, by name."""
+        """What `Backend.parse_options` is offered for one configuration of a call, by name."""
         return {
             "options": config.options,
             "backend_arguments": call.arguments_for_backend(),
@@ -120,7 +120,7 @@ class CompileRequest:
 class Backend(ABC):
     """Compiles kernels for one JAX lowering platform.
 
-    Subclasses set :attr:`platform` and implement :meth:`target` and :meth:`compile`. The other methods are
+    Subclasses set `platform` and implement `target` and `compile`. The other methods are
     questions jt asks where it needs the answer, with the context of that place as named arguments; each has a
     default, so a backend overrides only those whose default does not fit it.
     """
@@ -140,7 +140,7 @@ class Backend(ABC):
         """Why this backend cannot compile and run kernels written in ``dialect``, or ``None`` when it can.
 
         Asked when a call is lowered for the backend's platform, before its target or any compile. A reason fails
-        the call with an :class:`~jt_core.errors.UnsupportedKernelError` naming the call, the dialect and the
+        the call with an `UnsupportedKernelError` naming the call, the dialect and the
         platform, followed by the reason: say why, and where such kernels run. The default runs every dialect.
 
         Args:
@@ -156,7 +156,7 @@ class Backend(ABC):
         this machine read it back instead of compiling it.
 
         Asked before each compile that misses jt's in-memory cache. A backend that answers ``True`` returns
-        :attr:`CompiledKernel.metadata` as plain JSON values (:func:`plain_metadata`), and :meth:`restore` gets each
+        `CompiledKernel.metadata` as plain JSON values (`plain_metadata`), and `restore` gets each
         kernel read back. The default keeps nothing on disk: kernels are compiled once per process.
 
         Args:
@@ -168,9 +168,9 @@ class Backend(ABC):
         return False
 
     def binary_file_suffix(self, kernel: CompiledKernel) -> str:
-        """The file suffix of ``kernel``'s :attr:`~CompiledKernel.binary` in ``JAX_TRITON_DUMP_DIR`` dumps.
+        """The file suffix of ``kernel``'s `binary` in ``JAX_TRITON_DUMP_DIR`` dumps.
 
-        Asked when a compiled kernel is dumped. A stage of :attr:`CompiledKernel.asm` of that name is dumped in the
+        Asked when a compiled kernel is dumped. A stage of `CompiledKernel.asm` of that name is dumped in the
         binary's place. The default is ``"bin"``.
 
         Args:
@@ -182,7 +182,7 @@ class Backend(ABC):
         return "bin"
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
-        """Turns a kernel read back from the disk cache into what :meth:`compile` would have returned."""
+        """Turns a kernel read back from the disk cache into what `compile` would have returned."""
         return cached
 
     @abstractmethod
@@ -190,7 +190,7 @@ class Backend(ABC):
         """The target a call compiles for.
 
         Args:
-            backend_arguments: What the call gives the backend (:attr:`KernelCall.backend_arguments` as a dict:
+            backend_arguments: What the call gives the backend (`KernelCall.backend_arguments` as a dict:
                 ``backend_options`` as a dict, ``compute_capability``, ... when given); read what this backend
                 owns.
             device: The JAX device the computation runs on, or ``None`` when lowering without one (export,
@@ -222,14 +222,14 @@ class Backend(ABC):
         """Turns one configuration's options into this backend's own options, refusing what it cannot honour.
 
         Called once per configuration when a call is lowered, before anything compiles. What it returns reaches
-        :meth:`compile` as :attr:`CompileRequest.options` and keys jt's caches, unopened: make it a frozen
+        `compile` as `CompileRequest.options` and keys jt's caches, unopened: make it a frozen
         dataclass that holds the backend's defaults and checks (as Triton's ``BaseBackend.parse_options`` returns
         ``CUDAOptions``). The default returns ``options`` as they are.
 
         Args:
             options: The options every backend takes (``num_warps``, ...) with ``options.extra``, the further
                 options of the configuration and of ``backend_options=``, as given.
-            backend_arguments: As for :meth:`target`.
+            backend_arguments: As for `target`.
             target: The target chosen for the call.
             name: The call's name, for messages.
             label: The configuration's description, for messages.
@@ -243,7 +243,7 @@ class Backend(ABC):
 class Launcher(ABC):
     """Turns compiled kernels into an XLA operation on one platform.
 
-    Subclasses set :attr:`platform` and :attr:`name` and implement :meth:`lower`. The other methods are questions
+    Subclasses set `platform` and `name` and implement `lower`. The other methods are questions
     jt asks where it needs the answer, with the context of that place as named arguments; each has a default, so a
     launcher overrides only those whose default does not fit it.
     """
@@ -254,7 +254,7 @@ class Launcher(ABC):
     name: ClassVar[str]
     #: Higher wins when no launcher is named.
     priority: ClassVar[int] = 0
-    #: What makes :meth:`fallback_reason` send a call to the next launcher, in the words it uses, for
+    #: What makes `fallback_reason` send a call to the next launcher, in the words it uses, for
     #: ``python -m jt_core plugins``.
     fallback_rules: ClassVar[tuple[str, ...]] = ()
 
@@ -271,13 +271,13 @@ class Launcher(ABC):
         return None
 
     def native_library(self) -> Any | None:
-        """The C++ library the launcher builds at first use, as a :class:`jt_core.native.LibrarySpec` (``None``:
+        """The C++ library the launcher builds at first use, as a `jt_core.native.LibrarySpec` (``None``:
         it needs none). ``python -m jt_core build-native`` builds it ahead of time; the spec's ``without_it`` says
         what happens where it cannot be built."""
         return None
 
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
-        """Whether it can pass ``call``'s host-side tensor descriptors (:class:`jt_core.TensorDescriptor`
+        """Whether it can pass ``call``'s host-side tensor descriptors (`jt_core.TensorDescriptor`
         arguments) to the kernel.
 
         Asked when a call with such arguments is lowered: of the launcher about to lower it and, when that one
@@ -296,7 +296,7 @@ class Launcher(ABC):
     def runs_through_host_callback(self, call: KernelCall) -> bool:
         """Whether the operation it lowers ``call`` to runs through a JAX host callback.
 
-        Asked by the partition rules (:mod:`jt_core.partitioning`) for each call of a ``custom_partitioning`` body
+        Asked by the partition rules (`jt_core.partitioning`) for each call of a ``custom_partitioning`` body
         spread over several CPU devices: JAX drops the host callbacks made there, so such a call is refused with an
         error naming the launchers that can run it, instead of failing when it runs. The default is ``False``.
 
@@ -346,9 +346,9 @@ class Launcher(ABC):
 
         Under ``jax.vmap`` the call may be one jt made: its kernel (``call.fn``) is then a generated ``@triton.jit``
         wrapper that calls the user's kernel once per batch element, the batch on one grid axis, and ``call.batch``
-        says how (:class:`~jt_core.call.BatchInfo`); ``kernels`` are compiled from the wrapper. A launcher that runs
-        kernels on the host runs it with :func:`jt_core.plugin.run_on_host`, inside the host callback that
-        :func:`jt_core.plugin.emit_host_callback` emits.
+        says how (`BatchInfo`); ``kernels`` are compiled from the wrapper. A launcher that runs
+        kernels on the host runs it with `jt_core.plugin.run_on_host`, inside the host callback that
+        `jt_core.plugin.emit_host_callback` emits.
 
         Args:
             ctx: JAX's ``LoweringRuleContext``.
@@ -356,7 +356,7 @@ class Launcher(ABC):
             kernels: One compiled kernel per ``call.configs`` entry (the autotuning candidates).
             operands: The MLIR values of the array operands, in ``call.operand_avals`` order.
             device: The device lowered for, or ``None`` when lowering without one (export, cross-platform
-                lowering); the same device the backend's :meth:`Backend.target` was given.
+                lowering); the same device the backend's `Backend.target` was given.
 
         Returns:
             The MLIR values of the outputs, in ``call.out_avals`` order.
@@ -402,7 +402,7 @@ ROLES: tuple[type, ...] = (Backend, Launcher, Dialect)
 
 
 def role_of(component: Any) -> type | None:
-    """The role ``component`` fills (one of :data:`ROLES`), or ``None``."""
+    """The role ``component`` fills (one of `ROLES`), or ``None``."""
     return next((role for role in ROLES if isinstance(component, role)), None)
 
 
@@ -429,7 +429,7 @@ def _keeps_default(component: Any, role: type, method: str) -> bool:
     return getattr(own, "__func__", None) is vars(role).get(method)
 
 
-#: The class attributes of earlier contracts, by role, each with what replaced it (:mod:`jt_core.plugin.retired`).
+#: The class attributes of earlier contracts, by role, each with what replaced it (`jt_core.plugin.retired`).
 RETIRED_ATTRIBUTES: Mapping[type, Mapping[str, Retired]] = {
     Backend: BACKEND_ATTRIBUTES,
     Launcher: LAUNCHER_ATTRIBUTES,
@@ -442,10 +442,10 @@ RETIRED_PARAMETERS: Mapping[type, Mapping[str, Mapping[str, Retired]]] = {Backen
 def prepare_call(component: Any, method: str, **arguments: Any) -> Callable[[], Any]:
     """``component.method(...)``, ready to call, with the ``arguments`` its signature names and no others (all of
     the contract's when it takes ``**kwargs``): jt calls every contract method so, which lets a method gain
-    arguments without breaking the plugins that override it (the compatibility rule of :mod:`jt_core.plugin`).
+    arguments without breaking the plugins that override it (the compatibility rule of `jt_core.plugin`).
 
-    For a component of a role (:data:`ROLES`), the ``arguments`` must be the ones the role's method declares
-    (:func:`contract_methods`), with those still offered for retired names (:class:`Retired`); a retired attribute
+    For a component of a role (`ROLES`), the ``arguments`` must be the ones the role's method declares
+    (`contract_methods`), with those still offered for retired names (`Retired`); a retired attribute
     the component sets answers the question meanwhile, as its entry says. What jt offers is checked here, before
     any plugin code runs, so that a mistake of jt's own is never taken for the plugin's.
 
@@ -479,7 +479,7 @@ def prepare_call(component: Any, method: str, **arguments: Any) -> Callable[[], 
 
 
 def invoke(component: Any, method: str, **arguments: Any) -> Any:
-    """``component.method(...)`` with the ``arguments`` its signature names (:func:`prepare_call`)."""
+    """``component.method(...)`` with the ``arguments`` its signature names (`prepare_call`)."""
     return prepare_call(component, method, **arguments)()
 
 

@@ -1,7 +1,7 @@
 """Calling a function by name: the arguments it takes by keyword, and a call with only those.
 
 jt calls every hook and contract method with the arguments its signature names and no others, so that a method can
-gain arguments without breaking the plugins that override it (the compatibility rule of :mod:`jt_core.plugin`).
+gain arguments without breaking the plugins that override it (the compatibility rule of `jt_core.plugin`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Hook specifications of the ``jt`` pluggy project.
 
 A jt plugin is a module (or object) exposed through the ``jt`` entry-point group whose functions are decorated with
-:data:`jt_core.hookimpl`. Three families exist:
+`jt_core.hookimpl`. Three families exist:
 
-* **backend** -- :func:`jt_register_backends`: compile kernels for a JAX lowering platform;
-* **dialect** -- :func:`jt_register_dialects`: recognise a kernel object and build its Triton AST source;
-* **launcher** -- :func:`jt_register_launchers`: turn compiled kernels into XLA operations on a platform;
+* **backend** -- `jt_register_backends`: compile kernels for a JAX lowering platform;
+* **dialect** -- `jt_register_dialects`: recognise a kernel object and build its Triton AST source;
+* **launcher** -- `jt_register_launchers`: turn compiled kernels into XLA operations on a platform;
 
-plus the wrapper hook :func:`jt_compile_kernel` for observers (timing, IR dumps, caches).
+plus the wrapper hook `jt_compile_kernel` for observers (timing, IR dumps, caches).
 
-jt never calls ``pm.hook.*`` outside :mod:`jt_core.plugin.facade`, the typed facade over these specs.
+jt never calls ``pm.hook.*`` outside `jt_core.plugin.facade`, the typed facade over these specs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 PROJECT_NAME = "jt"
 
-#: The version of the plugin API (:mod:`jt_core.plugin`) this jt-core speaks. A plugin module declares the version
+#: The version of the plugin API (`jt_core.plugin`) this jt-core speaks. A plugin module declares the version
 #: it is written for as ``JT_PLUGIN_API``; the loader refuses one that declares none or another. Within a version,
 #: jt-core only adds: hooks, optional methods with a default, and arguments (jt passes a hook or a contract method
 #: only the arguments its signature names, so an implementation that does not name a new one is unaffected); a name
@@ -61,7 +61,7 @@ def jt_register_backends(platform: str | None) -> Sequence[Backend]:
 
     A backend compiles kernels for one JAX lowering platform (``"cpu"``, ``"cuda"``, ``"rocm"`` or a third-party
     platform name). Backends form a registry: two plugins returning a backend for the same platform is an error
-    (:class:`jt_core.errors.DuplicateBackendError`) raised when that platform is used, naming both plugins; block
+    (`jt_core.errors.DuplicateBackendError`) raised when that platform is used, naming both plugins; block
     one with ``JT_DISABLE_PLUGINS``.
 
     Args:
@@ -70,7 +70,7 @@ def jt_register_backends(platform: str | None) -> Sequence[Backend]:
             leaves ``platform`` out of its signature is called once and returns all its backends.
 
     Returns:
-        A sequence of :class:`jt_core.plugin.Backend` instances (empty when the plugin provides none).
+        A sequence of `jt_core.plugin.Backend` instances (empty when the plugin provides none).
 
     Implemented by: jt-core's builtin ``cpu`` plugin (the Triton interpreter), ``jt-cuda``, ``jt-rocm`` and
     third-party backends.
@@ -87,14 +87,14 @@ def jt_register_backends(platform: str | None) -> Sequence[Backend]:
 def jt_register_dialects() -> Sequence[Dialect]:
     """Called once per process, at the first call, to collect the kernel dialects each plugin provides.
 
-    A dialect answers "is this kernel object mine?" (:meth:`jt_core.plugin.Dialect.claims`) and builds the
+    A dialect answers "is this kernel object mine?" (`jt_core.plugin.Dialect.claims`) and builds the
     Triton AST source a backend compiles. It is asked about every kernel, so it answers without importing its
     language: no kernel of the language exists before the user has imported it (look in ``sys.modules`` first).
     Kernel selection asks the plugins' dialects first and the builtin plain Triton dialect last, so the first
     dialect that claims a kernel wins.
 
     Returns:
-        A sequence of :class:`jt_core.plugin.Dialect` instances.
+        A sequence of `jt_core.plugin.Dialect` instances.
 
     Implemented by: jt-core's builtin ``triton`` dialect (runs last) and ``jt-gluon``.
     """
@@ -114,13 +114,13 @@ def jt_register_launchers(platform: str | None) -> Sequence[Launcher]:
     A launcher turns compiled kernels into an XLA operation for one platform. Several may exist for a platform;
     the one used is chosen deterministically: the ``launcher=`` argument of ``triton_call``, else the environment
     variable ``JT_LAUNCHER_<PLATFORM>`` (e.g. ``JT_LAUNCHER_CUDA=jaxlib``), else the available launcher with the
-    highest :attr:`~jt_core.plugin.Launcher.priority` (ties broken by name).
+    highest `priority` (ties broken by name).
 
     Args:
-        platform: The platform jt looks up, or ``None`` for every platform (as for :func:`jt_register_backends`).
+        platform: The platform jt looks up, or ``None`` for every platform (as for `jt_register_backends`).
 
     Returns:
-        A sequence of :class:`jt_core.plugin.Launcher` instances.
+        A sequence of `jt_core.plugin.Launcher` instances.
 
     Implemented by: jt-core's builtin ``cpu`` plugin, ``jt-cuda`` (its own FFI handler and jaxlib's handler) and
     ``jt-rocm``.
@@ -140,7 +140,7 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
     Stops at the first non-None result. jt-core's builtin implementation runs last and calls
     ``request.backend.compile(request)`` through its caches (once per process per variant, once per machine for
     backends that let the disk cache keep their kernels); a plugin returns a
-    :class:`~jt_core.plugin.CompiledKernel` to replace the compile (a cache of its own), or ``None`` to let the
+    `CompiledKernel` to replace the compile (a cache of its own), or ``None`` to let the
     others decide. Observers implement it as a wrapper
     (``@hookimpl(wrapper=True)``) to time the compile or to look at its result; jt-core's own wrapper writes the
     ``JAX_TRITON_DUMP_DIR`` dumps and prints the IRs of ``debug=True`` calls, for every backend.
@@ -158,7 +158,7 @@ def jt_compile_kernel(request: CompileRequest) -> CompiledKernel | None:
 
 def api_version_problem(plugin: object) -> str | None:
     """What is wrong with the plugin API version a plugin module (or object) declares, or ``None`` when it declares
-    :data:`PLUGIN_API_VERSION`."""
+    `PLUGIN_API_VERSION`."""
     declared = getattr(plugin, "JT_PLUGIN_API", None)
     where = getattr(plugin, "__name__", type(plugin).__name__)
     if declared is None:

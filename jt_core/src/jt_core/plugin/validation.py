@@ -1,5 +1,5 @@
 """What jt checks when a plugin registers a backend, launcher or dialect: that it fills its role
-(:func:`contract_problems`), and which names of earlier contracts it still uses (:func:`retired_uses`).
+(`contract_problems`), and which names of earlier contracts it still uses (`retired_uses`).
 
 As pluggy compares a hook implementation's arguments with its spec at ``register``, jt compares every override of a
 contract method with the role's own signature, and the role's class attributes with their types, when the plugin
@@ -75,10 +75,10 @@ def contract_problems(component: Any, registered_for: str | None = None) -> list
     """What keeps ``component`` from filling its role, checked when its plugin registers it: each problem as a
     clause that names the attribute or method, what is wrong and the fix; empty when it keeps the contract.
 
-    Checked are the role's class attributes (:func:`contract_attributes`: present, of their type), the platform it
+    Checked are the role's class attributes (`contract_attributes`: present, of their type), the platform it
     serves against the one it was registered for, and every contract method it overrides
-    (:func:`contract_methods`): each parameter it takes must be one jt offers the method, or have a default, or be
-    ``*args`` / ``**kwargs`` (it may take fewer than jt offers). Retired names (:func:`retired_uses`) are left to
+    (`contract_methods`): each parameter it takes must be one jt offers the method, or have a default, or be
+    ``*args`` / ``**kwargs`` (it may take fewer than jt offers). Retired names (`retired_uses`) are left to
     the caller.
 
     Args:
@@ -190,9 +190,9 @@ _UNSET = object()
 
 
 def retired_uses(component: Any) -> list[tuple[str, Retired]]:
-    """The retired names ``component`` uses, each with its :class:`Retired` entry: the attributes of
-    :data:`RETIRED_ATTRIBUTES` it or a class of it sets (``"cacheable"``), and the parameters of
-    :data:`RETIRED_PARAMETERS` its methods take (``"target(call)"``)."""
+    """The retired names ``component`` uses, each with its `Retired` entry: the attributes of
+    `RETIRED_ATTRIBUTES` it or a class of it sets (``"cacheable"``), and the parameters of
+    `RETIRED_PARAMETERS` its methods take (``"target(call)"``)."""
     role = role_of(component)
     if role is None:
         return []
@@ -207,7 +207,7 @@ def retired_uses(component: Any) -> list[tuple[str, Retired]]:
 
 
 def retired_attributes(component: Any) -> list[tuple[str, str]]:
-    """The retired names ``component`` uses (:func:`retired_uses`), each with what replaced it, as
+    """The retired names ``component`` uses (`retired_uses`), each with what replaced it, as
     ``(name, replacement)`` pairs."""
     return [(name, entry.replacement) for name, entry in retired_uses(component)]
 

@@ -1,8 +1,8 @@
-"""The values a plugin's roles pass that name no role: :class:`Target` (what a kernel is compiled for) and
-:class:`CompiledKernel` (what a backend returns and a launcher lowers), with :func:`plain_metadata`.
+"""The values a plugin's roles pass that name no role: `Target` (what a kernel is compiled for) and
+`CompiledKernel` (what a backend returns and a launcher lowers), with `plain_metadata`.
 
-:class:`~jt_core.plugin.roles.CompileRequest`, which names the backend that compiles it, is in
-:mod:`jt_core.plugin.roles`, beside the roles.
+`CompileRequest`, which names the backend that compiles it, is in
+`jt_core.plugin.roles`, beside the roles.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class CompiledKernel:
 
 
 def plain_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """A compiler's metadata as plain JSON values (what :attr:`CompiledKernel.metadata` holds): numbers, strings,
+    """A compiler's metadata as plain JSON values (what `CompiledKernel.metadata` holds): numbers, strings,
     booleans, ``None``, lists and string-keyed dicts; anything else becomes its ``str``."""
     return {str(key): _plain(value) for key, value in metadata.items()}
 

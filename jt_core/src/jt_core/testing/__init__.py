@@ -2,11 +2,11 @@
 
 Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. It provides:
 
-* fixtures: ``jt_plugin_manager`` (a fresh :class:`~jt_core.plugin.registry.Registry` over the installed plugins,
+* fixtures: ``jt_plugin_manager`` (a fresh `Registry` over the installed plugins,
   installed as the process-wide one for the test), ``jt_register_plugin`` (register a module or object as a plugin
   for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
-  ``jt_hook_recorder`` (records hook calls); outside pytest, :func:`using_plugins` (a ``with`` block in which jt
-  uses the installed plugins plus fake entry points) and :func:`dialect_for` (the dialect chosen for a kernel);
+  ``jt_hook_recorder`` (records hook calls); outside pytest, `using_plugins` (a ``with`` block in which jt
+  uses the installed plugins plus fake entry points) and `dialect_for` (the dialect chosen for a kernel);
 * markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
   ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
   accident);
@@ -15,23 +15,23 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * kernels for tests (``sample_add_kernel``, ``scale_inplace_kernel``, ``autotuned_scale_inplace_kernel``,
   ``out_first_kernel``, ``accumulate_kernel``, ``half_write_kernel``, and the tensor-descriptor kernels
   ``add_tiles_kernel``, ``autotuned_add_tiles_kernel``, ``read_tile_kernel``, ``copy_tiles_kernel``, with
-  :func:`load_tile`, a call of ``read_tile_kernel``);
-* for GPU plugins: :func:`custom_calls`, :func:`backend_config` and :func:`output_operand_aliases` (what a lowering
-  emits), :func:`decode_jaxlib_call` (jaxlib's kernel-call message), :func:`run_on_cpu_client` (jt's launch handler
-  on XLA's CPU client) and the conformance class :class:`LaunchHandlerConformance`;
-* :func:`run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine, and
-  :func:`no_compiler_path`, a ``PATH`` without C or C++ compilers (a machine that has none);
-* conformance classes :class:`BackendConformance`, :class:`LauncherConformance` and :class:`DialectConformance`
+  `load_tile`, a call of ``read_tile_kernel``);
+* for GPU plugins: `custom_calls`, `backend_config` and `output_operand_aliases` (what a lowering
+  emits), `decode_jaxlib_call` (jaxlib's kernel-call message), `run_on_cpu_client` (jt's launch handler
+  on XLA's CPU client) and the conformance class `LaunchHandlerConformance`;
+* `run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine, and
+  `no_compiler_path`, a ``PATH`` without C or C++ compilers (a machine that has none);
+* conformance classes `BackendConformance`, `LauncherConformance` and `DialectConformance`
   that a plugin's test module subclasses, providing the object under test as a fixture (each also runs the checks
-  jt makes when a plugin registers the object), and :func:`record_lowerings`, which records the calls a launcher
+  jt makes when a plugin registers the object), and `record_lowerings`, which records the calls a launcher
   lowers (the proof, in the launcher suite, that the plugin's own launcher lowered a call);
-* for plugins that keep files in jt's cache: :data:`CACHE_FAULTS`, :func:`damage` and :func:`failing_writes`.
+* for plugins that keep files in jt's cache: `CACHE_FAULTS`, `damage` and `failing_writes`.
 
 The kit is this module's ``__all__``, gathered from the package's modules, one role each:
-:mod:`~jt_core.testing.markers` (the markers and the option), :mod:`~jt_core.testing.fixtures`,
-:mod:`~jt_core.testing.kernels`, :mod:`~jt_core.testing.conformance` (backends and dialects),
-:mod:`~jt_core.testing.launchers`, :mod:`~jt_core.testing.gpu`, :mod:`~jt_core.testing.faults` and
-:mod:`~jt_core.testing.jobs`. The private modules hold what the kit is built on and jt's own suites use besides
+`markers` (the markers and the option), `fixtures`,
+`kernels`, `conformance` (backends and dialects),
+`launchers`, `gpu`, `faults` and
+`jobs`. The private modules hold what the kit is built on and jt's own suites use besides
 (the sample call bound and compiled as jt does it; loads from many threads): they are not part of it.
 """
 

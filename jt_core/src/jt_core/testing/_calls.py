@@ -1,6 +1,6 @@
 """The sample call the conformance suites lower and compile, bound, targeted and compiled as jt does it:
-:func:`sample_call`, :func:`bind`, :func:`target_of`, :func:`compile_request`. jt's own suites use them too; they are
-not part of the kit :mod:`jt_core.testing` offers plugin authors."""
+`sample_call`, `bind`, `target_of`, `compile_request`. jt's own suites use them too; they are
+not part of the kit `jt_core.testing` offers plugin authors."""
 
 from __future__ import annotations
 
@@ -52,6 +52,6 @@ def target_of(backend: Backend, call: KernelCall, device: Any | None = None) -> 
 
 def compile_request(backend: Backend, call: KernelCall, target: Target | None = None) -> CompileRequest:
     """The request for the first configuration of ``call``, with the options ``backend`` parses from it (for
-    ``target``, by default the one :func:`target_of` gives without a device)."""
+    ``target``, by default the one `target_of` gives without a device)."""
     chosen = target if target is not None else target_of(backend, call)
     return CompileRequest.for_config(call, call.configs[0], chosen, backend)

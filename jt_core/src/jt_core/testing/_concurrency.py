@@ -1,5 +1,5 @@
-"""What jt's own suites use to load jt from many threads at once: :func:`run_threads`, and :func:`distinct_kernels`,
-kernels whose every compile is a first one. Not part of the kit :mod:`jt_core.testing` offers plugin authors."""
+"""What jt's own suites use to load jt from many threads at once: `run_threads`, and `distinct_kernels`,
+kernels whose every compile is a first one. Not part of the kit `jt_core.testing` offers plugin authors."""
 
 from __future__ import annotations
 

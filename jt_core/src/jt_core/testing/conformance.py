@@ -1,6 +1,6 @@
-"""The conformance classes of backends and dialects: :class:`BackendConformance` and :class:`DialectConformance`,
+"""The conformance classes of backends and dialects: `BackendConformance` and `DialectConformance`,
 which a plugin's test module subclasses, providing the object under test as a fixture. (Launchers have theirs in
-:mod:`jt_core.testing.launchers`, the launch handlers of GPU plugins in :mod:`jt_core.testing.gpu`.)"""
+`jt_core.testing.launchers`, the launch handlers of GPU plugins in `jt_core.testing.gpu`.)"""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ class BackendConformance:
 
     The suite checks the ABC contract (none of the class attributes the contract's questions replaced is set, and
     the checks jt makes when a plugin registers the backend pass:
-    :func:`~jt_core.plugin.validation.contract_problems`), that a target can be made without a device when told the
-    architecture, and that the sample kernel compiles to a :class:`~jt_core.plugin.CompiledKernel`.
+    `contract_problems`), that a target can be made without a device when told the
+    architecture, and that the sample kernel compiles to a `CompiledKernel`.
     """
 
     #: Passed as ``compute_capability=`` to the sample call (CUDA backends need it without a device).

@@ -1,6 +1,6 @@
-"""The faults jt must survive, made on purpose: a damaged file in the cache folder (:func:`damage`), writes that fail
-as on a full disk or a read-only folder (:func:`failing_writes`), and a machine without a C or C++ compiler
-(:func:`no_compiler_path`)."""
+"""The faults jt must survive, made on purpose: a damaged file in the cache folder (`damage`), writes that fail
+as on a full disk or a read-only folder (`failing_writes`), and a machine without a C or C++ compiler
+(`no_compiler_path`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The fixtures of jt's pytest plugin, and the same outside pytest: a fresh set of plugins for a test
-(:func:`using_plugins`, ``jt_plugin_manager``, ``jt_fake_entry_points``, ``jt_register_plugin``, with
-:func:`fake_entry_point`), the dialect chosen for a kernel (:func:`dialect_for`), and a recorder of hook calls
-(``jt_hook_recorder``, :class:`HookRecorder`)."""
+(`using_plugins`, ``jt_plugin_manager``, ``jt_fake_entry_points``, ``jt_register_plugin``, with
+`fake_entry_point`), the dialect chosen for a kernel (`dialect_for`), and a recorder of hook calls
+(``jt_hook_recorder``, `HookRecorder`)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def using_plugins(
     *entry_points: EntryPointInfo, environ: Mapping[str, str] | None = None, installed: bool = True
 ) -> Iterator[Registry]:
     """Makes jt use a fresh set of plugins while the block runs: the installed ones (unless ``installed=False``)
-    and ``entry_points`` (made with :func:`fake_entry_point`), loaded at the first call as jt loads its plugins,
+    and ``entry_points`` (made with `fake_entry_point`), loaded at the first call as jt loads its plugins,
     with ``environ`` in place of the process's ``JT_*PLUGINS`` and ``JT_LAUNCHER_*`` variables. The previous set is
     back when the block ends.
 
@@ -119,7 +119,7 @@ def fake_entry_point(
 def jt_fake_entry_points() -> Iterator[Callable[..., Registry]]:
     """A factory: ``make(entry_points, environ=None, include_installed=False)`` -> an installed fresh registry.
 
-    Each entry point is an :class:`~jt_core.plugin.loader.EntryPointInfo` (see :func:`fake_entry_point`).
+    Each entry point is an `EntryPointInfo` (see `fake_entry_point`).
     """
     previous = registries.set_registry(None)
 

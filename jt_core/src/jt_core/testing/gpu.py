@@ -1,10 +1,10 @@
-"""What :mod:`jt_core.testing` offers GPU plugins (re-exported there): reading the custom calls a lowering emits
-(:func:`custom_calls`), decoding jaxlib's kernel-call message, and running jt's launch handler on XLA's CPU client.
+"""What `jt_core.testing` offers GPU plugins (re-exported there): reading the custom calls a lowering emits
+(`custom_calls`), decoding jaxlib's kernel-call message, and running jt's launch handler on XLA's CPU client.
 
-jt's launch handler (:mod:`jt_core.gpu.handler`) is shared C++ that each GPU plugin builds over its runtime's driver.
+jt's launch handler (`jt_core.gpu.handler`) is shared C++ that each GPU plugin builds over its runtime's driver.
 Much of it can be checked without a GPU: the library builds, exports its stages and takes its handler from jt_core's
 headers; XLA's CPU client runs its instantiate stage, which parses every attribute of a call (execute then stops
-where it needs the GPU stream). :class:`LaunchHandlerConformance` holds those checks for any driver.
+where it needs the GPU stream). `LaunchHandlerConformance` holds those checks for any driver.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _SHARED_ONLY = ("ReadRememberedConfig", "Autotune(", "TimeConfig(", "GetAttr<", 
 # -- reading lowerings ------------------------------------------------------------------------------------------
 
 
-#: The lowerings :func:`custom_calls` walked last. An MLIR operation is freed with the lowering that owns it, and
+#: The lowerings `custom_calls` walked last. An MLIR operation is freed with the lowering that owns it, and
 #: reading a freed one crashes the process; tests read the operations right after the call, often with the lowering
 #: as a temporary (``custom_calls(jax.jit(f).lower(...))``), so the most recent ones are kept alive here.
 _recent_lowerings: collections.deque[Any] = collections.deque(maxlen=256)
@@ -286,11 +286,11 @@ def run_on_cpu_client(
 class LaunchHandlerConformance:
     """Checks a GPU plugin's build of jt's launch handler without a GPU. Subclass it and provide:
 
-    * a ``launcher`` fixture: the plugin's :class:`~jt_core.gpu.launchers.HandlerLauncher` (its ``handler`` is the
+    * a ``launcher`` fixture: the plugin's `HandlerLauncher` (its ``handler`` is the
       library under test);
     * a ``handler_call`` fixture: ``(call, kernels)``, a bound call of ``sample_add_kernel`` and its compiled
       kernels, one per configuration;
-    * :attr:`runtime_library` and :attr:`device_nodes`.
+    * `runtime_library` and `device_nodes`.
     """
 
     #: The runtime library the driver loads, as its error names it when it is missing (``"libcuda"``).

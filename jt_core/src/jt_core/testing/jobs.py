@@ -1,4 +1,4 @@
-"""Running a script as the processes of a ``jax.distributed`` job on this machine: :func:`run_job`."""
+"""Running a script as the processes of a ``jax.distributed`` job on this machine: `run_job`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ __all__ = ["JobProcess", "run_job"]
 
 @dataclasses.dataclass(frozen=True)
 class JobProcess:
-    """How one process of a job started by :func:`run_job` ended.
+    """How one process of a job started by `run_job` ended.
 
     Attributes:
         index: The process's index in the job.

@@ -1,4 +1,4 @@
-"""The Triton kernels :mod:`jt_core.testing` offers the suites of jt and of its plugins (re-exported there).
+"""The Triton kernels `jt_core.testing` offers the suites of jt and of its plugins (re-exported there).
 
 They live in a module of their own because Triton reads a kernel's source from its file. Each kernel is one small
 behaviour a backend or launcher must get right: buffers by position and by name, aliasing, scalars, atomics into
@@ -43,7 +43,7 @@ def scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
     tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
 
 
-#: :func:`scale_inplace_kernel` autotuned over three block sizes and warp counts (key ``n``); every trial scales
+#: `scale_inplace_kernel` autotuned over three block sizes and warp counts (key ``n``); every trial scales
 #: the aliased buffer again, so a launcher must restore it before the real run.
 autotuned_scale_inplace_kernel = triton.autotune(
     configs=[
@@ -88,7 +88,7 @@ def add_tiles_kernel(a_desc, b_desc, out_desc, BM: tl.constexpr, BN: tl.constexp
     out_desc.store([m, n], a_desc.load([m, n]) + b_desc.load([m, n]))
 
 
-#: :func:`add_tiles_kernel` tuned over the warp count (the descriptors' block is the same in every config).
+#: `add_tiles_kernel` tuned over the warp count (the descriptors' block is the same in every config).
 autotuned_add_tiles_kernel = triton.autotune(
     configs=[triton.Config({}, num_warps=4), triton.Config({}, num_warps=8, num_stages=2)], key=[]
 )(add_tiles_kernel)
@@ -112,7 +112,7 @@ def copy_tiles_kernel(src_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
 
 def load_tile(desc: Any, row: int, col: int, **options: Any) -> Any:
     """The (BM, BN) tile of a ``jt.TensorDescriptor`` at (row, col), as its loads see it (padding included): a
-    ``triton_call`` of :func:`read_tile_kernel` with ``options``."""
+    ``triton_call`` of `read_tile_kernel` with ``options``."""
     import jax
 
     from jt_core.api import triton_call

@@ -1,5 +1,5 @@
-"""What :mod:`jt_core.testing` offers launcher plugins (re-exported there): :func:`record_lowerings`, which records
-every call a launcher class lowers, and the conformance class :class:`LauncherConformance`, which checks that the
+"""What `jt_core.testing` offers launcher plugins (re-exported there): `record_lowerings`, which records
+every call a launcher class lowers, and the conformance class `LauncherConformance`, which checks that the
 plugin's own launcher lowers a sample call and, where the platform runs here, that the call computes what it
 should, under ``jax.vmap`` too.
 """
@@ -30,7 +30,7 @@ __all__ = ["LauncherConformance", "Lowering", "record_lowerings"]
 
 @dataclasses.dataclass(frozen=True)
 class Lowering:
-    """One call a launcher lowered (see :func:`record_lowerings`).
+    """One call a launcher lowered (see `record_lowerings`).
 
     Attributes:
         launcher: The launcher object that lowered it (the one its plugin registered).
@@ -56,7 +56,7 @@ def record_lowerings(launcher: Launcher | type[Launcher]) -> Iterator[list[Lower
         launcher: A launcher, or its class.
 
     Yields:
-        The list the :class:`Lowering` records are appended to.
+        The list the `Lowering` records are appended to.
     """
     cls = launcher if isinstance(launcher, type) else type(launcher)
     if not (isinstance(cls, type) and issubclass(cls, Launcher)):
@@ -87,7 +87,7 @@ class LauncherConformance:
 
     The suite checks the contract (the checks jt makes when a plugin registers the launcher, and no retired
     attribute), that a sample call named for the launcher (``launcher=``) is lowered by this launcher's own
-    ``lower()`` and not by another of its platform (:func:`record_lowerings`), and, where JAX has a device of the
+    ``lower()`` and not by another of its platform (`record_lowerings`), and, where JAX has a device of the
     launcher's platform (always for ``"cpu"``), that the call runs and computes what NumPy computes: plainly, and
     under ``jax.vmap``, where the launcher is given a generated wrapper kernel (``call.batch`` is set).
 

@@ -2,7 +2,7 @@
 
 ``LoggedLauncher.lower`` emits a host callback (``emit_host_callback``): when XLA runs the computation, the callback
 gets the operands as NumPy arrays and runs the call's kernel on them in Triton's interpreter (``run_on_host``), then
-adds a :class:`Run` to the log (:func:`runs`). Under ``jax.vmap`` jt hands the launcher a call whose kernel is a
+adds a `Run` to the log (`runs`). Under ``jax.vmap`` jt hands the launcher a call whose kernel is a
 generated ``@triton.jit`` wrapper around the user's kernel, with the batch on a grid axis (``call.batch`` says how);
 ``run_on_host`` runs it like any other kernel, and the log keeps the batch shape.
 """

@@ -1,6 +1,6 @@
 """Pointers and memory: pointer arithmetic, loads, stores and atomics through pointers and block pointers.
 
-In a vectorised run (:mod:`jt_core.cpu.compiled.grid`) a store is only recorded, to be made after every program
+In a vectorised run (`jt_core.cpu.compiled.grid`) a store is only recorded, to be made after every program
 ran; a store the vectorised run cannot prove safe (inside a loop or branch, through a pointer whose affine form is
 unknown) or an atomic stops it, and the programs run one after the other instead.
 """

@@ -52,7 +52,7 @@ def checked(
         outputs: The kernel's outputs.
         strayed: Whether an access strayed outside its buffer.
         operands: The call's operands, for the interpreter to run the call again.
-        call_id: What :func:`register` returned for the call.
+        call_id: What `register` returned for the call.
         name: The call's name.
         has_side_effect: Whether the check must run even when nothing reads the outputs.
     """

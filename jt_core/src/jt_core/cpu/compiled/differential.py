@@ -5,8 +5,8 @@ the checks the call was made with: the race check too), and a host callback comp
 computation goes on with the compiled ones. They must be equal bit for bit (a NaN where the other has a NaN),
 unless the kernel sums or calls transcendental functions in floating point (``tl.dot``, reductions and scans,
 ``math`` functions, external library functions), where the order of the sums and the functions' last bits may
-differ: there they must agree to :data:`TOLERANCE` of their type; a ``tl.dot`` with ``input_precision="tf32"``, which
-the interpreter computes in float32, to :data:`TF32_TOLERANCE`. Products and sums are not fused into multiply-adds
+differ: there they must agree to `TOLERANCE` of their type; a ``tl.dot`` with ``input_precision="tf32"``, which
+the interpreter computes in float32, to `TF32_TOLERANCE`. Products and sums are not fused into multiply-adds
 while comparing, as the interpreter fuses none. A call lowered for several devices or processes is not compared
 (the comparison is a host callback, which JAX keeps out of those).
 
@@ -62,8 +62,8 @@ TF32_TOLERANCE = (1e-2, 1e-2)
 
 def tolerance(program: Program) -> tuple[float, float] | None:
     """How close the two paths' results of ``program`` must be: ``None`` for bit for bit (it neither sums nor calls
-    transcendental functions in floating point), else ``(rtol, atol)``, which :func:`compare` loosens to
-    :data:`TOLERANCE`'s entry for types narrower than float32."""
+    transcendental functions in floating point), else ``(rtol, atol)``, which `compare` loosens to
+    `TOLERANCE`'s entry for types narrower than float32."""
     inexact = False
     for op in program.operations():
         if op.name == "tt.dot" and op.attr("inputPrecision") == "TF32":
@@ -88,7 +88,7 @@ def compare(
 ) -> None:
     """Compares the two paths' outputs of one call: bit for bit when ``allowed`` is ``None`` (a NaN matches any
     NaN: their payloads are not compared), else to ``allowed`` (``(rtol, atol)``; for types other than float32,
-    :data:`TOLERANCE`'s entry for their size, or ``allowed`` where it is looser).
+    `TOLERANCE`'s entry for their size, or ``allowed`` where it is looser).
 
     Raises:
         DifferentialMismatchError: Naming the call, the output and the first elements that differ.

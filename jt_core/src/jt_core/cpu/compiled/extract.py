@@ -1,4 +1,4 @@
-"""Copying a kernel's TTIR module out of Triton's native objects into a :class:`~jt_core.cpu.compiled.program.Program`.
+"""Copying a kernel's TTIR module out of Triton's native objects into a `Program`.
 
 Triton's Python bindings walk a module's operations (innermost first) and answer, for each, its name, operands,
 results, regions and the attributes that are integers, booleans, strings or symbol references. The few attributes
@@ -63,7 +63,7 @@ _ALIAS = re.compile(r"#loc\d*")
 
 
 def extract(module: Any, enums: dict[str, dict[int, str]] | None = None) -> Program:
-    """Copies ``module`` (what ``ASTSource.make_ir`` returns) into a :class:`Program`.
+    """Copies ``module`` (what ``ASTSource.make_ir`` returns) into a `Program`.
 
     Args:
         module: The TTIR module.

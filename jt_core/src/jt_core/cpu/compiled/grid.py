@@ -5,11 +5,11 @@ Two ways give the same result:
 * **in order**: a ``lax.fori_loop`` over the programs, in the interpreter's order (the last grid axis varies
   fastest), each on the buffers the programs before it left: always right, at a per-program cost;
 * **side by side**: the programs traced once under ``jax.vmap``, over as many programs at a time as
-  :func:`chunk_size` allows, their stores recorded and made after them. That gives what the programs in order give
+  `chunk_size` allows, their stores recorded and made after them. That gives what the programs in order give
   only when no program can see another's stores and no two programs store to one element, and it is used only
   when the kernel's TTIR proves it: no atomics; no buffer both loaded and stored; every store outside loops and
   branches, through offsets affine in the program ids whose steps keep the programs' elements apart
-  (:func:`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
+  (`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def run_grid(
         program: The kernel.
         memory: Its buffers.
         grid: The grid, three axes.
-        arguments: The entry function's arguments: :class:`~jt_core.cpu.compiled.memory.Pointer` for pointers,
+        arguments: The entry function's arguments: `Pointer` for pointers,
             Python scalars for scalars.
         state: The initial state.
         fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
@@ -96,7 +96,7 @@ def _in_order(
 
 def chunk_size(program: Program, total: int) -> int:
     """How many programs run side by side at a time: as many as keep the largest value of the kernel, times the
-    programs, within :data:`SIDE_BY_SIDE_BYTES`."""
+    programs, within `SIDE_BY_SIDE_BYTES`."""
     largest = 1
     for text in set(program.types.values()):
         ty = parse_type(text)

@@ -2,7 +2,7 @@
 
 Each time a call's kernel runs in the interpreter because the compiled path cannot express it, one INFO line says
 so (logger ``jt_core.lowering``), and the kernel, the construct and its source line are kept in the ``cpu`` cache
-folder, the most recent :data:`KEPT` of them, so that ``python -m jt_core cpu`` can list them later, from any
+folder, the most recent `KEPT` of them, so that ``python -m jt_core cpu`` can list them later, from any
 process.
 """
 

@@ -1,10 +1,10 @@
 """Tracing a kernel's TTIR with JAX: each operation as the JAX operations that compute it.
 
-A :class:`Kernel` runs a block's operations on JAX values: element-wise ones here
-(:mod:`jt_core.cpu.compiled.lang`), the rest through the handlers of :mod:`~jt_core.cpu.compiled.shapes`,
-:mod:`~jt_core.cpu.compiled.accesses`, :mod:`~jt_core.cpu.compiled.reductions` and
-:mod:`~jt_core.cpu.compiled.control`; ``tt.call`` is inlined. A construct it cannot express raises
-:class:`~jt_core.cpu.compiled.values.Unsupported` while tracing, naming the operation and the kernel source line
+A `Kernel` runs a block's operations on JAX values: element-wise ones here
+(`jt_core.cpu.compiled.lang`), the rest through the handlers of `shapes`,
+`accesses`, `reductions` and
+`control`; ``tt.call`` is inlined. A construct it cannot express raises
+`Unsupported` while tracing, naming the operation and the kernel source line
 it comes from; the launcher then hands the call to the interpreter.
 """
 
@@ -58,7 +58,7 @@ def unsupported_operation(program: Program) -> Unsupported | None:
 
 
 class Kernel:
-    """Traces the programs of a kernel: :mod:`jt_core.cpu.compiled.grid` runs its entry block once per program, or
+    """Traces the programs of a kernel: `jt_core.cpu.compiled.grid` runs its entry block once per program, or
     once for many programs side by side.
 
     Args:

@@ -6,7 +6,7 @@ read them (``arith.divui``, ``arith.cmpi ult``, ``arith.extui``). Here every int
 its width and reinterpreted as unsigned where an operation asks; ``i1`` is ``bool``.
 
 Scalars whose value is known when the kernel is traced (the call's integer arguments, constants, what is computed
-from them alone) stay Python ints (:func:`fold`), so that loop bounds and branch conditions built from them are
+from them alone) stay Python ints (`fold`), so that loop bounds and branch conditions built from them are
 known to XLA too; everything else is a JAX array.
 """
 

@@ -3,7 +3,7 @@ rest of the computation.
 
 The kernel runs at the speed of compiled code, with no host callback, so it works wherever XLA runs the
 computation: inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. What it cannot
-express (:func:`~jt_core.cpu.compiled.kernel.unsupported_operation`, or a construct found while tracing) it says in
+express (`unsupported_operation`, or a construct found while tracing) it says in
 one line, and the call runs in the interpreter (the platform's next launcher): a kernel is never refused only
 because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
 made with one of them on goes there. An autotuned call runs its first configuration, or with ``JT_CPU_AUTOTUNE=1``
@@ -161,7 +161,7 @@ class _Traced:
         self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 
     def get(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
-        """``(configuration index, closed jaxpr)`` of the call, or an :class:`UnsupportedKernelError` for a kernel
+        """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
         the compiled path cannot express."""
         fuse = not differential.enabled()
         key = (call, tuple(id(k) for k in kernels), fuse)

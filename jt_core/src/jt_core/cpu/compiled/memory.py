@@ -1,15 +1,15 @@
 """The buffers a compiled CPU kernel reads and writes, and its loads, stores and atomics as gathers and scatters.
 
-Every pointer of the kernel is a :class:`Pointer`: the buffer it was derived from (known when the kernel is traced,
+Every pointer of the kernel is a `Pointer`: the buffer it was derived from (known when the kernel is traced,
 since a pointer can only come from a pointer argument) and its offset in elements, an integer array. Buffers the
 kernel may write (its outputs, and inputs aliased to them) are carried through the grid's loop in the
-:class:`State`; inputs it only reads are constants of the loop.
+`State`; inputs it only reads are constants of the loop.
 
 Unless the bounds check is off, every masked-in lane of every access is compared with its buffer's size (a lane
 that strays is dropped: a load reads its ``other`` value, or zero, and a store writes nothing), and the state's flag
 says whether any strayed;
 after the kernel ran, a set flag makes the interpreter run the call again to name the access
-(:mod:`jt_core.cpu.compiled.checking`). A store into an input that is not an output sets it too.
+(`jt_core.cpu.compiled.checking`). A store into an input that is not an output sets it too.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class BufferSpec:
 @dataclasses.dataclass(frozen=True)
 class Pointer:
     """A pointer value: the buffer it points into, the offset (in elements of the buffer) of each lane, the type it
-    points to, and the offset's affine form where it is known (:mod:`jt_core.cpu.compiled.affine`)."""
+    points to, and the offset's affine form where it is known (`jt_core.cpu.compiled.affine`)."""
 
     buffer: int
     offset: Any
@@ -124,7 +124,7 @@ class Memory:
     # -- state -------------------------------------------------------------------------------------------------
 
     def initial(self, arrays: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-        """The writable buffers as the state holds them, from the arrays of :attr:`writable`."""
+        """The writable buffers as the state holds them, from the arrays of `writable`."""
         return tuple(jnp.ravel(a).astype(_storage(self.specs[i])) for i, a in zip(self.writable, arrays, strict=True))
 
     def final(self, state: State) -> list[jax.Array]:

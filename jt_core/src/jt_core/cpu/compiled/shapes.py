@@ -1,6 +1,6 @@
 """Operations that make values or move their elements around: constants, program ids, ranges, splats, broadcasts,
 reshapes, transpositions, concatenations, gathers; on numbers and on pointers alike, keeping what is known of an
-integer's affine form (:mod:`jt_core.cpu.compiled.affine`)."""
+integer's affine form (`jt_core.cpu.compiled.affine`)."""
 
 from __future__ import annotations
 

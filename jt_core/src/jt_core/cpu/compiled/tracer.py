@@ -1,9 +1,9 @@
-"""What the operation handlers use of the kernel they trace: the :class:`Tracer` protocol, which
-:class:`~jt_core.cpu.compiled.kernel.Kernel` fulfils.
+"""What the operation handlers use of the kernel they trace: the `Tracer` protocol, which
+`Kernel` fulfils.
 
-The kernel dispatches each operation to the handlers of :mod:`~jt_core.cpu.compiled.shapes`,
-:mod:`~jt_core.cpu.compiled.accesses`, :mod:`~jt_core.cpu.compiled.reductions` and
-:mod:`~jt_core.cpu.compiled.control`, so the handlers name it by this protocol rather than import it.
+The kernel dispatches each operation to the handlers of `shapes`,
+`accesses`, `reductions` and
+`control`, so the handlers name it by this protocol rather than import it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["Handler", "Tracer"]
 
 
 class Tracer(Protocol):
-    """The kernel being traced, as a handler sees it (see :class:`~jt_core.cpu.compiled.kernel.Kernel`)."""
+    """The kernel being traced, as a handler sees it (see `Kernel`)."""
 
     ir: Program
     memory: Memory
