@@ -7,6 +7,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+import core_library_kernels as lib
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,45 +23,6 @@ from jt_core.call import KernelCall
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     # Random data, seeded per test so that a failure reproduces.
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
-
-
-@triton.jit
-def softmax_kernel(
-    output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr,
-    num_stages: tl.constexpr,
-):  # fmt: skip
-    # Persistent rows: each program walks the rows at a stride of the number of programs, pipelined num_stages deep.
-    row_start = tl.program_id(0)
-    row_step = tl.num_programs(0)
-    for row_idx in tl.range(row_start, n_rows, row_step, num_stages=num_stages):
-        col_offsets = tl.arange(0, BLOCK_SIZE)
-        mask = col_offsets < n_cols
-        row = tl.load(input_ptr + row_idx * input_row_stride + col_offsets, mask=mask, other=-float("inf"))
-        numerator = tl.exp(row - tl.max(row, axis=0))
-        softmax_output = numerator / tl.sum(numerator, axis=0)
-        tl.store(output_ptr + row_idx * output_row_stride + col_offsets, softmax_output, mask=mask)
-
-
-def softmax(x: Any, **keywords: Any) -> Any:
-    n_rows, n_cols = x.shape
-    return jt.triton_call(
-        input_ptr=x,
-        input_row_stride=n_cols,
-        output_row_stride=n_cols,
-        n_rows=n_rows,
-        n_cols=n_cols,
-        kernel=keywords.pop("kernel", softmax_kernel),
-        out_shape=x,
-        grid=keywords.pop("grid", 3),
-        BLOCK_SIZE=triton.next_power_of_2(n_cols),
-        **keywords,
-    )
-
-
-def softmax_reference(x: np.ndarray) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 #: The keywords of triton_call a kernel parameter may share a name with, each with a value for the parameter.
@@ -115,9 +77,9 @@ def _keywords(**keywords: Any) -> Any:
 
 def test_num_stages_keyword_fills_the_parameter_and_is_the_compile_option(rng: np.random.Generator) -> None:
     x = rng.standard_normal((7, 50)).astype(np.float32)
-    got = softmax(jnp.asarray(x), num_stages=2, num_warps=2)
-    np.testing.assert_allclose(np.asarray(got), softmax_reference(x), rtol=1e-5, atol=1e-7)
-    (config,) = _bound_call(lambda x: softmax(x, num_stages=2, num_warps=2), x).configs
+    got = lib.softmax(jnp.asarray(x), num_stages=2, num_warps=2)
+    np.testing.assert_allclose(np.asarray(got), lib.softmax_reference(x), rtol=1e-5, atol=1e-7)
+    (config,) = _bound_call(lambda x: lib.softmax(x, num_stages=2, num_warps=2), x).configs
     assert config.constexpr_dict["num_stages"] == 2
     assert (config.options.num_stages, config.options.num_warps) == (2, 2)
 
@@ -172,12 +134,14 @@ def test_an_autotune_config_options_fill_parameters_of_their_name(rng: np.random
     tuned = triton.autotune(
         configs=[triton.Config({}, num_warps=1, num_stages=1), triton.Config({}, num_warps=2, num_stages=3)],
         key=["n_cols"],
-    )(softmax_kernel)
+    )(lib.softmax_kernel)
     x = rng.standard_normal((5, 30)).astype(np.float32)
     np.testing.assert_allclose(
-        np.asarray(softmax(jnp.asarray(x), kernel=tuned, grid=lambda meta: (2,))), softmax_reference(x), rtol=1e-5
+        np.asarray(lib.softmax(jnp.asarray(x), kernel=tuned, grid=lambda meta: (2,))),
+        lib.softmax_reference(x),
+        rtol=1e-5,
     )
-    call = _bound_call(lambda x: softmax(x, kernel=tuned, grid=lambda meta: (2,)), x)
+    call = _bound_call(lambda x: lib.softmax(x, kernel=tuned, grid=lambda meta: (2,)), x)
     assert [(c.constexpr_dict["num_stages"], c.options.num_stages) for c in call.configs] == [(1, 1), (3, 3)]
 
 
@@ -188,7 +152,7 @@ def test_heuristics_see_the_options_and_parameters_the_call_gives() -> None:
         seen.append((args["num_warps"], args["num_stages"]))
         return 32
 
-    kernel = triton.heuristics({"BLOCK_SIZE": block})(softmax_kernel)
+    kernel = triton.heuristics({"BLOCK_SIZE": block})(lib.softmax_kernel)
     x = jnp.ones((2, 20), jnp.float32)
     _bound_call(
         lambda x: jt.triton_call(
@@ -242,4 +206,4 @@ def test_without_a_parameter_of_its_name_a_keyword_is_the_option_alone(rng: np.r
 def test_keywords_of_other_apis_get_a_hint(keyword: str, hint: str) -> None:
     x = jnp.ones((2, 20), jnp.float32)
     with pytest.raises(jt.KernelCallTypeError, match=rf"got keyword '{keyword}', which is neither .* {hint}"):
-        softmax(x, num_stages=1, **{keyword: True})
+        lib.softmax(x, num_stages=1, **{keyword: True})

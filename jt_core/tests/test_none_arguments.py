@@ -8,7 +8,7 @@ import dataclasses
 import zlib
 from typing import Any
 
-import core_none_kernels as nk
+import core_library_kernels as lib
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,8 +105,8 @@ def test_none_and_an_array_for_one_parameter_are_two_calls(rng: np.random.Genera
 def test_rms_norm_forward_with_an_optional_weight(rng: np.random.Generator, has_weight: bool) -> None:
     x = rng.standard_normal((6, 40)).astype(np.float32)
     w = rng.standard_normal(40).astype(np.float32) if has_weight else None
-    y, rstd = nk.rms_norm_forward(jnp.asarray(x), None if w is None else jnp.asarray(w), 1e-6, 0.25)
-    want_y, want_rstd = nk.rms_norm_reference(x, w, 1e-6, 0.25)
+    y, rstd = lib.rms_norm_forward(jnp.asarray(x), None if w is None else jnp.asarray(w), 1e-6, 0.25)
+    want_y, want_rstd = lib.rms_norm_reference(x, w, 1e-6, 0.25)
     np.testing.assert_allclose(np.asarray(y), want_y, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(rstd), want_rstd, rtol=1e-5)
 
@@ -117,11 +117,11 @@ def test_rms_norm_backward_with_an_absent_weight_and_weight_gradient(
 ) -> None:
     x, dy = rng.standard_normal((7, 24)).astype(np.float32), rng.standard_normal((7, 24)).astype(np.float32)
     w = rng.standard_normal(24).astype(np.float32) if has_weight else None
-    _, rstd = nk.rms_norm_reference(x, w, 1e-6, 0.5)
-    dx, dw = nk.rms_norm_backward(
+    _, rstd = lib.rms_norm_reference(x, w, 1e-6, 0.5)
+    dx, dw = lib.rms_norm_backward(
         jnp.asarray(dy), jnp.asarray(x), None if w is None else jnp.asarray(w), rstd.astype(np.float32), 0.5, 3
     )
-    want_dx, want_dw = nk.rms_norm_backward_reference(dy, x, w, 1e-6, 0.5)
+    want_dx, want_dw = lib.rms_norm_backward_reference(dy, x, w, 1e-6, 0.5)
     np.testing.assert_allclose(np.asarray(dx), want_dx, rtol=1e-4, atol=1e-5)
     if has_weight:
         np.testing.assert_allclose(np.asarray(dw), want_dw, rtol=1e-4, atol=1e-5)
@@ -141,7 +141,7 @@ def test_cross_entropy_with_absent_weight_softcap_and_outputs(
     logits = (3 * rng.standard_normal((rows, vocab))).astype(np.float32)
     target = rng.integers(0, vocab, rows).astype(np.int32)
     weight = rng.uniform(0.5, 2.0, vocab).astype(np.float32) if has_weight else None
-    got = nk.cross_entropy(
+    got = lib.cross_entropy(
         jnp.asarray(logits),
         jnp.asarray(target),
         None if weight is None else jnp.asarray(weight),
@@ -150,7 +150,7 @@ def test_cross_entropy_with_absent_weight_softcap_and_outputs(
         return_z_loss=z_loss,
         gradients=gradients,
     )
-    want = nk.cross_entropy_reference(logits, target, weight, softcap, 0.01)
+    want = lib.cross_entropy_reference(logits, target, weight, softcap, 0.01)
     assert set(got) == {"loss"} | ({"z_loss"} if z_loss else set()) | ({"dx"} if gradients else set())
     for name, value in got.items():
         np.testing.assert_allclose(np.asarray(value), want[name], rtol=1e-5, atol=1e-6, err_msg=name)
@@ -166,18 +166,18 @@ def test_chunk_cumsum_heuristics_see_none(
 ) -> None:
     g = rng.standard_normal((1 if varlen else 2, 20, 3)).astype(np.float32)
     cu_seqlens = np.array([0, 5, 12, 20], np.int32) if varlen else None
-    got = nk.chunk_local_cumsum(
+    got = lib.chunk_local_cumsum(
         jnp.asarray(g), 8, reverse, scale, None if cu_seqlens is None else jnp.asarray(cu_seqlens)
     )
-    want = nk.chunk_local_cumsum_reference(g, 8, reverse, scale, cu_seqlens)
+    want = lib.chunk_local_cumsum_reference(g, 8, reverse, scale, cu_seqlens)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
 
 
 def test_heuristics_and_autotune_keys_see_none_apart_from_an_array(rng: np.random.Generator) -> None:
     g = jnp.asarray(rng.standard_normal((1, 20, 3)).astype(np.float32))
     cu_seqlens = jnp.asarray(np.array([0, 5, 12, 20], np.int32))
-    dense = _bound_call(lambda g: nk.chunk_local_cumsum(g, 8), g)
-    varlen = _bound_call(lambda g: nk.chunk_local_cumsum(g, 8, cu_seqlens=cu_seqlens), g)
+    dense = _bound_call(lambda g: lib.chunk_local_cumsum(g, 8), g)
+    varlen = _bound_call(lambda g: lib.chunk_local_cumsum(g, 8, cu_seqlens=cu_seqlens), g)
     for call, expected in ((dense, False), (varlen, True)):
         assert {c.constexpr_dict["IS_VARLEN"] for c in call.configs} == {expected}
         assert {c.constexpr_dict["HAS_SCALE"] for c in call.configs} == {False}
@@ -185,7 +185,7 @@ def test_heuristics_and_autotune_keys_see_none_apart_from_an_array(rng: np.rando
     # A key naming the None argument itself keys it apart from an array and from a number.
     keyed = [
         tuning.autotune_key_values(_with_keys(call, ("cu_seqlens", "scale")))
-        for call in (dense, varlen, _bound_call(lambda g: nk.chunk_local_cumsum(g, 8, scale=0.5), g))
+        for call in (dense, varlen, _bound_call(lambda g: lib.chunk_local_cumsum(g, 8, scale=0.5), g))
     ]
     assert keyed[0]["cu_seqlens"] != keyed[1]["cu_seqlens"]
     assert keyed[0]["scale"] != keyed[2]["scale"]

@@ -89,10 +89,16 @@ def triton_call(
     jax-triton 0.4, are reached by positional values counted in declaration order (constexprs included) when only
     that reading fits the call.
 
+    A keyword that names a kernel parameter fills it, as Triton's launcher binds it, even where it is also one of
+    the arguments below: a compile option (``num_warps=``, ``num_stages=``, ``num_ctas=``, ``enable_fp_fusion=``,
+    ``debug=``) then sets both the parameter and the option, any other argument (``name=``, ``launcher=`` ...) the
+    parameter alone. ``kernel``, ``grid``, ``out_shape`` and ``out_type`` always keep their meaning.
+
     Args:
-        *args: Operands: JAX arrays, ``jax.new_ref`` references (updated in place), and bool/int/float/NumPy
+        *args: Operands: JAX arrays, ``jax.new_ref`` references (updated in place), bool/int/float/NumPy
             scalars (passed by value, specialised like Triton does: ``1`` becomes a constant, multiples of 16 get
-            a divisibility hint).
+            a divisibility hint), and ``None`` (a constant the kernel and its heuristics test with ``is None``;
+            refused, naming the parameter, where the kernel uses it unconditionally).
         kernel: A ``@triton.jit`` kernel, possibly wrapped in ``@triton.heuristics`` / ``@triton.autotune``, or a
             ``@gluon.jit`` kernel (with jt-gluon).
         out_shape: The outputs: an object with ``shape`` and ``dtype`` (``jax.ShapeDtypeStruct``, an array) or a
@@ -129,7 +135,7 @@ def triton_call(
             per-shard shapes); scalars reach every shard unchanged, and one that is a global size the shards do
             not have (``n=x.size``) is refused: make such calls inside ``@jt.partitioned(...)``. ``None``: XLA
             gathers the operands. See `jt_core.partitioning`.
-        **metaparams: Constexpr values and keyword operands.
+        **metaparams: Constexpr values and keyword operands (``None`` included).
 
     Returns:
         The outputs, in the structure of ``out_shape``/``out_type``.

@@ -1,6 +1,7 @@
-"""Kernels that take ``None`` for a parameter, written the way public Triton libraries write them (an RMSNorm whose
-weight may be absent, a cross entropy with optional class weights, soft-capping and outputs, a chunked cumulative
-sum whose heuristics test ``is not None``), with the JAX host code that calls each and NumPy references."""
+"""Kernels written the way public Triton libraries and tutorials write them, with the JAX host code that calls each
+and NumPy references: an RMSNorm whose weight may be absent, a cross entropy with optional class weights,
+soft-capping and outputs, a chunked cumulative sum whose heuristics test ``is not None`` (each given ``None`` for what
+is absent), and a persistent row softmax with a ``num_stages`` parameter."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def rms_norm_backward_kernel(
         tl.store(dW_ptr + block * dW_row_stride + cols, dw, mask=mask)
 
 
-def rms_norm_forward(x: Any, w: Any, eps: float, offset: float) -> tuple[Any, Any]:
+def rms_norm_forward(x: Any, w: Any, eps: float, offset: float, **options: Any) -> tuple[Any, Any]:
     rows, cols = x.shape
     return jt.triton_call(
         Y_row_stride=cols,
@@ -105,10 +106,13 @@ def rms_norm_forward(x: Any, w: Any, eps: float, offset: float) -> tuple[Any, An
         out_shape=(x, jax.ShapeDtypeStruct((rows,), np.float32)),
         grid=(rows,),
         BLOCK_SIZE=triton.next_power_of_2(cols),
+        **options,
     )
 
 
-def rms_norm_backward(dy: Any, x: Any, w: Any, rstd: Any, offset: float, rows_per_program: int) -> tuple[Any, Any]:
+def rms_norm_backward(
+    dy: Any, x: Any, w: Any, rstd: Any, offset: float, rows_per_program: int, **options: Any
+) -> tuple[Any, Any]:
     """``(dx, dw)``; ``dw`` is ``None`` without a weight."""
     rows, cols = x.shape
     programs = triton.cdiv(rows, rows_per_program)
@@ -134,6 +138,7 @@ def rms_norm_backward(dy: Any, x: Any, w: Any, rstd: Any, offset: float, rows_pe
         elementwise_affine=affine,
         BLOCK_SIZE=triton.next_power_of_2(cols),
         **absent,
+        **options,
     )
     return (results[0], results[1].sum(axis=0)) if affine else (results[0], None)
 
@@ -254,6 +259,7 @@ def cross_entropy(
     return_z_loss: bool = False,
     gradients: bool = False,
     block: int = 16,
+    **options: Any,
 ) -> dict[str, Any]:
     """The per-row loss (``"loss"``), and ``"z_loss"`` and ``"dx"`` when asked for, by name."""
     rows, cols = logits.shape
@@ -286,6 +292,7 @@ def cross_entropy(
         HAS_GRADIENTS=gradients,
         BLOCK_SIZE=block,
         **absent,
+        **options,
     )
     return dict(zip(order, results))
 
@@ -376,7 +383,12 @@ def chunk_indices_for(cu_seqlens: np.ndarray, chunk_size: int) -> np.ndarray:
 
 
 def chunk_local_cumsum(
-    g: Any, chunk_size: int, reverse: bool = False, scale: float | None = None, cu_seqlens: Any = None
+    g: Any,
+    chunk_size: int,
+    reverse: bool = False,
+    scale: float | None = None,
+    cu_seqlens: Any = None,
+    **options: Any,
 ) -> Any:
     B, T, H = g.shape
     chunk_indices = None if cu_seqlens is None else chunk_indices_for(np.asarray(cu_seqlens), chunk_size)
@@ -394,6 +406,7 @@ def chunk_local_cumsum(
         H=H,
         BT=chunk_size,
         REVERSE=reverse,
+        **options,
     )
 
 
@@ -413,3 +426,47 @@ def chunk_local_cumsum_reference(
             summed = np.cumsum(piece[::-1], axis=0)[::-1] if reverse else np.cumsum(piece, axis=0)
             out[b, start : start + len(piece)] = summed * (scale if scale is not None else 1.0)
     return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Row softmax, persistent: each program walks the rows at a stride of the number of programs, its loop pipelined
+# num_stages deep by a parameter that shares its name with the compile option.
+
+
+@triton.jit
+def softmax_kernel(
+    output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr,
+    num_stages: tl.constexpr,
+):  # fmt: skip
+    row_start = tl.program_id(0)
+    row_step = tl.num_programs(0)
+    for row_idx in tl.range(row_start, n_rows, row_step, num_stages=num_stages):
+        col_offsets = tl.arange(0, BLOCK_SIZE)
+        mask = col_offsets < n_cols
+        row = tl.load(input_ptr + row_idx * input_row_stride + col_offsets, mask=mask, other=-float("inf"))
+        numerator = tl.exp(row - tl.max(row, axis=0))
+        softmax_output = numerator / tl.sum(numerator, axis=0)
+        tl.store(output_ptr + row_idx * output_row_stride + col_offsets, softmax_output, mask=mask)
+
+
+def softmax(x: Any, **keywords: Any) -> Any:
+    """``softmax_kernel`` over the rows of ``x``; ``keywords`` go to ``triton_call`` (``num_stages=`` among them)."""
+    n_rows, n_cols = x.shape
+    return jt.triton_call(
+        input_ptr=x,
+        input_row_stride=n_cols,
+        output_row_stride=n_cols,
+        n_rows=n_rows,
+        n_cols=n_cols,
+        kernel=keywords.pop("kernel", softmax_kernel),
+        out_shape=x,
+        grid=keywords.pop("grid", 3),
+        BLOCK_SIZE=triton.next_power_of_2(n_cols),
+        **keywords,
+    )
+
+
+def softmax_reference(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
