@@ -1,6 +1,6 @@
 """``None`` arguments and keyword-bound parameters on CUDA GPUs (skipped without one): the kernels of
 ``core_library_kernels`` against NumPy, with what is optional absent and present, through the ``jt`` and ``xla``
-launchers."""
+launchers (and jaxlib's handler for the simplest calls)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import jt_core as jt
 pytestmark = pytest.mark.cuda
 
 LAUNCHERS = ["jt", "xla"]
+#: With jaxlib's own Triton handler too, for the calls that every launcher must pass alike.
+ALL_LAUNCHERS = ["jt", "jaxlib", "xla"]
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ def scale_classic_kernel(x_ptr, w_ptr, n, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, x, mask=mask)
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("launcher", ALL_LAUNCHERS)
 @pytest.mark.parametrize("has_weight", [False, True], ids=["no weight", "weight"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_rms_norm_forward_with_an_optional_weight_on_gpu(
@@ -130,7 +132,7 @@ def test_chunk_cumsum_heuristics_see_none_on_gpu(
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("launcher", ALL_LAUNCHERS)
 def test_none_fills_a_pointer_positionally_in_the_classic_convention_on_gpu(
     rng: np.random.Generator, launcher: str
 ) -> None:

@@ -236,8 +236,8 @@ def _bind_shared_keywords(
     (``name=``, ``launcher=`` ...) becomes the parameter's alone, its own meaning back at its default. A keyword
     counts as given when it differs from ``triton_call``'s default (``None`` for most).
 
-    Triton's launcher always passes the debug option by keyword, so a parameter named ``debug`` that the call gives
-    no value receives it (False) over its declared default, unless a positional value, a heuristic or an
+    Triton's launcher always passes the debug option by keyword, so a ``debug: tl.constexpr`` parameter that the call
+    gives no value receives it (False) over its declared default, unless a positional value, a heuristic or an
     autotuning config may give it one.
     """
     params = {p.name: p for p in kernel_params(wrappers.fn)}
@@ -251,6 +251,7 @@ def _bind_shared_keywords(
     debug = params.get("debug")
     if (
         debug is not None
+        and debug.is_constexpr
         and "debug" not in metaparams
         and debug.index >= num_positional
         and all(heuristic != "debug" for heuristic, _ in wrappers.heuristics)
