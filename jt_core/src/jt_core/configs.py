@@ -168,6 +168,10 @@ def expand_configs(
         for p in constexpr_params:
             if p.name in user_meta:
                 meta[p.name] = user_meta[p.name]
+            elif p.name in cfg_options:
+                # Triton's autotuner passes a config's options (num_warps= ...) as keywords, which a parameter of
+                # the same name takes.
+                meta[p.name] = cfg_options[p.name]
             elif p.name in cfg_kwargs:
                 meta[p.name] = cfg_kwargs[p.name]
             elif p.has_default:
@@ -176,7 +180,14 @@ def expand_configs(
         for heur_name, heur in wrappers.heuristics:
             if heur_name in user_meta or heur_name in explicit_options:
                 continue
-            view = {**named_values, **meta, **CompileOptions().as_dict(), **options_from_config}
+            # A parameter's value over the option of the same name: Triton's heuristics see the launch's keywords.
+            view = {
+                **named_values,
+                **CompileOptions().as_dict(),
+                **options_from_config,
+                **explicit_options,
+                **meta,
+            }
             try:
                 value = heur(view)
             except Exception as exc:
@@ -185,10 +196,10 @@ def expand_configs(
                 ) from exc
             if heur_name in ("num_warps", "num_stages", "num_ctas"):
                 options_from_config[heur_name] = value
-            elif heur_name in constexpr_names:
+            if heur_name in constexpr_names:
                 check_constexpr_value(heur_name, value, signature, " returned by @triton.heuristics")
                 meta[heur_name] = value
-            else:
+            elif heur_name not in ("num_warps", "num_stages", "num_ctas"):
                 raise KernelCallValueError(
                     f"@triton.heuristics sets {heur_name!r}, which is not a constexpr parameter of {signature}"
                 )
@@ -199,7 +210,7 @@ def expand_configs(
                 f"(e.g. {missing[0]}=...)"
             )
         options = _options(explicit_options, backend_options, options_from_config)
-        meta_view = {**named_values, **meta, **options.as_dict()}
+        meta_view = {**named_values, **options.as_dict(), **meta}
         grid3 = normalize_grid(grid, meta_view)
         zeroed = _zeroed(zeroed_outputs, meta_view)
         zeroed_list = sorted(set(zeroed) | set(zero_names))

@@ -94,7 +94,11 @@ def dialect_for(kernel: Any) -> Dialect:
 
 def _placement_hint(call: KernelCall) -> str:
     """Where a scalar went to a parameter named as a pointer (``*_ptr``): how values reach parameters."""
-    misplaced = [slot.name for slot in call.slots if slot.kind == SCALAR and slot.name.endswith("_ptr")]
+    misplaced = [
+        slot.name
+        for slot in call.slots
+        if slot.kind == SCALAR and slot.value is not None and slot.name.endswith("_ptr")
+    ]
     if not misplaced:
         return ""
     return (
