@@ -127,13 +127,16 @@ class CpuBackend(Backend):
             except Exception as exc:  # a module this jt cannot read runs in the interpreter
                 return None, f"its Triton IR could not be read ({type(exc).__name__}: {exc})"
 
+        stops: list[str] = []
         try:
-            program, why_not = frontend.build(source, read)
+            program, why_not = frontend.build(source, read, stops)
         except Exception as exc:
             if compile_check_enabled():
                 raise
             lines = str(exc).strip().splitlines() or [""]
-            program, why_not = None, f"Triton's front end refused it ({type(exc).__name__}: {lines[-1]})"
+            program, why_not = None, f"a kernel Triton's front end refused ({type(exc).__name__}: {lines[-1]})"
+        if stops:  # Python's debugger stops only where the kernel runs as Python: in the interpreter
+            program, why_not = None, f"breakpoint() (Python's debugger) at {stops[0]}"
         return self._compiled(request, program, why_not)
 
     @staticmethod
