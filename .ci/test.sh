@@ -13,7 +13,8 @@ workers="${JT_TEST_WORKERS:-2}"
 run_pytest() {
     local venv="$1" label="$2" rc=0
     step "pytest on $label ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
-    JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" || rc=$?
+    JT_DOCS_SITE="$site" JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" ||
+        rc=$?
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
     if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; status=1; fi
 }
@@ -89,7 +90,10 @@ step "mypy"
 step "import contracts (lint-imports)"
 "$latest/bin/lint-imports" || status=1
 step "mkdocs build --strict"
-NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$ROOT/.ci-venv-latest/site" || status=1
+# The suites' checks of the site (tests/test_docs_site.py) read this build (JT_DOCS_SITE) instead of making their own.
+site="$ROOT/.ci-venv-latest/site"
+rm -rf "$site"
+NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$site" || status=1
 # While the suites of the newest set run, beside them (mostly downloads and installs, in one process at a time): the
 # pinned set's virtualenv; the wheelhouse, built in the pinned set's environment (its jaxlib is the oldest jt supports,
 # whose XLA FFI headers the prebuilt libraries are compiled against), checked, and installed by name in fresh
