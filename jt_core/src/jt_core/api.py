@@ -25,7 +25,6 @@ from jt_core.primitive import triton_kernel_call_p
 __all__ = ["triton_call"]
 
 
-
 class _Unset:
     """The default of a keyword of `triton_call` that has no value to default to; it reads as its name in the
     signature (``help(jt.triton_call)``, the reference)."""
