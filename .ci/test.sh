@@ -15,7 +15,8 @@ run_pytest() {
     step "pytest on $label ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
     # The output is shown once the run ends, so that it is not cut into by the lines of the work running beside it.
     log="$(mktemp)"
-    JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" >"$log" 2>&1 || rc=$?
+    JT_DOCS_SITE="$site" JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" \
+        >"$log" 2>&1 || rc=$?
     cat "$log"
     rm -f "$log"
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
@@ -93,7 +94,10 @@ step "mypy"
 step "import contracts (lint-imports)"
 "$latest/bin/lint-imports" --no-logo || status=1
 step "mkdocs build --strict"
-NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$JT_CI_HOME/site" || status=1
+# The suites' checks of the site (tests/test_docs_site.py) read this build (JT_DOCS_SITE) instead of making their own.
+site="$JT_CI_HOME/site"
+rm -rf "$site"
+NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$site" || status=1
 # While the suites of the newest set run, beside them (mostly downloads and installs, in one process at a time): the
 # pinned set's virtualenv; the wheelhouse, built in the pinned set's environment (its jaxlib is the oldest jt supports,
 # whose XLA FFI headers the prebuilt libraries are compiled against), checked, and installed by name in fresh

@@ -295,6 +295,13 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"keyword",
     ),
     (
+        "a kernel Triton's front end refuses, named with the platform it was compiled for",
+        lambda: jt.triton_call(X, X, kernel=k.add_current_kernel, out_shape=X, grid=2, n=20, BLOCK=24),
+        jt.KernelCompileError,
+        r"(?s)^compiling triton_call 'add_current_kernel' \(kernel add_current_kernel\(.*\)\) for cpu with config "
+        r"\[BLOCK=24, .*arange's range must be a power of 2",
+    ),
+    (
         "no outputs at all",
         lambda: jt.triton_call(X, 20, 2.0, kernel=scale_inplace_kernel, out_shape=(), grid=2, BLOCK=16),
         ValueError,

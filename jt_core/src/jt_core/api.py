@@ -26,7 +26,24 @@ from jt_core.primitive import triton_kernel_call_p
 
 __all__ = ["triton_call"]
 
-_MISSING: Any = object()
+
+class _Unset:
+    """The default of a keyword of `triton_call` that has no value to default to; it reads as its name in the
+    signature (``help(jt.triton_call)``, the reference)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+#: ``kernel=`` and ``grid=``: a call without one is refused, naming it.
+REQUIRED: Any = _Unset("REQUIRED")
+#: ``out_shape=`` and ``out_type=``, two names of one argument: a call gives exactly one.
+NOT_GIVEN: Any = _Unset("NOT_GIVEN")
 
 #: What the required keywords hold, for the error when one is missing.
 _REQUIRED = {
@@ -53,10 +70,10 @@ _PALLAS_HABITS = {
 
 def triton_call(
     *args: Any,
-    kernel: Any = _MISSING,
-    out_shape: Any = _MISSING,
-    out_type: Any = _MISSING,
-    grid: int | tuple[int, ...] | Callable[[dict[str, Any]], Any] = _MISSING,
+    kernel: Any = REQUIRED,
+    out_shape: Any = NOT_GIVEN,
+    out_type: Any = NOT_GIVEN,
+    grid: int | tuple[int, ...] | Callable[[dict[str, Any]], Any] = REQUIRED,
     input_output_aliases: Mapping[int, int] | None = None,
     zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]] = (),
     num_warps: int | None = None,
@@ -99,12 +116,12 @@ def triton_call(
             scalars (passed by value, specialised like Triton does: ``1`` becomes a constant, multiples of 16 get
             a divisibility hint), and ``None`` (a constant the kernel and its heuristics test with ``is None``;
             refused, naming the parameter, where the kernel uses it unconditionally).
-        kernel: A ``@triton.jit`` kernel, possibly wrapped in ``@triton.heuristics`` / ``@triton.autotune``, or a
-            ``@gluon.jit`` kernel (with jt-gluon).
+        kernel: Required. A ``@triton.jit`` kernel, possibly wrapped in ``@triton.heuristics`` /
+            ``@triton.autotune``, or a ``@gluon.jit`` kernel (with jt-gluon).
         out_shape: The outputs: an object with ``shape`` and ``dtype`` (``jax.ShapeDtypeStruct``, an array) or a
-            pytree of them. The result has the same structure.
+            pytree of them. The result has the same structure. Required unless ``out_type`` is given.
         out_type: Same as ``out_shape`` (the newer name); give exactly one of the two.
-        grid: Number of programs: an int, a tuple of up to three ints, or a callable receiving the
+        grid: Required. Number of programs: an int, a tuple of up to three ints, or a callable receiving the
             metaparameters (and named operands' shapes) and returning one of those.
         input_output_aliases: ``{operand index: output index}``: the output reuses the operand's buffer (with
             ``jax.jit(..., donate_argnums=...)`` no copy is made). Operand indices count the flattened
@@ -145,7 +162,7 @@ def triton_call(
         KernelCallValueError: Unusable values (grid, aliases, options).
         NoBackendError: When lowering for a platform no installed plugin serves.
     """
-    if kernel is _MISSING or grid is _MISSING:
+    if kernel is REQUIRED or grid is REQUIRED:
         _refuse_missing(kernel, grid, metaparams, args)
     wrappers = unwrap_kernel(kernel)
     _refuse_misspelled_options(wrappers.fn, metaparams)
@@ -168,15 +185,15 @@ def triton_call(
         "partition": partition,
     }
     _bind_shared_keywords(wrappers, len(args), own, metaparams)
-    if out_shape is not _MISSING and out_type is not _MISSING:
+    if out_shape is not NOT_GIVEN and out_type is not NOT_GIVEN:
         raise KernelCallTypeError("triton_call got both out_shape= and out_type=; give one (they mean the same)")
-    if out_shape is _MISSING and out_type is _MISSING:
+    if out_shape is NOT_GIVEN and out_type is NOT_GIVEN:
         raise KernelCallTypeError(
             "triton_call needs out_shape= (or out_type=): the shape and dtype of each output, e.g. "
             "out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)"
         )
     options = CallOptions(
-        out_spec=out_shape if out_shape is not _MISSING else out_type,
+        out_spec=out_shape if out_shape is not NOT_GIVEN else out_type,
         grid=grid,
         input_output_aliases=own["input_output_aliases"],
         zeroed_outputs=own["zeroed_outputs"],
@@ -264,7 +281,7 @@ def _refuse_missing(kernel: Any, grid: Any, metaparams: dict[str, Any], args: tu
     """Names a required keyword that is missing, and the misspelling, or the kernel given positionally, that
     probably stands for it."""
     for name, value in (("kernel", kernel), ("grid", grid)):
-        if value is not _MISSING:
+        if value is not REQUIRED:
             continue
         if name == "kernel":
             positional = [i for i, arg in enumerate(args) if _looks_like_a_kernel(arg)]

@@ -16,8 +16,9 @@ Configuration (read on every use, see `jt_core.settings`):
 Entries are written atomically (`jt_core.files.atomic_write`), so concurrent processes never see a torn entry.
 Each entry carries its integrity record, a SHA-256 checksum of its contents (the sizes of its parts are inside): a
 corrupt or truncated entry is reported with a warning, deleted and rebuilt, never loaded. Entries are JSON plus raw
-binary blobs; nothing is unpickled. The binary is device code that a launcher loads onto the GPU, which is why the
-folder is checked like every folder jt executes from. A compile that misses runs under the entry's lock
+binary blobs; nothing is unpickled. The binary is device code that a launcher loads onto the GPU (for the CPU
+backend, the kernel's Triton IR, which its compiled path turns into XLA operations), which is why the folder is
+checked like every folder jt executes from. A compile that misses runs under the entry's lock
 (`jt_core.files.file_lock`): processes of one machine compiling the same kernel at once compile it once, and the
 others read the entry back. The cache only saves time: an entry that cannot be read is a miss, and one that cannot be
 written (a full disk, a read-only folder) leaves the kernel compiled but uncached, with one warning for the folder.

@@ -149,9 +149,13 @@ def _backend() -> tuple[Any, Any, Any, Any]:
     return target, backend, options, codegen
 
 
-def build[T](source: Any, visit: Callable[[Any], T]) -> T:
+def build[T](source: Any, visit: Callable[[Any], T], stops: list[str] | None = None) -> T:
     """Runs Triton's front end on an ``ASTSource`` (what a dialect's ``make_source`` returns) and hands the module it
     makes (the kernel's TTIR) to ``visit``, whose result it returns; the module lives only for that call.
+
+    A ``breakpoint()`` in the kernel or a helper it calls is let through (`_breakpoints_let_through`): it leaves
+    nothing in the TTIR, and where each one the front end reached stands (``"file:line"``) is appended to
+    ``stops``.
 
     Raises:
         Exception: Triton's own (``CompilationError`` with the source line), for a kernel the front end refuses.
@@ -164,12 +168,61 @@ def build[T](source: Any, visit: Callable[[Any], T]) -> T:
         # refuses, and MLIR rewrites every argument's attributes to set one: time quadratic in the parameters.
         source = copy.copy(source)
         source.attrs = {}
-    with compiling(), _lock, _linear_front_end(source.fn):  # the builder state is not shared between threads
+    reached: list[str] = [] if stops is None else stops
+    # the builder state is not shared between threads
+    with compiling(), _lock, _linear_front_end(source.fn), _breakpoints_let_through(reached):
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)
         module = source.make_ir(target, options, codegen, backend.get_module_map(), context)
         return visit(module)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# breakpoint() in a kernel.
+
+
+def _breakpoint_stand_in(*args: Any, **kwargs: Any) -> None:
+    """What ``breakpoint`` names while jt runs Triton's front end; the code generator calls `_reach_breakpoint`
+    in its place."""
+    raise NameError("breakpoint is not defined")
+
+
+#: Where the front end run by this thread appends the breakpoints it reaches (``None``: no such run).
+_stops = threading.local()
+
+
+def _reach_breakpoint(generator: Any, node: ast.Call) -> None:
+    """Triton's code generator at a ``breakpoint()`` call: nothing to emit; where it stands is kept."""
+    found = getattr(_stops, "found", None)
+    if found is None:  # a compile on another thread than jt's front end run: Triton's own refusal
+        raise NameError("breakpoint is not defined")
+    found.append(f"{generator.file_name}:{generator.begin_line + node.lineno}")
+
+
+@contextmanager
+def _breakpoints_let_through(found: list[str]) -> Iterator[None]:
+    """Runs the body with ``breakpoint()`` known to Triton's code generator, as a call that emits nothing and
+    appends its ``"file:line"`` to ``found``.
+
+    Python's debugger stops only where the kernel runs as Python (Triton's interpreter), and the front end checks
+    the rest of such a kernel all the same: the CPU backend hands the configurations that reach one to the
+    interpreter. Held under ``_lock``; a compile running at the same time on another thread, which Triton's front
+    end is not run for by jt, still gets Triton's ``NameError``."""
+    from triton.compiler import code_generator
+
+    generator = code_generator.CodeGenerator
+    names = generator.__dict__["builtin_namespace"]
+    static = generator.__dict__["statically_implemented_functions"]
+    generator.builtin_namespace = {**names, "breakpoint": _breakpoint_stand_in}
+    generator.statically_implemented_functions = {**static, _breakpoint_stand_in: _reach_breakpoint}
+    _stops.found = found
+    try:
+        yield
+    finally:
+        _stops.found = None
+        generator.builtin_namespace = names
+        generator.statically_implemented_functions = static
 
 
 def check(source: Any) -> None:

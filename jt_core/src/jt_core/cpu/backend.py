@@ -80,6 +80,10 @@ class CpuBackend(Backend):
     def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
         return CPU_TARGET
 
+    def target_label(self, target: Target) -> str:
+        # One target, whichever launcher runs the kernel: a compile is Triton's front end, for either path.
+        return "cpu"
+
     def parse_options(
         self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
     ) -> CpuOptions:
@@ -117,7 +121,8 @@ class CpuBackend(Backend):
         it is lowered, with Triton's message, rather than in the middle of a run."""
         runner.interpreted(request.kernel.fn)  # rewrite now: a kernel without source fails at lowering, not at run
         if not compile_check_enabled() and _interpreter_chosen(request):
-            return self._compiled(request, None, "the call runs in the interpreter, without the front end's checks")
+            skipped = "a kernel compiled without Triton's front end (JT_CPU_COMPILE_CHECK=0, for the interpreter)"
+            return self._compiled(request, None, skipped)
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         names = enum_names()
 
@@ -125,15 +130,18 @@ class CpuBackend(Backend):
             try:
                 return extract(module, names), None
             except Exception as exc:  # a module this jt cannot read runs in the interpreter
-                return None, f"its Triton IR could not be read ({type(exc).__name__}: {exc})"
+                return None, f"a kernel whose Triton IR jt could not read ({type(exc).__name__}: {exc})"
 
+        stops: list[str] = []
         try:
-            program, why_not = frontend.build(source, read)
+            program, why_not = frontend.build(source, read, stops)
         except Exception as exc:
             if compile_check_enabled():
                 raise
             lines = str(exc).strip().splitlines() or [""]
-            program, why_not = None, f"Triton's front end refused it ({type(exc).__name__}: {lines[-1]})"
+            program, why_not = None, f"a kernel Triton's front end refused ({type(exc).__name__}: {lines[-1]})"
+        if stops:  # Python's debugger stops only where the kernel runs as Python: in the interpreter
+            program, why_not = None, f"breakpoint() (Python's debugger) at {stops[0]}"
         return self._compiled(request, program, why_not)
 
     @staticmethod

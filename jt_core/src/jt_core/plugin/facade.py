@@ -13,7 +13,7 @@ from jt_core.call import SCALAR, KernelCall
 from jt_core.errors import JtError, KernelCompileError
 from jt_core.plugin.records import BROKEN
 from jt_core.plugin.registry import SET_ASIDE, get_registry
-from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher, invoke
 from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
@@ -108,6 +108,16 @@ def _placement_hint(call: KernelCall) -> str:
     )
 
 
+def _target_text(request: CompileRequest) -> str:
+    """The platform and the backend's label of the target (``"cuda sm90"``, ``"rocm gfx942"``, ``"cpu"``)."""
+    platform = request.target.platform
+    try:
+        label = str(invoke(request.backend, "target_label", target=request.target))
+    except Exception:  # a message is being made for another error: the target's fields do
+        label = str(request.target.arch)
+    return label if label == platform or label.startswith(f"{platform} ") else f"{platform} {label}"
+
+
 def compile_kernel(request: CompileRequest) -> CompiledKernel:
     """Compiles one configuration through the ``jt_compile_kernel`` hook (caches and observers included).
 
@@ -133,7 +143,7 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
                 raise
             raise KernelCompileError(
                 f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
-                f"{request.target.platform} {request.target.arch} with config [{request.config.label}] failed:\n"
+                f"{_target_text(request)} with config [{request.config.label}] failed:\n"
                 f"{type(exc).__name__}: {exc}\nThe call gave the kernel's parameters: {request.call.binding_text()}"
                 f"{_placement_hint(request.call)}"
             ) from exc
