@@ -54,6 +54,8 @@ def not_(x):
     return x == 0
 
 
+# Triton 3.9 warns that `and`/`or` on tensors are deprecated; this test uses them on purpose.
+@pytest.mark.filterwarnings("ignore:Logical operators 'and' and 'or' are deprecated:UserWarning")
 def test_and_or_on_tensors_are_elementwise_as_compiled_triton_makes_them() -> None:
     out = np.asarray(run(bool_ops_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.int32), grid=1, BLOCK=8))
     i = np.arange(8)
