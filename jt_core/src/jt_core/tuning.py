@@ -150,16 +150,26 @@ def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> N
         integrity.write_record(path, record)
 
 
-def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:
+def choose_config(
+    call: KernelCall,
+    device_name: str,
+    trial: Callable[[int], float],
+    none_usable: Callable[[], Exception] | None = None,
+) -> int:
     """Picks the fastest configuration of an autotuned call, or the remembered one.
 
     Args:
         call: The call; ``call.configs`` are the candidates.
         device_name: Names the device the timings hold for (part of the remembered key).
-        trial: Runs configuration ``i`` once on scratch copies of the buffers and returns its time in seconds.
+        trial: Runs configuration ``i`` once on scratch copies of the buffers and returns its time in seconds;
+            infinity for a configuration set aside (one that leaves part of an output unwritten, say).
+        none_usable: Makes the error raised when every configuration is set aside.
 
     Returns:
         The index of the chosen configuration.
+
+    Raises:
+        Exception: ``none_usable()``, when every trial gave infinity (nothing is remembered then).
     """
     if len(call.configs) == 1:
         return 0
@@ -185,6 +195,8 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
                 elapsed,
             )
     best = min(range(len(timings)), key=timings.__getitem__)
+    if timings[best] == float("inf"):
+        raise (none_usable or (lambda: RuntimeError(f"triton_call {call.name!r}: no config could run")))()
     tuning_stats["tunings"] += 1
     _tuning_log.info(
         "triton_call %r: config [%s] won (%.3f ms) after tuning %d configs in %.2f s",

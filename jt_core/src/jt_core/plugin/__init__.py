@@ -81,6 +81,7 @@ from jt_core.errors import (
     KernelCompileError,
     KernelRuntimeError,
     NoDeviceError,
+    OutOfResourcesError,
     UnsupportedKernelError,
 )
 from jt_core.native import LibrarySpec, NativeBuildError
@@ -115,6 +116,7 @@ __all__ = [
     "LibrarySpec",
     "NativeBuildError",
     "NoDeviceError",
+    "OutOfResourcesError",
     "ParamSlot",
     "Specialization",
     "Target",
