@@ -31,6 +31,7 @@ __all__ = [
     "load_choice",
     "record_path",
     "save_choice",
+    "skipped_configs",
     "take_recent_choice",
     "tuning_key",
     "tuning_path",
@@ -114,8 +115,9 @@ HANDLER_PREFIX = "jt_"
 def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
     """A tuning record: one written here carries its integrity record (`jt_core.integrity.write_record`); one a
     GPU launch handler wrote after tuning at run time (``"tuned_by": "jt_cuda_launch"``, no SHA-256 at hand there)
-    must agree with itself instead: a timing for every candidate, and the index of the fastest (the first of
-    equals, as the handler picks). A record that fails is deleted, with a warning."""
+    must agree with itself instead: a timing for every candidate (``null`` for one it set aside, whose reason is
+    under ``"skipped"``), and the index of the fastest (the first of equals, as the handler picks). A record that
+    fails is deleted, with a warning."""
     data = files.read_file(path)
     if data is None:
         return None
@@ -130,13 +132,28 @@ def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
     seconds, index = raw.get("seconds"), raw.get("index")
     timings = seconds if isinstance(seconds, list) else []
     numbers = [t for t in timings if isinstance(t, (int, float)) and t == t and t >= 0]
-    if len(numbers) != num_configs or len(timings) != num_configs:
+    skipped = [t for t in timings if t is None]
+    if len(numbers) + len(skipped) != num_configs or len(timings) != num_configs or not numbers:
         files.unusable(path, f"it holds {len(numbers)} timings for {num_configs} configurations")
         return None
-    if index != numbers.index(min(numbers)):
+    fastest = min(numbers)
+    if index != next(i for i, t in enumerate(timings) if t == fastest and t is not None):
         files.unusable(path, f"its index {index!r} is not that of its fastest timing")
         return None
     return raw
+
+
+def skipped_configs(key: str, num_configs: int) -> list[tuple[int, str]]:
+    """The configurations a GPU launch handler set aside when it tuned problem ``key``, with why (it wrote them
+    into its record): ``[(index, reason), ...]``."""
+    path = record_path(key)
+    record = None if path is None or not cache.enabled() else _read_record(path, num_configs)
+    skipped = record.get("skipped") if record is not None else None
+    found = []
+    for entry in skipped if isinstance(skipped, list) else []:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and 0 <= entry[0] < num_configs:
+            found.append((entry[0], str(entry[1])))
+    return found
 
 
 def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> None:

@@ -79,8 +79,8 @@ class LoweredCall:
         reasons: dict[int, str] = {}
 
         def run_checked(index: int) -> list[np.ndarray] | None:
-            """Runs configuration ``index`` twice into sentinel-filled outputs; its outputs, or ``None`` (with a
-            warning) when it left elements unwritten."""
+            """Runs configuration ``index`` twice into sentinel-filled outputs; its outputs, or ``None`` when it
+            left elements unwritten (why is kept in ``reasons``)."""
             first = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 0))
             second = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 1))
             counts = {
@@ -91,8 +91,12 @@ class LoweredCall:
             if not counts:
                 return first
             reasons[index] = coverage.unwritten_message(call, counts)
-            coverage.config_skipped(call, call.configs[index], reasons[index])
             return None
+
+        def chosen(index: int, results: list[np.ndarray] | None) -> tuple[int, list[np.ndarray] | None]:
+            for skipped, why in sorted(reasons.items()):
+                coverage.config_skipped(call, call.configs[skipped], why)
+            return index, results
 
         def none_usable() -> Exception:
             labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
@@ -104,7 +108,7 @@ class LoweredCall:
             for index in range(len(kernels)):
                 covered = run_checked(index)
                 if covered is not None:
-                    return index, covered
+                    return chosen(index, covered)
             raise none_usable()
         results: dict[int, list[np.ndarray]] = {}
 
@@ -120,4 +124,4 @@ class LoweredCall:
             return time.perf_counter() - start
 
         index = tuning.choose_config(call, CPU_DEVICE_NAME, trial, none_usable)
-        return index, results.get(index)
+        return chosen(index, results.get(index))

@@ -244,7 +244,8 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
     reasons: dict[int, str] = {}
 
     def covers(index: int) -> bool:
-        """Runs configuration ``index`` into both sentinels; whether it wrote every checked element (else warns)."""
+        """Runs configuration ``index`` into both sentinels; whether it wrote every checked element (else why is kept
+        in ``reasons``)."""
         runs = []
         for run in (0, 1):
             with jax.enable_x64(True):
@@ -257,8 +258,12 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         counts = {out: count for out, count in counts.items() if count}
         if counts:
             reasons[index] = coverage.unwritten_message(call, counts)
-            coverage.config_skipped(call, call.configs[index], reasons[index])
         return not counts
+
+    def chosen(index: int) -> int:
+        for skipped, why in sorted(reasons.items()):
+            coverage.config_skipped(call, call.configs[skipped], why)
+        return index
 
     def none_usable() -> Exception:
         labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
@@ -268,7 +273,7 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         for index in range(len(call.configs)):
             try:
                 if covers(index):
-                    return index
+                    return chosen(index)
             except UnsupportedKernelError:
                 return index  # the call runs in the interpreter, which chooses again
         raise none_usable()
@@ -286,7 +291,7 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
             return float("inf")
         return time.perf_counter() - start
 
-    return tuning.choose_config(call, COMPILED_DEVICE_NAME, trial, none_usable)
+    return chosen(tuning.choose_config(call, COMPILED_DEVICE_NAME, trial, none_usable))
 
 
 def _one_device(ctx: Any) -> bool:

@@ -20,7 +20,8 @@
 //   ffi::Error LoadFunctions(const KernelState<Driver>&, Context, std::vector<Function>*) const
 //                                  loads every configuration's module into a context, in configuration order
 //   ffi::Error LaunchKernel(const KernelState<Driver>&, const KernelConfig&, Function, Stream, void** params) const
-//   Result MemsetD8Async(void*, size_t, Stream) const;  CopyToHostAsync(void* host, const void* device, size_t,
+//   Result MemsetD8Async(void*, size_t, Stream) const;  FillD8Async(void*, unsigned char, size_t, Stream) const;
+//          CopyToHostAsync(void* host, const void* device, size_t,
 //          Stream) const;  CopyToDeviceAsync(void* device, const void* host, size_t, Stream) const;
 //          StreamSynchronize(Stream) const;  EventCreate(Event*) const;  EventRecord(Event, Stream) const;
 //          EventSynchronize(Event) const;  EventElapsedTime(float* ms, Event, Event) const;  EventDestroy(Event) const
@@ -31,7 +32,8 @@
 //   instantiate  parses the attributes into a KernelState (and, for the preloaded variant, loads the modules into
 //                every device's context, so that a single-config call needs no initialize stage);
 //   initialize   loads the modules for the stream's context and, for several configurations, times each on the
-//                real buffers and keeps the fastest (never under graph capture);
+//                real buffers and keeps the fastest that can launch and, for a call with `coverage`, writes every
+//                element of the checked results (never under graph capture);
 //   execute      zeroes the requested outputs and launches; cheap and safe to capture into a graph, which is why the
 //                handlers are registered as command-buffer compatible.
 //
@@ -265,10 +267,98 @@ ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Drive
 
 // ---- autotuning ------------------------------------------------------------------------------------------------
 
+// The bytes the two coverage runs fill a checked result with (jt_core.coverage.SENTINELS): an element that holds
+// the first after the first run and the second after the second was written by no program.
+constexpr unsigned char kSentinels[2] = {0xA5, 0x5A};
+// Host memory a coverage check copies a result through, at most.
+constexpr size_t kCheckChunk = size_t{8} << 20;
+
+// A result a configuration must write entirely to be chosen.
+struct CheckedBuffer {
+  int64_t index;  // the result's index
+  void* data;
+  size_t bytes;
+  size_t element_bytes;
+};
+
+// What tuning asks of one call: to launch configuration c on the stream, and the results c must write entirely.
+// Apart from XLA's call frame, so that the tuning logic runs without one (jt-core's tests drive it so).
+class TrialRunner {
+ public:
+  virtual ~TrialRunner() = default;
+  virtual ffi::Error Launch(int c) = 0;
+  virtual std::vector<CheckedBuffer> Checked(int c) = 0;
+};
+
+// Copies `buffer` to the host in chunks and calls visit(element index, element bytes) for each element.
+template <typename Driver, typename Visit>
+ffi::Error VisitElements(const Driver* d, const KernelState<Driver>* s, typename Driver::Stream stream,
+                         const CheckedBuffer& buffer, std::vector<unsigned char>* chunk, Visit visit) {
+  const size_t element = std::max<size_t>(buffer.element_bytes, 1);
+  const size_t step = std::max(element, kCheckChunk / element * element);
+  for (size_t offset = 0; offset < buffer.bytes; offset += step) {
+    const size_t bytes = std::min(step, buffer.bytes - offset);
+    chunk->resize(bytes);
+    JT_LAUNCH_CHECK(d->CopyToHostAsync(chunk->data(), static_cast<const char*>(buffer.data) + offset, bytes, stream),
+                    "copying a result back for the coverage check", "");
+    JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
+    for (size_t at = 0; at + element <= bytes; at += element) visit((offset + at) / element, chunk->data() + at);
+  }
+  return ffi::Error::Success();
+}
+
+inline bool AllBytes(const unsigned char* bytes, size_t count, unsigned char value) {
+  for (size_t i = 0; i < count; ++i) {
+    if (bytes[i] != value) return false;
+  }
+  return true;
+}
+
+// How many elements of each of `buffers` configuration c leaves unwritten: it runs twice, into the buffers filled
+// with each sentinel in turn. `launch_failed` says whether an error came from launching c.
 template <typename Driver>
-ffi::ErrorOr<float> TimeConfig(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Function function,
-                               typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
-                               int iterations) {
+ffi::ErrorOr<std::vector<int64_t>> UnwrittenElements(const Driver* d, const KernelState<Driver>* s, int c,
+                                                     typename Driver::Stream stream, TrialRunner& runner,
+                                                     const std::vector<CheckedBuffer>& buffers, bool* launch_failed) {
+  std::vector<std::vector<bool>> first(buffers.size());
+  std::vector<int64_t> counts(buffers.size(), 0);
+  std::vector<unsigned char> chunk;
+  for (int run = 0; run < 2; ++run) {
+    for (const CheckedBuffer& buffer : buffers) {
+      if (buffer.bytes == 0) continue;
+      auto result = d->FillD8Async(buffer.data, kSentinels[run], buffer.bytes, stream);
+      if (!Succeeded(d, result)) {
+        return ffi::Unexpected(Failure(d, s, "filling a result for the coverage check", result, s->configs[c].label));
+      }
+    }
+    if (ffi::Error error = runner.Launch(c); error.failure()) {
+      *launch_failed = true;
+      return ffi::Unexpected(error);
+    }
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      const size_t element = std::max<size_t>(buffers[b].element_bytes, 1);
+      if (run == 0) first[b].assign(buffers[b].bytes / element, false);
+      auto visit = [&](size_t index, const unsigned char* bytes) {
+        if (run == 0) {
+          first[b][index] = AllBytes(bytes, element, kSentinels[0]);
+        } else if (first[b][index] && AllBytes(bytes, element, kSentinels[1])) {
+          ++counts[b];
+        }
+      };
+      if (ffi::Error error = VisitElements(d, s, stream, buffers[b], &chunk, visit); error.failure()) {
+        return ffi::Unexpected(error);
+      }
+    }
+  }
+  return counts;
+}
+
+// Times configuration c: one launch, then `iterations` launches between two events. `launch_failed` says whether
+// the first launch was refused (the driver would not start it: too many registers or too much shared memory for
+// the device, what Triton's OutOfResources says), which sets the configuration aside instead of failing the call.
+template <typename Driver>
+ffi::ErrorOr<float> TimeConfig(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Stream stream,
+                               TrialRunner& runner, int iterations, bool* launch_failed) {
   using Event = typename Driver::Event;
   Event start, stop;
   auto result = d->EventCreate(&start);
@@ -286,11 +376,14 @@ ffi::ErrorOr<float> TimeConfig(const Driver* d, KernelState<Driver>* s, int c, t
       d->EventDestroy(b);
     }
   } destroy{d, start, stop};
-  if (ffi::Error e = Launch(d, s, c, function, stream, args, rets); e.failure()) return ffi::Unexpected(e);
+  if (ffi::Error e = runner.Launch(c); e.failure()) {
+    *launch_failed = true;
+    return ffi::Unexpected(e);
+  }
   result = d->EventRecord(start, stream);
   if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventRecord, result));
   for (int i = 0; i < iterations; ++i) {
-    if (ffi::Error e = Launch(d, s, c, function, stream, args, rets); e.failure()) return ffi::Unexpected(e);
+    if (ffi::Error e = runner.Launch(c); e.failure()) return ffi::Unexpected(e);
   }
   result = d->EventRecord(stop, stream);
   if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventRecord, result));
@@ -304,8 +397,139 @@ ffi::ErrorOr<float> TimeConfig(const Driver* d, KernelState<Driver>* s, int c, t
   return ms / static_cast<float>(iterations);
 }
 
-// Times every configuration on the real buffers and keeps the fastest. Buffers shared by an input and an output
-// are saved first and restored afterwards, since the trials overwrite them.
+// "(64, 2)": a grid as triton_call's caller wrote it, trailing axes of 1 left out.
+inline std::string GridText(const KernelConfig& config) {
+  int axes = 3;
+  while (axes > 1 && config.grid[axes - 1] == 1) --axes;
+  std::string text = "(";
+  for (int i = 0; i < axes; ++i) text += std::to_string(config.grid[i]) + (axes == 1 ? "," : i + 1 < axes ? ", " : "");
+  return text + ")";
+}
+
+// The error of a call none of whose configurations can run: each one and why.
+template <typename Driver>
+ffi::Error NoUsableConfig(const KernelState<Driver>* s, const std::vector<std::string>& skipped, bool unwritten_only) {
+  std::string message = std::string(Driver::kLibrary) + ": triton_call '" + s->name +
+                        "': no @triton.autotune config can run (";
+  for (size_t c = 0; c < s->configs.size(); ++c) {
+    message += std::string(c ? "; " : "") + "[" + s->configs[c].label + "]: " + skipped[c];
+  }
+  message += ")";
+  if (unwritten_only) {
+    message += ". grid=" + GridText(s->configs[0]) +
+               " launches the same programs whichever config runs, and none of them writes every element of the "
+               "outputs: pass grid as a callable of the metaparameters, so that each config launches the programs "
+               "its block sizes need (grid=lambda meta: (triton.cdiv(n, meta['BLOCK']),)); if the kernel leaves "
+               "part of an output unwritten by design, name it in zeroed_outputs= (or alias it to an input with "
+               "input_output_aliases=)";
+  }
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, message);
+}
+
+// Chooses the fastest configuration that can run: each is launched once (for a call with `coverage`, twice into
+// sentinel-filled results, and set aside when it leaves an element unwritten), then those left are timed over about
+// 10 ms. A configuration that cannot launch or leaves elements unwritten is set aside with one line on stderr;
+// `skipped` holds why ("" for the others) and `timings` the milliseconds per launch.
+template <typename Driver>
+ffi::ErrorOr<int> Tune(const Driver* d, KernelState<Driver>* s, typename Driver::Stream stream, TrialRunner& runner,
+                       std::vector<float>* timings, std::vector<std::string>* skipped) {
+  const int n = static_cast<int>(s->configs.size());
+  const float infinity = std::numeric_limits<float>::infinity();
+  timings->assign(n, infinity);
+  skipped->assign(n, "");
+  bool unwritten_only = true;
+  float best_first = infinity;
+  for (int c = 0; c < n; ++c) {
+    bool launch_failed = false;
+    std::vector<CheckedBuffer> buffers = s->coverage.empty() ? std::vector<CheckedBuffer>{} : runner.Checked(c);
+    if (!buffers.empty()) {
+      auto counts = UnwrittenElements(d, s, c, stream, runner, buffers, &launch_failed);
+      if (!counts.has_value()) {
+        if (!launch_failed) return ffi::Unexpected(counts.error());
+        (*skipped)[c] = "it cannot launch: " + counts.error().message();
+        unwritten_only = false;
+        continue;
+      }
+      std::string left;
+      for (size_t b = 0; b < buffers.size(); ++b) {
+        if ((*counts)[b] == 0) continue;
+        const int64_t total = static_cast<int64_t>(buffers[b].bytes / std::max<size_t>(buffers[b].element_bytes, 1));
+        left += std::string(left.empty() ? "" : " and ") + std::to_string((*counts)[b]) + " of " +
+                std::to_string(total) + " elements of output " + std::to_string(buffers[b].index);
+      }
+      if (!left.empty()) {
+        (*skipped)[c] = "it left " + left + " unwritten";
+        continue;
+      }
+    }
+    auto t = TimeConfig(d, s, c, stream, runner, 1, &launch_failed);
+    if (!t.has_value()) {
+      if (!launch_failed) return ffi::Unexpected(t.error());
+      (*skipped)[c] = "it cannot launch: " + t.error().message();
+      unwritten_only = false;
+      continue;
+    }
+    best_first = std::min(best_first, *t);
+  }
+  for (int c = 0; c < n; ++c) {
+    if (!(*skipped)[c].empty()) {
+      std::fprintf(stderr, "%s: triton_call '%s': config [%s] is skipped: %s\n", Driver::kLibrary, s->name.c_str(),
+                   s->configs[c].label.c_str(), (*skipped)[c].c_str());
+    }
+  }
+  if (best_first == infinity) return ffi::Unexpected(NoUsableConfig(s, *skipped, unwritten_only));
+  // About 10 ms for the fastest candidate, between 1 and 100 launches.
+  int iterations = best_first > 0 ? static_cast<int>(10.0f / best_first) : 100;
+  iterations = std::clamp(iterations, 1, 100);
+  int best = -1;
+  for (int c = 0; c < n; ++c) {
+    if (!(*skipped)[c].empty()) continue;
+    bool launch_failed = false;
+    auto t = TimeConfig(d, s, c, stream, runner, iterations, &launch_failed);
+    if (!t.has_value()) return ffi::Unexpected(t.error());
+    (*timings)[c] = *t;
+    if (best < 0 || *t < (*timings)[best]) best = c;
+  }
+  return best;
+}
+
+// The trials of a call XLA runs: its configurations launched on XLA's buffers.
+template <typename Driver>
+class FrameTrials : public TrialRunner {
+ public:
+  FrameTrials(const Driver* d, KernelState<Driver>* s, ContextFunctions<Driver>* functions,
+              typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets)
+      : d_(d), s_(s), functions_(functions), stream_(stream), args_(args), rets_(rets) {}
+
+  ffi::Error Launch(int c) override {
+    return jt_launch::Launch(d_, s_, c, functions_->functions[c], stream_, args_, rets_);
+  }
+
+  std::vector<CheckedBuffer> Checked(int c) override {
+    std::vector<CheckedBuffer> buffers;
+    const std::vector<int64_t>& zeroed = s_->configs[c].zeroed;
+    for (int64_t index : s_->coverage) {
+      if (std::find(zeroed.begin(), zeroed.end(), index) != zeroed.end()) continue;
+      auto buffer = rets_.get<ffi::AnyBuffer>(index);
+      if (!buffer.has_value()) continue;
+      const size_t count = (*buffer)->element_count();
+      const size_t bytes = (*buffer)->size_bytes();
+      buffers.push_back({index, (*buffer)->untyped_data(), bytes, count ? bytes / count : 1});
+    }
+    return buffers;
+  }
+
+ private:
+  const Driver* d_;
+  KernelState<Driver>* s_;
+  ContextFunctions<Driver>* functions_;
+  typename Driver::Stream stream_;
+  ffi::RemainingArgs& args_;
+  ffi::RemainingRets& rets_;
+};
+
+// Tunes on the real buffers and keeps the winner. Buffers shared by an input and an output are saved first and
+// restored afterwards, since the trials overwrite them.
 template <typename Driver>
 ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Driver>* functions,
                     typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
@@ -324,30 +548,10 @@ ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Dr
     saved.emplace_back((*buffer)->untyped_data(), std::move(copy));
   }
   JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
-  const int n = static_cast<int>(s->configs.size());
-  std::vector<float> first(n, std::numeric_limits<float>::infinity());
-  float best_first = std::numeric_limits<float>::infinity();
-  for (int c = 0; c < n; ++c) {
-    auto t = TimeConfig(d, s, c, functions->functions[c], stream, args, rets, 1);
-    if (!t.has_value()) return t.error();
-    first[c] = *t;
-    best_first = std::min(best_first, *t);
-  }
-  // About 10 ms for the fastest candidate, between 1 and 100 launches.
-  int iterations = best_first > 0 ? static_cast<int>(10.0f / best_first) : 100;
-  iterations = std::clamp(iterations, 1, 100);
-  int best = 0;
-  float best_time = std::numeric_limits<float>::infinity();
-  std::vector<float> timings(n, std::numeric_limits<float>::infinity());
-  for (int c = 0; c < n; ++c) {
-    auto t = TimeConfig(d, s, c, functions->functions[c], stream, args, rets, iterations);
-    if (!t.has_value()) return t.error();
-    timings[c] = *t;
-    if (*t < best_time) {
-      best_time = *t;
-      best = c;
-    }
-  }
+  FrameTrials<Driver> trials(d, s, functions, stream, args, rets);
+  std::vector<float> timings;
+  std::vector<std::string> skipped;
+  auto best = Tune(d, s, stream, trials, &timings, &skipped);
   for (auto& [pointer, copy] : saved) {
     if (!copy.empty()) {
       JT_LAUNCH_CHECK(d->CopyToDeviceAsync(pointer, copy.data(), copy.size(), stream),
@@ -355,8 +559,9 @@ ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Dr
     }
   }
   JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
-  s->chosen.store(best);
-  RememberConfig(Driver::kLibrary, s->tuning_file, best, timings);
+  if (!best.has_value()) return best.error();
+  s->chosen.store(*best);
+  RememberConfig(Driver::kLibrary, s->tuning_file, *best, timings, skipped);
   return ffi::Error::Success();
 }
 
