@@ -111,7 +111,8 @@ struct FakeDriver {
                        ", \"param_indices\": " + List(s.param_indices) + ", \"scalars\": " + Hex(s.scalars) +
                        ", \"restore\": " + List(s.restore) + ", \"scratch_result\": " +
                        std::to_string(s.scratch_result) + ", \"chosen\": " + std::to_string(s.chosen.load()) +
-                       ", \"tuning_file\": " + Quoted(s.tuning_file) + ", \"configs\": [";
+                       ", \"tuning_file\": " + Quoted(s.tuning_file) + ", \"coverage\": " + List(s.coverage) +
+                       ", \"configs\": [";
     for (size_t c = 0; c < s.configs.size(); ++c) {
       const jt_launch::KernelConfig& config = s.configs[c];
       json += std::string(c ? ", " : "") + "{\"symbol\": " + Quoted(config.symbol) +

@@ -267,9 +267,7 @@ def _heuristic_value(name: str, heuristic: Callable[[dict[str, Any]], Any], view
     try:
         return heuristic(view)
     except Exception as exc:
-        raise KernelCallValueError(
-            f"@triton.heuristics value for {name!r} raised {type(exc).__name__}: {exc}"
-        ) from exc
+        raise KernelCallValueError(f"@triton.heuristics value for {name!r} raised {type(exc).__name__}: {exc}") from exc
 
 
 def _hooked_block_shapes(

@@ -233,7 +233,7 @@ def hook_block_shapes(
 
     def renew(name: str, value: Any) -> Any:
         if isinstance(value, DescriptorStandIn):
-            leaf = value._name  # noqa: SLF001  (stand-ins of this package)
+            leaf = value._name
             fresh[leaf] = stand_in_for(leaf, None, descriptors[leaf])
             return fresh[leaf]
         if isinstance(value, tuple):
@@ -249,9 +249,7 @@ def hook_block_shapes(
             else:
                 hook(arguments)
         except HookEffectError as exc:
-            raise NotImplementedError(
-                f"{what} of {signature} (config [{label}]) {exc}: {ALLOWED_HOOKS}"
-            ) from None
+            raise NotImplementedError(f"{what} of {signature} (config [{label}]) {exc}: {ALLOWED_HOOKS}") from None
         except KernelCallValueError:
             raise
         except Exception as exc:

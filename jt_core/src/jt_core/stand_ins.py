@@ -155,6 +155,10 @@ class DescriptorStandIn(TensorDescriptor):
         spec: The descriptor's static description.
     """
 
+    _name: str
+    _spec: TensorDescriptorSpec
+    _block_written: bool
+
     def __init__(self, name: str, spec: TensorDescriptorSpec) -> None:
         for attribute, value in (
             ("_name", name),
@@ -194,12 +198,18 @@ class DescriptorStandIn(TensorDescriptor):
     def __delattr__(self, name: str) -> None:
         raise HookEffectError(f"deletes {name!r} of tensor descriptor argument {self._name!r}")
 
+    @property
+    def argument(self) -> str:
+        """The kernel argument it stands for (``desc_q``, or ``pair[0]`` inside a tuple)."""
+        return self._name
+
     def written_block_shape(self) -> tuple[int, ...] | None:
         """The block shape a hook set, or ``None`` when none did."""
         return tuple(self.block_shape) if self._block_written else None
 
     def __repr__(self) -> str:
-        return f"DescriptorStandIn({self._name}: {self._spec.dtype}{list(self._spec.shape)}, block_shape={self.block_shape})"
+        spec = self._spec
+        return f"DescriptorStandIn({self._name}: {spec.dtype}{list(spec.shape)}, block_shape={self.block_shape})"
 
 
 _descriptor_classes: dict[str, type] = {}

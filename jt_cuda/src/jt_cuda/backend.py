@@ -152,6 +152,7 @@ class CudaBackend(Backend):
         assert isinstance(request.options, CudaOptions), request.options
         options = request.options.triton_options()
         if dependent_launch.applies(arch, options):
+
             def check_shared(metadata: Mapping[str, Any]) -> None:
                 # Before ptxas, the longest stage, spends its time on a kernel that cannot run.
                 name = str(metadata.get("name") or getattr(source, "name", ""))

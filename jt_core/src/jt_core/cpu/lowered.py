@@ -32,8 +32,9 @@ class LoweredCall:
     """A lowered call as the CPU launchers run it: the call, its compiled configurations and the one chosen.
 
     The configuration is chosen on the first run (by trials when ``JT_CPU_AUTOTUNE=1``, else the first; among those
-    that write every element of the outputs where the configurations launch the same grid) and then kept: the devices running their shards of the call at the same time wait for that one choice, so every device
-    runs the same configuration.
+    that write every element of the outputs where the configurations launch the same grid) and then kept: the
+    devices running their shards of the call at the same time wait for that one choice, so every device runs the
+    same configuration.
 
     Attributes:
         call: The bound call.

@@ -265,7 +265,11 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
             coverage.config_skipped(call, call.configs[skipped], why)
         return index
 
+    unsupported: list[UnsupportedKernelError] = []
+
     def none_usable() -> Exception:
+        if unsupported:  # the call runs in the interpreter, which chooses again
+            return unsupported[0]
         labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
         return coverage.no_usable_config(call, labels, unwritten_only=True)
 
@@ -287,7 +291,8 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
                 jax.block_until_ready(fn(*scratch))
                 start = time.perf_counter()
                 jax.block_until_ready(fn(*scratch))
-        except UnsupportedKernelError:
+        except UnsupportedKernelError as exc:
+            unsupported.append(exc)
             return float("inf")
         return time.perf_counter() - start
 
