@@ -269,9 +269,10 @@ class JaxlibLauncher(Launcher):
         return "triton_kernel_call_ffi", 4
 
     def needs_tuning_ahead(self, call: KernelCall) -> bool:
-        """For configurations that launch the same grid: jaxlib's handler would time them without checking that
-        each writes every element of the outputs (`jt_core.coverage`), so jt's handler tunes them first."""
-        return coverage.applies(call)
+        """For configurations that launch the same grid into outputs that start as garbage: jaxlib's handler would
+        time them without checking that each writes every element of those outputs (`jt_core.coverage`), so jt's
+        handler tunes them first."""
+        return bool(coverage.checked_outputs(call))
 
     def kernel_spec(self, call: KernelCall, config: LaunchConfig, kernel: CompiledKernel) -> jaxlib_call.KernelSpec:
         """The ``TritonKernel`` message of one compiled configuration (raises ``KernelCallValueError`` for one

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from jt_core import coverage, distributed, tuning
+from jt_core import cache, coverage, distributed, tuning
 from jt_core.call import KernelCall
 from jt_core.errors import NoUsableConfigError
 from jt_core.lowering.reporting import report
@@ -92,6 +92,8 @@ def _local_winner(
         return None
     key = tuning.tuning_key(call, f"{platform}:{kind}")
     index = tuning.load_choice(key, len(call.configs))
+    if index is None and not through_next_launcher and (not cache.enabled() or tuning.record_path(key) is None):
+        return None  # a launcher tuning for itself tells its winner through the record: it chooses when it runs
     if index is None:
         tuner = _tuner(call, platform, launcher) if through_next_launcher else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
