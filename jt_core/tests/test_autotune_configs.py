@@ -309,7 +309,7 @@ def test_a_fixed_grid_runs_the_first_config_that_covers_the_output(launcher: str
     x = rand(64)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out, used = jax.jit(lambda v: scale(autotuned(), v, grid=(1,), launcher=launcher))(x)
+        out, used = jax.block_until_ready(jax.jit(lambda v: scale(autotuned(), v, grid=(1,), launcher=launcher))(x))
     np.testing.assert_array_equal(out, np.asarray(x) * 2)
     assert int(used[0]) == 64  # one program: BLOCK=64 is the first config that covers the 64 elements
     assert [message.split(" is skipped")[0] for message in skipped_warnings(caught)] == [
@@ -326,7 +326,7 @@ def test_a_config_that_leaves_elements_unwritten_is_skipped_with_the_count(launc
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out, used = scale(kernel, x, grid=(3,), launcher=launcher)
+        out, used = jax.block_until_ready(scale(kernel, x, grid=(3,), launcher=launcher))
     np.testing.assert_array_equal(out, np.asarray(x) * 2)
     assert int(used[0]) == 32
     (message,) = skipped_warnings(caught)
@@ -346,7 +346,7 @@ def test_tuning_on_the_cpu_never_chooses_a_config_that_leaves_elements_unwritten
     name = fresh_name()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out, used = scale(kernel, x, grid=(3,), launcher=launcher, name=name)
+        out, used = jax.block_until_ready(scale(kernel, x, grid=(3,), launcher=launcher, name=name))
     np.testing.assert_array_equal(out, np.asarray(x) * 2)
     assert int(used[0]) == 32
     assert len(skipped_warnings(caught)) == 1
@@ -369,7 +369,7 @@ def test_outputs_that_are_zeroed_or_aliased_are_not_checked() -> None:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out, used = scale(kernel, x, grid=(2,), zeroed_outputs=(0,))
+        out, used = jax.block_until_ready(scale(kernel, x, grid=(2,), zeroed_outputs=(0,)))
     assert int(used[0]) == 8 and not skipped_warnings(caught)  # the first config runs: only 16 elements written
     np.testing.assert_array_equal(out, np.concatenate([np.asarray(x[:16]) * 2, np.zeros(48, np.float32)]))
 
