@@ -47,7 +47,7 @@ def execute(
     kernel: InterpretedKernel,
     operands: Sequence[np.ndarray],
     config_index: int = 0,
-    fill: Callable[[np.ndarray], None] = poison,
+    fill: Callable[[np.ndarray], None] | None = None,
 ) -> list[np.ndarray]:
     """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated; ``fill`` as
     for `execute_into`)."""
@@ -62,7 +62,7 @@ def execute_into(
     operands: Sequence[np.ndarray],
     outputs: Sequence[np.ndarray],
     config_index: int = 0,
-    fill: Callable[[np.ndarray], None] = poison,
+    fill: Callable[[np.ndarray], None] | None = None,
 ) -> None:
     """Runs one configuration of a call writing into caller-provided outputs (XLA's result buffers, say).
 
@@ -76,8 +76,9 @@ def execute_into(
         operands: The array operands, in ``call.operand_avals`` order.
         outputs: Writable C-contiguous arrays of ``call.out_avals``' shapes and dtypes.
         config_index: Which of ``call.configs`` runs.
-        fill: What fills an output that is neither aliased nor zeroed before the kernel runs (`poison`; the
-            coverage check's sentinels, `jt_core.coverage`).
+        fill: What fills an output that is neither aliased nor zeroed before the kernel runs: `poison`, or for
+            the coverage check of an autotuned call the sentinels it counts unwritten elements by
+            (`jt_core.coverage`), which then reports them itself instead of the race check.
     """
     config = call.configs[config_index]
     aliased = dict(call.aliases)
@@ -95,7 +96,7 @@ def execute_into(
         elif index in zeroed:
             out[...] = 0
         else:
-            fill(out)
+            (fill or poison)(out)
 
     buffers: list[runner.Buffer] = []
     must_write: list[tuple[runner.Buffer, int]] = []
@@ -151,7 +152,7 @@ def execute_into(
         debug=config.options.debug,
         race_check=checks.races,
     )
-    if races is not None and checks.unwritten != "ignore":
+    if races is not None and checks.unwritten != "ignore" and fill is None:
         _report_unwritten(call, races, must_write, checks.unwritten)
 
 
