@@ -112,6 +112,7 @@ struct FakeDriver {
                        ", \"restore\": " + List(s.restore) + ", \"scratch_result\": " +
                        std::to_string(s.scratch_result) + ", \"chosen\": " + std::to_string(s.chosen.load()) +
                        ", \"tuning_file\": " + Quoted(s.tuning_file) + ", \"coverage\": " + List(s.coverage) +
+                       ", \"report_skipped\": " + (s.report_skipped ? "true" : "false") +
                        ", \"configs\": [";
     for (size_t c = 0; c < s.configs.size(); ++c) {
       const jt_launch::KernelConfig& config = s.configs[c];

@@ -269,3 +269,16 @@ def test_the_handler_is_told_which_results_a_config_must_cover(grid: Any, zeroed
     state = _parse(call, compile_configs(call))
     assert state["coverage"] == coverage  # a zeroed result is left out per config, by the handler
     assert [c["zeroed"] for c in state["configs"]] == [list(zeroed)] * 2
+
+
+def test_tuning_ahead_the_handler_leaves_reporting_skipped_configs_to_jt_core() -> None:
+    from jt_core import tuning
+
+    def parsed(n: int) -> dict[str, Any]:
+        x = jax.ShapeDtypeStruct((n,), F32)
+        call = bound_call(lambda a: jt.triton_call(a, kernel=_autotuned_copy_kernel, out_shape=a, grid=(4,), n=n), x)
+        return _parse(call, compile_configs(call))
+
+    assert parsed(128)["report_skipped"] is True  # tuning as the call runs: the handler says it
+    with tuning.skips_reported_by_caller():  # tuning on scratch buffers before lowering: jt-core warns
+        assert parsed(96)["report_skipped"] is False

@@ -13,12 +13,14 @@ trials (or reading its own record) would let them differ. `agreed_config` makes 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import pathlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from jt_core import cache, distributed, files, integrity
@@ -27,11 +29,13 @@ from jt_core.errors import ProcessAgreementError
 
 __all__ = [
     "agreed_config",
+    "caller_reports_skips",
     "choose_config",
     "load_choice",
     "record_path",
     "save_choice",
     "skipped_configs",
+    "skips_reported_by_caller",
     "take_recent_choice",
     "tuning_key",
     "tuning_path",
@@ -141,6 +145,26 @@ def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
         files.unusable(path, f"its index {index!r} is not that of its fastest timing")
         return None
     return raw
+
+
+_reporting = threading.local()
+
+
+@contextlib.contextmanager
+def skips_reported_by_caller() -> Iterator[None]:
+    """While lowering in this thread, the configurations a launch handler sets aside as it tunes are reported by the
+    caller (which reads them from the record: `skipped_configs`), not by the handler itself."""
+    previous = getattr(_reporting, "caller", False)
+    _reporting.caller = True
+    try:
+        yield
+    finally:
+        _reporting.caller = previous
+
+
+def caller_reports_skips() -> bool:
+    """Whether a lowering in this thread is inside `skips_reported_by_caller`."""
+    return bool(getattr(_reporting, "caller", False))
 
 
 def skipped_configs(key: str, num_configs: int) -> list[tuple[int, str]]:

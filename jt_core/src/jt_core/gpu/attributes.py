@@ -301,6 +301,8 @@ def ffi_attributes(
     checked = coverage.checked_outputs(call)
     if checked:
         attributes["coverage"] = _ir_ints(checked)
+    if len(kernels) > 1 and tuning.caller_reports_skips():
+        attributes["report_skipped"] = _ir_int(0)
     remembered = tuning_file(call, device, platform)
     if remembered:
         attributes["tuning_file"] = _ir_str(remembered)

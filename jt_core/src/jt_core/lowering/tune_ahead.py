@@ -152,7 +152,7 @@ def _run_on_scratch(call: KernelCall, device: Any) -> bool:
 
     try:
         operands = _scratch_operands(call, device)
-        with _scratch_run(call):
+        with _scratch_run(call), tuning.skips_reported_by_caller():
             results = jax.jit(lambda *ops: triton_kernel_call_p.bind(*ops, call=call))(*operands)
             jax.block_until_ready(results)
     except jax.errors.JaxRuntimeError as exc:

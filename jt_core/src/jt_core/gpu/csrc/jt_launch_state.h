@@ -27,6 +27,8 @@
 //   coverage         optional: result indices whose every element a configuration must write to be chosen (the
 //                    configurations launch the same grid: jt_core.coverage); each is checked, less those the
 //                    configuration zeroes, by running it into the result filled with two sentinels in turn
+//   report_skipped   optional: 0 when the configurations tuning sets aside are reported by jt-core (which reads
+//                    them from the record), not by a line on stderr
 //
 // Everything here has internal linkage (see jt_launch_common.h).
 
@@ -155,6 +157,7 @@ struct KernelState {
   int64_t scratch_result = -1;
   std::string tuning_file;  // where the winning config of this tuning problem is remembered ("": nowhere)
   std::vector<int64_t> coverage;  // result indices a chosen config must write entirely (jt_core.coverage)
+  bool report_skipped = true;     // whether tuning says on stderr which configs it set aside
 
   std::mutex mutex;
   std::vector<std::unique_ptr<ContextFunctions<Driver>>> contexts;
@@ -355,6 +358,7 @@ ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> Instantiate(ffi::Dictionary a
   if (auto coverage = attrs.get<ffi::Span<const int64_t>>("coverage"); coverage.has_value()) {
     state->coverage.assign(coverage->begin(), coverage->end());
   }
+  if (auto report = attrs.get<int64_t>("report_skipped"); report.has_value()) state->report_skipped = *report != 0;
   if (num_configs == 1) state->chosen.store(0);
   if (auto tuning_file = attrs.get<std::string_view>("tuning_file"); tuning_file.has_value()) {
     state->tuning_file = std::string(*tuning_file);

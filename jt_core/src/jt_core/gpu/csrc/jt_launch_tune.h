@@ -221,7 +221,7 @@ ffi::ErrorOr<int> Tune(const Driver* d, KernelState<Driver>* s, typename Driver:
     }
     best_first = std::min(best_first, *t);
   }
-  for (int c = 0; c < n; ++c) {
+  for (int c = 0; c < n && s->report_skipped; ++c) {
     if (!(*skipped)[c].empty()) {
       std::fprintf(stderr, "%s: triton_call '%s': config [%s] is skipped: %s\n", Driver::kLibrary, s->name.c_str(),
                    s->configs[c].label.c_str(), (*skipped)[c].c_str());
