@@ -13,6 +13,7 @@ from jt_core.checks import CpuChecks, cpu_checks
 from jt_core.configs import normalize_grid
 from jt_core.dtypes import get_type_id
 from jt_core.errors import (
+    ConfigSkippedWarning,
     DataRaceError,
     DuplicateBackendError,
     JtError,
@@ -22,7 +23,9 @@ from jt_core.errors import (
     KernelRuntimeError,
     NoBackendError,
     NoDeviceError,
+    NoUsableConfigError,
     OutOfBoundsAccessError,
+    OutOfResourcesError,
     PluginError,
     PluginFaultError,
     PluginLoadError,
@@ -48,6 +51,7 @@ __all__ = [
     "CompileOptions",
     "CompileRequest",
     "CompiledKernel",
+    "ConfigSkippedWarning",
     "CpuChecks",
     "DataRaceError",
     "Dialect",
@@ -61,7 +65,9 @@ __all__ = [
     "Launcher",
     "NoBackendError",
     "NoDeviceError",
+    "NoUsableConfigError",
     "OutOfBoundsAccessError",
+    "OutOfResourcesError",
     "PartitionRule",
     "PluginError",
     "PluginFaultError",

@@ -18,6 +18,7 @@ import reprlib
 from typing import Any
 
 __all__ = [
+    "ConfigSkippedWarning",
     "DataRaceError",
     "DuplicateBackendError",
     "JtError",
@@ -26,8 +27,10 @@ __all__ = [
     "KernelCompileError",
     "KernelRuntimeError",
     "NoBackendError",
+    "NoUsableConfigError",
     "NoDeviceError",
     "OutOfBoundsAccessError",
+    "OutOfResourcesError",
     "PluginError",
     "PluginFaultError",
     "PluginLoadError",
@@ -54,6 +57,23 @@ class KernelCallValueError(JtError, ValueError):
 
 class KernelCompileError(JtError, RuntimeError):
     """Triton failed to compile a kernel; the message keeps Triton's own and names the call and config."""
+
+
+class OutOfResourcesError(KernelCallValueError):
+    """A configuration needs more of a resource than the target has (shared memory per block, tensor memory,
+    threads per block), as Triton's ``OutOfResources`` says at launch. A backend raises it from ``compile`` (or
+    ``restore``); an autotuned call then runs without that configuration (`ConfigSkippedWarning`), as Triton's
+    autotuner skips it."""
+
+
+class NoUsableConfigError(KernelCallValueError):
+    """Every configuration of an autotuned call was set aside: it cannot compile or launch on the target, or it
+    leaves part of an output unwritten. The message lists each configuration and why."""
+
+
+class ConfigSkippedWarning(JtError, UserWarning):
+    """A configuration of an autotuned call was set aside, and the call runs one of the others: it cannot compile or
+    launch on the target, or it left part of an output unwritten when it ran into an output filled with sentinels."""
 
 
 class KernelRuntimeError(JtError, RuntimeError):

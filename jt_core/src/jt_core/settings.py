@@ -28,6 +28,7 @@ The variables:
 ``JT_CPU_SIDE_BY_SIDE``      flag, on by default: the compiled CPU path runs a grid's programs side by side where it can
 ``JT_CPU_DIFFERENTIAL``      flag: every CPU call the compiled path takes also runs in the interpreter, compared
 ``JT_PREBUILT_NATIVE``       flag, on by default: load the native libraries a platform wheel carries prebuilt
+``JT_TUNE_AHEAD``            flag, on by default: a GPU launch handler tunes an autotuned call before it is lowered
 ``JAX_TRITON_DUMP_DIR``      write every compiled kernel's IRs, binary and compile info under this folder
 ============================ ===============================================================================
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,11 +43,16 @@ def poison(array: np.ndarray) -> None:
 
 
 def execute(
-    call: KernelCall, kernel: InterpretedKernel, operands: Sequence[np.ndarray], config_index: int = 0
+    call: KernelCall,
+    kernel: InterpretedKernel,
+    operands: Sequence[np.ndarray],
+    config_index: int = 0,
+    fill: Callable[[np.ndarray], None] | None = None,
 ) -> list[np.ndarray]:
-    """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated)."""
+    """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated; ``fill`` as
+    for `execute_into`)."""
     outputs = [np.empty(aval.shape, dtype=aval.dtype) for aval in call.out_avals]
-    execute_into(call, kernel, operands, outputs, config_index)
+    execute_into(call, kernel, operands, outputs, config_index, fill)
     return outputs
 
 
@@ -57,6 +62,7 @@ def execute_into(
     operands: Sequence[np.ndarray],
     outputs: Sequence[np.ndarray],
     config_index: int = 0,
+    fill: Callable[[np.ndarray], None] | None = None,
 ) -> None:
     """Runs one configuration of a call writing into caller-provided outputs (XLA's result buffers, say).
 
@@ -70,6 +76,9 @@ def execute_into(
         operands: The array operands, in ``call.operand_avals`` order.
         outputs: Writable C-contiguous arrays of ``call.out_avals``' shapes and dtypes.
         config_index: Which of ``call.configs`` runs.
+        fill: What fills an output that is neither aliased nor zeroed before the kernel runs: `poison`, or for
+            the coverage check of an autotuned call the sentinels it counts unwritten elements by
+            (`jt_core.coverage`), which then reports them itself instead of the race check.
     """
     config = call.configs[config_index]
     aliased = dict(call.aliases)
@@ -87,12 +96,12 @@ def execute_into(
         elif index in zeroed:
             out[...] = 0
         else:
-            poison(out)
+            (fill or poison)(out)
 
     buffers: list[runner.Buffer] = []
     must_write: list[tuple[runner.Buffer, int]] = []
     leaves: dict[int, list[Any]] = {}
-    for slot in call.slots:
+    for slot in call.slots_for(config):
         if slot.kind == INPUT:
             out_index = aliased.get(slot.index)
             array = outputs[out_index] if out_index is not None else operands[slot.index]
@@ -143,7 +152,7 @@ def execute_into(
         debug=config.options.debug,
         race_check=checks.races,
     )
-    if races is not None and checks.unwritten != "ignore":
+    if races is not None and checks.unwritten != "ignore" and fill is None:
         _report_unwritten(call, races, must_write, checks.unwritten)
 
 

@@ -83,6 +83,7 @@ from jt_core.errors import (
     KernelCompileError,
     KernelRuntimeError,
     NoDeviceError,
+    OutOfResourcesError,
     UnsupportedKernelError,
 )
 from jt_core.native import LibrarySpec, NativeBuildError
@@ -117,6 +118,7 @@ __all__ = [
     "LibrarySpec",
     "NativeBuildError",
     "NoDeviceError",
+    "OutOfResourcesError",
     "ParamSlot",
     "Specialization",
     "Target",

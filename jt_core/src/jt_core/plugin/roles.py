@@ -328,6 +328,25 @@ class Launcher(ABC):
         """
         return False
 
+    def tunes_ahead(self, call: KernelCall) -> bool:
+        """Whether an autotuned ``call`` is tuned before it is lowered, through this launcher itself, where the
+        lowering has a device: the launcher can run every candidate, and the call it then lowers holds the winner
+        alone, which runs exactly as that configuration called fixed.
+
+        Asked when a call with several configurations is lowered and `needs_tuning_ahead` said no. On ``True`` jt
+        chooses the configuration first (the winner remembered for the device kind, else the winner of the
+        candidates run on scratch buffers through this launcher, whose lowering of that run keeps every
+        configuration); where no winner can be had (no device, tuning records disabled, scratch buffers too large
+        for the device) the launcher gets every configuration, as with ``False``, the default.
+
+        Args:
+            call: The bound call, with its configurations.
+
+        Returns:
+            Whether the call is tuned before lowering.
+        """
+        return False
+
     @staticmethod
     def row_major(aval: Any) -> list[int]:
         """The row-major layout of an array value (minor-to-major dimension order), as custom calls take it."""

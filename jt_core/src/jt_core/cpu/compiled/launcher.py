@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jt_core import _compat, tuning
+from jt_core import _compat, coverage, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
@@ -35,7 +35,7 @@ from jt_core.cpu.compiled.program import Program
 from jt_core.cpu.compiled.values import Unsupported
 from jt_core.cpu.ffi_launcher import CpuFfiLauncher
 from jt_core.cpu.lowered import cpu_autotune_enabled
-from jt_core.errors import UnsupportedKernelError
+from jt_core.errors import NoUsableConfigError, UnsupportedKernelError
 from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
 
@@ -53,12 +53,21 @@ def _poison(aval: Any) -> jax.Array:
     return jnp.full(aval.shape, np.frombuffer(b"\xa5" * dtype.itemsize, dtype)[0], dtype)
 
 
+def _sentinel(aval: Any, run: int) -> jax.Array:
+    """A fresh output filled with the coverage check's sentinel of run ``run`` (`jt_core.coverage`)."""
+    dtype = np.dtype(aval.dtype)
+    if dtype == np.bool_:  # a stored bool is 0 or 1: the two runs' fills differ from what either stores last
+        return jnp.full(aval.shape, run == 0, bool)
+    element = np.frombuffer(bytes([coverage.SENTINELS[run]]) * dtype.itemsize, dtype)[0]
+    return jnp.full(aval.shape, element, dtype)
+
+
 def _scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
 def kernel_function(
-    call: KernelCall, kernel: CompiledKernel, config_index: int, fuse: bool = True
+    call: KernelCall, kernel: CompiledKernel, config_index: int, fuse: bool = True, sentinel_run: int | None = None
 ) -> Callable[..., list[jax.Array]]:
     """The function of the call's operands that runs one configuration of it and returns its outputs.
 
@@ -68,6 +77,8 @@ def kernel_function(
         config_index: Which configuration.
         fuse: Whether products and sums may be fused into multiply-adds where the configuration's
             ``enable_fp_fusion`` allows it (as GPUs fuse them); ``False`` rounds each as the interpreter does.
+        sentinel_run: For the coverage check, which sentinel fills the outputs that are neither aliased nor zeroed
+            (`jt_core.coverage`); ``None``: they are poisoned as usual.
 
     Raises:
         UnsupportedKernelError: When the kernel has no TTIR, or uses what the compiled path cannot express (before
@@ -135,7 +146,7 @@ def kernel_function(
             elif index in zeroed:
                 initial[buffer] = jnp.zeros(aval.shape, aval.dtype)
             else:
-                initial[buffer] = _poison(aval)
+                initial[buffer] = _poison(aval) if sentinel_run is None else _sentinel(aval, sentinel_run)
         constants = [
             None
             if spec.writable
@@ -174,6 +185,8 @@ class _Traced:
             with jax.enable_x64(True):
                 jaxpr = jax.make_jaxpr(kernel_function(call, kernels[index], index, fuse))(*call.operand_avals)
             traced: Any = (index, _without_dead_code(jaxpr))
+        except NoUsableConfigError:
+            raise  # no configuration writes the outputs: the interpreter would find the same
         except UnsupportedKernelError as exc:
             traced = exc
         except Exception as exc:  # a kernel this jt cannot trace runs in the interpreter: never refused for it
@@ -208,8 +221,17 @@ COMPILED_DEVICE_NAME = "cpu-xla"
 
 def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
     """The configuration an autotuned call runs: the first, or with ``JT_CPU_AUTOTUNE=1`` the fastest compiled
-    (remembered per machine like every autotuning winner)."""
-    if len(call.configs) == 1 or not cpu_autotune_enabled():
+    (remembered per machine like every autotuning winner); for configurations that launch the same grid, only those
+    that write every element of the outputs, checked on scratch operands (`jt_core.coverage`).
+
+    Raises:
+        NoUsableConfigError: When every configuration leaves part of an output unwritten.
+    """
+    if len(call.configs) == 1:
+        return 0
+    checked = coverage.applies(call)
+    tuned = cpu_autotune_enabled()
+    if not (checked or tuned):
         return 0
     rng = np.random.default_rng(0)
     scratch = []
@@ -219,19 +241,62 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
             scratch.append(jnp.asarray(rng.standard_normal(aval.shape).astype(dtype)))
         else:
             scratch.append(jnp.asarray(rng.integers(0, 2 if dtype == np.bool_ else 8, aval.shape).astype(dtype)))
+    reasons: dict[int, str] = {}
+
+    def covers(index: int) -> bool:
+        """Runs configuration ``index`` into both sentinels; whether it wrote every checked element (else why is kept
+        in ``reasons``)."""
+        runs = []
+        for run in (0, 1):
+            with jax.enable_x64(True):
+                fn = jax.jit(kernel_function(call, kernels[index], index, sentinel_run=run))
+                runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))])
+        counts = {
+            out: coverage.unwritten(runs[0][out], runs[1][out])
+            for out in coverage.checked_outputs(call, call.configs[index])
+        }
+        counts = {out: count for out, count in counts.items() if count}
+        if counts:
+            reasons[index] = coverage.unwritten_message(call, counts)
+        return not counts
+
+    def chosen(index: int) -> int:
+        for skipped, why in sorted(reasons.items()):
+            coverage.config_skipped(call, call.configs[skipped], why)
+        return index
+
+    unsupported: list[UnsupportedKernelError] = []
+
+    def none_usable() -> Exception:
+        if unsupported:  # the call runs in the interpreter, which chooses again
+            return unsupported[0]
+        labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
+        return coverage.no_usable_config(call, labels, unwritten_only=True)
+
+    if not tuned:
+        for index in range(len(call.configs)):
+            try:
+                if covers(index):
+                    return chosen(index)
+            except UnsupportedKernelError:
+                return index  # the call runs in the interpreter, which chooses again
+        raise none_usable()
 
     def trial(index: int) -> float:
         try:
+            if checked and not covers(index):
+                return float("inf")
             with jax.enable_x64(True):
                 fn = jax.jit(kernel_function(call, kernels[index], index))
                 jax.block_until_ready(fn(*scratch))
                 start = time.perf_counter()
                 jax.block_until_ready(fn(*scratch))
-        except UnsupportedKernelError:
+        except UnsupportedKernelError as exc:
+            unsupported.append(exc)
             return float("inf")
         return time.perf_counter() - start
 
-    return tuning.choose_config(call, COMPILED_DEVICE_NAME, trial)
+    return chosen(tuning.choose_config(call, COMPILED_DEVICE_NAME, trial, none_usable))
 
 
 def _one_device(ctx: Any) -> bool:
