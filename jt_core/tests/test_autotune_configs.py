@@ -284,6 +284,14 @@ def test_a_hook_that_does_more_than_set_block_shapes_is_refused(hook: Any, effec
         scale_tiles(tiled(hook), rand(32, 32))
 
 
+def test_a_hook_of_a_call_without_descriptors_is_refused_as_jax_triton_refuses_it() -> None:
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=1, pre_hook=lambda _: None)], key=["n"])(
+        scale_kernel
+    )
+    with pytest.raises(NotImplementedError, match=r"no jt.TensorDescriptor argument. Remove the hook"):
+        scale(kernel, rand(64))
+
+
 def test_a_block_shape_that_is_not_a_list_of_ints_is_named() -> None:
     def hook(nargs: dict[str, Any]) -> None:
         nargs["src_desc"].block_shape = [nargs["BM"], "16"]

@@ -226,9 +226,16 @@ def hook_block_shapes(
         signature: The kernel's signature, for messages.
 
     Raises:
-        NotImplementedError: For a hook that does anything but set ``block_shape`` on descriptors.
+        NotImplementedError: For a hook that does anything but set ``block_shape`` on descriptors, and for any hook
+            of a call with no descriptor argument (there it can set nothing; jax-triton refuses such hooks too).
         KernelCallValueError: For a hook that raises, or sets a block shape that is not a list of ints.
     """
+    if not descriptors:
+        what = hooks[0][0]
+        raise NotImplementedError(
+            f"{what} of {signature} (config [{label}]) has nothing to set: the call has no jt.TensorDescriptor "
+            f"argument. Remove the hook. {ALLOWED_HOOKS}"
+        )
     fresh: dict[str, DescriptorStandIn] = {}
 
     def renew(name: str, value: Any) -> Any:
