@@ -35,8 +35,6 @@ _REFUSED = {
     "tt.int_to_ptr": "an integer turned into a pointer",
     "tt.ptr_to_int": "a pointer turned into an integer",
     "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
-    "cf.br": "a branch (an early return)",
-    "cf.cond_br": "a branch (an early return)",
 }
 
 #: Operations whose effect is more than their results.
@@ -87,6 +85,10 @@ class Kernel:
         self.stores: list[tuple[int, Affine]] = []
         self.used = _used_values(program)
         self.depth = 0
+        #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).
+        self.branched_blocks = 0
+        #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
+        self._regions = _regions(program)
 
     # -- values ------------------------------------------------------------------------------------------------
 
@@ -125,6 +127,8 @@ class Kernel:
         for op in block.operations:
             if op.name in ("scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"):
                 return [self.env[v] for v in op.operands], state
+            if op.name in control.BRANCHES:
+                return control.cf_branch(self, op, self._regions[id(block)], state)
             try:
                 state = self.operation(op, state)
             except Unsupported as exc:
@@ -256,6 +260,21 @@ HANDLERS = {
 
 
 _TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"}
+
+
+def _regions(program: Program) -> dict[int, tuple[Block, ...]]:
+    found: dict[int, tuple[Block, ...]] = {}
+
+    def visit(blocks: tuple[Block, ...]) -> None:
+        for block in blocks:
+            found[id(block)] = blocks
+            for op in block.operations:
+                for region in op.regions:
+                    visit(region)
+
+    for function in program.functions.values():
+        visit(function.body)
+    return found
 
 
 def _used_values(program: Program) -> set[int]:
