@@ -14,10 +14,11 @@ syntax tree is rewritten so that:
 * ``not t`` on a tensor is the elementwise logical not (``t.__not__()``, as the code generator calls it), and
   Python's ``not`` on anything else;
 * a name bound outside the kernel (a module global or a closure variable) to a member of ``triton.language``
-  (``exp = tl.exp``, ``from triton.language import exp as e``) reads that member when it runs, as ``tl.exp`` would:
-  the interpreter replaces the members of ``triton.language`` for the run, and the code generator resolves such a
-  name to the same builtin. Without this the name keeps the builtin itself, which refuses to run outside a compile
-  (``_semantic`` argument must be provided).
+  (``exp = tl.exp``, ``from triton.language import exp as e``) or of a libdevice module (``from
+  triton.language.extra.libdevice import tanh``) reads that member when it runs, as ``tl.exp`` would: the
+  interpreter replaces those members for the run, and the code generator resolves such a name to the same builtin.
+  Without this the name keeps the builtin itself, which refuses to run outside a compile (``_semantic`` argument
+  must be provided), or libdevice's empty stand-in, which returns ``None``.
 
 The same rewrite applies to the ``@triton.jit`` helpers a kernel calls, in whichever module they live. The
 rewritten function runs in a namespace made of Triton's interpreter module, the kernel's module globals and its
@@ -45,6 +46,9 @@ _MODULES = {
     "_jt_language": "triton.language",
     "_jt_language_math": "triton.language.math",
     "_jt_language_core": "triton.language.core",
+    "_jt_libdevice": "triton.language.extra.libdevice",
+    "_jt_libdevice_cuda": "triton.language.extra.cuda.libdevice",
+    "_jt_libdevice_hip": "triton.language.extra.hip.libdevice",
 }
 
 
@@ -158,7 +162,8 @@ def _located(new: ast.AST, old: ast.AST) -> ast.AST:
 
 @functools.cache
 def _language_members() -> dict[int, tuple[str, str]]:
-    """Where each callable member of ``triton.language`` (then ``.math``, then ``.core``) lives, by identity.
+    """Where each callable member of ``triton.language`` (then ``.math``, then ``.core``, then the libdevice
+    modules) lives, by identity.
 
     Read once, while no interpreter run has the members replaced (`frontend.compiling` excludes runs).
     """

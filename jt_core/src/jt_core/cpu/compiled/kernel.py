@@ -23,6 +23,7 @@ from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
 from jt_core.cpu.compiled.values import BlockPointer, Unsupported
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter.libdevice import libdevice_name
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
 
@@ -173,10 +174,10 @@ class Kernel:
                 return
         arrays = [lang.as_array(a, t) for a, t in zip(args, types, strict=True)]
         if op.name == "tt.extern_elementwise":
-            fn = extern.extern_function(str(op.attr("symbol", "")))
-            if fn is None:
-                raise Unsupported(f"the external function {op.attr('symbol')!r}", op.line)
-            out = fn(*arrays).astype(lang.dtype_of(result.element))
+            symbol = str(op.attr("symbol", ""))
+            if not extern.computes(symbol):
+                raise Unsupported(f"{libdevice_name(symbol)} (the external function {symbol!r})", op.line)
+            out = extern.extern_call(symbol, arrays, lang.dtype_of(result.element))
         else:
             out = lang.elementwise(op.name, arrays, result, attr)
             if op.name == "arith.mulf" and not self.fuse:
