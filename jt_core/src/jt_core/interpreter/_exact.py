@@ -12,6 +12,8 @@ are flushed too.
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from jt_core.interpreter._arrays import Arrays
 
 __all__ = [
     "MODES",
+    "square",
     "float_to_float",
     "float_to_int",
     "int_to_float",
@@ -41,37 +44,42 @@ def _directed(xp: Arrays, nearest: Any, error: Any, mode: str) -> Any:
     if mode == "rn":
         return nearest
     n = xp.np
-    up = n.nextafter(nearest, xp.constant(np.inf, nearest.dtype))
-    down = n.nextafter(nearest, xp.constant(-np.inf, nearest.dtype))
     if mode == "ru":
-        return n.where(error > 0, up, nearest)
+        return n.where(error > 0, n.nextafter(nearest, xp.constant(np.inf, nearest.dtype)), nearest)
     if mode == "rd":
-        return n.where(error < 0, down, nearest)
-    return n.where((error < 0) & (nearest > 0), down, n.where((error > 0) & (nearest < 0), up, nearest))
+        return n.where(error < 0, n.nextafter(nearest, xp.constant(-np.inf, nearest.dtype)), nearest)
+    inward = ((error < 0) & (nearest > 0)) | ((error > 0) & (nearest < 0))
+    return n.where(inward, n.nextafter(nearest, xp.constant(0, nearest.dtype)), nearest)
 
 
 def _two_sum(xp: Arrays, a: Any, b: Any) -> tuple[Any, Any]:
     """``(s, e)`` with ``s`` the rounded sum and ``s + e == a + b`` exactly (barring overflow)."""
-    s = xp.settled(a + b)
-    back = xp.settled(s - a)
+    s = a + b
+    back = s - a
     return s, (a - (s - back)) + (b - back)
 
 
 def _split(xp: Arrays, a: Any) -> tuple[Any, Any]:
+    # The one product whose fusion into the subtraction that reads it would change the result: c - a must round
+    # c itself first.
     c = xp.settled(a * xp.constant(_SPLIT[a.dtype.itemsize], a.dtype))
-    high = xp.settled(c - xp.settled(c - a))
+    high = c - (c - a)
     return high, a - high
 
 
 def _two_product(xp: Arrays, a: Any, b: Any) -> tuple[Any, Any]:
-    """``(p, e)`` with ``p`` the rounded product and ``p + e == a * b`` exactly, for operands in [1, 4)."""
-    p = xp.settled(a * b)
+    """``(p, e)`` with ``p`` the rounded product and ``p + e == a * b`` exactly, for operands whose split does not
+    overflow (below 2**995 in magnitude) and a product that is not subnormal. The halves' products are exact, so a
+    multiply-add XLA fuses from them rounds as the sum alone does."""
+    p = a * b
     ah, al = _split(xp, a)
     bh, bl = _split(xp, b)
-    e = xp.settled(xp.settled(xp.settled(ah * bh) - p) + xp.settled(ah * bl) + xp.settled(al * bh)) + xp.settled(
-        al * bl
-    )
-    return p, e
+    return p, (((ah * bh - p) + ah * bl) + al * bh) + al * bl
+
+
+def square(xp: Arrays, a: Any) -> tuple[Any, Any]:
+    """``(p, e)`` with ``p + e == a * a`` exactly (``a`` below 2**995 in magnitude, ``a * a`` not subnormal)."""
+    return _two_product(xp, a, a)
 
 
 def _odd_sum(xp: Arrays, a: Any, b: Any) -> Any:
@@ -88,7 +96,7 @@ def _sum3(xp: Arrays, a: Any, b: Any, c: Any) -> tuple[Any, Any, Any, Any]:
     exactly ``a + b + c``."""
     uh, ul = _two_sum(xp, b, c)
     th, tl = _two_sum(xp, a, uh)
-    return xp.settled(th + _odd_sum(xp, tl, ul)), th, tl, ul
+    return th + _odd_sum(xp, tl, ul), th, tl, ul
 
 
 def _sign3(xp: Arrays, a: Any, b: Any, c: Any) -> Any:
@@ -137,19 +145,19 @@ def _f32_nearest_and_error(xp: Arrays, op: str, args: list[Any]) -> tuple[Any, A
     if op == "add":
         s, t = _two_sum(xp, wide[0], wide[1])
     elif op == "mul":
-        s, t = xp.settled(wide[0] * wide[1]), n.zeros_like(wide[0])
+        s, t = wide[0] * wide[1], n.zeros_like(wide[0])  # exact
     elif op == "div":
-        s = xp.settled(wide[0] / wide[1])
+        s = wide[0] / wide[1]
         nearest = s.astype(np.float32)
-        remainder = wide[0] - xp.settled(nearest.astype(np.float64) * wide[1])
+        remainder = wide[0] - nearest.astype(np.float64) * wide[1]  # exact
         return nearest, remainder * n.sign(wide[1])
     elif op == "sqrt":
         s = n.sqrt(wide[0])
         nearest = s.astype(np.float32)
         back = nearest.astype(np.float64)
-        return nearest, wide[0] - xp.settled(back * back)
+        return nearest, wide[0] - back * back  # exact
     elif op == "fma":
-        product = xp.settled(wide[0] * wide[1])
+        product = wide[0] * wide[1]  # exact
         s, t = _two_sum(xp, product, wide[2])
         s = n.where(n.isfinite(s), _odd_sum(xp, s, t), s)
     else:
@@ -167,18 +175,18 @@ def rounded(xp: Arrays, op: str, mode: str, *args: Any) -> Any:
         nearest, error = _f32_nearest_and_error(xp, op, list(args))
     else:
         if op == "add":
-            nearest = xp.settled(args[0] + args[1])
+            nearest = args[0] + args[1]
         elif op == "mul":
-            nearest = xp.settled(args[0] * args[1])
+            nearest = args[0] * args[1]
         elif op == "div":
-            nearest = xp.settled(args[0] / args[1])
+            nearest = args[0] / args[1]
         elif op == "sqrt":
             nearest = n.sqrt(args[0])
         else:
             nearest, error = _fma64(xp, *args)
         if op != "fma":
             error = _f64_error(xp, op, list(args), nearest)
-    ordinary = n.all(n.stack([n.isfinite(a) for a in args]), axis=0)
+    ordinary = functools.reduce(operator.and_, [n.isfinite(a) for a in args])
     if op == "div":
         ordinary = ordinary & (args[1] != 0)  # x / 0 is an exact infinity
     error = n.where(ordinary & n.isinf(nearest), -nearest, n.where(ordinary, error, xp.constant(np.nan, nearest.dtype)))
@@ -186,7 +194,7 @@ def rounded(xp: Arrays, op: str, mode: str, *args: Any) -> Any:
     if mode == "rd" and op in ("add", "fma"):
         # An exact zero sum of terms that are not all +0 is -0 when rounding down (IEEE 754, 6.3).
         terms = [args[0] * args[1], args[2]] if op == "fma" else list(args)
-        plus_zeros = n.all(n.stack([(t == 0) & ~n.signbit(t) for t in terms]), axis=0)
+        plus_zeros = functools.reduce(operator.and_, [(t == 0) & ~n.signbit(t) for t in terms])
         result = n.where((result == 0) & (error == 0) & ~plus_zeros, xp.constant(-0.0, result.dtype), result)
     return result
 
@@ -195,15 +203,10 @@ def _fma64(xp: Arrays, a: Any, b: Any, c: Any) -> tuple[Any, Any]:
     """``a * b + c`` in float64 rounded to nearest, and the sign of the exact result minus it. The product's error
     is exact for operands below 2**995 in magnitude whose product is above 2**-969."""
     n = xp.np
-    p = xp.settled(a * b)
-    ah, al = _split(xp, a)
-    bh, bl = _split(xp, b)
-    e = xp.settled(xp.settled(xp.settled(ah * bh) - p) + xp.settled(ah * bl) + xp.settled(al * bh)) + xp.settled(
-        al * bl
-    )
+    p, e = _two_product(xp, a, b)
     nearest, th, tl, ul = _sum3(xp, c, p, e)
     # A product that overflows leaves an error term of no meaning: the rounded result is then a * b + c itself.
-    nearest = n.where(n.isfinite(p), nearest, xp.settled(p + c))
+    nearest = n.where(n.isfinite(p), nearest, p + c)
     return nearest, _sign3(xp, th - nearest, tl, ul)
 
 
@@ -241,7 +244,7 @@ def rsqrt_rn(xp: Arrays, x: Any) -> Any:
     towards = n.where(r > estimate.astype(np.float64), xp.constant(np.inf, np.float32), xp.constant(0, np.float32))
     neighbour = n.nextafter(estimate, towards)
     middle = (estimate.astype(np.float64) + neighbour.astype(np.float64)) / 2
-    square = xp.settled(middle * middle)  # exact: 2 * 25 bits
+    square = middle * middle  # exact: 2 * 25 bits
     ex = _exponent(xp, square)
     hi, lo = _two_product(xp, _scaled(xp, square, ex), wide)
     beyond = _sign3(xp, xp.constant(1.0, np.float64), -_scaled(xp, hi, -ex), -_scaled(xp, lo, -ex))
