@@ -21,7 +21,7 @@ from jt_core.cpu.compiled import accesses, control, extern, lang, reductions, sh
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
-from jt_core.cpu.compiled.values import BlockPointer, Unsupported
+from jt_core.cpu.compiled.values import BlockPointer, NotVectorizable, Unsupported
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter.libdevice import libdevice_name
 
@@ -138,6 +138,10 @@ class Kernel:
                 raise
             except UnsupportedKernelError as exc:
                 raise Unsupported(str(exc), op.line) from None
+            except NotVectorizable:
+                raise
+            except Exception as exc:  # a construct this jt cannot trace: named with the line it comes from
+                raise Unsupported(f"what it failed to trace ({type(exc).__name__}: {exc})", op.line) from exc
         return [], state
 
     def operation(self, op: Operation, state: State) -> State:

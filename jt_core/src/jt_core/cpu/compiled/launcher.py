@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from jt_core.cpu.compiled.program import Program
 from jt_core.cpu.compiled.values import Unsupported
 from jt_core.cpu.ffi_launcher import CpuFfiLauncher
 from jt_core.cpu.lowered import cpu_autotune_enabled
-from jt_core.errors import UnsupportedKernelError
+from jt_core.errors import CpuFallbackWarning, UnsupportedKernelError
 from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
 
@@ -253,11 +254,10 @@ class CpuCompiledLauncher(Launcher):
     priority = 20
     fallback_rules = (
         "a kernel using what the compiled path cannot express (inline asm, device printing or assertions, "
-        "pointers made from integers) runs in the interpreter",
+        "pointers made from integers) runs in the interpreter (JT_CPU_FALLBACK=warn warns, =error refuses)",
         "a call made with the race check on (JT_CPU_RACE_CHECK=1, jt.cpu_checks(races=True)) runs in the "
         "interpreter, which keeps it",
         "debug=True runs in the interpreter (overflow checks, device assertions)",
-        "host-side tensor descriptors (jt.TensorDescriptor) run in the interpreter",
     )
 
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
@@ -289,12 +289,22 @@ class CpuCompiledLauncher(Launcher):
         traced = _traced.get(call, kernels)
         if not isinstance(traced, UnsupportedKernelError):
             return None
+        kernel = getattr(kernels[0].payload, "fn", None)
         if isinstance(traced, Unsupported):
-            where = f" at {traced.line}" if traced.line else ""
-            reason = f"the compiled path cannot express {traced.what}{where}"
+            reason = f"the compiled path cannot express {traced.what}{handed_over.located(traced.line, kernel)}"
         else:
-            reason = f"the compiled path cannot express it: {traced}"
+            reason = f"the compiled path cannot express it: {traced}{handed_over.located(None, kernel)}"
         handed_over.remember(call.signature_text(), reason)
+        policy = handed_over.policy()
+        if policy == "error":
+            raise UnsupportedKernelError(
+                f"triton_call {call.name!r}: {reason}, and JT_CPU_FALLBACK=error refuses to run it in Triton's "
+                "interpreter instead (JT_CPU_FALLBACK=info or warn lets it run there)"
+            )
+        if policy == "warn":
+            warnings.warn(
+                f"triton_call {call.name!r}: {reason}; it runs in Triton's interpreter", CpuFallbackWarning, stacklevel=2
+            )
         return reason
 
     def lower(
