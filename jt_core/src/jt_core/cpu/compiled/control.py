@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled.descriptors import Descriptor
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, TensorType
 from jt_core.cpu.compiled.tracer import Tracer
@@ -35,6 +36,8 @@ def _pack(value: Any, ty: TensorType) -> Any:
     if isinstance(value, BlockPointer):
         fields = (value.base, *value.shape, *value.strides, *value.offsets)
         return tuple(jnp.asarray(f, jnp.int64) for f in fields)
+    if isinstance(value, Descriptor):
+        return tuple(jnp.asarray(f, jnp.int64) for f in (value.base, *value.shape, *value.strides))
     return lang.as_array(value, ty)
 
 
@@ -53,16 +56,22 @@ def _unpack(template: Any, carried: Any) -> Any:
             strides=tuple(rest[rank : 2 * rank]),
             offsets=tuple(rest[2 * rank :]),
         )
+    if isinstance(template, Descriptor):
+        rank = len(template.block)
+        rest = carried[1:]
+        return dataclasses.replace(template, base=carried[0], shape=tuple(rest[:rank]), strides=tuple(rest[rank:]))
     return carried
 
 
 def _same_target(template: Any, value: Any, line: str | None) -> None:
 
-    for kind in (Pointer, BlockPointer):
+    for kind in (Pointer, BlockPointer, Descriptor):
         if isinstance(template, kind) != isinstance(value, kind):
             raise Unsupported("a loop or branch value that is a pointer on one path only", line)
-    if isinstance(template, (Pointer, BlockPointer)) and template.buffer != value.buffer:
+    if isinstance(template, (Pointer, BlockPointer, Descriptor)) and template.buffer != value.buffer:
         raise Unsupported("a pointer moved to another argument inside a loop or branch", line)
+    if isinstance(template, Descriptor) and (template.block, template.nan_padding) != (value.block, value.nan_padding):
+        raise Unsupported("tensor descriptors of different blocks or paddings on two paths", line)
 
 
 def _packed(

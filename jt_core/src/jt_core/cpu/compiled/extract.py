@@ -43,6 +43,7 @@ _ATTRS: dict[str, tuple[tuple[str, str], ...]] = {
     "tt.clampf": (("propagateNan", "int"),),
     "tt.reshape": (("allow_reorder", "bool"), ("efficient_layout", "bool")),
     "tt.load": (("padding", "int"), ("isVolatile", "bool")),
+    "tt.make_tensor_descriptor": (("padding", "int"),),
     "tt.assert": (("message", "str"),),
     "tt.print": (("prefix", "str"), ("hex", "bool")),
     "tt.elementwise_inline_asm": (("asm_string", "str"),),
@@ -303,6 +304,8 @@ def _printed_attributes(name: str, line: str) -> list[tuple[str, Any]]:
         found += [("atomic_rmw_op", _ATOMIC.get(words[0], words[0].upper())), ("sem", _MEMORY_ORDER.get(words[1]))]
     elif name == "tt.atomic_cas" and words:
         found.append(("sem", _MEMORY_ORDER.get(words[0])))
+    elif name == "tt.descriptor_reduce" and words:
+        found.append(("reduce_kind", words[0]))
     if name == "tt.dot" and not any(key == "inputPrecision" for key, _ in found):
         found.append(("inputPrecision", "IEEE"))  # the attribute's default, which the printer leaves out
     return found

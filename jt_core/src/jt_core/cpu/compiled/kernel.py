@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jt_core.cpu.compiled import accesses, control, extern, lang, reductions, shapes
+from jt_core.cpu.compiled import accesses, control, descriptors, extern, lang, reductions, shapes
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
@@ -167,7 +167,7 @@ class Kernel:
             attr = op.attr("rounding", op.attr("roundingmode"))
         if op.name == "tt.clampf":
             attr = op.attr("propagateNan")
-        if any(isinstance(a, (Pointer, BlockPointer)) for a in args):
+        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor)) for a in args):
             self.pointer_arithmetic(op, args)
             return
         self._track(op)
@@ -256,6 +256,7 @@ def _call(k: Kernel, op: Operation, state: State) -> State:
 HANDLERS = {
     **shapes.HANDLERS,
     **accesses.HANDLERS,
+    **descriptors.HANDLERS,
     **reductions.HANDLERS,
     "tt.call": _call,
     "scf.for": control.scf_for,

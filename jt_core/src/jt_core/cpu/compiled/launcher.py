@@ -29,6 +29,7 @@ from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
 from jt_core.cpu.compiled.accesses import pointer_argument
+from jt_core.cpu.compiled.descriptors import Descriptor, block_of
 from jt_core.cpu.compiled.grid import run_grid
 from jt_core.cpu.compiled.kernel import unsupported_operation
 from jt_core.cpu.compiled.memory import BufferSpec, Memory, State, no_error
@@ -99,7 +100,13 @@ def kernel_function(
                 aval = call.out_avals[output] if output is not None else call.operand_avals[slot.index]
                 keys[key] = len(specs)
                 specs.append(BufferSpec(slot.name, np.dtype(aval.dtype), tuple(aval.shape), output is not None, output))
-            arguments_plan.append(("pointer", keys[key]))
+            if slot.descriptor is None:
+                arguments_plan.append(("pointer", keys[key]))
+                continue
+            # A host-side descriptor is the descriptor, then its shape and strides, as Triton passes it.
+            desc = slot.descriptor
+            arguments_plan.append(("descriptor", (keys[key], desc)))
+            arguments_plan += [("scalar", int(v)) for v in (*desc.shape, *desc.strides)]
         elif slot.type_str != "constexpr":
             arguments_plan.append(("scalar", _scalar(slot.value)))
     if len(arguments_plan) != len(parameters):
@@ -113,6 +120,21 @@ def kernel_function(
             if not ty.is_pointer or ty.pointee is None:
                 raise Unsupported(f"a pointer passed where the kernel's TTIR takes {ty.text}")
             arguments.append(pointer_argument(value, ty.pointee))
+        elif kind == "descriptor":
+            buffer, desc = value
+            block, element = block_of(ty.text)
+            arguments.append(
+                Descriptor(
+                    buffer,
+                    0,
+                    tuple(desc.shape),
+                    tuple(desc.strides),
+                    block,
+                    element,
+                    nan_padding=desc.padding == "nan",
+                    round_to_tf32=desc.round_f32_to_tf32,
+                )
+            )
         else:
             arguments.append(value)
     for output in range(len(call.out_avals)):
@@ -261,7 +283,7 @@ class CpuCompiledLauncher(Launcher):
     )
 
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
-        return False
+        return True
 
     def native_library(self) -> Any:
         # The check that raises a kernel's out-of-bounds error after it ran is a handler of this library.
@@ -284,8 +306,6 @@ class CpuCompiledLauncher(Launcher):
             return "the race check runs in the interpreter"
         if any(config.options.debug for config in call.configs):
             return "debug=True runs in the interpreter"
-        if any(slot.descriptor is not None for slot in call.slots):
-            return "host-side tensor descriptors run in the interpreter"
         traced = _traced.get(call, kernels)
         if not isinstance(traced, UnsupportedKernelError):
             return None
