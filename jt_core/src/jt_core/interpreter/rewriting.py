@@ -30,14 +30,15 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import linecache
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from jt_core import _compat, frontend
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["BooleanChain", "logical_not", "rewrite"]
+__all__ = ["BooleanChain", "failing_line", "logical_not", "rewrite", "source_line"]
 
 #: The names the rewritten source uses for its helpers and for the language modules it reads aliases from.
 _CHAIN = "_jt_boolean_chain"
@@ -250,3 +251,29 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
             f"kernel {py_fn.__name__!r} has no readable source, so Triton's interpreter cannot run it on the CPU"
         )
     return rewritten
+
+
+def source_line(path: str, number: int) -> str:
+    """``FILE:LINE: TEXT``, a line of a kernel's source (``FILE:LINE`` where the text cannot be read)."""
+    text = linecache.getline(path, number).strip()
+    return f"{path}:{number}: {text}" if text else f"{path}:{number}"
+
+
+def failing_line(error: BaseException, codes: Container[Any]) -> str | None:
+    """Where in a kernel ``error`` was raised: the `source_line` of the innermost frame of the rewritten kernels and
+    helpers (their code objects, ``codes``) in its traceback or its causes', or ``None``."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for raised in reversed(chain):  # the innermost first
+        found = None
+        tb = raised.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            tb = tb.tb_next
+        if found is not None:
+            return source_line(*found)
+    return None

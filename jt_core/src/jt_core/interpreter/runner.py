@@ -377,6 +377,12 @@ def _in_kernel(kernel_name: str, exc: Exception) -> str:
     return text if text.startswith(f"kernel {kernel_name!r}") else f"kernel {kernel_name!r}: {text}"
 
 
+def _at(error: BaseException) -> str:
+    """`` at FILE:LINE: TEXT``, the kernel line ``error`` was raised at, or nothing."""
+    line = rewriting.failing_line(error, _kernel_codes)
+    return f" at {line}" if line else ""
+
+
 def run(
     py_fn: Callable[..., Any],
     kernel_name: str,
@@ -425,12 +431,14 @@ def run(
                         fn(**arguments)
         except DataRaceError:
             raise  # names both programs already
-        except (OutOfBoundsAccessError, UnsupportedKernelError) as exc:
+        except OutOfBoundsAccessError as exc:
             raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}]") from None
+        except UnsupportedKernelError as exc:
+            raise type(exc)(f"{_in_kernel(kernel_name, exc)}{_at(exc)} [program_id {program}]") from None
         except NotImplementedError as exc:
             raise UnsupportedKernelError(
-                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}); run it on "
-                "a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}){_at(exc)}; "
+                "run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
             ) from exc
         except Exception as exc:
             cause: BaseException = exc
@@ -438,10 +446,12 @@ def run(
                 cause = cause.__cause__
             if isinstance(cause, DataRaceError):
                 raise DataRaceError(str(cause)) from None
-            if isinstance(cause, (OutOfBoundsAccessError, UnsupportedKernelError)):
+            if isinstance(cause, OutOfBoundsAccessError):
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
+            if isinstance(cause, UnsupportedKernelError):
+                raise type(cause)(f"{_in_kernel(kernel_name, cause)}{_at(exc)} [program_id {program}]") from None
             raise KernelRuntimeError(
-                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
+                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}{_at(exc)}: "
                 f"{type(cause).__name__}: {cause}"
             ) from exc
     return races

@@ -11,13 +11,13 @@ that ``python -m jt_core cpu`` can list them later, from any process.
 from __future__ import annotations
 
 import inspect
-import linecache
 import os
 import threading
 import time
 from typing import Any
 
 from jt_core import files, integrity, settings
+from jt_core.interpreter import rewriting
 
 __all__ = ["KEPT", "POLICIES", "forget", "located", "policy", "recorded", "remember"]
 
@@ -45,8 +45,7 @@ def located(line: str | None, kernel: Any = None) -> str:
     if not line:
         return ""
     path, _, number = line.rpartition(":")
-    text = linecache.getline(path, int(number)).strip() if number.isdigit() else ""
-    return f" at {line}: {text}" if text else f" at {line}"
+    return f" at {rewriting.source_line(path, int(number)) if number.isdigit() else line}"
 
 #: How many handed-over kernels are kept.
 KEPT = 50

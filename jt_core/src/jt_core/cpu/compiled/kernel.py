@@ -42,7 +42,7 @@ _REFUSED = {
 _EFFECTS = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.call", "tt.load"}
 
 #: Operations with no effect on the CPU.
-_NO_EFFECT = {"gpu.barrier", "tt.debug_barrier"}
+_NO_EFFECT = {"gpu.barrier", "ttg.barrier", "tt.debug_barrier"}
 
 #: The integer operations that keep an affine form.
 _AFFINE_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.extsi", "arith.trunci", "arith.index_cast"}
