@@ -27,11 +27,14 @@ import numpy as np
 import pytest
 import scipy.special
 import triton
+import triton.language as tl
 import triton.language.extra.cuda.libdevice as cuda_libdevice
 import triton.language.extra.libdevice as libdevice_stub
+from triton.language.extra import libdevice
 from triton.language import core
 
 import jt_core as jt
+from jt_core import settings
 from jt_core.interpreter.libdevice import NUMPY_ONLY, implementation
 
 BLOCK = 128
@@ -640,11 +643,13 @@ def inputs() -> dict[str, np.ndarray]:
     return _inputs(CASES)
 
 
-@pytest.fixture(autouse=True)
-def paths_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each path on its own (the comparison of the two runs in its own test below)."""
-    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
+#: The compiled walk takes most of this file's time (XLA compiles three large kernels); where CI runs the suite a
+#: second time with the comparison of the two paths on, it ran in the first pass already. The interpreter's walk
+#: runs in both, the second time with the race check on.
+COMPILED = pytest.param(
+    "compiled",
+    marks=pytest.mark.skipif(settings.flag("JT_CPU_DIFFERENTIAL"), reason="walked in the compiled pass"),
+)
 
 
 def _check(cases: list[Case], inputs: dict[str, np.ndarray], result_of: Any) -> None:
@@ -667,7 +672,7 @@ def test_the_walk_covers_every_function_of_the_installed_libdevice() -> None:
     assert {c.symbol for c in CASES if implementation(c.symbol, "jax") is None} == NUMPY_ONLY
 
 
-@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+@pytest.mark.parametrize("launcher", [COMPILED, "interpreter"])
 @pytest.mark.parametrize("group", GROUPS)
 def test_every_libdevice_function_runs_in_a_kernel(
     kernels: dict[str, tuple[Any, Kernel]],
@@ -675,7 +680,11 @@ def test_every_libdevice_function_runs_in_a_kernel(
     group: str,
     launcher: str,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if launcher == "compiled":
+        for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_LAUNCHER_CPU"):
+            monkeypatch.delenv(name, raising=False)
     kernel, spec = kernels[group]
     with caplog.at_level(logging.INFO, logger="jt_core.lowering"):
         results = _run(kernel, spec, inputs, launcher)
@@ -685,3 +694,65 @@ def test_every_libdevice_function_runs_in_a_kernel(
     else:
         assert not handed, handed
     _check(spec.cases, inputs, lambda index, case: results[spec.rows[index][0]][spec.rows[index][1]])
+
+
+@triton.jit
+def libdevice_mix_kernel(x_ptr, i_ptr, out_ptr, bits_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r)
+    i = tl.load(i_ptr + r)
+    tl.store(out_ptr + r, libdevice.tanh(x) * libdevice.pow(x, 2) + libdevice.round(x * 4) + libdevice.erf(x))
+    tl.store(bits_ptr + r, libdevice.ffs(i) + libdevice.llrint(x * 8).to(tl.int32) + libdevice.mulhi(i, i * 5))
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_libdevice_runs_with_the_race_check_and_both_paths_compared(
+    launcher: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JT_CPU_RACE_CHECK", "1")
+    monkeypatch.setenv("JT_CPU_DIFFERENTIAL", "1")
+    rng = np.random.default_rng(7)
+    x = (3 * rng.standard_normal(64)).astype(np.float32)
+    i = rng.integers(-(2**31), 2**31, 64, dtype=np.int64).astype(np.int32)
+    shapes = [jax.ShapeDtypeStruct((64,), np.float32), jax.ShapeDtypeStruct((64,), np.int32)]
+    out, bits = jax.jit(
+        lambda x, i: jt.triton_call(x, i, kernel=libdevice_mix_kernel, out_shape=shapes, grid=1, BLOCK=64,
+                                    launcher=launcher)
+    )(x, i)
+    w = x.astype(np.float64)
+    halves = np.floor(np.abs(w * 4) + 0.5) * np.sign(w)
+    want = np.tanh(w) * w**2 + halves + np.vectorize(math.erf)(w)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=2e-6, atol=1e-6)
+    ii = i.astype(np.int64)
+    ffs = np.asarray([(int(v) & -int(v)).bit_length() for v in i])
+    high = (ii * (i * np.int32(5)).astype(np.int64)) >> 32
+    np.testing.assert_array_equal(np.asarray(bits), (ffs + np.rint(w * 8).astype(np.int64) + high).astype(np.int32))
+
+
+@triton.jit
+def round_and_mulhi_kernel(x_ptr, d_ptr, a_ptr, b_ptr, rounded_ptr, rounded64_ptr, high_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(rounded_ptr + r, libdevice.round(tl.load(x_ptr + r)))
+    tl.store(rounded64_ptr + r, libdevice.round(tl.load(d_ptr + r)))
+    tl.store(high_ptr + r, libdevice.mulhi(tl.load(a_ptr + r), tl.load(b_ptr + r)))
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_round_halves_away_from_zero_exactly_and_int32_mulhi_is_signed(launcher: str) -> None:
+    x = np.asarray([0.49999997, -0.49999997, 8388609.0, 2.5, -2.5, 0.5, -0.0, 1.5], np.float32)
+    d = np.asarray([0.49999999999999994, -0.49999999999999994, 2.0**52 + 1, 2.5, -2.5, 0.5, -0.0, 4503599627370495.5])
+    a = np.asarray([-1, -1, 2**31 - 1, -(2**31), 12345, -7, 0, 65536], np.int32)
+    b = np.asarray([-1, 1, 2**31 - 1, -(2**31), -6789, 9, 5, 65536], np.int32)
+    shapes = [jax.ShapeDtypeStruct((8,), np.float32), jax.ShapeDtypeStruct((8,), np.float64)]
+    shapes.append(jax.ShapeDtypeStruct((8,), np.int32))
+    with jax.enable_x64(True):
+        rounded, rounded64, high = jax.jit(
+            lambda *args: jt.triton_call(*args, kernel=round_and_mulhi_kernel, out_shape=shapes, grid=1, BLOCK=8,
+                                         launcher=launcher)
+        )(x, d, a, b)
+    np.testing.assert_array_equal(np.asarray(rounded), np.asarray([0, -0.0, 8388609, 3, -3, 1, -0.0, 2], np.float32))
+    assert np.signbit(np.asarray(rounded)[[1, 6]]).all()
+    np.testing.assert_array_equal(
+        np.asarray(rounded64), [0.0, -0.0, 2.0**52 + 1, 3.0, -3.0, 1.0, -0.0, 4503599627370496.0]
+    )
+    np.testing.assert_array_equal(np.asarray(high), [(int(p) * int(q)) >> 32 for p, q in zip(a, b, strict=True)])

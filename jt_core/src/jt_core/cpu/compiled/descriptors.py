@@ -4,6 +4,10 @@ with their loads, stores and reductions.
 A descriptor is a strided tensor in one of the kernel's buffers and the shape of the block one access moves. An
 access at some offsets reaches the block's elements that lie inside the tensor: a load reads the padding value (zero,
 or NaN with ``padding_option="nan"``) for the others, as a TMA copy does, and a store or a reduction skips them.
+
+What a TMA copy requires and Triton's interpreter checks (the tensor's start and every stride but the last a multiple
+of 16 bytes, the last stride 1, an access's last offset a multiple of 16 bytes) sets the state's error flag when a
+descriptor made in the kernel breaks it, so that the interpreter runs the call again and names the broken rule.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ def _make(k: Tracer, op: Operation, state: State) -> State:
     rank = (len(op.operands) - 1) // 2
     values = [k.get(v) for v in op.operands[1:]]
     block, element = block_of(k.type(op.results[0]).text)
-    k.env[op.results[0]] = Descriptor(
+    desc = Descriptor(
         base.buffer,
         base.offset,
         tuple(values[:rank]),
@@ -86,7 +90,20 @@ def _make(k: Tracer, op: Operation, state: State) -> State:
         element,
         nan_padding=op.attr("padding") == _NAN_PADDING,
     )
-    return state
+    k.env[op.results[0]] = desc
+    size = lang.dtype_of(element).itemsize
+    broken = _unaligned(desc.base, size) | (jnp.asarray(desc.strides[-1], jnp.int64) != 1)
+    for stride in desc.strides[:-1]:
+        broken = broken | _unaligned(stride, size)
+    return _flagged(state, broken)
+
+
+def _unaligned(elements: Any, size: int) -> Any:
+    return (jnp.asarray(elements, jnp.int64) * size) % 16 != 0
+
+
+def _flagged(state: State, broken: Any) -> State:
+    return State(state.buffers, state.strayed | broken)
 
 
 def _descriptor(k: Tracer, op: Operation) -> Descriptor:
@@ -121,10 +138,16 @@ def _round_to_tf32(values: Any) -> Any:
     return lax.bitcast_convert_type(jnp.where(finite, rounded, bits), jnp.float32)
 
 
+def _access(k: Tracer, desc: Descriptor, offsets: Sequence[Any], state: State) -> tuple[Pointer, Any, State]:
+    """The lanes of an access (`_lanes`), and the state flagged where its last offset is not 16-byte aligned."""
+    pointer, inside = _lanes(desc, offsets)
+    return pointer, inside, _flagged(state, _unaligned(offsets[-1], lang.dtype_of(desc.pointee).itemsize))
+
+
 def _load(k: Tracer, op: Operation, state: State) -> State:
     desc = _descriptor(k, op)
     ty = k.type(op.results[0])
-    pointer, inside = _lanes(desc, [k.get(v) for v in op.operands[1:]])
+    pointer, inside, state = _access(k, desc, [k.get(v) for v in op.operands[1:]], state)
     other = jnp.nan if desc.nan_padding else 0
     value, state = k.memory.load(state, pointer, inside, other, desc.block)
     if desc.round_to_tf32 and value.dtype == jnp.float32:
@@ -137,7 +160,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
     if k.vector:
         raise NotVectorizable("a store through a tensor descriptor")
     desc = _descriptor(k, op)  # operands: the descriptor, the block, the offsets
-    pointer, inside = _lanes(desc, [k.get(v) for v in op.operands[2:]])
+    pointer, inside, state = _access(k, desc, [k.get(v) for v in op.operands[2:]], state)
     value = jnp.reshape(k.array(op.operands[1]), desc.block)
     return k.memory.store(state, pointer, value, inside, desc.block)
 
@@ -156,7 +179,7 @@ def _reduce(k: Tracer, op: Operation, state: State) -> State:
     kind = None if kinds is None else kinds[1] if floating else kinds[0]
     if kind is None:
         raise Unsupported(f"a {op.attr('reduce_kind')} reduction through a tensor descriptor", op.line)
-    pointer, inside = _lanes(desc, [k.get(v) for v in op.operands[2:]])  # as a store's
+    pointer, inside, state = _access(k, desc, [k.get(v) for v in op.operands[2:]], state)  # as a store's
     value = jnp.reshape(k.array(op.operands[1]), desc.block)
     _, state = k.memory.atomic(state, kind, pointer, [value], inside, desc.block, False)
     return state

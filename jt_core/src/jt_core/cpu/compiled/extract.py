@@ -312,11 +312,13 @@ def _printed_attributes(name: str, line: str) -> list[tuple[str, Any]]:
 
 
 _CONSTANT = re.compile(r"arith\.constant\s+(.*?)\s*:\s*[^:]*?(?:\s+loc\(.*)?$")
+#: A boolean constant, which MLIR prints without its type (``%false = arith.constant false``).
+_BOOLEAN = re.compile(r"arith\.constant\s+(true|false)\b")
 
 
 def _constant(line: str) -> str | None:
-    """The value text of an ``arith.constant`` line: ``2.000000e+00``, ``0x7FC00000``, ``dense<[1, 2]>``."""
-    match = _CONSTANT.search(line)
+    """The value text of an ``arith.constant`` line: ``2.000000e+00``, ``0x7FC00000``, ``dense<[1, 2]>``, ``true``."""
+    match = _CONSTANT.search(line) or _BOOLEAN.search(line)
     return match.group(1).strip() if match else None
 
 
