@@ -141,6 +141,30 @@ def test_a_descriptor_breaking_a_tma_rule_fails_as_the_interpreter_fails(rng: np
 
 
 @triton.jit
+def gather_scatter_rows_kernel(x_ptr, rows_ptr, out_ptr, M, N, ROWS: tl.constexpr, BN: tl.constexpr):
+    source = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[1, BN])
+    target = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[1, BN])
+    rows = tl.load(rows_ptr + tl.arange(0, ROWS))
+    column = tl.program_id(0) * BN
+    target.scatter(source.gather(rows, column) + 1.0, rows, column)
+
+
+def test_gather_and_scatter_rows_through_descriptors(rng: np.random.Generator) -> None:
+    m, n = 12, 64
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    rows = np.asarray([3, 0, 11, 7, 5, 20, -1, 9], np.int32)  # two rows outside the tensor: read zeros, write nothing
+    base = rng.standard_normal((m, n)).astype(np.float32)
+    out = run(
+        gather_scatter_rows_kernel, x_ptr=x, rows_ptr=rows, out_ptr=base, out_type=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        input_output_aliases={2: 0}, grid=2, M=m, N=n, ROWS=8, BN=32,
+    )
+    want = base.copy()
+    inside = rows[(rows >= 0) & (rows < m)]
+    want[inside] = x[inside] + 1
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
+
+
+@triton.jit
 def high_halves_kernel(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.umulhi(tl.load(a_ptr + offsets), tl.load(b_ptr + offsets)))

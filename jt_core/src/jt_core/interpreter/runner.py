@@ -14,7 +14,8 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
   then does integer arithmetic on them);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
-* computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call;
+* computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call, and
+  reductions through tensor descriptors (`jt_core.interpreter.descriptors`), which it has no way to make;
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
 * checks every load, store and atomic address against the buffers passed to the kernel, turning an
   out-of-bounds access (which would crash the process) into `OutOfBoundsAccessError`.
@@ -33,7 +34,7 @@ import numpy as np
 
 from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter import extern, rewriting
+from jt_core.interpreter import descriptors, extern, rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer
 from jt_core.interpreter.numerics import FloatFixes
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
@@ -254,6 +255,7 @@ def _patched(
         [(builder, name, method) for name, method in floats.patches().items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
         + extern.patches(interp)
+        + descriptors.patches(interp)
     )
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]

@@ -1,5 +1,5 @@
 """Tensor descriptors: ``tl.make_tensor_descriptor`` in a kernel and host-side ``jt.TensorDescriptor`` arguments,
-with their loads, stores and reductions.
+with their loads, stores, reductions, gathers and scatters.
 
 A descriptor is a strided tensor in one of the kernel's buffers and the shape of the block one access moves. An
 access at some offsets reaches the block's elements that lie inside the tensor: a load reads the padding value (zero,
@@ -165,6 +165,41 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
     return k.memory.store(state, pointer, value, inside, desc.block)
 
 
+def _rows(k: Tracer, op: Operation, state: State) -> tuple[Descriptor, Pointer, Any, State]:
+    """The lanes of ``desc.gather(rows, column)`` / ``desc.scatter(block, rows, column)``: for each row of the 2-d
+    tensor the operands name, the block's width of columns from ``column`` on."""
+    desc = _descriptor(k, op)
+    if len(desc.block) != 2:
+        raise Unsupported("a gather or scatter through a tensor descriptor that is not 2-d", op.line)
+    rows = jnp.asarray(k.array(op.operands[1]), jnp.int64)[:, None]
+    column = k.get(op.operands[2])
+    cols = jnp.asarray(column, jnp.int64) + lax.iota(jnp.int64, desc.block[1])[None, :]
+    offset = jnp.asarray(desc.base, jnp.int64) + rows * jnp.asarray(desc.strides[0], jnp.int64) + cols * jnp.asarray(
+        desc.strides[1], jnp.int64
+    )
+    inside = (rows >= 0) & (rows < jnp.asarray(desc.shape[0], jnp.int64))
+    inside = inside & (cols >= 0) & (cols < jnp.asarray(desc.shape[1], jnp.int64))
+    shape = (rows.shape[0], desc.block[1])
+    flagged = _flagged(state, _unaligned(column, lang.dtype_of(desc.pointee).itemsize))
+    return desc, Pointer(desc.buffer, jnp.broadcast_to(offset, shape), desc.pointee), jnp.broadcast_to(inside, shape), flagged
+
+
+def _gather(k: Tracer, op: Operation, state: State) -> State:
+    desc, pointer, inside, state = _rows(k, op, state)
+    ty = k.type(op.results[0])
+    value, state = k.memory.load(state, pointer, inside, jnp.nan if desc.nan_padding else 0, ty.shape)
+    k.env[op.results[0]] = value.astype(lang.dtype_of(ty.element))
+    return state
+
+
+def _scatter(k: Tracer, op: Operation, state: State) -> State:
+    if k.vector:
+        raise NotVectorizable("a scatter through a tensor descriptor")
+    _, pointer, inside, state = _rows(k, op, state)
+    shape = tuple(inside.shape)
+    return k.memory.store(state, pointer, jnp.reshape(k.array(op.operands[3]), shape), inside, shape)
+
+
 #: ``tt.descriptor_reduce``'s kinds as the atomics name them, for integers and floats.
 _REDUCTIONS = {"add": ("ADD", "FADD"), "max": ("MAX", "MAX"), "min": ("MIN", "MIN"), "and": ("AND", None)}
 _REDUCTIONS |= {"or": ("OR", None), "xor": ("XOR", None)}
@@ -190,4 +225,6 @@ HANDLERS: dict[str, Handler] = {
     "tt.descriptor_load": _load,
     "tt.descriptor_store": _store,
     "tt.descriptor_reduce": _reduce,
+    "tt.descriptor_gather": _gather,
+    "tt.descriptor_scatter": _scatter,
 }
