@@ -115,8 +115,16 @@ def test_tensor_descriptors_made_in_the_kernel_pad_clip_and_reduce(rng: np.rando
     acc = rng.standard_normal((m, n)).astype(np.float32)
     out_spec = jax.ShapeDtypeStruct((m, n), jnp.float32)
     out, total = run(
-        tiles_through_descriptors_kernel, x_ptr=x, acc_ptr=acc, out_type=[out_spec, out_spec], input_output_aliases={1: 1},
-        grid=(triton.cdiv(m, bm), triton.cdiv(n, bn)), M=m, N=n, BM=bm, BN=bn,
+        tiles_through_descriptors_kernel,
+        x_ptr=x,
+        acc_ptr=acc,
+        out_type=[out_spec, out_spec],
+        input_output_aliases={1: 1},
+        grid=(triton.cdiv(m, bm), triton.cdiv(n, bn)),
+        M=m,
+        N=n,
+        BM=bm,
+        BN=bn,
     )
     rows, cols = np.arange(m)[:, None] // bm, np.arange(n)[None, :] // bn
     tile_rows = np.minimum(m - rows * bm, bm)
@@ -133,8 +141,16 @@ def test_a_descriptor_breaking_a_tma_rule_fails_as_the_interpreter_fails(rng: np
     with pytest.raises(Exception, match="stride must be 16-byte aligned") as raised:
         jax.block_until_ready(
             run(
-                tiles_through_descriptors_kernel, x_ptr=x, acc_ptr=x, out_type=[spec, spec],
-                input_output_aliases={1: 1}, grid=(3, 2), M=m, N=n, BM=16, BN=32,
+                tiles_through_descriptors_kernel,
+                x_ptr=x,
+                acc_ptr=x,
+                out_type=[spec, spec],
+                input_output_aliases={1: 1},
+                grid=(3, 2),
+                M=m,
+                N=n,
+                BM=16,
+                BN=32,
             )
         )
     assert "tiles_through_descriptors_kernel" in str(raised.value)
@@ -155,8 +171,17 @@ def test_gather_and_scatter_rows_through_descriptors(rng: np.random.Generator) -
     rows = np.asarray([3, 0, 11, 7, 5, 20, -1, 9], np.int32)  # two rows outside the tensor: read zeros, write nothing
     base = rng.standard_normal((m, n)).astype(np.float32)
     out = run(
-        gather_scatter_rows_kernel, x_ptr=x, rows_ptr=rows, out_ptr=base, out_type=jax.ShapeDtypeStruct((m, n), jnp.float32),
-        input_output_aliases={2: 0}, grid=2, M=m, N=n, ROWS=8, BN=32,
+        gather_scatter_rows_kernel,
+        x_ptr=x,
+        rows_ptr=rows,
+        out_ptr=base,
+        out_type=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        input_output_aliases={2: 0},
+        grid=2,
+        M=m,
+        N=n,
+        ROWS=8,
+        BN=32,
     )
     want = base.copy()
     inside = rows[(rows >= 0) & (rows < m)]
@@ -214,7 +239,7 @@ def _print_line() -> str:
 
     source, first = inspect.getsourcelines(printing_kernel.fn)
     number = next(first + i for i, line in enumerate(source) if "device_print" in line)
-    return f"test_cpu_constructs.py:{number}: tl.device_print(\"x\", x)"
+    return f'test_cpu_constructs.py:{number}: tl.device_print("x", x)'
 
 
 def _printing(x: np.ndarray) -> Any:

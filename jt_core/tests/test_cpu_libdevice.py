@@ -17,7 +17,6 @@ import inspect
 import logging
 import math
 import sys
-import textwrap
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,8 @@ import triton
 import triton.language as tl
 import triton.language.extra.cuda.libdevice as cuda_libdevice
 import triton.language.extra.libdevice as libdevice_stub
-from triton.language.extra import libdevice
 from triton.language import core
+from triton.language.extra import libdevice
 
 import jt_core as jt
 from jt_core import settings
@@ -91,15 +90,45 @@ DOMAINS = {
     "unit": ("acos", "asin", "atanh", "erfinv"),
     "ge1": ("acosh",),
     "pos": (
-        "log", "log2", "log10", "log1p", "fast_logf", "fast_log2f", "fast_log10f", "sqrt", "rsqrt", "rsqrt_rn",
-        "j0", "j1", "y0", "y1", "jn", "yn", "cyl_bessel_i0", "cyl_bessel_i1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "fast_logf",
+        "fast_log2f",
+        "fast_log10f",
+        "sqrt",
+        "rsqrt",
+        "rsqrt_rn",
+        "j0",
+        "j1",
+        "y0",
+        "y1",
+        "jn",
+        "yn",
+        "cyl_bessel_i0",
+        "cyl_bessel_i1",
     ),
     "prob": ("normcdfinv",),
     "prob2": ("erfcinv",),
     "gamma": ("tgamma", "lgamma"),
-    "moderate": ("exp", "exp2", "exp10", "expm1", "cosh", "sinh", "fast_expf", "fast_exp10f", "erfcx", "pow", "fast_powf"),
-    "wide": tuple(n for n in {c.name for c in CASES} if "2" in n and ("int" in n or "ll" in n or "float_r" in n))
-    + ("llrint", "llround", "round", "rint", "nearbyint", "trunc", "floor", "ceil"),
+    "moderate": (
+        "exp",
+        "exp2",
+        "exp10",
+        "expm1",
+        "cosh",
+        "sinh",
+        "fast_expf",
+        "fast_exp10f",
+        "erfcx",
+        "pow",
+        "fast_powf",
+    ),
+    "wide": (
+        *(n for n in {c.name for c in CASES} if "2" in n and ("int" in n or "ll" in n or "float_r" in n)),
+        *("llrint", "llround", "round", "rint", "nearbyint", "trunc", "floor", "ceil"),
+    ),
 }
 _DOMAIN_OF = {name: domain for domain, names in DOMAINS.items() for name in names}
 _INT_DOMAINS = {"ldexp": "exponent", "scalbn": "exponent", "jn": "order", "yn": "order", "pow": "power"}
@@ -118,7 +147,21 @@ def _floats(domain: str, dtype: Any, rng: np.random.Generator) -> np.ndarray:
         "prob2": [1.0, np.nan],
         "gamma": [1.0, 2.0, 0.5, -0.5, np.nan],
         "moderate": [0.0, -0.0, np.inf, -np.inf, np.nan],
-        "wide": [0.5, -0.5, 1.5, -2.5, below_half, odd, 2.0**31, -(2.0**31), 2.0**32, 2.0**63, -(2.0**64), np.nan, np.inf],
+        "wide": [
+            0.5,
+            -0.5,
+            1.5,
+            -2.5,
+            below_half,
+            odd,
+            2.0**31,
+            -(2.0**31),
+            2.0**32,
+            2.0**63,
+            -(2.0**64),
+            np.nan,
+            np.inf,
+        ],
     }[domain]
     count = BLOCK - len(specials)
     draw = {
@@ -128,8 +171,11 @@ def _floats(domain: str, dtype: Any, rng: np.random.Generator) -> np.ndarray:
         "pos": lambda: np.exp(rng.uniform(-6, 4, count)),
         "prob": lambda: rng.uniform(1e-6, 1, count),
         "prob2": lambda: rng.uniform(1e-6, 1.999, count),
-        "gamma": lambda: np.where(rng.random(count) < 0.3, -rng.integers(0, 5, count) - rng.uniform(0.1, 0.9, count),
-                                  rng.uniform(0.1, 25, count)),
+        "gamma": lambda: np.where(
+            rng.random(count) < 0.3,
+            -rng.integers(0, 5, count) - rng.uniform(0.1, 0.9, count),
+            rng.uniform(0.1, 25, count),
+        ),
         "moderate": lambda: rng.uniform(-20, 20, count),
         "wide": lambda: np.ldexp(rng.uniform(-1, 1, count), rng.integers(-4, 70, count)),
     }[domain]()
@@ -169,7 +215,14 @@ def _inputs(cases: list[Case]) -> dict[str, np.ndarray]:
 
 # -- kernels ---------------------------------------------------------------------------------------------------------
 
-_OUTPUT_KIND = {"fp32": "fp32", "fp64": "fp64", "int32": "int32", "uint32": "int32", "int64": "int64", "uint64": "int64"}
+_OUTPUT_KIND = {
+    "fp32": "fp32",
+    "fp64": "fp64",
+    "int32": "int32",
+    "uint32": "int32",
+    "int64": "int64",
+    "uint64": "int64",
+}
 OUTPUTS = ("fp32", "fp64", "int32", "int64")
 
 
@@ -245,8 +298,9 @@ def _run(kernel: Any, spec: Kernel, inputs: dict[str, np.ndarray], launcher: str
     shapes = [jax.ShapeDtypeStruct((spec.counts[o], BLOCK), _TYPES[o]) for o in OUTPUTS]
     arrays = [inputs[n] for n in spec.inputs]
     with jax.enable_x64(True):
-        call = jax.jit(lambda *a: jt.triton_call(*a, kernel=kernel, out_shape=shapes, grid=1, BLOCK=BLOCK,
-                                                 launcher=launcher))
+        call = jax.jit(
+            lambda *a: jt.triton_call(*a, kernel=kernel, out_shape=shapes, grid=1, BLOCK=BLOCK, launcher=launcher)
+        )
         return dict(zip(OUTPUTS, (np.asarray(o) for o in call(*arrays)), strict=True))
 
 
@@ -392,25 +446,74 @@ def _rsqrt_rn(x: float) -> float:
 # -- references by function ------------------------------------------------------------------------------------------
 
 _MATH = {
-    "acos": math.acos, "acosh": math.acosh, "asin": math.asin, "asinh": math.asinh, "atan": math.atan,
-    "atanh": math.atanh, "cbrt": math.cbrt, "cos": math.cos, "cosh": math.cosh, "erf": math.erf, "erfc": math.erfc,
-    "exp": math.exp, "exp2": math.exp2, "expm1": math.expm1, "log": math.log, "log10": math.log10,
-    "log1p": math.log1p, "log2": math.log2, "sin": math.sin, "sinh": math.sinh, "tan": math.tan, "tanh": math.tanh,
-    "lgamma": math.lgamma, "tgamma": math.gamma, "atan2": math.atan2, "hypot": math.hypot, "pow": math.pow,
-    "exp10": lambda x: 10.0**x, "rsqrt": lambda x: 1 / math.sqrt(x), "rcbrt": lambda x: 1 / math.cbrt(x),
-    "norm3d": math.hypot, "norm4d": math.hypot, "rnorm3d": lambda *a: 1 / math.hypot(*a),
-    "rnorm4d": lambda *a: 1 / math.hypot(*a), "rhypot": lambda *a: 1 / math.hypot(*a), "rcp64h": lambda x: 1 / x,
+    "acos": math.acos,
+    "acosh": math.acosh,
+    "asin": math.asin,
+    "asinh": math.asinh,
+    "atan": math.atan,
+    "atanh": math.atanh,
+    "cbrt": math.cbrt,
+    "cos": math.cos,
+    "cosh": math.cosh,
+    "erf": math.erf,
+    "erfc": math.erfc,
+    "exp": math.exp,
+    "exp2": math.exp2,
+    "expm1": math.expm1,
+    "log": math.log,
+    "log10": math.log10,
+    "log1p": math.log1p,
+    "log2": math.log2,
+    "sin": math.sin,
+    "sinh": math.sinh,
+    "tan": math.tan,
+    "tanh": math.tanh,
+    "lgamma": math.lgamma,
+    "tgamma": math.gamma,
+    "atan2": math.atan2,
+    "hypot": math.hypot,
+    "pow": math.pow,
+    "exp10": lambda x: 10.0**x,
+    "rsqrt": lambda x: 1 / math.sqrt(x),
+    "rcbrt": lambda x: 1 / math.cbrt(x),
+    "norm3d": math.hypot,
+    "norm4d": math.hypot,
+    "rnorm3d": lambda *a: 1 / math.hypot(*a),
+    "rnorm4d": lambda *a: 1 / math.hypot(*a),
+    "rhypot": lambda *a: 1 / math.hypot(*a),
+    "rcp64h": lambda x: 1 / x,
 }
 #: Where ``math`` raises (poles, domain errors, overflow), IEEE's special value, from NumPy or SciPy in float64.
 _SPECIAL_VALUES = {
-    "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin, "atanh": np.arctanh, "cosh": np.cosh,
-    "sinh": np.sinh, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "exp10": lambda x: np.power(10.0, x),
-    "log": np.log, "log10": np.log10, "log1p": np.log1p, "log2": np.log2, "pow": np.power,
-    "lgamma": scipy.special.gammaln, "tgamma": scipy.special.gamma, "rsqrt": lambda x: 1 / np.sqrt(x),
-    "rcbrt": lambda x: 1 / np.cbrt(x), "cos": np.cos, "sin": np.sin, "tan": np.tan,
-    "rhypot": lambda *a: 1 / np.float64(math.hypot(*a)), "rnorm3d": lambda *a: 1 / np.float64(math.hypot(*a)),
-    "rnorm4d": lambda *a: 1 / np.float64(math.hypot(*a)), "rcp64h": lambda x: 1 / x,
+    "acos": np.arccos,
+    "acosh": np.arccosh,
+    "asin": np.arcsin,
+    "atanh": np.arctanh,
+    "cosh": np.cosh,
+    "sinh": np.sinh,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "expm1": np.expm1,
+    "exp10": lambda x: np.power(10.0, x),
+    "log": np.log,
+    "log10": np.log10,
+    "log1p": np.log1p,
+    "log2": np.log2,
+    "pow": np.power,
+    "lgamma": scipy.special.gammaln,
+    "tgamma": scipy.special.gamma,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "rcbrt": lambda x: 1 / np.cbrt(x),
+    "cos": np.cos,
+    "sin": np.sin,
+    "tan": np.tan,
+    "rhypot": lambda *a: 1 / np.float64(math.hypot(*a)),
+    "rnorm3d": lambda *a: 1 / np.float64(math.hypot(*a)),
+    "rnorm4d": lambda *a: 1 / np.float64(math.hypot(*a)),
+    "rcp64h": lambda x: 1 / x,
 }
+
+
 def _erfcx(x: float) -> float:
     """SciPy's erfcx, but for negative ``x`` (where SciPy's is 100 ulps off) ``2 exp(x**2) - erfcx(-x)`` with the
     exponential in 40 digits."""
@@ -423,10 +526,19 @@ def _erfcx(x: float) -> float:
 
 
 _SCIPY = {
-    "erfinv": scipy.special.erfinv, "erfcinv": scipy.special.erfcinv, "erfcx": _erfcx,
-    "normcdf": scipy.special.ndtr, "normcdfinv": scipy.special.ndtri, "cyl_bessel_i0": scipy.special.i0,
-    "cyl_bessel_i1": scipy.special.i1, "j0": scipy.special.j0, "j1": scipy.special.j1, "y0": scipy.special.y0,
-    "y1": scipy.special.y1, "jn": scipy.special.jn, "yn": scipy.special.yn,
+    "erfinv": scipy.special.erfinv,
+    "erfcinv": scipy.special.erfcinv,
+    "erfcx": _erfcx,
+    "normcdf": scipy.special.ndtr,
+    "normcdfinv": scipy.special.ndtri,
+    "cyl_bessel_i0": scipy.special.i0,
+    "cyl_bessel_i1": scipy.special.i1,
+    "j0": scipy.special.j0,
+    "j1": scipy.special.j1,
+    "y0": scipy.special.y0,
+    "y1": scipy.special.y1,
+    "jn": scipy.special.jn,
+    "yn": scipy.special.yn,
 }
 #: The ``fast_`` functions: computed as the others.
 _FAST = {f"fast_{n}f": n for n in ("cos", "sin", "tan", "exp", "log", "log2", "log10", "exp10", "pow")}
@@ -435,8 +547,23 @@ ABSOLUTE_F64 = {"lgamma": 1e-15}
 #: The tolerance in ulps of the result's type of the transcendental functions whose float64 results need more than
 #: the default (4 ulps; float32 results, computed in float64 and rounded, are within 1). ``rcp64h`` approximates the
 #: reciprocal from the operand's high 32 bits: to 2**-20 of it.
-ULPS_F64 = {"rcp64h": 2.0**33, "tgamma": 128, "lgamma": 64, "erfc": 64, "erfcx": 16, "cyl_bessel_i0": 16, "cyl_bessel_i1": 16, "erfinv": 8,
-            "erfcinv": 64, "normcdfinv": 64, "normcdf": 16, "pow": 8, "exp10": 8, "sinpi": 8, "cospi": 8}
+ULPS_F64 = {
+    "rcp64h": 2.0**33,
+    "tgamma": 128,
+    "lgamma": 64,
+    "erfc": 64,
+    "erfcx": 16,
+    "cyl_bessel_i0": 16,
+    "cyl_bessel_i1": 16,
+    "erfinv": 8,
+    "erfcinv": 64,
+    "normcdfinv": 64,
+    "normcdf": 16,
+    "pow": 8,
+    "exp10": 8,
+    "sinpi": 8,
+    "cospi": 8,
+}
 
 
 def _transcendental(name: str, *xs: float) -> float:
@@ -515,7 +642,7 @@ def _exact(case: Case, *xs: Any) -> Any:
     if name in ("fma", "sqrt"):
         return _arith(name, "rn", dtype, *f)
     if mode in ("rn", "rz", "rd", "ru") and "2" in head:
-        source, target = head.split("2")
+        target = head.split("2")[1]
         if target in ("float", "double"):
             out = np.float32 if target == "float" else np.float64
             x = f[0]
@@ -572,12 +699,55 @@ def _exact(case: Case, *xs: Any) -> Any:
 
 
 #: Functions whose result is exact: compared bit for bit (any NaN matches any NaN).
-_EXACT_NAMES = {"abs", "brev", "byte_perm", "ceil", "clz", "copysign", "fdim", "ffs", "finitef", "floor", "fma",
-                "fmod", "hadd", "hiloint2double", "ilogb", "isfinited", "isinf", "isnan", "ldexp", "llrint", "llround",
-                "logb", "mul24", "mulhi", "nearbyint", "nextafter", "popc", "remainder", "rhadd", "rint", "round",
-                "sad", "saturatef", "scalbn", "signbit", "trunc", "sqrt", "rsqrt_rn", "fast_dividef", "float_as_int",
-                "float_as_uint", "int_as_float", "uint_as_float", "double_as_longlong", "longlong_as_double",
-                "double2hiint", "double2loint"}
+_EXACT_NAMES = {
+    "abs",
+    "brev",
+    "byte_perm",
+    "ceil",
+    "clz",
+    "copysign",
+    "fdim",
+    "ffs",
+    "finitef",
+    "floor",
+    "fma",
+    "fmod",
+    "hadd",
+    "hiloint2double",
+    "ilogb",
+    "isfinited",
+    "isinf",
+    "isnan",
+    "ldexp",
+    "llrint",
+    "llround",
+    "logb",
+    "mul24",
+    "mulhi",
+    "nearbyint",
+    "nextafter",
+    "popc",
+    "remainder",
+    "rhadd",
+    "rint",
+    "round",
+    "sad",
+    "saturatef",
+    "scalbn",
+    "signbit",
+    "trunc",
+    "sqrt",
+    "rsqrt_rn",
+    "fast_dividef",
+    "float_as_int",
+    "float_as_uint",
+    "int_as_float",
+    "uint_as_float",
+    "double_as_longlong",
+    "longlong_as_double",
+    "double2hiint",
+    "double2loint",
+}
 
 
 def _outside(case: Case, xs: tuple[Any, ...]) -> bool:
@@ -619,7 +789,12 @@ def mismatches(case: Case, got: np.ndarray, want: list[Any], ulps: float) -> lis
         # XLA's CPU threads flush subnormal numbers to zero, and a host callback's NumPy inherits it: a subnormal
         # result may come back as zero, or as the nearest number past zero where a rounding steps away from it.
         tiny = np.finfo(dtype).tiny
-        same |= (np.abs(ref) < tiny) & (ref != 0) & (np.abs(got) < tiny) & ~(np.signbit(got) & ~np.signbit(ref) & (got != 0))
+        same |= (
+            (np.abs(ref) < tiny)
+            & (ref != 0)
+            & (np.abs(got) < tiny)
+            & ~(np.signbit(got) & ~np.signbit(ref) & (got != 0))
+        )
         if ulps:
             with np.errstate(all="ignore"):
                 allowed = ulps * np.spacing(np.abs(ref)) + _absolute(case)
@@ -716,8 +891,9 @@ def test_libdevice_runs_with_the_race_check_and_both_paths_compared(
     i = rng.integers(-(2**31), 2**31, 64, dtype=np.int64).astype(np.int32)
     shapes = [jax.ShapeDtypeStruct((64,), np.float32), jax.ShapeDtypeStruct((64,), np.int32)]
     out, bits = jax.jit(
-        lambda x, i: jt.triton_call(x, i, kernel=libdevice_mix_kernel, out_shape=shapes, grid=1, BLOCK=64,
-                                    launcher=launcher)
+        lambda x, i: jt.triton_call(
+            x, i, kernel=libdevice_mix_kernel, out_shape=shapes, grid=1, BLOCK=64, launcher=launcher
+        )
     )(x, i)
     w = x.astype(np.float64)
     halves = np.floor(np.abs(w * 4) + 0.5) * np.sign(w)
@@ -747,8 +923,9 @@ def test_round_halves_away_from_zero_exactly_and_int32_mulhi_is_signed(launcher:
     shapes.append(jax.ShapeDtypeStruct((8,), np.int32))
     with jax.enable_x64(True):
         rounded, rounded64, high = jax.jit(
-            lambda *args: jt.triton_call(*args, kernel=round_and_mulhi_kernel, out_shape=shapes, grid=1, BLOCK=8,
-                                         launcher=launcher)
+            lambda *args: jt.triton_call(
+                *args, kernel=round_and_mulhi_kernel, out_shape=shapes, grid=1, BLOCK=8, launcher=launcher
+            )
         )(x, d, a, b)
     np.testing.assert_array_equal(np.asarray(rounded), np.asarray([0, -0.0, 8388609, 3, -3, 1, -0.0, 2], np.float32))
     assert np.signbit(np.asarray(rounded)[[1, 6]]).all()

@@ -77,8 +77,17 @@ def persistent_softmax_kernel(
 def test_persistent_row_softmax(path: str, rng: np.random.Generator) -> None:
     x = rng.standard_normal((37, 100)).astype(np.float32)
     out = call(
-        path, in_ptr=x, kernel=persistent_softmax_kernel, out_shape=x, grid=4, in_row_stride=100, out_row_stride=100,
-        n_rows=37, n_cols=100, BLOCK=128, STAGES=2,
+        path,
+        in_ptr=x,
+        kernel=persistent_softmax_kernel,
+        out_shape=x,
+        grid=4,
+        in_row_stride=100,
+        out_row_stride=100,
+        n_rows=37,
+        n_cols=100,
+        BLOCK=128,
+        STAGES=2,
     )
     np.testing.assert_allclose(np.asarray(out), softmax_reference(x), rtol=1e-5, atol=1e-7)
 
@@ -122,7 +131,17 @@ def test_layer_norm_forward(path: str, rng: np.random.Generator) -> None:
     b = rng.standard_normal(n).astype(np.float32)
     shapes = [jax.ShapeDtypeStruct((rows, n), jnp.float32), *[jax.ShapeDtypeStruct((rows,), jnp.float32)] * 2]
     y, mean, rstd = call(
-        path, x_ptr=x, w_ptr=w, b_ptr=b, kernel=layer_norm_forward_kernel, out_shape=shapes, grid=rows, stride=n, N=n, eps=1e-5, BLOCK=128
+        path,
+        x_ptr=x,
+        w_ptr=w,
+        b_ptr=b,
+        kernel=layer_norm_forward_kernel,
+        out_shape=shapes,
+        grid=rows,
+        stride=n,
+        N=n,
+        eps=1e-5,
+        BLOCK=128,
     )
     wide = x.astype(np.float64)
     want_mean = wide.mean(axis=1)
@@ -138,7 +157,14 @@ def test_layer_norm_forward(path: str, rng: np.random.Generator) -> None:
 
 @triton.jit
 def kl_div_forward_kernel(
-    y_ptr, target_ptr, loss_ptr, row_stride, n_cols, eps, BLOCK: tl.constexpr, LOG_TARGET: tl.constexpr,
+    y_ptr,
+    target_ptr,
+    loss_ptr,
+    row_stride,
+    n_cols,
+    eps,
+    BLOCK: tl.constexpr,
+    LOG_TARGET: tl.constexpr,
     PER_ELEMENT: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -171,8 +197,18 @@ def test_kl_divergence_forward(path: str, log_target: bool, per_element: bool, r
     target = (np.log(p) if log_target else p).astype(np.float32)
     shape = (rows, n) if per_element else (rows,)
     loss = call(
-        path, y, target, kernel=kl_div_forward_kernel, out_shape=jax.ShapeDtypeStruct(shape, jnp.float32), grid=rows,
-        row_stride=n, n_cols=n, eps=1e-10, BLOCK=64, LOG_TARGET=log_target, PER_ELEMENT=per_element,
+        path,
+        y,
+        target,
+        kernel=kl_div_forward_kernel,
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        grid=rows,
+        row_stride=n,
+        n_cols=n,
+        eps=1e-10,
+        BLOCK=64,
+        LOG_TARGET=log_target,
+        PER_ELEMENT=per_element,
     )
     t, yy = target.astype(np.float64), y.astype(np.float64)
     elementwise = np.exp(t) * (t - yy) if log_target else t * (np.log(np.maximum(t, 1e-10)) - yy)
@@ -185,7 +221,17 @@ def test_kl_divergence_forward(path: str, log_target: bool, per_element: bool, r
 
 @triton.jit
 def rms_norm_backward_kernel(
-    dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, row_stride, dw_stride, n_rows, n_cols, rows_per_program,
+    dy_ptr,
+    x_ptr,
+    w_ptr,
+    rstd_ptr,
+    dx_ptr,
+    dw_ptr,
+    row_stride,
+    dw_stride,
+    n_rows,
+    n_cols,
+    rows_per_program,
     BLOCK: tl.constexpr,
 ):
     block = tl.program_id(0)
@@ -222,8 +268,20 @@ def test_rms_norm_backward(path: str, rng: np.random.Generator) -> None:
     rstd = (1 / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1) + 1e-6)).astype(np.float32)
     shapes = [jax.ShapeDtypeStruct((rows, n), jnp.float32), jax.ShapeDtypeStruct((programs, n), jnp.float32)]
     dx, dw_partial = call(
-        path, dy, x, w, rstd, kernel=rms_norm_backward_kernel, out_shape=shapes, grid=programs, row_stride=n,
-        dw_stride=n, n_rows=rows, n_cols=n, rows_per_program=per_program, BLOCK=64,
+        path,
+        dy,
+        x,
+        w,
+        rstd,
+        kernel=rms_norm_backward_kernel,
+        out_shape=shapes,
+        grid=programs,
+        row_stride=n,
+        dw_stride=n,
+        n_rows=rows,
+        n_cols=n,
+        rows_per_program=per_program,
+        BLOCK=64,
     )
     xw, dyw, r = x.astype(np.float64), dy.astype(np.float64), rstd.astype(np.float64)[:, None]
     scaled = dyw * w
@@ -237,7 +295,15 @@ def test_rms_norm_backward(path: str, rng: np.random.Generator) -> None:
 
 @triton.jit
 def softcapped_cross_entropy_kernel(
-    X_ptr, X_stride, Y_ptr, loss_ptr, n_cols, n_non_ignore, ignore_index, softcap, BLOCK: tl.constexpr,
+    X_ptr,
+    X_stride,
+    Y_ptr,
+    loss_ptr,
+    n_cols,
+    n_non_ignore,
+    ignore_index,
+    softcap,
+    BLOCK: tl.constexpr,
     HAS_SOFTCAPPING: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -296,10 +362,20 @@ def test_cross_entropy_with_soft_capping_returns_early_for_ignored_rows(
     kept = int((targets != -100).sum())
     spec = jax.ShapeDtypeStruct((rows, vocab), jnp.float32)
     grad, loss = call(
-        path, X_ptr=logits, Y_ptr=targets, X_stride=vocab, n_cols=vocab, n_non_ignore=kept, ignore_index=-100,
-        softcap=softcap or 1.0, kernel=softcapped_cross_entropy_kernel,
-        out_type=(spec, jax.ShapeDtypeStruct((rows,), jnp.float32)), input_output_aliases={0: 0}, grid=rows,
-        BLOCK=128, HAS_SOFTCAPPING=softcap is not None,
+        path,
+        X_ptr=logits,
+        Y_ptr=targets,
+        X_stride=vocab,
+        n_cols=vocab,
+        n_non_ignore=kept,
+        ignore_index=-100,
+        softcap=softcap or 1.0,
+        kernel=softcapped_cross_entropy_kernel,
+        out_type=(spec, jax.ShapeDtypeStruct((rows,), jnp.float32)),
+        input_output_aliases={0: 0},
+        grid=rows,
+        BLOCK=128,
+        HAS_SOFTCAPPING=softcap is not None,
     )
     z = logits.astype(np.float64)
     dz = np.ones_like(z)
@@ -321,8 +397,17 @@ def test_cross_entropy_with_soft_capping_returns_early_for_ignored_rows(
 
 @triton.jit
 def chunked_cross_entropy_forward_kernel(
-    logits_ptr, labels_ptr, loss_ptr, logsumexp_ptr, row_stride, VOCAB: tl.constexpr, CHUNKS: tl.constexpr,
-    BLOCK: tl.constexpr, SOFTCAPPING: tl.constexpr, SOFTCAP: tl.constexpr, SCALING: tl.constexpr,
+    logits_ptr,
+    labels_ptr,
+    loss_ptr,
+    logsumexp_ptr,
+    row_stride,
+    VOCAB: tl.constexpr,
+    CHUNKS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SOFTCAPPING: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    SCALING: tl.constexpr,
     SCALE: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -360,10 +445,20 @@ def test_chunked_cross_entropy_forward(path: str, rng: np.random.Generator) -> N
     labels = rng.integers(0, vocab, rows).astype(np.int32)
     labels[2] = -100
     loss, lse = call(
-        path, logits, labels, kernel=chunked_cross_entropy_forward_kernel,
+        path,
+        logits,
+        labels,
+        kernel=chunked_cross_entropy_forward_kernel,
         out_shape=[jax.ShapeDtypeStruct((rows,), jnp.float32), jax.ShapeDtypeStruct((rows, chunks), jnp.float32)],
-        grid=(rows, chunks), row_stride=vocab, VOCAB=vocab, CHUNKS=chunks, BLOCK=block, SOFTCAPPING=True,
-        SOFTCAP=30.0, SCALING=True, SCALE=0.5,
+        grid=(rows, chunks),
+        row_stride=vocab,
+        VOCAB=vocab,
+        CHUNKS=chunks,
+        BLOCK=block,
+        SOFTCAPPING=True,
+        SOFTCAP=30.0,
+        SCALING=True,
+        SCALE=0.5,
     )
     z = 30.0 * np.tanh(0.5 * logits.astype(np.float64) / 30.0)
     padded = np.pad(z, ((0, 0), (0, chunks * block - vocab)), constant_values=-np.inf).reshape(rows, chunks, block)
@@ -374,7 +469,9 @@ def test_chunked_cross_entropy_forward(path: str, rng: np.random.Generator) -> N
     np.testing.assert_allclose(np.asarray(loss), want_loss, rtol=1e-5, atol=1e-6)
     # The whole cross entropy, from the chunks' log-sum-exps, as the host combines them.
     total = np.log(np.exp(np.asarray(lse, np.float64)).sum(1)) + np.asarray(loss, np.float64)
-    np.testing.assert_allclose(np.where(labels == -100, 0.0, total), np.where(labels == -100, 0.0, want_lse_total(z, labels)), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.where(labels == -100, 0.0, total), np.where(labels == -100, 0.0, want_lse_total(z, labels)), rtol=1e-5
+    )
 
 
 def want_lse_total(z: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -455,14 +552,18 @@ def looped_softmax_kernel(out_ptr, in_ptr, M, N, TILE_N: tl.constexpr, ONE_TILE:
             x = tl.load(in_ptr + start + tl.arange(0, TILE_N))
             new_max = tl.maximum(running_max, x)
             empty = new_max == float("-inf")
-            running_sum = tl.where(empty, running_sum, running_sum * tl.exp(running_max - new_max) + tl.exp(x - new_max))
+            running_sum = tl.where(
+                empty, running_sum, running_sum * tl.exp(running_max - new_max) + tl.exp(x - new_max)
+            )
             running_max = new_max
         for start in range(last, N, TILE_N):  # the last tile, masked
             cols = start + tl.arange(0, TILE_N)
             x = tl.load(in_ptr + cols, mask=cols < N, other=-float("inf"))
             new_max = tl.maximum(running_max, x)
             empty = new_max == float("-inf")
-            running_sum = tl.where(empty, running_sum, running_sum * tl.exp(running_max - new_max) + tl.exp(x - new_max))
+            running_sum = tl.where(
+                empty, running_sum, running_sum * tl.exp(running_max - new_max) + tl.exp(x - new_max)
+            )
             running_max = new_max
         row_max = tl.max(running_max, 0)
         total = tl.sum(running_sum * tl.exp(running_max - row_max), 0)

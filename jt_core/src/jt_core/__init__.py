@@ -13,6 +13,7 @@ from jt_core.checks import CpuChecks, cpu_checks
 from jt_core.configs import normalize_grid
 from jt_core.dtypes import get_type_id
 from jt_core.errors import (
+    CpuFallbackWarning,
     DataRaceError,
     DuplicateBackendError,
     JtError,
@@ -27,7 +28,6 @@ from jt_core.errors import (
     PluginFaultError,
     PluginLoadError,
     ProcessAgreementError,
-    CpuFallbackWarning,
     UnsupportedKernelError,
     UnwrittenOutputError,
     UnwrittenOutputWarning,

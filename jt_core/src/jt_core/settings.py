@@ -27,8 +27,7 @@ The variables:
 ``JT_DISTRIBUTED_TIMEOUT``   seconds a process of a ``jax.distributed`` job waits for another at lowering (600)
 ``JT_CPU_SIDE_BY_SIDE``      flag, on by default: the compiled CPU path runs a grid's programs side by side where it can
 ``JT_CPU_DIFFERENTIAL``      flag: every CPU call the compiled path takes also runs in the interpreter, compared
-``JT_CPU_FALLBACK``          ``info`` (default), ``warn`` or ``error``: a kernel the compiled CPU path hands to the
-                             interpreter is logged, warned about (``CpuFallbackWarning``) or refused
+``JT_CPU_FALLBACK``          ``info`` (default), ``warn`` or ``error``: a kernel handed to the CPU interpreter
 ``JT_PREBUILT_NATIVE``       flag, on by default: load the native libraries a platform wheel carries prebuilt
 ``JAX_TRITON_DUMP_DIR``      write every compiled kernel's IRs, binary and compile info under this folder
 ============================ ===============================================================================

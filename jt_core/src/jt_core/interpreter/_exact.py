@@ -119,8 +119,7 @@ def _f64_error(xp: Arrays, op: str, args: list[Any], nearest: Any) -> Any:
     """The sign of the exact result minus ``nearest`` for a float64 operation (NaN where it does not apply)."""
     n = xp.np
     if op == "add":
-        s, e = _two_sum(xp, args[0], args[1])
-        return e
+        return _two_sum(xp, args[0], args[1])[1]
     if op == "mul":
         a, b = args
         ea, eb = _exponent(xp, a), _exponent(xp, b)

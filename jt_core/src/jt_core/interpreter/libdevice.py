@@ -268,7 +268,7 @@ def _table() -> dict[str, Function]:
     table["__nv_fast_fdividef"] = lambda xp, x, y: x / y
 
     # Exact functions.
-    for name, fn in {
+    exact: dict[str, Function] = {
         "floor": lambda xp, x: xp.np.floor(x),
         "ceil": lambda xp, x: xp.np.ceil(x),
         "trunc": lambda xp, x: xp.np.trunc(x),
@@ -286,7 +286,8 @@ def _table() -> dict[str, Function]:
         "ilogb": _ilogb,
         "sqrt": lambda xp, x: xp.np.sqrt(x),
         "fma": lambda xp, a, b, c: _exact.rounded(xp, "fma", "rn", a, b, c),
-    }.items():
+    }
+    for name, fn in exact.items():
         table.update(_both(name, fn))
     table.update({"__nv_fabsf": lambda xp, x: xp.np.abs(x), "__nv_fabs": lambda xp, x: xp.np.abs(x)})
     table.update({"__nv_abs": lambda xp, x: xp.np.abs(x), "__nv_llabs": lambda xp, x: xp.np.abs(x)})
@@ -331,14 +332,15 @@ def _table() -> dict[str, Function]:
             table[f"__nv_{source}2float_{mode}"] = functools.partial(_from_int, _F32, mode, unsigned)
             if source in ("ll", "ull") or mode == "rn":
                 table[f"__nv_{source}2double_{mode}"] = functools.partial(_from_int, _F64, mode, unsigned)
-    for symbol, dtype in {
+    casts: dict[str, Any] = {
         "__nv_float_as_int": np.int32,
         "__nv_float_as_uint": np.uint32,
         "__nv_int_as_float": np.float32,
         "__nv_uint_as_float": np.float32,
         "__nv_double_as_longlong": np.int64,
         "__nv_longlong_as_double": np.float64,
-    }.items():
+    }
+    for symbol, dtype in casts.items():
         table[symbol] = functools.partial(lambda dtype, xp, x: xp.view(x, dtype), dtype)
     table["__nv_double2hiint"] = _high_word
     table["__nv_double2loint"] = _low_word

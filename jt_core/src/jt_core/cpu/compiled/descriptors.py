@@ -126,7 +126,9 @@ def _lanes(desc: Descriptor, offsets: Sequence[Any]) -> tuple[Pointer, Any]:
         index = jnp.asarray(offsets[axis], jnp.int64) + lax.iota(jnp.int64, size).reshape(shape)
         offset = offset + index * jnp.asarray(desc.strides[axis], jnp.int64)
         inside = inside & (index >= 0) & (index < jnp.asarray(desc.shape[axis], jnp.int64))
-    return Pointer(desc.buffer, jnp.broadcast_to(offset, desc.block), desc.pointee), jnp.broadcast_to(inside, desc.block)
+    return Pointer(desc.buffer, jnp.broadcast_to(offset, desc.block), desc.pointee), jnp.broadcast_to(
+        inside, desc.block
+    )
 
 
 def _round_to_tf32(values: Any) -> Any:
@@ -174,14 +176,21 @@ def _rows(k: Tracer, op: Operation, state: State) -> tuple[Descriptor, Pointer, 
     rows = jnp.asarray(k.array(op.operands[1]), jnp.int64)[:, None]
     column = k.get(op.operands[2])
     cols = jnp.asarray(column, jnp.int64) + lax.iota(jnp.int64, desc.block[1])[None, :]
-    offset = jnp.asarray(desc.base, jnp.int64) + rows * jnp.asarray(desc.strides[0], jnp.int64) + cols * jnp.asarray(
-        desc.strides[1], jnp.int64
+    offset = (
+        jnp.asarray(desc.base, jnp.int64)
+        + rows * jnp.asarray(desc.strides[0], jnp.int64)
+        + cols * jnp.asarray(desc.strides[1], jnp.int64)
     )
     inside = (rows >= 0) & (rows < jnp.asarray(desc.shape[0], jnp.int64))
     inside = inside & (cols >= 0) & (cols < jnp.asarray(desc.shape[1], jnp.int64))
     shape = (rows.shape[0], desc.block[1])
     flagged = _flagged(state, _unaligned(column, lang.dtype_of(desc.pointee).itemsize))
-    return desc, Pointer(desc.buffer, jnp.broadcast_to(offset, shape), desc.pointee), jnp.broadcast_to(inside, shape), flagged
+    return (
+        desc,
+        Pointer(desc.buffer, jnp.broadcast_to(offset, shape), desc.pointee),
+        jnp.broadcast_to(inside, shape),
+        flagged,
+    )
 
 
 def _gather(k: Tracer, op: Operation, state: State) -> State:

@@ -47,6 +47,7 @@ def located(line: str | None, kernel: Any = None) -> str:
     path, _, number = line.rpartition(":")
     return f" at {rewriting.source_line(path, int(number)) if number.isdigit() else line}"
 
+
 #: How many handed-over kernels are kept.
 KEPT = 50
 

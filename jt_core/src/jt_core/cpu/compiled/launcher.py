@@ -323,7 +323,9 @@ class CpuCompiledLauncher(Launcher):
             )
         if policy == "warn":
             warnings.warn(
-                f"triton_call {call.name!r}: {reason}; it runs in Triton's interpreter", CpuFallbackWarning, stacklevel=2
+                f"triton_call {call.name!r}: {reason}; it runs in Triton's interpreter",
+                CpuFallbackWarning,
+                stacklevel=2,
             )
         return reason
 
