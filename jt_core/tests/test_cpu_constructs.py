@@ -285,3 +285,28 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     import zlib
 
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+def test_the_interpreter_patches_the_language_whatever_kernels_ran_before(tmp_path: Any) -> None:
+    """A kernel whose module sees ``triton.language.core`` too, run after kernels whose helpers saw it (the helpers'
+    patches, recorded while the first kernel's were on, left ``tl.arange`` out: "_semantic argument must be
+    provided"). In a new process, since the interpreter's patches are per process."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np, jax, jt_core as jt; sys.path.insert(0, sys.argv[1]);"
+        "import test_cpu_constructs as t, core_language_kernels as c;"
+        "x = np.arange(64, dtype=np.float32).reshape(4, 16) % 7;"
+        "call = lambda k, **kw: np.asarray(jax.jit(lambda x: jt.triton_call(x, kernel=k, out_shape=x, "
+        "launcher='interpreter', **kw))(x));"
+        "call(t.sort_rows_kernel, grid=1, ROWS=4, COLS=16, DESCENDING=False);"
+        "out = call(c.shifted_rows_kernel, grid=4, COLS=16);"
+        "np.testing.assert_array_equal(out, x - x.max(axis=1, keepdims=True)); print('ok')"
+    )
+    env = {**os.environ, "JT_CACHE_DIR": str(tmp_path / "cache")}
+    ran = subprocess.run(
+        [sys.executable, "-c", script, os.path.dirname(__file__)], env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("ok"), ran.stderr[-3000:]

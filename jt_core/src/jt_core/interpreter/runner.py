@@ -24,6 +24,7 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 from __future__ import annotations
 
 import dataclasses
+import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -183,21 +184,26 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
 
     Triton rebuilds every patched member with ``inspect.getmembers`` on each run, which costs about a
     millisecond; the patched members only depend on which language modules the kernel sees, so they are
-    recorded (once per attribute) the first time and re-applied afterwards. Returns a scope whose ``restore()``
-    undoes them.
+    recorded (once per attribute) and re-applied afterwards. They are recorded for every combination of the two
+    modules at once, before anything is patched: recorded while a kernel's patches are on (for a helper that sees
+    other modules), they would leave out every member already patched, and a later kernel seeing those modules would
+    run with ``tl.arange`` unpatched. Returns a scope whose ``restore()`` undoes them.
     """
+    import triton.language as tl
     from triton.runtime import interpreter as interp
 
-    key = _lang_key(fn)
-    cached = _lang_patches.get(key)
-    if cached is None:
-        scope = interp._patch_lang(fn)
-        final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
-        for obj, name, _ in scope._changes:
-            final[(id(obj), name)] = (obj, name, getattr(obj, name))
-        _lang_patches[key] = list(final.values())
-        return scope
-    return _PatchScope(cached)
+    if not _lang_patches:
+        for modules in ((tl,), (tl.core,), (tl, tl.core)):
+            scope = interp._patch_lang(types.FunctionType(_NOTHING, {f"_{i}": m for i, m in enumerate(modules)}))
+            final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+            for obj, name, _ in scope._changes:
+                final[(id(obj), name)] = (obj, name, getattr(obj, name))
+            scope.restore()
+            _lang_patches[tuple(sorted(id(m) for m in modules))] = list(final.values())
+    return _PatchScope(_lang_patches[_lang_key(fn)])
+
+
+_NOTHING = (lambda: None).__code__
 
 
 def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
