@@ -171,7 +171,10 @@ def _language_members() -> dict[int, tuple[str, str]]:
     index: dict[int, tuple[str, str]] = {}
     with frontend.compiling():
         for variable, module_name in _MODULES.items():
-            module = importlib.import_module(module_name)
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # a Triton built without one of the backends' libraries
+                continue
             for attr, value in vars(module).items():
                 if attr.startswith("__") or isinstance(value, types.ModuleType) or not callable(value):
                     continue
