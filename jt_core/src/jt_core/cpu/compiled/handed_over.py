@@ -39,7 +39,9 @@ def located(line: str | None, kernel: Any = None) -> str:
     where ``kernel`` (its Python function) is defined when no operation's line is known; empty when neither is."""
     if line is None and kernel is not None:
         try:
-            line = f"{inspect.getsourcefile(kernel)}:{inspect.getsourcelines(kernel)[1]}"
+            source, first = inspect.getsourcelines(kernel)
+            offset = next((i for i, text in enumerate(source) if text.lstrip().startswith("def ")), 0)
+            line = f"{inspect.getsourcefile(kernel)}:{first + offset}"
         except (OSError, TypeError):
             return ""
     if not line:
