@@ -72,10 +72,25 @@ def _compute(interp: Any) -> Callable[..., Any]:
     return create_extern_elementwise
 
 
+def _umulhi(interp: Any) -> Callable[..., Any]:
+    """The interpreter builder's ``create_umulhi`` (Triton 3.6's overflows on negative 64-bit operands)."""
+
+    def create_umulhi(lhs: Any, rhs: Any) -> Any:
+        with np.errstate(all="ignore"):
+            out = libdevice.umulhi(libdevice.numpy_arrays(), np.asarray(lhs.data), np.asarray(rhs.data))
+        return interp.TensorHandle(np.asarray(out), lhs.dtype.scalar)
+
+    return create_umulhi
+
+
 def patches(interp: Any) -> list[tuple[Any, str, Any]]:
-    """``(object, name, value)`` for each attribute a run replaces: the builder's external call and every public
-    function of the libdevice modules that import (a Triton without ROCm's has no module for it)."""
-    found: list[tuple[Any, str, Any]] = [(interp.interpreter_builder, "create_extern_elementwise", _compute(interp))]
+    """``(object, name, value)`` for each attribute a run replaces: the builder's external call and ``umulhi``, and
+    every public function of the libdevice modules that import (a Triton without ROCm's has no module for it)."""
+    builder = interp.interpreter_builder
+    found: list[tuple[Any, str, Any]] = [
+        (builder, "create_extern_elementwise", _compute(interp)),
+        (builder, "create_umulhi", _umulhi(interp)),
+    ]
     semantic = interp.interpreter_semantic
     for module_name, backend_name in LIBDEVICE_MODULES.items():
         try:

@@ -368,7 +368,7 @@ def _bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
 
 def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
     if x.dtype.itemsize == 8:  # no wider integer type: from 32-bit halves
-        return _as_signed(libdevice.mulhi(libdevice.jax_arrays(), x, y, signed=False), x.dtype)
+        return libdevice.umulhi(libdevice.jax_arrays(), x, y)
     wide = {4: jnp.uint64, 2: jnp.uint32, 1: jnp.uint16}[x.dtype.itemsize]
     product = _as_unsigned(x).astype(wide) * _as_unsigned(y).astype(wide)
     high = (product >> (x.dtype.itemsize * 8)).astype(_UNSIGNED[x.dtype.itemsize * 8])
