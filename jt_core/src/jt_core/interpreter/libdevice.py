@@ -128,8 +128,9 @@ def _exp2(xp: Arrays, x: Any) -> Any:
 
 
 def _tanh(xp: Arrays, x: Any) -> Any:
-    """``tanh`` as ``m / (m + 2)`` with ``m = expm1(2|x|)``, within 2 ulps everywhere (XLA's float32 ``tanh`` is 1
-    from ``|x|`` = 7.9 on: 1 + tanh(x) there is zero instead of 1e-7)."""
+    """``tanh`` as ``m / (m + 2)`` with ``m = expm1(2|x|)``: within 2.3 ulps everywhere, on both paths alike. XLA's
+    float32 ``tanh`` (4.5 ulps) is 1 from ``|x|`` = 7.9 on, where ``1 + tanh(x)`` (in a GELU's gradient) is 1e-7, and
+    its few ulps turn into percents wherever a kernel cancels ``1 + tanh(x)``; this costs 3.5 times XLA's."""
     n = xp.np
     a = n.abs(x)
     big = a > 20  # tanh is 1 in either type from there on
