@@ -14,6 +14,7 @@ from jt_core.configs import normalize_grid
 from jt_core.dtypes import get_type_id
 from jt_core.errors import (
     ConfigSkippedWarning,
+    CpuFallbackWarning,
     DataRaceError,
     DuplicateBackendError,
     JtError,
@@ -78,6 +79,7 @@ __all__ = [
     "UnsupportedKernelError",
     "UnwrittenOutputError",
     "UnwrittenOutputWarning",
+    "CpuFallbackWarning",
     "__version__",
     "__version_info__",
     "cdiv",

@@ -35,6 +35,7 @@ __all__ = [
     "PluginFaultError",
     "PluginLoadError",
     "ProcessAgreementError",
+    "CpuFallbackWarning",
     "UnsupportedKernelError",
     "UnwrittenOutputError",
     "UnwrittenOutputWarning",
@@ -104,6 +105,10 @@ class NoDeviceError(JtError, RuntimeError):
 
 class UnsupportedKernelError(JtError, NotImplementedError):
     """The selected platform cannot run this kind of kernel (e.g. Gluon or inline asm on the CPU)."""
+
+
+class CpuFallbackWarning(JtError, RuntimeWarning):
+    """A kernel the compiled CPU path cannot express runs in Triton's interpreter (``JT_CPU_FALLBACK=warn``)."""
 
 
 class ProcessAgreementError(JtError, RuntimeError):

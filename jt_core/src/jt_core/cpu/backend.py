@@ -27,7 +27,7 @@ CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
 #: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it).
-PROGRAM_FORMAT = 2
+PROGRAM_FORMAT = 4
 
 
 def compile_check_enabled() -> bool:

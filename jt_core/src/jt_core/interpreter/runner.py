@@ -14,6 +14,8 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
   then does integer arithmetic on them);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
+* computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call, and
+  reductions through tensor descriptors (`jt_core.interpreter.descriptors`), which it has no way to make;
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
 * checks every load, store and atomic address against the buffers passed to the kernel, turning an
   out-of-bounds access (which would crash the process) into `OutOfBoundsAccessError`.
@@ -22,6 +24,7 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 from __future__ import annotations
 
 import dataclasses
+import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +35,7 @@ import numpy as np
 
 from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter import rewriting
+from jt_core.interpreter import descriptors, extern, rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer
 from jt_core.interpreter.numerics import FloatFixes
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
@@ -181,21 +184,26 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
 
     Triton rebuilds every patched member with ``inspect.getmembers`` on each run, which costs about a
     millisecond; the patched members only depend on which language modules the kernel sees, so they are
-    recorded (once per attribute) the first time and re-applied afterwards. Returns a scope whose ``restore()``
-    undoes them.
+    recorded (once per attribute) and re-applied afterwards. They are recorded for every combination of the two
+    modules at once, before anything is patched: recorded while a kernel's patches are on (for a helper that sees
+    other modules), they would leave out every member already patched, and a later kernel seeing those modules would
+    run with ``tl.arange`` unpatched. Returns a scope whose ``restore()`` undoes them.
     """
+    import triton.language as tl
     from triton.runtime import interpreter as interp
 
-    key = _lang_key(fn)
-    cached = _lang_patches.get(key)
-    if cached is None:
-        scope = interp._patch_lang(fn)
-        final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
-        for obj, name, _ in scope._changes:
-            final[(id(obj), name)] = (obj, name, getattr(obj, name))
-        _lang_patches[key] = list(final.values())
-        return scope
-    return _PatchScope(cached)
+    if not _lang_patches:
+        for modules in ((tl,), (tl.core,), (tl, tl.core)):
+            scope = interp._patch_lang(types.FunctionType(_NOTHING, {f"_{i}": m for i, m in enumerate(modules)}))
+            final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+            for obj, name, _ in scope._changes:
+                final[(id(obj), name)] = (obj, name, getattr(obj, name))
+            scope.restore()
+            _lang_patches[tuple(sorted(id(m) for m in modules))] = list(final.values())
+    return _PatchScope(_lang_patches[_lang_key(fn)])
+
+
+_NOTHING = (lambda: None).__code__
 
 
 def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -252,6 +260,8 @@ def _patched(
     builder_scope = _PatchScope(
         [(builder, name, method) for name, method in floats.patches().items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
+        + extern.patches(interp)
+        + descriptors.patches(interp)
     )
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
@@ -375,6 +385,12 @@ def _in_kernel(kernel_name: str, exc: Exception) -> str:
     return text if text.startswith(f"kernel {kernel_name!r}") else f"kernel {kernel_name!r}: {text}"
 
 
+def _at(error: BaseException) -> str:
+    """`` at FILE:LINE: TEXT``, the kernel line ``error`` was raised at, or nothing."""
+    line = rewriting.failing_line(error, _kernel_codes)
+    return f" at {line}" if line else ""
+
+
 def run(
     py_fn: Callable[..., Any],
     kernel_name: str,
@@ -423,12 +439,14 @@ def run(
                         fn(**arguments)
         except DataRaceError:
             raise  # names both programs already
-        except (OutOfBoundsAccessError, UnsupportedKernelError) as exc:
+        except OutOfBoundsAccessError as exc:
             raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}]") from None
+        except UnsupportedKernelError as exc:
+            raise type(exc)(f"{_in_kernel(kernel_name, exc)}{_at(exc)} [program_id {program}]") from None
         except NotImplementedError as exc:
             raise UnsupportedKernelError(
-                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}); run it on "
-                "a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}){_at(exc)}; "
+                "run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
             ) from exc
         except Exception as exc:
             cause: BaseException = exc
@@ -436,10 +454,12 @@ def run(
                 cause = cause.__cause__
             if isinstance(cause, DataRaceError):
                 raise DataRaceError(str(cause)) from None
-            if isinstance(cause, (OutOfBoundsAccessError, UnsupportedKernelError)):
+            if isinstance(cause, OutOfBoundsAccessError):
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
+            if isinstance(cause, UnsupportedKernelError):
+                raise type(cause)(f"{_in_kernel(kernel_name, cause)}{_at(exc)} [program_id {program}]") from None
             raise KernelRuntimeError(
-                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
+                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}{_at(exc)}: "
                 f"{type(cause).__name__}: {cause}"
             ) from exc
     return races

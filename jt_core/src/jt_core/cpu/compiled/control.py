@@ -1,4 +1,5 @@
-"""``scf.for``, ``scf.if`` and ``scf.while`` as JAX's ``fori_loop``, ``cond`` and ``while_loop``.
+"""``scf.for``, ``scf.if`` and ``scf.while`` as JAX's ``fori_loop``, ``cond`` and ``while_loop``; the branches of an
+early ``return`` (``cf.br``, ``cf.cond_br``) as ``cond``.
 
 What a loop or branch carries must be arrays of fixed types: numbers are carried as their TTIR type, pointers as
 their offsets (int64) with the buffer they point into kept aside, since it cannot change from one iteration to the
@@ -16,12 +17,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled.descriptors import Descriptor
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, TensorType
 from jt_core.cpu.compiled.tracer import Tracer
 from jt_core.cpu.compiled.values import BlockPointer, Unsupported
 
-__all__ = ["scf_for", "scf_if", "scf_while"]
+__all__ = ["BRANCHES", "cf_branch", "scf_for", "scf_if", "scf_while"]
 
 _WRITES = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas"}
 
@@ -34,6 +36,8 @@ def _pack(value: Any, ty: TensorType) -> Any:
     if isinstance(value, BlockPointer):
         fields = (value.base, *value.shape, *value.strides, *value.offsets)
         return tuple(jnp.asarray(f, jnp.int64) for f in fields)
+    if isinstance(value, Descriptor):
+        return tuple(jnp.asarray(f, jnp.int64) for f in (value.base, *value.shape, *value.strides))
     return lang.as_array(value, ty)
 
 
@@ -52,16 +56,22 @@ def _unpack(template: Any, carried: Any) -> Any:
             strides=tuple(rest[rank : 2 * rank]),
             offsets=tuple(rest[2 * rank :]),
         )
+    if isinstance(template, Descriptor):
+        rank = len(template.block)
+        rest = carried[1:]
+        return dataclasses.replace(template, base=carried[0], shape=tuple(rest[:rank]), strides=tuple(rest[rank:]))
     return carried
 
 
 def _same_target(template: Any, value: Any, line: str | None) -> None:
 
-    for kind in (Pointer, BlockPointer):
+    for kind in (Pointer, BlockPointer, Descriptor):
         if isinstance(template, kind) != isinstance(value, kind):
             raise Unsupported("a loop or branch value that is a pointer on one path only", line)
-    if isinstance(template, (Pointer, BlockPointer)) and template.buffer != value.buffer:
+    if isinstance(template, (Pointer, BlockPointer, Descriptor)) and template.buffer != value.buffer:
         raise Unsupported("a pointer moved to another argument inside a loop or branch", line)
+    if isinstance(template, Descriptor) and (template.block, template.nan_padding) != (value.block, value.nan_padding):
+        raise Unsupported("tensor descriptors of different blocks or paddings on two paths", line)
 
 
 def _packed(
@@ -207,3 +217,50 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
     for value, result in zip(op.results, values, strict=True):
         k.env[value] = result
     return state
+
+
+#: The terminators of a block that continue in another block of its region (what an early ``return`` makes).
+BRANCHES = ("cf.br", "cf.cond_br")
+
+#: How many blocks the branches of one function may run, counting each time a block is traced: an early ``return``
+#: inside an ``if`` traces what follows that ``if`` on both of its sides.
+_MAX_BRANCHED_BLOCKS = 256
+
+
+def cf_branch(k: Tracer, op: Operation, region: Sequence[Block], state: State) -> tuple[list[Any], State]:
+    """``cf.br`` and ``cf.cond_br``, which Triton makes of an early ``return`` (never of a loop: Triton refuses a
+    ``return`` inside one, so the blocks of a function branch forward only): the target block runs on to the
+    function's ``tt.return``, whose values it returns. A condition known when traced picks its side; else both sides
+    run to the end inside a ``lax.cond``.
+    """
+    targets = op.attr("successors")
+    if not targets or any(t >= len(region) for t in targets):
+        raise Unsupported("a branch whose target blocks cannot be read", op.line)
+    k.branched_blocks += 1
+    if k.branched_blocks > _MAX_BRANCHED_BLOCKS:
+        raise Unsupported(f"more than {_MAX_BRANCHED_BLOCKS} blocks reached through early returns", op.line)
+    if op.name == "cf.br":
+        return k.run_block(region[targets[0]], [k.get(v) for v in op.operands], state)
+    sides = [region[t] for t in targets]
+    split = 1 + len(sides[0].arguments)
+    arguments = [[k.get(v) for v in op.operands[1:split]], [k.get(v) for v in op.operands[split:]]]
+    condition = k.get(op.operands[0])
+    if lang.is_static(condition):
+        chosen = 0 if condition else 1
+        return k.run_block(sides[chosen], arguments[chosen], state)
+    returned = next((o for b in region for o in b.operations if o.name == "tt.return"), None)
+    types = [k.type(v) for v in returned.operands] if returned is not None else []
+    templates: dict[int, list[Any]] = {}
+
+    def side(index: int) -> Any:
+        def run(st: State) -> tuple[list[Any], State]:
+            results, st = _nested(k, sides[index], arguments[index], st)
+            templates[index] = results
+            return _packed(results, types, results, op.line), st
+
+        return run
+
+    arrays, state = lax.cond(jnp.asarray(k.array(op.operands[0])).astype(bool), side(0), side(1), state)
+    for mine, theirs in zip(templates[0], templates[1], strict=True):
+        _same_target(mine, theirs, op.line)
+    return [_unpack(t, a) for t, a in zip(templates[0], arrays, strict=True)], state

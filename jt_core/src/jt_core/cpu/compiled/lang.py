@@ -23,6 +23,7 @@ from jax import lax
 
 from jt_core.cpu.compiled.program import TensorType
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import libdevice
 
 __all__ = ["ELEMENTWISE", "as_array", "constant", "convert_float", "dtype_of", "fold", "is_static"]
 
@@ -366,6 +367,8 @@ def _bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
 
 
 def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
+    if x.dtype.itemsize == 8:  # no wider integer type: from 32-bit halves
+        return libdevice.umulhi(libdevice.jax_arrays(), x, y)
     wide = {4: jnp.uint64, 2: jnp.uint32, 1: jnp.uint16}[x.dtype.itemsize]
     product = _as_unsigned(x).astype(wide) * _as_unsigned(y).astype(wide)
     high = (product >> (x.dtype.itemsize * 8)).astype(_UNSIGNED[x.dtype.itemsize * 8])
@@ -382,7 +385,7 @@ def _rsqrt(x: jax.Array) -> jax.Array:
 
 
 def round_half_away(x: jax.Array) -> jax.Array:
-    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
+    return libdevice.round_half_away(libdevice.jax_arrays(), x)
 
 
 def _clz(x: jax.Array) -> jax.Array:

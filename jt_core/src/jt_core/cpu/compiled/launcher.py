@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
 from jt_core.cpu.compiled.accesses import pointer_argument
+from jt_core.cpu.compiled.descriptors import Descriptor, block_of
 from jt_core.cpu.compiled.grid import run_grid
 from jt_core.cpu.compiled.kernel import unsupported_operation
 from jt_core.cpu.compiled.memory import BufferSpec, Memory, State, no_error
@@ -35,7 +37,7 @@ from jt_core.cpu.compiled.program import Program
 from jt_core.cpu.compiled.values import Unsupported
 from jt_core.cpu.ffi_launcher import CpuFfiLauncher
 from jt_core.cpu.lowered import cpu_autotune_enabled
-from jt_core.errors import NoUsableConfigError, UnsupportedKernelError
+from jt_core.errors import CpuFallbackWarning, NoUsableConfigError, UnsupportedKernelError
 from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
 
@@ -109,7 +111,13 @@ def kernel_function(
                 aval = call.out_avals[output] if output is not None else call.operand_avals[slot.index]
                 keys[key] = len(specs)
                 specs.append(BufferSpec(slot.name, np.dtype(aval.dtype), tuple(aval.shape), output is not None, output))
-            arguments_plan.append(("pointer", keys[key]))
+            if slot.descriptor is None:
+                arguments_plan.append(("pointer", keys[key]))
+                continue
+            # A host-side descriptor is the descriptor, then its shape and strides, as Triton passes it.
+            desc = slot.descriptor
+            arguments_plan.append(("descriptor", (keys[key], desc)))
+            arguments_plan += [("scalar", int(v)) for v in (*desc.shape, *desc.strides)]
         elif slot.type_str != "constexpr":
             arguments_plan.append(("scalar", _scalar(slot.value)))
     if len(arguments_plan) != len(parameters):
@@ -123,6 +131,21 @@ def kernel_function(
             if not ty.is_pointer or ty.pointee is None:
                 raise Unsupported(f"a pointer passed where the kernel's TTIR takes {ty.text}")
             arguments.append(pointer_argument(value, ty.pointee))
+        elif kind == "descriptor":
+            buffer, desc = value
+            block, element = block_of(ty.text)
+            arguments.append(
+                Descriptor(
+                    buffer,
+                    0,
+                    tuple(desc.shape),
+                    tuple(desc.strides),
+                    block,
+                    element,
+                    nan_padding=desc.padding == "nan",
+                    round_to_tf32=desc.round_f32_to_tf32,
+                )
+            )
         else:
             arguments.append(value)
     for output in range(len(call.out_avals)):
@@ -318,15 +341,14 @@ class CpuCompiledLauncher(Launcher):
     priority = 20
     fallback_rules = (
         "a kernel using what the compiled path cannot express (inline asm, device printing or assertions, "
-        "pointers made from integers) runs in the interpreter",
+        "pointers made from integers) runs in the interpreter (JT_CPU_FALLBACK=warn warns, =error refuses)",
         "a call made with the race check on (JT_CPU_RACE_CHECK=1, jt.cpu_checks(races=True)) runs in the "
         "interpreter, which keeps it",
         "debug=True runs in the interpreter (overflow checks, device assertions)",
-        "host-side tensor descriptors (jt.TensorDescriptor) run in the interpreter",
     )
 
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
-        return False
+        return True
 
     def native_library(self) -> Any:
         # The check that raises a kernel's out-of-bounds error after it ran is a handler of this library.
@@ -349,17 +371,27 @@ class CpuCompiledLauncher(Launcher):
             return "the race check runs in the interpreter"
         if any(config.options.debug for config in call.configs):
             return "debug=True runs in the interpreter"
-        if any(slot.descriptor is not None for slot in call.slots):
-            return "host-side tensor descriptors run in the interpreter"
         traced = _traced.get(call, kernels)
         if not isinstance(traced, UnsupportedKernelError):
             return None
+        kernel = getattr(kernels[0].payload, "fn", None)
         if isinstance(traced, Unsupported):
-            where = f" at {traced.line}" if traced.line else ""
-            reason = f"the compiled path cannot express {traced.what}{where}"
+            reason = f"the compiled path cannot express {traced.what}{handed_over.located(traced.line, kernel)}"
         else:
-            reason = f"the compiled path cannot express it: {traced}"
+            reason = f"the compiled path cannot express it: {traced}{handed_over.located(None, kernel)}"
         handed_over.remember(call.signature_text(), reason)
+        policy = handed_over.policy()
+        if policy == "error":
+            raise UnsupportedKernelError(
+                f"triton_call {call.name!r}: {reason}, and JT_CPU_FALLBACK=error refuses to run it in Triton's "
+                "interpreter instead (JT_CPU_FALLBACK=info or warn lets it run there)"
+            )
+        if policy == "warn":
+            warnings.warn(
+                f"triton_call {call.name!r}: {reason}; it runs in Triton's interpreter",
+                CpuFallbackWarning,
+                stacklevel=2,
+            )
         return reason
 
     def lower(
