@@ -27,7 +27,7 @@ CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
 #: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it).
-PROGRAM_FORMAT = 4
+PROGRAM_FORMAT = 5
 
 
 def compile_check_enabled() -> bool:
@@ -58,12 +58,14 @@ class CpuKernel:
         checks: The checks a run makes.
         program: The kernel's TTIR, which the compiled path runs (``None`` when the front end did not give it).
         why_not: Why there is no program, when there is none.
+        why_not_at: The kernel source line (``FILE:LINE``) of what ``why_not`` names, where it has one.
     """
 
     fn: Any
     checks: CpuChecks
     program: Program | None = dataclasses.field(default=None, compare=False)
     why_not: str | None = None
+    why_not_at: str | None = None
 
 
 def _interpreter_chosen(request: CompileRequest) -> bool:
@@ -107,12 +109,13 @@ class CpuBackend(Backend):
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
         program, why_not = None, str(cached.metadata.get("why_not") or "") or None
+        at = str(cached.metadata.get("why_not_at") or "") or None
         if cached.binary:
             try:
                 program = Program.from_bytes(cached.binary)
             except ValueError as exc:
-                program, why_not = None, str(exc)
-        return self._compiled(request, program, why_not)
+                program, why_not, at = None, str(exc), None
+        return self._compiled(request, program, why_not, at)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
         """Runs Triton's front end on the kernel (about 6 ms per configuration for a vector add, 15 to 35 ms for a
@@ -141,18 +144,20 @@ class CpuBackend(Backend):
             lines = str(exc).strip().splitlines() or [""]
             program, why_not = None, f"a kernel Triton's front end refused ({type(exc).__name__}: {lines[-1]})"
         if stops:  # Python's debugger stops only where the kernel runs as Python: in the interpreter
-            program, why_not = None, f"breakpoint() (Python's debugger) at {stops[0]}"
+            return self._compiled(request, None, "breakpoint() (Python's debugger)", stops[0])
         return self._compiled(request, program, why_not)
 
     @staticmethod
-    def _compiled(request: CompileRequest, program: Program | None, why_not: str | None) -> CompiledKernel:
+    def _compiled(
+        request: CompileRequest, program: Program | None, why_not: str | None, at: str | None = None
+    ) -> CompiledKernel:
         options = request.options
         assert isinstance(options, CpuOptions), options
         return CompiledKernel(
             name=request.call.name,
             target=request.target,
             binary=program.to_bytes() if program is not None else b"",
-            metadata={"why_not": why_not} if why_not else {},
+            metadata=({"why_not": why_not} if why_not else {}) | ({"why_not_at": at} if at else {}),
             num_warps=options.num_warps,
-            payload=CpuKernel(request.kernel.fn, options.checks, program, why_not),
+            payload=CpuKernel(request.kernel.fn, options.checks, program, why_not, at),
         )

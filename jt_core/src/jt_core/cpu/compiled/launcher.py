@@ -89,7 +89,9 @@ def kernel_function(
     payload = kernel.payload
     program: Program | None = getattr(payload, "program", None)
     if program is None:
-        raise Unsupported(getattr(payload, "why_not", None) or "its Triton IR is not available")
+        raise Unsupported(
+            getattr(payload, "why_not", None) or "its Triton IR is not available", getattr(payload, "why_not_at", None)
+        )
     refused = unsupported_operation(program)
     if refused is not None:
         raise refused
@@ -341,7 +343,8 @@ class CpuCompiledLauncher(Launcher):
     priority = 20
     fallback_rules = (
         "a kernel using what the compiled path cannot express (inline asm, device printing or assertions, "
-        "pointers made from integers) runs in the interpreter (JT_CPU_FALLBACK=warn warns, =error refuses)",
+        "breakpoint(), pointers made from integers, libdevice's Bessel functions) runs in the interpreter "
+        "(JT_CPU_FALLBACK=warn warns, =error refuses)",
         "a call made with the race check on (JT_CPU_RACE_CHECK=1, jt.cpu_checks(races=True)) runs in the "
         "interpreter, which keeps it",
         "debug=True runs in the interpreter (overflow checks, device assertions)",
