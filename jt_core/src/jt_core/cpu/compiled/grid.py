@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 from jt_core import settings
-from jt_core.cpu.compiled import affine
+from jt_core.cpu.compiled import affine, side_by_side
 from jt_core.cpu.compiled.kernel import Kernel
 from jt_core.cpu.compiled.memory import Memory, State
 from jt_core.cpu.compiled.program import Program, parse_type
@@ -70,7 +70,8 @@ def run_grid(
         return state
     if total > 1 and settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
         try:
-            return _side_by_side(program, memory, grid, arguments, state, fuse)
+            boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk_size(program, total))
+            return _side_by_side(program, memory, grid, arguments, state, fuse) if boxed is None else boxed
         except NotVectorizable:
             pass
     return _in_order(program, memory, grid, arguments, state, fuse)
