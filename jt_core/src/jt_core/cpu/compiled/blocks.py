@@ -152,22 +152,24 @@ def _offsets(view: View, begin: Any) -> jax.Array:
     return jnp.broadcast_to(offsets, view.counts)
 
 
-def _gathered(flat: jax.Array, view: View, begin: Any) -> jax.Array:
-    index = _offsets(view, begin)
+def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
+    """The view's elements by a gather; its offsets wrap around in ``index_type`` as the kernel's would."""
+    index = _offsets(view, begin).astype(index_type)
     dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
     return lax.gather(flat, index[..., None], dims, slice_sizes=(1,), mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
-def read(flat: jax.Array, view: View, begin: Any) -> jax.Array:
+def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
     """The view's elements of ``flat``, its lowest element at ``begin`` (an int, or a traced integer scalar); an
-    element outside ``flat`` reads zero.
+    element outside ``flat`` reads zero. Where a traced ``begin`` puts the view partly outside ``flat``, it is
+    gathered, its offsets held in ``index_type`` (as the kernel holds them).
 
     The view must nest (`View.nest`)."""
     if isinstance(begin, int):
         region = _slice_region(flat, begin, view.needed)
         return _from_region(_padded(region, view.extent), view)
     if view.needed > flat.shape[0]:
-        return _gathered(flat, view, begin)
+        return _gathered(flat, view, begin, index_type)
 
     def sliced(begin: jax.Array) -> jax.Array:
         region = lax.dynamic_slice_in_dim(flat, begin, view.needed)
@@ -175,7 +177,7 @@ def read(flat: jax.Array, view: View, begin: Any) -> jax.Array:
 
     begin = jnp.asarray(begin, jnp.int64)
     inside = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
-    return lax.cond(inside, sliced, lambda b: _gathered(flat, view, b), begin)
+    return lax.cond(inside, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
 
 
 def _padded(region: jax.Array, length: int) -> jax.Array:
@@ -279,7 +281,15 @@ def box_view(box: Box, pids: Sequence[int], lanes: Sequence[int], shape: tuple[i
     return View((*pids, *lanes), (*box.counts, *shape))
 
 
-def load(flat: jax.Array, box: Box, pids: Sequence[int], lanes: Sequence[int], shape: tuple[int, ...], base: Any) -> jax.Array:
+def load(
+    flat: jax.Array,
+    box: Box,
+    pids: Sequence[int],
+    lanes: Sequence[int],
+    shape: tuple[int, ...],
+    base: Any,
+    index_type: Any = jnp.int64,
+) -> jax.Array:
     """One program's block of ``flat``, inside the ``jax.vmap`` of the box's programs: element ``i`` at ``base +
     pids . (program's position in the box) + lanes . i`` (``base`` the offset at the box's first program's first
     lane: an int or an unmapped traced scalar).
@@ -290,11 +300,13 @@ def load(flat: jax.Array, box: Box, pids: Sequence[int], lanes: Sequence[int], s
     pending = tuple(k for k in range(3) if box.positions[k] is not None and pids[k] and box.counts[k] > 1)
     positions = [box.positions[k] for k in pending]
     if isinstance(base, int):  # kept out of the custom_vmap's operands, which would make it a traced value
-        return _peeled(view, base + view.low, (), pending)(flat, *positions)
-    return _peeled(view, None, (), pending)(flat, jnp.asarray(base, jnp.int64) + view.low, *positions)
+        return _peeled(view, base + view.low, (), pending, index_type)(flat, *positions)
+    return _peeled(view, None, (), pending, index_type)(flat, jnp.asarray(base, jnp.int64) + view.low, *positions)
 
 
-def _peeled(view: View, begin: int | None, peeled: tuple[int, ...], pending: tuple[int, ...]) -> Callable[..., Any]:
+def _peeled(
+    view: View, begin: int | None, peeled: tuple[int, ...], pending: tuple[int, ...], index_type: Any
+) -> Callable[..., Any]:
     """The block of the programs at ``positions`` (one per ``pending`` axis), for every program of the box along the
     ``peeled`` axes (the leading axes of the result, the last peeled first), the box's lowest element at ``begin``
     (or, where that is ``None``, at a traced operand after the buffer): a ``custom_vmap`` whose ``vmap`` along one
@@ -312,7 +324,7 @@ def _peeled(view: View, begin: int | None, peeled: tuple[int, ...], pending: tup
                 counts[k] = 1
         part = View(view.steps, tuple(counts))
         offset = offset + (part.low - view.low)
-        block = read(flat, part, offset) if part.nest is not None else _gathered(flat, part, offset)
+        block = read(flat, part, offset, index_type)
         # The box's axes: the peeled ones first, the last peeled outermost; the others (one program each) dropped.
         others = tuple(k for k in range(3) if k not in peeled)
         block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))
@@ -328,7 +340,7 @@ def _peeled(view: View, begin: int | None, peeled: tuple[int, ...], pending: tup
             return jax.vmap(direct, in_axes=axes)(flat, *operands), True
         k = pending[mapped[0]]
         rest = tuple(p for i, p in enumerate(operands[given:]) if i != mapped[0])
-        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k))
+        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k), index_type)
         return taker(flat, *operands[:given], *rest), True
 
     return fn

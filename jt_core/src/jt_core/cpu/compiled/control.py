@@ -113,7 +113,8 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
 
     initial = _packed(inits, types, inits, op.line)
     if static:
-        arrays, state = lax.fori_loop(0, count, iteration, (initial, state))
+        unroll = k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS
+        arrays, state = lax.fori_loop(0, count, iteration, (initial, state), unroll=unroll)
     else:
         lower_array = lang.as_array(lower, iv_type).astype(jnp.int64)
         upper_array = lang.as_array(upper, iv_type).astype(jnp.int64)
@@ -123,6 +124,19 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
     for value, template, array in zip(op.results, inits, arrays, strict=True):
         k.env[value] = _unpack(template, array)
     return state
+
+
+#: How many operations a loop of programs side by side, with a trip count known when tracing, may have in all
+#: for XLA to see it unrolled: its loads are then slices at known offsets, its steps fused with one another.
+_UNROLLED_OPERATIONS = 256
+
+
+def _size(block: Block, used: set[int]) -> int:
+    """How many operations a block holds that compute what something uses, nested ones included."""
+    return sum(
+        (not op.results or any(r in used for r in op.results)) + sum(_size(b, used) for r in op.regions for b in r)
+        for op in block.operations
+    )
 
 
 def scf_if(k: Tracer, op: Operation, state: State) -> State:

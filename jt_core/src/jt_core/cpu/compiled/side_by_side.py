@@ -80,7 +80,9 @@ class _BoxMemory(Memory):
         """The access's view over the box, and the lowest and highest offsets it reaches over every box of the
         grid; ``None`` where its offsets are not known affine forms, or the view does not nest."""
         a = pointer.affine
-        if a is None or not a.base_known or a.shape != shape or not self.specs[pointer.buffer].size:
+        if a is None or a.shape != shape or not self.specs[pointer.buffer].size:
+            return None
+        if not a.base_known and a.dynamic is None:
             return None
         view = blocks.box_view(self.box, a.pids, a.lanes, shape)
         if not _elements_of(view):
@@ -93,8 +95,10 @@ class _BoxMemory(Memory):
         return view, low, high
 
     def _base(self, a: Affine) -> Any:
+        """The offset of the box's first program's first lane (an int where it is known when tracing)."""
         first = self.box.first
-        return a.const if isinstance(first, int) and not a.pids[0] * first else a.const + a.pids[0] * first
+        base = a.const if isinstance(first, int) and not a.pids[0] * first else a.const + a.pids[0] * first
+        return base if a.base_known else a.dynamic + base
 
     def load(
         self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
@@ -105,25 +109,29 @@ class _BoxMemory(Memory):
         if found is None:
             return super().load(state, pointer, mask, other, shape)
         view, low, high = found
-        strays = low < 0 or high >= spec.size
-        if strays and not self.bounds_check:
-            return super().load(state, pointer, mask, other, shape)  # a stray lane reads what the gather reads
         a = pointer.affine
         assert a is not None
+        strays = not a.base_known or low < 0 or high >= spec.size
+        if strays and not self.bounds_check:
+            return super().load(state, pointer, mask, other, shape)  # a stray lane reads what the gather reads
         value_type = dtype_of(pointer.pointee)
         self.loaded.add(pointer.buffer)
         flat = self._array(state, pointer.buffer)
-        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, self._base(a))
+        base = self._base(a)
+        index_type = jnp.asarray(pointer.offset).dtype
+        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type)
         value = _to_value(block, _storage(spec), value_type)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
-        base = self._base(a)
-        if strays and wanted is not None and isinstance(base, int) and not self.kernel.region_depth:
+        if not strays:
+            pass
+        elif wanted is None:
+            _, _, state = self._lanes(state, "load", pointer, None, shape)  # two comparisons per program
+        elif isinstance(base, int) and not self.kernel.region_depth:
             assert self.deferred is not None
             self.deferred.append((_BlockCheck(spec.size, view, base + view.low), wanted, None))  # type: ignore[arg-type]
-        elif strays:
+        else:
             offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
-            outside = (offsets < 0) | (offsets >= spec.size)
-            state = self._record(state, outside if wanted is None else wanted & outside)
+            state = self._record(state, wanted & ((offsets < 0) | (offsets >= spec.size)))
         if wanted is not None:
             fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
             value = jnp.where(wanted, value, fill)
@@ -133,7 +141,7 @@ class _BoxMemory(Memory):
         self.order.append((True, pointer.buffer, pointer.affine))
         spec = self.specs[pointer.buffer]
         found = self._view(pointer, shape) if spec.writable else None
-        if found is not None:
+        if found is not None and pointer.affine is not None and pointer.affine.base_known:
             view, low, high = found
             fits = isinstance(self.box.first, int) or (low >= 0 and high < spec.size)
             varies = all(s or n == 1 for s, n in zip(view.steps, view.counts, strict=True))
