@@ -156,7 +156,9 @@ def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int
     """The view's elements by a gather; its offsets wrap around in ``index_type`` as the kernel's would."""
     index = _offsets(view, begin).astype(index_type)
     dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
-    return lax.gather(flat, index[..., None], dims, slice_sizes=(1,), mode=lax.GatherScatterMode.FILL_OR_DROP)
+    return lax.gather(
+        flat, index[..., None], dims, slice_sizes=(1,), mode=lax.GatherScatterMode.FILL_OR_DROP, fill_value=0
+    )
 
 
 def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
