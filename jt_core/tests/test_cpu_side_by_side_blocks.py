@@ -158,7 +158,13 @@ def test_an_in_place_kernel_whose_programs_load_only_what_they_store_runs_side_b
 
     def scale(x: jax.Array, launcher: str = "compiled") -> jax.Array:
         return jt.triton_call(
-            x, kernel=scale_in_place_kernel, out_shape=x, grid=4, n=200, BLOCK=64, input_output_aliases={0: 0},
+            x,
+            kernel=scale_in_place_kernel,
+            out_shape=x,
+            grid=4,
+            n=200,
+            BLOCK=64,
+            input_output_aliases={0: 0},
             launcher=launcher,
         )
 
@@ -173,7 +179,13 @@ def test_in_place_kernels_that_read_what_another_program_or_a_store_before_wrote
 
     def running(x: jax.Array, launcher: str = "compiled") -> jax.Array:
         return jt.triton_call(
-            x, kernel=running_in_place_kernel, out_shape=x, grid=4, n=100, BLOCK=32, input_output_aliases={0: 0},
+            x,
+            kernel=running_in_place_kernel,
+            out_shape=x,
+            grid=4,
+            n=100,
+            BLOCK=32,
+            input_output_aliases={0: 0},
             launcher=launcher,
         )
 
@@ -184,8 +196,14 @@ def test_in_place_kernels_that_read_what_another_program_or_a_store_before_wrote
 
     def reread(x: jax.Array, launcher: str = "compiled") -> Any:
         return jt.triton_call(
-            x, kernel=reread_in_place_kernel, out_shape=(x, x), grid=4, n=100, BLOCK=32,
-            input_output_aliases={0: 0}, launcher=launcher,
+            x,
+            kernel=reread_in_place_kernel,
+            out_shape=(x, x),
+            grid=4,
+            n=100,
+            BLOCK=32,
+            input_output_aliases={0: 0},
+            launcher=launcher,
         )
 
     assert "while" in jax.jit(reread).lower(x).as_text()
@@ -233,8 +251,14 @@ def test_matmuls_with_and_without_tails_match_numpy(kernel: Any, shape: tuple[in
     m, n, k = shape
     a, b = random((m, k), seed=2), random((k, n), seed=3)
     kwargs = dict(
-        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(triton.cdiv(m, 16), triton.cdiv(n, 16)),
-        M=m, N=n, K=k, BM=16, BN=16, BK=16,
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        grid=(triton.cdiv(m, 16), triton.cdiv(n, 16)),
+        M=m,
+        N=n,
+        K=k,
+        BM=16,
+        BN=16,
+        BK=16,
     )
     compiled = np.asarray(call(kernel, a, b, **kwargs))
     want = a.astype(np.float64) @ b.astype(np.float64)
@@ -258,7 +282,9 @@ def test_loads_in_a_loop_whose_trip_count_differs_by_program_match_numpy() -> No
     x = random((6, 40))
     lengths = np.array([40, 0, 7, 16, 33, 1], np.int32)
     out = np.asarray(
-        call(ragged_sum_kernel, x, lengths, out_shape=jax.ShapeDtypeStruct((6,), jnp.float32), grid=6, STRIDE=40, BLOCK=8)
+        call(
+            ragged_sum_kernel, x, lengths, out_shape=jax.ShapeDtypeStruct((6,), jnp.float32), grid=6, STRIDE=40, BLOCK=8
+        )
     )
     want = [x[i, :n].astype(np.float64).sum() for i, n in enumerate(lengths)]
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

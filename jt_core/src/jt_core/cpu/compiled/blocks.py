@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -65,14 +66,16 @@ class View:
         steps do not nest."""
         if self.size == 0:
             return None
-        varying = sorted((abs(s), a) for a, (s, n) in enumerate(zip(self.steps, self.counts, strict=True)) if s and n > 1)
-        for (step, axis), (above, _) in zip(varying, varying[1:], strict=False):
+        varying = sorted(
+            (abs(s), a) for a, (s, n) in enumerate(zip(self.steps, self.counts, strict=True)) if s and n > 1
+        )
+        for (step, axis), (above, _) in itertools.pairwise(varying):
             if above % step or above < step * self.counts[axis]:
                 return None
         order = tuple(a for _, a in reversed(varying))  # the outermost (largest step) first
         if not varying:
             return _Nest(order, (1,))
-        inner = [above // step for (step, _), (above, _) in zip(varying, varying[1:], strict=False)]
+        inner = [above // step for (step, _), (above, _) in itertools.pairwise(varying)]
         dims = (self.counts[order[0]], *reversed(inner), varying[0][0])
         return _Nest(order, dims)
 
@@ -245,7 +248,7 @@ def _outside(lanes: jax.Array | None, view: View, before: int, after: int) -> ja
     return jnp.any(lanes[:before]) | jnp.any(lanes[after:])
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)
 def _static_lanes(view: View) -> np.ndarray:
     """Which elements of the view's span are lanes of it (the others lie between them)."""
     offsets = np.zeros(view.counts, np.int64) - view.low

@@ -100,9 +100,9 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
             for value, init in zip(op.results, inits, strict=True):
                 k.env[value] = init
             return state
+        if k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS:
+            return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
     iv_dtype = lang.dtype_of(iv_type.element)
-    if static and k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS:
-        return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
 
     def iteration(i: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
         arrays, st = carry

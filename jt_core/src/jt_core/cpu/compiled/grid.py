@@ -10,6 +10,10 @@ Two ways give the same result:
   when the kernel's TTIR proves it: no atomics; no buffer both loaded and stored; every store outside loops and
   branches, through offsets affine in the program ids whose steps keep the programs' elements apart
   (`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
+
+Side by side runs in boxes of programs first (`jt_core.cpu.compiled.side_by_side`: one ``jax.vmap`` per grid
+axis, block accesses as slices of their buffers, in-place kernels too); the flat chunks here take the grids whose
+planes of programs do not fit in a box.
 """
 
 from __future__ import annotations

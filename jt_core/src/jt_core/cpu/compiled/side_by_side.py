@@ -253,10 +253,10 @@ def _apply(
 ) -> State:
     """Makes one recorded store of the box's programs."""
     if isinstance(record, _BlockCheck):
-        mask = first.reshape(record.view.counts)
+        wanted = first.reshape(record.view.counts)
         if valid is not None:
-            mask = mask & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
-        return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, mask))
+            wanted = wanted & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
+        return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, wanted))
     if isinstance(record, _BlockStore):
         view = record.view
         values, mask = first.reshape(view.counts), second
@@ -275,4 +275,3 @@ def _apply(
         keep = valid.reshape((-1,) + (1,) * (index.ndim - 1))
         index = jnp.where(keep, index, np.iinfo(index.dtype).max)
     return memory.apply(state, record, index, second)
-
