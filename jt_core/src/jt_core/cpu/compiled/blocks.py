@@ -329,7 +329,9 @@ def _peeled(
                 counts[k] = 1
         part = View(view.steps, tuple(counts))
         offset = offset + (part.low - view.low)
-        block = read(flat, part, offset, index_type)
+        # With programs still to peel, this is only what a program alone reads (what a ``vmap`` that does not
+        # peel batches): a gather, cheap to trace; the box's whole view is read once all are peeled.
+        block = _gathered(flat, part, offset, index_type) if pending else read(flat, part, offset, index_type)
         # The box's axes: the peeled ones first, the last peeled outermost; the others (one program each) dropped.
         others = tuple(k for k in range(3) if k not in peeled)
         block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))
