@@ -337,3 +337,20 @@ def test_a_stray_lane_of_a_block_access_is_found_and_named(kernel: Any, access: 
     error = jt.errors.from_runtime_error(raised.value)
     assert isinstance(error, OutOfBoundsAccessError), raised.value
     assert f"out-of-bounds {access}" in str(error) and f"at element {element}" in str(error)
+
+
+def test_with_the_bounds_check_off_a_stray_lane_of_a_block_store_writes_nothing_and_the_call_runs() -> None:
+    x = random(100)
+    with jt.cpu_checks(bounds=False):
+        out = np.asarray(
+            call(
+                stray_store_kernel,
+                x,
+                out_shape=jax.ShapeDtypeStruct((100,), jnp.float32),
+                grid=4,
+                n=100,
+                BLOCK=32,
+                zeroed_outputs=(0,),
+            )
+        )
+    np.testing.assert_array_equal(out, x)

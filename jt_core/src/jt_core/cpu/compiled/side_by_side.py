@@ -268,7 +268,7 @@ def _apply(
         slot = memory.writable.index(record.buffer)
         flat, strayed = blocks.write(state.buffers[slot], view, record.begin, values, mask)
         buffers = (*state.buffers[:slot], flat, *state.buffers[slot + 1 :])
-        return State(buffers, state.strayed | strayed)
+        return State(buffers, state.strayed | strayed if memory.bounds_check else state.strayed)
     index = first
     assert second is not None
     if valid is not None and counts[0] > 1:
