@@ -92,19 +92,19 @@ def test_tiles_read_by_rows_and_written_by_columns_match_numpy() -> None:
 
 
 @triton.jit
-def bias_kernel(x_ptr, b_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
-    # A 3-D grid: batch, row tile, column tile; the bias is the same for every batch and row tile.
+def bias_kernel(x_ptr, b_ptr, scale_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    # A 3-D grid: batch, row tile, column tile; the bias is the same for every batch and row tile, the scale for all.
     r = tl.program_id(1) * BM + tl.arange(0, BM)[:, None]
     c = tl.program_id(2) * BN + tl.arange(0, BN)[None, :]
     where = tl.program_id(0) * M * N + r * N + c
-    tl.store(out_ptr + where, tl.load(x_ptr + where) + tl.load(b_ptr + c))
+    tl.store(out_ptr + where, tl.load(x_ptr + where) * tl.load(scale_ptr) + tl.load(b_ptr + c))
 
 
 def test_a_block_every_program_shares_matches_numpy() -> None:
-    x, b = random((3, 8, 32)), random(32, seed=1)
-    kwargs = dict(out_shape=x, grid=(3, 2, 4), M=8, N=32, BM=4, BN=8)
-    assert side_by_side(bias_kernel, x, b, **kwargs)
-    np.testing.assert_array_equal(both(bias_kernel, x, b, **kwargs), x + b)
+    x, b, scale = random((3, 8, 32)), random(32, seed=1), np.array([0.5], np.float32)
+    kwargs = dict(out_shape=x, grid=(3, 2, 4), M=8, N=32, BM=4, BN=8, enable_fp_fusion=False)
+    assert side_by_side(bias_kernel, x, b, scale, **kwargs)
+    np.testing.assert_array_equal(both(bias_kernel, x, b, scale, **kwargs), x * scale[0] + b)
 
 
 @triton.jit
