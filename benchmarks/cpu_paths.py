@@ -17,7 +17,8 @@ handler library built beforehand, as a wheel carries it).
 ``python benchmarks/cpu_paths.py`` prints, per kernel, the ms per call of each path (median and range over the
 rounds) and the compiled path's time over Pallas's and over ``jnp``'s, taken round by round (median and range),
 against the goal (at most 0.5x Pallas, within 3x ``jnp``). ``--rounds R`` (default 7), ``--interpreter-rounds R``
-(default 2: the interpreter takes seconds per call; 0 leaves it out), ``--no-first-call``, ``--json FILE`` writes
+(default 2: the interpreter takes seconds per call; 0 leaves it out), ``--no-first-call``, ``--clock cpu`` (the
+process's CPU time instead of wall time: on a busy machine, less disturbed by other jobs), ``--json FILE`` writes
 every sample, ratio and the machine's load.
 """
 
@@ -220,12 +221,18 @@ def reference(name: str, args: Sequence[jax.Array]) -> np.ndarray:
     return np.where(a[0] > 0, a[0], 0.01 * np.asarray(args[0], np.float32).astype(np.float64))
 
 
-def timed(fn: Callable[..., jax.Array], args: Sequence[jax.Array], calls: int = 1) -> float:
-    """The mean wall time of ``calls`` calls, each waited for (dispatch and ``block_until_ready`` included)."""
-    start = time.perf_counter()
+def timed(
+    fn: Callable[..., jax.Array],
+    args: Sequence[jax.Array],
+    calls: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """The mean time of ``calls`` calls, each waited for (dispatch and ``block_until_ready`` included), on ``clock``
+    (wall time; ``time.process_time``: the CPU time of every thread of the process)."""
+    start = clock()
     for _ in range(calls):
         jax.block_until_ready(fn(*args))
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
 def first_call_seconds() -> float:
@@ -277,10 +284,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interpreter-rounds", type=int, default=2, help="0 leaves the interpreter out")
     parser.add_argument("--calls", type=int, default=10, help="calls per sample (one for a path slower than 50 ms)")
     parser.add_argument("--no-first-call", action="store_true", help="leave out the first call in a new process")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (the default), or the process's CPU time, which other jobs on a busy machine disturb less "
+        "(with XLA_FLAGS='--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1', the work of one thread)",
+    )
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     jax.config.update("jax_platforms", "cpu")
     load_before = os.getloadavg()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(machine(), flush=True)
     data = inputs()
     paths = {
@@ -308,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path, cases in paths.items():
                 if path == "interpreter" and round_index >= args.interpreter_rounds:
                     continue
-                times[path][name].append(timed(cases[name], operands, calls[path, name]) * 1e3)
+                times[path][name].append(timed(cases[name], operands, calls[path, name], clock) * 1e3)
     first = None if args.no_first_call else first_call_seconds()
     load_after = os.getloadavg()
     # Each round timed the compiled path and its references back to back: the ratio of one round's samples is
@@ -318,8 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for reference in ("pallas", "jnp")
     }
     print(
-        f"\nms per call over {args.rounds} interleaved rounds (a sample: the mean of {args.calls} calls, or of one "
-        f"for a path slower than 50 ms; the interpreter: {args.interpreter_rounds} rounds): median [min-max]"
+        f"\n{args.clock} ms per call over {args.rounds} interleaved rounds (a sample: the mean of {args.calls} calls, "
+        f"or of one for a path slower than 50 ms; the interpreter: {args.interpreter_rounds} rounds): median [min-max]"
     )
     print(
         f"{'kernel':8} {'compiled':>22} {'pallas':>26} {'jnp':>22}"
@@ -347,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "machine": machine(),
             "load_average": {"before": list(load_before), "after": list(load_after)},
             "rounds": args.rounds,
+            "clock": args.clock,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "calls_per_sample": {f"{path}/{name}": n for (path, name), n in calls.items()},
             "ms_per_call": {path: {name: _spread(v) for name, v in per.items() if v} for path, per in times.items()},
             "samples_ms": times,
