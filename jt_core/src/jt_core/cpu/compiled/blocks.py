@@ -337,6 +337,9 @@ def _peeled(
         block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))
         return block.reshape((*(view.counts[k] for k in peeled), *view.counts[3:]))
 
+    if not pending:
+        return direct  # nothing left to peel: the whole box's view, read as it is
+
     fn = custom_vmap(direct)
 
     @fn.def_vmap
