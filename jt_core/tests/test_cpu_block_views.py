@@ -27,7 +27,7 @@ step = st.integers(min_value=-40, max_value=40)
 axis = st.tuples(step, st.integers(1, 5))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(axes=st.lists(axis, min_size=1, max_size=4), size=st.integers(1, 300), shift=st.integers(-30, 30))
 def test_a_view_reads_what_a_gather_reads_and_writes_what_a_scatter_writes(
     axes: list[tuple[int, int]], size: int, shift: int
