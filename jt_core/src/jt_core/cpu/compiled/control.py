@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jt_core.cpu.compiled import lang
@@ -109,6 +110,8 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
             for value, init in zip(op.results, inits, strict=True):
                 k.env[value] = init
             return state
+        if k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS:
+            return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
     iv_dtype = lang.dtype_of(iv_type.element)
 
     def iteration(i: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
@@ -133,6 +136,47 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
     for value, template, array in zip(op.results, inits, arrays, strict=True):
         k.env[value] = _unpack(template, array)
     return state
+
+
+#: How many operations a loop of programs side by side, with a trip count known when tracing, may have in all
+#: to be traced iteration after iteration: its counter is then known in each, its loads are slices at known
+#: offsets (moved pointers too), and XLA fuses its steps with one another.
+_UNROLLED_OPERATIONS = 256
+
+
+def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -> State:
+    """``scf.for`` traced once per iteration, the counter a known int in each."""
+    body = op.regions[0][0]
+    iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
+    defined = _defined(body)
+    values = [k.get(v) for v in op.operands[3:]]
+    for counter in counters:
+        for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
+            k.affine.pop(value, None)
+        iv = int(np.asarray(counter).astype(iv_dtype))
+        values, state = _nested(k, body, [iv, *values], state)
+    for value, result in zip(op.results, values, strict=True):
+        k.env[value] = result
+    return state
+
+
+def _defined(block: Block) -> list[int]:
+    """The values a block defines: its arguments and its operations' results, nested ones included."""
+    found = list(block.arguments)
+    for op in block.operations:
+        found.extend(op.results)
+        for region in op.regions:
+            for inner in region:
+                found.extend(_defined(inner))
+    return found
+
+
+def _size(block: Block, used: set[int]) -> int:
+    """How many operations a block holds that compute what something uses, nested ones included."""
+    return sum(
+        (not op.results or any(r in used for r in op.results)) + sum(_size(b, used) for r in op.regions for b in r)
+        for op in block.operations
+    )
 
 
 def scf_if(k: Tracer, op: Operation, state: State) -> State:

@@ -10,6 +10,10 @@ Two ways give the same result:
   when the kernel's TTIR proves it: no atomics; no buffer both loaded and stored; every store outside loops and
   branches, through offsets affine in the program ids whose steps keep the programs' elements apart
   (`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
+
+Side by side runs in boxes of programs first (`jt_core.cpu.compiled.side_by_side`: one ``jax.vmap`` per grid
+axis, block accesses as slices of their buffers, in-place kernels too); the flat chunks here take the grids whose
+planes of programs do not fit in a box.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from jax import lax
 
 from jt_core import settings
-from jt_core.cpu.compiled import affine
+from jt_core.cpu.compiled import affine, side_by_side
 from jt_core.cpu.compiled.kernel import Kernel
 from jt_core.cpu.compiled.memory import Memory, State
 from jt_core.cpu.compiled.program import Program, parse_type
@@ -70,7 +74,8 @@ def run_grid(
         return state
     if total > 1 and settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
         try:
-            return _side_by_side(program, memory, grid, arguments, state, fuse)
+            boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk_size(program, total))
+            return _side_by_side(program, memory, grid, arguments, state, fuse) if boxed is None else boxed
         except NotVectorizable:
             pass
     return _in_order(program, memory, grid, arguments, state, fuse)

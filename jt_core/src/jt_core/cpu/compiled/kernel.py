@@ -109,7 +109,8 @@ class Kernel:
             return Affine.constant(found).broadcast(self.type(value).shape)
         ty = self.type(value)
         if not ty.shape and ty.element.startswith("i") and ty.element != "i1":
-            return Affine.unknown_scalar()  # a run-time scalar (a loop's counter): affine, with an unknown base
+            # A run-time scalar (a loop's counter): affine, with a base known only as a traced value.
+            return Affine.unknown_scalar(None if found is None else jnp.asarray(found, jnp.int64))
         return None
 
     def array(self, value: int) -> jax.Array:
