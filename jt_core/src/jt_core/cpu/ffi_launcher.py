@@ -372,6 +372,12 @@ class CpuFfiLauncher(Launcher):
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
         return True
 
+    def unexportable_reason(self, call: KernelCall) -> str | None:
+        return (
+            f"runs it in Triton's interpreter through jt's handler ({TARGET_NAME}), by an id registered in the process "
+            "that lowered it, which a process loading the artifact does not have"
+        )
+
     def unavailable_reason(self) -> str | None:
         try:
             ensure_registered()
