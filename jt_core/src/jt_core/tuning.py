@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jt_core import cache, distributed, files, integrity
+from jt_core import cache, distributed, files, integrity, memory
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import ProcessAgreementError
 
@@ -43,8 +43,9 @@ tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
 _tuning_log = logging.getLogger("jt_core.tuning")
 
 #: The configuration `choose_config` chose last for each tuning problem (by `tuning_key` without a
-#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk.
-_recent: dict[str, int] = {}
+#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk: bounded
+#: and emptied by ``jax.clear_caches()`` (`jt_core.memory`).
+_recent: memory.BoundedStore[str, int] = memory.BoundedStore("recent autotuning choices")
 
 
 def autotune_key_values(call: KernelCall) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
     if remembered is not None:
         tuning_stats["cached_choices"] += 1
         _tuning_log.info("triton_call %r: using remembered config [%s]", call.name, call.configs[remembered].label)
-        _recent[tuning_key(call, "")] = remembered
+        _recent.put(tuning_key(call, ""), remembered)
         return remembered
     start = time.perf_counter()
     timings = []
@@ -195,14 +196,14 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
         time.perf_counter() - start,
     )
     save_choice(key, best, call.configs[best].label, timings)
-    _recent[tuning_key(call, "")] = best
+    _recent.put(tuning_key(call, ""), best)
     return best
 
 
 def take_recent_choice(call: KernelCall) -> int | None:
     """The configuration `choose_config` chose last in this process for the tuning problem of ``call`` (on
     any device), or ``None``; taken, so that a later question gets only a later choice."""
-    index = _recent.pop(tuning_key(call, ""), None)
+    index = _recent.pop(tuning_key(call, ""))
     return index if index is not None and 0 <= index < len(call.configs) else None
 
 

@@ -115,9 +115,13 @@ class CpuBackend(Backend):
         matrix product) and keeps the TTIR it gives. Unless ``JT_CPU_COMPILE_CHECK=0``, what the front end refuses
         (a block size that is not a power of two, a pointer used as a number, an unknown name) fails the call when
         it is lowered, with Triton's message, rather than in the middle of a run."""
-        runner.interpreted(request.kernel.fn)  # rewrite now: a kernel without source fails at lowering, not at run
-        if not compile_check_enabled() and _interpreter_chosen(request):
-            return self._compiled(request, None, "the call runs in the interpreter, without the front end's checks")
+        if _interpreter_chosen(request):
+            # Rewritten now, so that a kernel without source fails at lowering, not at run. A call on the compiled
+            # path has it rewritten only if it ends in the interpreter: the front end reads the same source, and the
+            # rewrite takes as long as the front end does (seconds for a kernel with thousands of stores).
+            runner.interpreted(request.kernel.fn)
+            if not compile_check_enabled():
+                return self._compiled(request, None, "the call runs in the interpreter, without the front end's checks")
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         names = enum_names()
 
@@ -134,6 +138,8 @@ class CpuBackend(Backend):
                 raise
             lines = str(exc).strip().splitlines() or [""]
             program, why_not = None, f"Triton's front end refused it ({type(exc).__name__}: {lines[-1]})"
+        if program is None:
+            runner.interpreted(request.kernel.fn)  # it runs in the interpreter: fails now where it cannot
         return self._compiled(request, program, why_not)
 
     @staticmethod
