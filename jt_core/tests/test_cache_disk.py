@@ -6,21 +6,25 @@ import json
 import os
 import pathlib
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
 from typing import Any
 
+import jax
+import numpy as np
 import pytest
 import triton
 import triton.language as tl
 
-from jt_core import cache
+from jt_core import cache, tuning
+from jt_core.call import CallOptions
 from jt_core.plugin import facade
 from jt_core.plugin.roles import Backend, CompileRequest
 from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing import sample_add_kernel
-from jt_core.testing._calls import compile_request, sample_call
+from jt_core.testing._calls import bind, compile_request, sample_call
 
 COMPILES: list[str] = []
 
@@ -118,6 +122,63 @@ def test_change_of_constant_target_options_or_tool_misses() -> None:
     assert len(COMPILES) == 4
     _compile(BLOCK=64)
     assert len(COMPILES) == 4
+
+
+def _float(bits: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
+
+
+def _float32(bits: int) -> np.float32:
+    return np.frombuffer(struct.pack("<I", bits), np.float32)[0]
+
+
+#: Pairs of values that Python or repr takes for one (``nan == nan`` is false, but every NaN prints ``nan``;
+#: ``-0.0 == 0.0``; ``1 == 1.0 == True``), each of which compiles and runs otherwise.
+OTHER_BITS = [
+    (_float(0x7FF8000000000000), _float(0x7FF8000000000001)),
+    (_float32(0x7FC00000), _float32(0x7FC00001)),
+    (-0.0, 0.0),
+    (1, True),
+    (1, 1.0),
+]
+OTHER_BITS_IDS = ["nan-payloads", "float32-nan-payloads", "signed-zeros", "int-bool", "int-float"]
+
+
+@triton.jit
+def _scaled_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, FACTOR: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x * FACTOR + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["scale"])
+@triton.jit
+def _tuned_scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * scale, mask=mask)
+
+
+@pytest.mark.parametrize(("first", "second"), OTHER_BITS, ids=OTHER_BITS_IDS)
+def test_constants_of_other_bits_are_other_entries(first: Any, second: Any) -> None:
+    _compile(_scaled_add_kernel, FACTOR=first)
+    _compile(_scaled_add_kernel, FACTOR=first)  # the same bits again: a hit
+    assert len(COMPILES) == 1
+    _compile(_scaled_add_kernel, FACTOR=second)
+    assert len(COMPILES) == 2
+
+
+@pytest.mark.parametrize(("first", "second"), OTHER_BITS, ids=OTHER_BITS_IDS)
+def test_autotuning_keys_of_other_bits_are_other_problems(first: Any, second: Any) -> None:
+    spec = jax.ShapeDtypeStruct((64,), np.float32)
+
+    def key(scale: Any) -> str:
+        grid = lambda meta: (triton.cdiv(64, meta["BLOCK"]),)  # noqa: E731
+        call = bind(_tuned_scale_kernel, (spec,), {"n": 64, "scale": scale}, CallOptions(spec, grid=grid))
+        return tuning.tuning_key(call, "test-device")
+
+    assert key(first) == key(first) and key(first) != key(second)
 
 
 HELPER_MODULE = """

@@ -154,7 +154,8 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [type(value).__name__, [_canonical(item) for item in value]]
     if isinstance(value, Mapping):
-        return ["mapping", sorted([repr(key), _canonical(item)] for key, item in value.items())]
+        items = [[_canonical(key), _canonical(item)] for key, item in value.items()]
+        return ["mapping", sorted(items, key=lambda pair: json.dumps(pair[0], sort_keys=True))]
     if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "str_short"):
         return ["aval", value.str_short()]
     return [type(value).__qualname__, _ADDRESS.sub("", repr(value))]

@@ -24,6 +24,7 @@ from typing import Any
 from jt_core import cache, distributed, files, integrity, memory
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import ProcessAgreementError
+from jt_core.options import exact_form
 
 __all__ = [
     "agreed_config",
@@ -61,11 +62,11 @@ def autotune_key_values(call: KernelCall) -> dict[str, Any]:
             aval = call.out_avals[slot.index]
             values[slot.name] = [list(aval.shape), str(aval.dtype)]
         else:
-            values[slot.name] = repr(slot.value)
+            values[slot.name] = exact_form(slot.value)  # by type and bits: every NaN's repr is "nan"
     constexprs = call.configs[0].constexpr_dict
     for name in call.autotune_keys:
         if name not in values and name in constexprs:
-            values[name] = repr(constexprs[name])
+            values[name] = exact_form(constexprs[name])
     return values
 
 
@@ -76,7 +77,7 @@ def tuning_key(call: KernelCall, device_name: str) -> str:
         "name": call.name,
         "keys": autotune_key_values(call),
         "device": device_name,
-        "configs": [config.label for config in call.configs],
+        "configs": [exact_form((config.constexprs, config.options)) for config in call.configs],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
