@@ -365,3 +365,38 @@ def test_threads_storing_and_listing_at_once_never_fail(private_cache: pathlib.P
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(work, range(4)))
     assert len(cache.entries()) == 80
+
+
+def test_a_kernel_of_five_megabytes_of_source_compiles_quickly_into_a_small_entry(
+    tmp_path: pathlib.Path, private_cache: pathlib.Path
+) -> None:
+    """Comments make a kernel's source long, not its program: neither the time to compile it for the CPU nor what
+    the cache keeps grows with them (the entry holds the program, not the source)."""
+    import importlib.util
+    import time
+
+    from jt_core.cpu.backend import CpuBackend
+
+    padding = "".join(f"    # {'a comment line of the kernel ' * 35}{i}\n" for i in range(5000))
+    path = tmp_path / "long_source.py"
+    path.write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def long_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+        + padding
+        + "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    mask = offsets < n\n"
+        "    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)\n"
+    )
+    assert path.stat().st_size > 5_000_000
+    spec = importlib.util.spec_from_file_location("long_source", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    request = compile_request(CpuBackend(), sample_call(module.long_kernel))
+    started = time.monotonic()
+    compiled = cache.compile_cached(request)
+    assert time.monotonic() - started < 20
+    assert compiled.payload.program is not None  # the compiled path runs it
+    (entry,) = cache.entries()
+    assert entry.stat().st_size < 1_000_000 and b"a comment line" not in entry.read_bytes()
+    assert cache.compile_cached(request).payload.program is not None  # read back
