@@ -223,7 +223,8 @@ class Memory:
         array = self._array(state, pointer.buffer)
         start = self._contiguous(pointer, shape) if active is None else None
         if start is not None:
-            return _to_value(lax.slice(array, (start,), (start + shape[0],)), _storage(spec), value_type), state
+            piece = array if shape[0] == array.shape[0] else lax.slice(array, (start,), (start + shape[0],))
+            return _to_value(piece, _storage(spec), value_type), state
         if active is None:  # a lane outside the buffer reads its nearest element (the bounds check reports it)
             return _to_value(_gather(array, offsets, lax.GatherScatterMode.CLIP), _storage(spec), value_type), state
         gathered = _gather(array, jnp.where(active, offsets, 0), lax.GatherScatterMode.PROMISE_IN_BOUNDS)
@@ -242,7 +243,7 @@ class Memory:
         values = values if values.shape == shape else jnp.broadcast_to(values, shape)
         start = self._contiguous(pointer, shape) if active is None and self.deferred is None else None
         if start is not None:
-            return self._replace(state, pointer.buffer, lax.dynamic_update_slice(array, values, (start,)))
+            return self._replace(state, pointer.buffer, _updated(array, values, start))
         index = offsets if active is None else jnp.where(active, offsets, spec.size)
         if self.deferred is not None:
             self.deferred.append((pointer.buffer, index, values))
@@ -305,6 +306,16 @@ _GATHER = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), 
 _SCATTER_DIMS = lax.ScatterDimensionNumbers(
     update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
 )
+
+
+def _updated(array: jax.Array, values: jax.Array, start: int) -> jax.Array:
+    """``array`` with ``values`` written from element ``start`` on (known to fit): the values themselves where they
+    cover it, else one update of a slice at a constant index (`lax.dynamic_update_slice` would first check the
+    index's sign and type, as for one given at run time)."""
+    if start == 0 and values.shape == array.shape:
+        return values
+    index = np.asarray(start, np.int32 if array.size < 2**31 else np.int64)
+    return lax.dynamic_update_slice_p.bind(array, values, index)
 
 
 def _gather(array: jax.Array, index: jax.Array, mode: lax.GatherScatterMode) -> jax.Array:
