@@ -8,6 +8,11 @@ one line, and the call runs in the interpreter (the platform's next launcher): a
 because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
 made with one of them on goes there. An autotuned call runs its first configuration, or with ``JT_CPU_AUTOTUNE=1``
 the fastest, timed compiled when the call is lowered.
+
+A call whose every access was proven inside its buffer when the kernel was traced lowers to XLA operations alone.
+Lowered for ``jax.export``, a call lowers to plain StableHLO whatever it accesses: an artifact can carry none of
+jt's custom calls, so the check after the kernel becomes a select that poisons every output where an access
+strayed (`_poisoned_where_strayed`).
 """
 
 from __future__ import annotations
