@@ -4,6 +4,7 @@ store keeps at most ``JT_MEMORY_CACHE_ENTRIES`` entries, and what it forgets is 
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from pathlib import Path
@@ -126,6 +127,16 @@ def test_agreements_of_a_job_keep_the_latest_few_and_a_forgotten_one_is_compared
     round_for(digests[0])  # forgotten: compared again, under the next lowering's number
     assert f"{exchange(store, 1, digests[0]).key}" in "".join(store.values)
     assert len([key for key in store.values if key.endswith(".verdict/0")]) == len(digests) + 1
+
+
+def test_a_call_s_lock_is_one_while_a_thread_holds_it_and_goes_after() -> None:
+    first = exchange(JobStore(), 0, "call")
+    with first._lock("lowering") as held:
+        gc.collect()
+        assert first._lock("lowering") is held  # another thread lowering the call waits for this one
+    del held
+    gc.collect()
+    assert not distributed._locks
 
 
 def test_kernels_handed_to_the_interpreter_are_remembered_for_the_latest_few() -> None:

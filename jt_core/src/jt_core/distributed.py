@@ -184,12 +184,20 @@ _POLL_SECONDS = 1.0
 
 
 class _KeyLock:
-    """A lock that `_locks` can hold weakly: it goes when no thread holds it or waits for it."""
+    """A lock that `_locks` can hold weakly: it goes when no thread holds it or waits for it (a ``with`` block
+    holds the object itself, not only its inner lock, which another thread must find under the key)."""
 
-    __slots__ = ("__weakref__", "lock")
+    __slots__ = ("__weakref__", "_lock")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> _KeyLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 class Exchange:
@@ -266,7 +274,7 @@ class Exchange:
         """The leader's decision about the call: the leader (process 0, or the first process sharing the computation)
         runs ``decide()`` and publishes what it returns (JSON values); every other process waits for it. Decided
         once per process and call: later lowerings reuse it."""
-        with self._lock(topic).lock:
+        with self._lock(topic):
             done = _decided.get((self.key, topic))
             if done is not None:
                 return dict(done)
@@ -317,7 +325,7 @@ class Exchange:
             ProcessAgreementError: On every process, naming two processes that differ, their hosts and records.
         """
         record = dict(mine)
-        with self._lock(topic).lock:  # threads lowering the call at once: the others find the first one's agreement
+        with self._lock(topic):  # threads lowering the call at once: the others find the first one's agreement
             agreed = _agreed.setdefault((self.key, topic), [])
             if record in agreed:
                 return
