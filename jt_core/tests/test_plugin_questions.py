@@ -169,6 +169,7 @@ _DEFAULTS: list[tuple[Callable[[], Any], str, Callable[[], dict[str, Any]], Any]
     (QuietBackend, "binary_file_suffix", lambda: {"kernel": CompiledKernel("k", Target("quiet", "q1", 32))}, "bin"),
     (QuietLauncher, "passes_tensor_descriptors", lambda: {"call": sample_call(), "parameters": ["x_ptr"]}, False),
     (QuietLauncher, "runs_through_host_callback", lambda: {"call": sample_call()}, False),
+    (QuietLauncher, "unexportable_reason", lambda: {"call": sample_call()}, None),
     (QuietLauncher, "needs_tuning_ahead", lambda: {"call": sample_call()}, False),
     (QuietDialect, "requires_descriptor_layout", lambda: {"kernel": sample_add_kernel}, False),
 ]

@@ -4,7 +4,8 @@ The disk cache keeps every compiled kernel its backend lets it keep
 (`may_keep_on_disk`), keyed on everything that changes the binary and nothing
 else: the kernel's source together with the sources of the ``@triton.jit`` functions it calls (Triton's own
 ``cache_key``), its dialect, the specialisation, constants, target, options, the backend, and the Triton and jt
-versions.
+versions; values by their type and exact bits (`jt_core.options.exact_form`), so that two NaNs of other payloads,
+or ``-0.0`` and ``0.0``, are other entries.
 
 Configuration (read on every use, see `jt_core.settings`):
 
@@ -47,6 +48,7 @@ from typing import Any
 
 from jt_core import files, memory, settings
 from jt_core._version import __version__
+from jt_core.options import exact_form
 from jt_core.plugin.roles import CompileRequest, invoke
 from jt_core.plugin.values import CompiledKernel, Target
 
@@ -145,11 +147,12 @@ def compile_key(request: CompileRequest) -> str:
         "dialect": request.dialect.name,
         "backend": f"{type(request.backend).__module__}.{type(request.backend).__qualname__}",
         "backend_tag": invoke(request.backend, "cache_tag"),
-        "signature": repr(sorted(request.specialization.signature.items())),
-        "constexprs": repr(sorted(request.specialization.constexprs.items())),
-        "attrs": repr(sorted((k, [list(a) for a in v]) for k, v in request.specialization.attrs.items())),
-        "target": repr(request.target),
-        "options": repr(request.options),
+        # Values by their type and exact bits (`exact_form`), never by repr: every NaN prints "nan".
+        "signature": exact_form(dict(request.specialization.signature)),
+        "constexprs": exact_form(dict(request.specialization.constexprs)),
+        "attrs": exact_form({k: [list(a) for a in v] for k, v in request.specialization.attrs.items()}),
+        "target": exact_form(request.target),
+        "options": exact_form(request.options),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

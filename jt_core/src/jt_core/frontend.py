@@ -17,10 +17,11 @@ checks here) holds `compiling`, which any number of threads may hold together, a
 
 Triton's front end takes time quadratic in the number of a kernel's parameters in three places, each a lookup or an
 update that walks every parameter for each parameter, and in MLIR, which rewrites the attributes of every argument
-to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While `check` runs, the
-three places take constant time per parameter (`_linear_front_end`), each replaced only where the installed
-Triton's function is the one it stands in for, word for word, so a Triton that changes them keeps its own; and the
-check sets no argument attributes, which only later passes read.
+to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While any compile runs (the
+CPU backend's and every GPU backend's), the three places take constant time per parameter (`linear_front_end`),
+each replaced only where the installed Triton's function is the one it stands in for, word for word, so a Triton
+that changes them keeps its own; and the CPU backend's front end sets no argument attributes, which only later
+passes read.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["build", "check", "compiling", "interpreting", "refusal", "release_frames"]
+__all__ = ["build", "check", "compiling", "interpreting", "linear_front_end", "refusal", "release_frames"]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
 _ARCH = 90
@@ -170,7 +171,7 @@ def build[T](source: Any, visit: Callable[[Any], T], stops: list[str] | None = N
         source.attrs = {}
     reached: list[str] = [] if stops is None else stops
     # the builder state is not shared between threads
-    with compiling(), _lock, _linear_front_end(source.fn), _breakpoints_let_through(reached):
+    with compiling(), _lock, linear_front_end(source.fn), _breakpoints_let_through(reached):
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)
@@ -237,7 +238,7 @@ def check(source: Any) -> None:
 # --------------------------------------------------------------------------------------------------------------
 # Triton's front end in time linear in the parameters.
 
-#: The functions of Triton's front end that `_linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
+#: The functions of Triton's front end that `linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
 _SETITEM = """\
 def _setitem(self, idx, value):
     idx = _unwrap_if_constexpr(idx)
@@ -368,26 +369,51 @@ class _IndexedNames(list[str]):
         return self._positions[value]
 
 
+#: How many bodies run `linear_front_end` now, with Triton's functions each stand-in replaced; and, by kernel,
+#: the kernel, its own ``arg_names`` and how many bodies compile it.
+_linear_lock = threading.Lock()
+_linear_users: list[int] = [0]
+_linear_originals: list[Any] = []
+_indexed: dict[int, list[Any]] = {}
+
+
 @contextmanager
-def _linear_front_end(fn: Any) -> Iterator[None]:
+def linear_front_end(fn: Any) -> Iterator[None]:
     """Runs the body with Triton's front end in time linear in the parameters of kernel ``fn`` (see
-    `_SETITEM`, `_VISIT_ARG`, `_ARG_NAMES_INDEX`); the stand-ins compute what Triton's functions
-    compute. Held under ``_lock``: one body at a time puts them in place and takes them out."""
-    stand_ins = _stand_ins()
-    originals = [owner.__dict__[name] for owner, name, _ in stand_ins]
+    `_SETITEM`, `_VISIT_ARG`, `_ARG_NAMES_INDEX`): every compile of every backend runs in it
+    (`jt_core.plugin.facade.compile_kernel`). The stand-ins compute what Triton's functions compute, whichever
+    thread calls them, so bodies on several threads share them: the first to enter puts them in place, the last to
+    leave takes them out."""
     names = getattr(fn, "arg_names", None)
     indexed = type(names) is list and _indexes_arg_names()
-    for owner, name, stand_in in stand_ins:
-        setattr(owner, name, stand_in)
-    if indexed:
-        fn.arg_names = _IndexedNames(names)  # type: ignore[arg-type]
+    stand_ins = _stand_ins()
+    with _linear_lock:
+        if _linear_users[0] == 0:
+            _linear_originals[:] = [owner.__dict__[name] for owner, name, _ in stand_ins]
+            for owner, name, stand_in in stand_ins:
+                setattr(owner, name, stand_in)
+        _linear_users[0] += 1
+        if indexed or id(fn) in _indexed:
+            entry = _indexed.get(id(fn))
+            if entry is None:
+                _indexed[id(fn)] = [fn, names, 1]
+                fn.arg_names = _IndexedNames(names)  # type: ignore[arg-type]
+            else:
+                entry[2] += 1
     try:
         yield
     finally:
-        if indexed:
-            fn.arg_names = names
-        for (owner, name, _), original in zip(stand_ins, originals):
-            setattr(owner, name, original)
+        with _linear_lock:
+            entry = _indexed.get(id(fn))
+            if entry is not None:
+                entry[2] -= 1
+                if entry[2] == 0:
+                    del _indexed[id(fn)]
+                    fn.arg_names = entry[1]
+            _linear_users[0] -= 1
+            if _linear_users[0] == 0:
+                for (owner, name, _), original in zip(stand_ins, _linear_originals, strict=True):
+                    setattr(owner, name, original)
 
 
 def refusal(source: Any) -> str | None:

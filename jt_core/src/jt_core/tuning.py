@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from jt_core import cache, distributed, files, integrity
+from jt_core import cache, distributed, files, integrity, memory
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import ProcessAgreementError
+from jt_core.options import exact_form
 
 __all__ = [
     "agreed_config",
@@ -48,8 +49,9 @@ tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
 _tuning_log = logging.getLogger("jt_core.tuning")
 
 #: The configuration `choose_config` chose last for each tuning problem (by `tuning_key` without a
-#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk.
-_recent: dict[str, int] = {}
+#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk: bounded
+#: and emptied by ``jax.clear_caches()`` (`jt_core.memory`).
+_recent: memory.BoundedStore[str, int] = memory.BoundedStore("recent autotuning choices")
 
 
 def autotune_key_values(call: KernelCall) -> dict[str, Any]:
@@ -65,11 +67,11 @@ def autotune_key_values(call: KernelCall) -> dict[str, Any]:
             aval = call.out_avals[slot.index]
             values[slot.name] = [list(aval.shape), str(aval.dtype)]
         else:
-            values[slot.name] = repr(slot.value)
+            values[slot.name] = exact_form(slot.value)  # by type and bits: every NaN's repr is "nan"
     constexprs = call.configs[0].constexpr_dict
     for name in call.autotune_keys:
         if name not in values and name in constexprs:
-            values[name] = repr(constexprs[name])
+            values[name] = exact_form(constexprs[name])
     return values
 
 
@@ -80,7 +82,7 @@ def tuning_key(call: KernelCall, device_name: str) -> str:
         "name": call.name,
         "keys": autotune_key_values(call),
         "device": device_name,
-        "configs": [config.label for config in call.configs],
+        "configs": [exact_form((config.constexprs, config.options)) for config in call.configs],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -219,7 +221,7 @@ def choose_config(
     if remembered is not None:
         tuning_stats["cached_choices"] += 1
         _tuning_log.info("triton_call %r: using remembered config [%s]", call.name, call.configs[remembered].label)
-        _recent[tuning_key(call, "")] = remembered
+        _recent.put(tuning_key(call, ""), remembered)
         return remembered
     start = time.perf_counter()
     timings = []
@@ -248,14 +250,14 @@ def choose_config(
         time.perf_counter() - start,
     )
     save_choice(key, best, call.configs[best].label, timings)
-    _recent[tuning_key(call, "")] = best
+    _recent.put(tuning_key(call, ""), best)
     return best
 
 
 def take_recent_choice(call: KernelCall) -> int | None:
     """The configuration `choose_config` chose last in this process for the tuning problem of ``call`` (on
     any device), or ``None``; taken, so that a later question gets only a later choice."""
-    index = _recent.pop(tuning_key(call, ""), None)
+    index = _recent.pop(tuning_key(call, ""))
     return index if index is not None and 0 <= index < len(call.configs) else None
 
 

@@ -122,10 +122,14 @@ class CpuBackend(Backend):
         matrix product) and keeps the TTIR it gives. Unless ``JT_CPU_COMPILE_CHECK=0``, what the front end refuses
         (a block size that is not a power of two, a pointer used as a number, an unknown name) fails the call when
         it is lowered, with Triton's message, rather than in the middle of a run."""
-        runner.interpreted(request.kernel.fn)  # rewrite now: a kernel without source fails at lowering, not at run
-        if not compile_check_enabled() and _interpreter_chosen(request):
-            skipped = "a kernel compiled without Triton's front end (JT_CPU_COMPILE_CHECK=0, for the interpreter)"
-            return self._compiled(request, None, skipped)
+        if _interpreter_chosen(request):
+            # Rewritten now, so that a kernel without source fails at lowering, not at run. A call on the compiled
+            # path has it rewritten only if it ends in the interpreter: the front end reads the same source, and the
+            # rewrite takes as long as the front end does (seconds for a kernel with thousands of stores).
+            runner.interpreted(request.kernel.fn)
+            if not compile_check_enabled():
+                skipped = "a kernel compiled without Triton's front end (JT_CPU_COMPILE_CHECK=0, for the interpreter)"
+                return self._compiled(request, None, skipped)
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         names = enum_names()
 
@@ -143,9 +147,12 @@ class CpuBackend(Backend):
                 raise
             lines = str(exc).strip().splitlines() or [""]
             program, why_not = None, f"a kernel Triton's front end refused ({type(exc).__name__}: {lines[-1]})"
+        at = None
         if stops:  # Python's debugger stops only where the kernel runs as Python: in the interpreter
-            return self._compiled(request, None, "breakpoint() (Python's debugger)", stops[0])
-        return self._compiled(request, program, why_not)
+            program, why_not, at = None, "breakpoint() (Python's debugger)", stops[0]
+        if program is None:
+            runner.interpreted(request.kernel.fn)  # it runs in the interpreter: fails now where it cannot
+        return self._compiled(request, program, why_not, at)
 
     @staticmethod
     def _compiled(

@@ -26,6 +26,7 @@ unless the FFI launcher was asked for by name, which is then an error. ``JT_LAUN
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import dataclasses
 import hashlib
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from jt_core import _compat, distributed
+from jt_core import _compat, distributed, memory
 from jt_core.call import KernelCall
 from jt_core.cpu.lowered import LoweredCall
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
@@ -125,15 +126,17 @@ class CallRegistry:
     still running are waited for first. An executable kept past ``jax.clear_caches()`` (a ``Compiled`` object the
     program holds) then fails with an error that says to lower it again, never runs another call: an id released
     for one kernel object is given again to that kernel object only, never to another with the same source. What
-    stays of a released call is that pairing (its id and a weak reference to its kernel, about 100 bytes).
+    stays of a released call is that pairing (its id and a weak reference to its kernel, about 100 bytes), for the
+    ``JT_MEMORY_CACHE_ENTRIES`` most recently released calls (`jt_core.memory`).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: dict[KernelCall, int] = {}  # calls compare by value, each scalar by its type and bits
         self._calls: dict[int, RegisteredCall] = {}
-        #: The ids released by jax.clear_caches(), each with its kernel (held weakly; None once unknown).
-        self._released: dict[int, weakref.ReferenceType[Any] | None] = {}
+        #: The ids released by jax.clear_caches(), each with its kernel (held weakly; None once unknown), the most
+        #: recently released last.
+        self._released: collections.OrderedDict[int, weakref.ReferenceType[Any] | None] = collections.OrderedDict()
         _compat.on_clear_caches(self, "jt: calls lowered for the CPU ffi launcher")
 
     def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
@@ -183,10 +186,13 @@ class CallRegistry:
         _compat.wait_for_running_computations("cpu")
         with self._lock:
             for call_id, entry in self._calls.items():
+                self._released.pop(call_id, None)
                 try:
                     self._released[call_id] = weakref.ref(entry.call.fn)
                 except TypeError:
                     self._released[call_id] = None
+            while len(self._released) > memory.entries_limit():
+                self._released.popitem(last=False)
             self._calls.clear()
             self._ids.clear()
 
@@ -371,6 +377,12 @@ class CpuFfiLauncher(Launcher):
 
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
         return True
+
+    def unexportable_reason(self, call: KernelCall) -> str | None:
+        return (
+            f"runs it in Triton's interpreter through jt's handler ({TARGET_NAME}), by an id registered in the process "
+            "that lowered it, which a process loading the artifact does not have"
+        )
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -129,7 +129,8 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
     registry = get_registry()
     while True:
         try:
-            with frontend.compiling():  # never beside an interpreter run, which patches triton.language
+            # Never beside an interpreter run, which patches triton.language; Triton's front end in linear time.
+            with frontend.compiling(), frontend.linear_front_end(request.kernel):
                 result = registry.compile_hook()(request=request)
             break
         except JtError as exc:

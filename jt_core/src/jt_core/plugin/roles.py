@@ -308,6 +308,24 @@ class Launcher(ABC):
         """
         return False
 
+    def unexportable_reason(self, call: KernelCall) -> str | None:
+        """Why what it lowers ``call`` to cannot go into a ``jax.export`` artifact, or ``None`` when it can.
+
+        Asked when a call is lowered for ``jax.export``, of the launcher about to lower it: a reason fails the export
+        with an error naming it, and why the launchers before it could not express the call, instead of JAX's
+        generic refusal of an unknown custom call (or an artifact that fails where it is loaded). Answer with a
+        reason where the operation depends on this process (a host callback, an id registered at lowering). The
+        default is ``None``: the artifact carries the launcher's custom calls, which the exporter allows with
+        ``jax.export.DisabledSafetyCheck.custom_call(target)``.
+
+        Args:
+            call: The bound call.
+
+        Returns:
+            The reason, or ``None``.
+        """
+        return None
+
     def needs_tuning_ahead(self, call: KernelCall) -> bool:
         """Whether an autotuned ``call`` must be tuned before it is lowered: the launcher lowers one configuration
         and cannot run the candidates itself.

@@ -5,7 +5,9 @@ instead). After the kernel, one custom call of jt's CPU handler library takes th
 untouched: aliased) and the operands. When the flag is set, it runs the same call again in Triton's interpreter, on
 the same operands: the interpreter stops at the first stray access, in program order, and names the kernel, the
 argument, the element and the program, as it does for a call it runs itself. No host callback is involved, so the
-check works inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job.
+check works inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. A kernel whose
+accesses were all proven inside their buffers when it was traced has no check, and neither has a call lowered for
+``jax.export`` (`jt_core.cpu.compiled.launcher`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from jt_core import files, integrity, settings
+from jt_core import files, integrity, memory, settings
 from jt_core.interpreter import rewriting
 
 __all__ = ["KEPT", "POLICIES", "forget", "located", "policy", "recorded", "remember"]
@@ -55,7 +55,8 @@ KEPT = 50
 
 _FILE = "handed-over.jt-cpu.json"
 _lock = threading.Lock()
-_seen: set[tuple[str, str]] = set()
+#: The pairs kept by this process, not kept again: bounded and emptied by ``jax.clear_caches()`` (`jt_core.memory`).
+_seen: memory.BoundedStore[tuple[str, str], bool] = memory.BoundedStore("kernels handed to the interpreter")
 
 
 def _path() -> Any:
@@ -79,7 +80,7 @@ def _remember(kernel: str, reason: str) -> None:
     with _lock:
         if key in _seen:
             return
-        _seen.add(key)
+        _seen.put(key, True)
         path = _path()
         if path is None:
             return
@@ -103,6 +104,5 @@ def forget() -> int:
     path = _path()
     if path is not None:
         files.discard(path)
-    with _lock:
-        _seen.clear()
+    _seen.cache_clear()
     return count

@@ -8,6 +8,11 @@ one line, and the call runs in the interpreter (the platform's next launcher): a
 because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
 made with one of them on goes there. An autotuned call runs its first configuration, or with ``JT_CPU_AUTOTUNE=1``
 the fastest, timed compiled when the call is lowered.
+
+A call whose every access was proven inside its buffer when the kernel was traced lowers to XLA operations alone.
+Lowered for ``jax.export``, a call lowers to plain StableHLO whatever it accesses: an artifact can carry none of
+jt's custom calls, so the check after the kernel becomes a select that poisons every output where an access
+strayed (`_poisoned_where_strayed`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jt_core import _compat, coverage, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
@@ -49,10 +55,12 @@ def _poison(aval: Any) -> jax.Array:
     interpreter fills them)."""
     dtype = np.dtype(aval.dtype)
     if np.issubdtype(dtype, np.floating) or "float" in dtype.name:
-        return jnp.full(aval.shape, jnp.nan, dtype)
-    if dtype == np.bool_:
-        return jnp.ones(aval.shape, bool)
-    return jnp.full(aval.shape, np.frombuffer(b"\xa5" * dtype.itemsize, dtype)[0], dtype)
+        fill = np.asarray(np.nan, dtype)
+    elif dtype == np.bool_:
+        fill = np.asarray(True)
+    else:
+        fill = np.frombuffer(b"\xa5" * dtype.itemsize, dtype)[0]
+    return lax.broadcast_in_dim(fill, tuple(aval.shape), ())
 
 
 def _sentinel(aval: Any, run: int) -> jax.Array:
@@ -69,7 +77,12 @@ def _scalar(value: Any) -> Any:
 
 
 def kernel_function(
-    call: KernelCall, kernel: CompiledKernel, config_index: int, fuse: bool = True, sentinel_run: int | None = None
+    call: KernelCall,
+    kernel: CompiledKernel,
+    config_index: int,
+    fuse: bool = True,
+    sentinel_run: int | None = None,
+    checked: bool = True,
 ) -> Callable[..., list[jax.Array]]:
     """The function of the call's operands that runs one configuration of it and returns its outputs.
 
@@ -81,6 +94,9 @@ def kernel_function(
             ``enable_fp_fusion`` allows it (as GPUs fuse them); ``False`` rounds each as the interpreter does.
         sentinel_run: For the coverage check, which sentinel fills the outputs that are neither aliased nor zeroed
             (`jt_core.coverage`); ``None``: they are poisoned as usual.
+        checked: Whether the outputs pass the check that raises an access's out-of-bounds error
+            (`jt_core.cpu.compiled.checking`); ``False`` returns the outputs unchecked, followed by the flag
+            that says whether an access strayed, for the caller to act on.
 
     Raises:
         UnsupportedKernelError: When the kernel has no TTIR, or uses what the compiled path cannot express (before
@@ -156,10 +172,11 @@ def kernel_function(
             aval = call.out_avals[output]
             specs.append(BufferSpec(f"output {output}", np.dtype(aval.dtype), tuple(aval.shape), True, output))
 
-    call_id = checking.register(call, kernel, config_index)
+    call_id = checking.register(call, kernel, config_index) if checked else 0
 
     def run(*operands: jax.Array) -> list[jax.Array]:
         initial: dict[int, jax.Array] = {}
+        poisoned: dict[tuple[tuple[int, ...], np.dtype], jax.Array] = {}  # one array for outputs of one type
         for (where, index), buffer in keys.items():
             if where != "out":
                 continue
@@ -171,7 +188,11 @@ def kernel_function(
             elif index in zeroed:
                 initial[buffer] = jnp.zeros(aval.shape, aval.dtype)
             else:
-                initial[buffer] = _poison(aval) if sentinel_run is None else _sentinel(aval, sentinel_run)
+                if sentinel_run is not None:
+                    initial[buffer] = _sentinel(aval, sentinel_run)
+                else:
+                    kind = (tuple(aval.shape), np.dtype(aval.dtype))
+                    initial[buffer] = poisoned[kind] if kind in poisoned else poisoned.setdefault(kind, _poison(aval))
         constants = [
             None
             if spec.writable
@@ -183,6 +204,8 @@ def kernel_function(
         state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
+        if not checked:
+            return [*outputs, state.strayed]
         return checking.checked(outputs, state.strayed, operands, call_id, call.name, call.launch.has_side_effect)
 
     return run
@@ -198,7 +221,9 @@ class _Traced:
 
     def get(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
         """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
-        the compiled path cannot express."""
+        the compiled path cannot express. The jaxpr returns the outputs unchecked, then the flag that says whether
+        an access strayed (`kernel_function` with ``checked=False``): the lowering adds the check, or, in an
+        exported artifact, what stands for it."""
         fuse = not differential.enabled()
         key = (call, tuple(id(k) for k in kernels), fuse)
         with self._lock:
@@ -208,7 +233,8 @@ class _Traced:
         try:
             index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
-                jaxpr = jax.make_jaxpr(kernel_function(call, kernels[index], index, fuse))(*call.operand_avals)
+                run = kernel_function(call, kernels[index], index, fuse, checked=False)
+                jaxpr = jax.make_jaxpr(run)(*call.operand_avals)
             traced: Any = (index, _without_dead_code(jaxpr))
         except NoUsableConfigError:
             raise  # no configuration writes the outputs: the interpreter would find the same
@@ -335,6 +361,38 @@ def _one_device(ctx: Any) -> bool:
     return int(getattr(context, "num_devices", 1)) <= 1
 
 
+def _never_strays(closed: Any) -> bool:
+    """Whether the traced kernel's flag (its last result) is the constant ``False``."""
+    from jax._src import core
+
+    flag = closed.jaxpr.outvars[-1]
+    return isinstance(flag, core.Literal) and not np.asarray(flag.val).any()
+
+
+def _checking(call: KernelCall, call_id: int, count: int) -> Callable[..., list[jax.Array]]:
+    """The check after the kernel (`jt_core.cpu.compiled.checking`), as a function of its ``count`` outputs, the flag
+    and the call's operands."""
+
+    def check(*arrays: jax.Array) -> list[jax.Array]:
+        outputs, strayed, operands = arrays[:count], arrays[count], arrays[count + 1 :]
+        return checking.checked(outputs, strayed, operands, call_id, call.name, call.launch.has_side_effect)
+
+    return check
+
+
+def _poisoned_where_strayed(count: int) -> Callable[..., list[jax.Array]]:
+    """What stands for the check in an exported artifact, as a function of the ``count`` outputs, the flag and the
+    operands (unused). An artifact can carry no custom call of jt's (JAX's export admits only those of its own list),
+    so nothing in it can raise: when an access strayed, every output comes back poisoned as an unwritten one is
+    (NaN, bytes 0xA5, ``True``), rather than with values that look right."""
+
+    def poisoned(*arrays: jax.Array) -> list[jax.Array]:
+        outputs, strayed = arrays[:count], arrays[count]
+        return [lax.select(jnp.broadcast_to(strayed, o.shape), _poison(o.aval), o) for o in outputs]
+
+    return poisoned
+
+
 class CpuCompiledLauncher(Launcher):
     """Lowers a call to XLA operations traced from its kernel's TTIR."""
 
@@ -412,15 +470,32 @@ class CpuCompiledLauncher(Launcher):
         if isinstance(traced, BaseException):
             raise traced
         index, jaxpr = traced
+        exporting = _compat.lowering_for_export(ctx)
         # The kernel was traced on plain avals: inside shard_map, the operands' avals also say which mesh axes they
         # vary over, which the kernel's own constants would not match.
-        plain = ctx.replace(
-            avals_in=[core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in],
-            avals_out=[core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out],
+        plain_in = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in]
+        plain_out = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out]
+        flag = core.ShapedArray((), np.dtype(np.bool_))
+        # Lowered as the computation around it is: under jax.enable_x64, the functions of a lowering for several
+        # platforms would take the platform's index as a 64-bit integer, where the module passes 32 bits.
+        *outputs, strayed = _compat.lower_closed_jaxpr(
+            ctx.replace(avals_in=plain_in, avals_out=[*plain_out, flag]), jaxpr, operands
         )
-        with jax.enable_x64(True):
-            results = mlir.lower_fun(core.jaxpr_as_fun(jaxpr), multiple_results=True)(plain, *operands)
-        if not differential.enabled() or not _one_device(ctx):
+        if _never_strays(jaxpr):
+            results = outputs  # every access was proven inside its buffer when the kernel was traced
+        else:
+            if exporting:
+                after = _poisoned_where_strayed(len(outputs))
+            else:
+                call_id = checking.register(call, kernels[index], index)
+                after = _checking(call, call_id, len(outputs))
+            results = mlir.lower_fun(after, multiple_results=True)(
+                ctx.replace(avals_in=[*plain_out, flag, *plain_in], avals_out=plain_out),
+                *outputs,
+                strayed,
+                *operands,
+            )
+        if exporting or not differential.enabled() or not _one_device(ctx):
             return results
         return self._compared(ctx, call, kernels[index], index, operands, results, device)
 
