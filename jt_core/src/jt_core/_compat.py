@@ -167,6 +167,18 @@ def lowering_for_export(ctx: Any) -> bool:
     return bool(getattr(parameters, "for_export", False))
 
 
+def low_level_jaxpr(closed: Any) -> Any:
+    """``closed`` with its high-level equations (JAX's "hijax" primitives, which ``custom_jvp`` functions such as
+    ``jax.nn.softplus`` trace to in newer JAX) lowered to the primitives they stand for, as ``jax.jit`` does before
+    it lowers a jaxpr: `lower_closed_jaxpr` has no rule for them. A jaxpr without such equations is returned as is.
+    """
+    if not getattr(closed, "is_high", False):
+        return closed
+    from jax._src.interpreters import partial_eval
+
+    return partial_eval.lower_jaxpr2(closed)
+
+
 def lower_closed_jaxpr(ctx: Any, closed: Any, operands: Any) -> Any:
     """Lowers a closed jaxpr inline, in a lowering rule, on ``operands`` (MLIR values); returns the result values.
 

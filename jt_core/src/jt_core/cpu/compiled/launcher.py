@@ -234,7 +234,7 @@ class _Traced:
             index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
                 run = kernel_function(call, kernels[index], index, fuse, checked=False)
-                jaxpr = jax.make_jaxpr(run)(*call.operand_avals)
+                jaxpr = _compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals))
             traced: Any = (index, _without_dead_code(jaxpr))
         except NoUsableConfigError:
             raise  # no configuration writes the outputs: the interpreter would find the same
