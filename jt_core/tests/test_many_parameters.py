@@ -166,7 +166,7 @@ class _GpuFrontEndBackend(Backend):
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         target = GPUTarget("cuda", 90, 32)
         backend = make_backend(target)
-        options = backend.parse_options({})
+        options = backend.parse_options({"enable_fp_fusion": True})
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)

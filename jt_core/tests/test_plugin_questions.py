@@ -220,7 +220,9 @@ def test_a_launcher_that_does_not_say_it_passes_tensor_descriptors_is_refused_th
         jax.jit(lambda a: load_tile(jt.TensorDescriptor(a, [16, 32]), 3, 5, launcher="plain"))(x)
     message = str(info.value)
     assert "argument(s) ['desc'] are host-side tensor descriptors" in message
-    assert re.search(r"which launcher 'plain' on platform 'cpu' cannot pass; use launcher='(compiled|ffi|interpreter)'", message)
+    assert re.search(
+        r"which launcher 'plain' on platform 'cpu' cannot pass; use launcher='(compiled|ffi|interpreter)'", message
+    )
     assert launcher.lowered == []
 
 

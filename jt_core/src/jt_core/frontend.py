@@ -377,14 +377,23 @@ _linear_originals: list[Any] = []
 _indexed: dict[int, list[Any]] = {}
 
 
+#: The number of parameters from which `linear_front_end` puts its stand-ins in place.
+LINEAR_FROM_PARAMETERS = 64
+
+
 @contextmanager
 def linear_front_end(fn: Any) -> Iterator[None]:
     """Runs the body with Triton's front end in time linear in the parameters of kernel ``fn`` (see
     `_SETITEM`, `_VISIT_ARG`, `_ARG_NAMES_INDEX`): every compile of every backend runs in it
     (`jt_core.plugin.facade.compile_kernel`). The stand-ins compute what Triton's functions compute, whichever
     thread calls them, so bodies on several threads share them: the first to enter puts them in place, the last to
-    leave takes them out."""
+    leave takes them out. A kernel of fewer than `LINEAR_FROM_PARAMETERS` parameters runs Triton's own functions,
+    which cost next to nothing there: a compile read back from a cache, or one that runs no front end, then loads
+    nothing more of Triton (its code generator brings in the Gluon language)."""
     names = getattr(fn, "arg_names", None)
+    if names is not None and len(names) < LINEAR_FROM_PARAMETERS:
+        yield
+        return
     indexed = type(names) is list and _indexes_arg_names()
     stand_ins = _stand_ins()
     with _linear_lock:
