@@ -50,6 +50,7 @@ __all__ = [
     "ABI_VERSION",
     "CHECK_TARGET_NAME",
     "TARGET_NAME",
+    "ZERO_TARGET_NAME",
     "CallRegistry",
     "CpuFfiLauncher",
     "RegisteredCall",
@@ -66,8 +67,11 @@ TARGET_NAME = "triton_kernel_call_jt_cpu"
 #: ``jt_cpu_kernel_check``), in the same library: on a stray access it runs the call again in the interpreter,
 #: through `_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
 CHECK_TARGET_NAME = "triton_kernel_call_jt_cpu_compiled"
+#: The custom-call target that gives a compiled CPU kernel a zero XLA cannot see (handler symbol
+#: ``jt_cpu_opaque_zero``): `jt_core.cpu.compiled.checking.opaque_zero`.
+ZERO_TARGET_NAME = "jt_cpu_opaque_zero"
 #: The calling convention between the handlers and `_dispatch`; the library reports the one it implements.
-ABI_VERSION = 2
+ABI_VERSION = 3
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
 #: message and of its line in ``python -m jt_core plugins``).
 WITHOUT_HANDLER = (
@@ -328,6 +332,7 @@ def _load() -> ctypes.CDLL:
     lib.jt_cpu_interpreter_set_dispatcher(_dispatcher)
     _compat.register_host_ffi_target(TARGET_NAME, lib.jt_cpu_interpreter_callback)
     _compat.register_host_ffi_target(CHECK_TARGET_NAME, lib.jt_cpu_kernel_check)
+    _compat.register_host_ffi_target(ZERO_TARGET_NAME, lib.jt_cpu_opaque_zero)
     atexit.register(_detach, lib)
     return lib
 

@@ -35,14 +35,14 @@ def _addptr(k: Tracer, op: Operation, state: State) -> State:
     if lang.is_static(offset) and lang.is_static(pointer.offset):
         new: Any = int(pointer.offset) + int(offset)
     else:
+        # A pointer is 64 bits wide: Triton sign-extends the offset and adds it to the address, so offsets that are
+        # each in range never wrap in their sum (whatever wrapped in the kernel's own int32 arithmetic before did).
         step = k.array(op.operands[1])
         base = pointer.offset
-        if lang.is_static(base) and -(2**31) <= int(base) < 2**31:
-            new = step if int(base) == 0 else step + np.asarray(base, step.dtype)
+        if lang.is_static(base) and int(base) == 0:
+            new = step if step.dtype.itemsize >= 4 else step.astype(jnp.int32)
         else:
-            base = jnp.asarray(base, jnp.int64) if lang.is_static(base) else base
-            wide = jnp.int64 if jnp.int64 in (step.dtype, base.dtype) else jnp.int32
-            new = base.astype(wide) + step.astype(wide)
+            new = jnp.asarray(base, jnp.int64) + step.astype(jnp.int64)
     k.env[op.results[0]] = Pointer(pointer.buffer, new, pointer.pointee, affine)
     return state
 
