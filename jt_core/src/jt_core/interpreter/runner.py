@@ -12,6 +12,8 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
   only) and does not write into the kernel's module globals;
 * holds ``bfloat16`` values as ``ml_dtypes.bfloat16`` (the stock interpreter stores their bits as ``uint16`` and
   then does integer arithmetic on them);
+* computes what compiled Triton computes where the stock interpreter does not (`jt_core.interpreter.numerics`:
+  conversions to integers, selections, ``tl.dot``'s input precisions, the order of reductions, subnormal floats);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
@@ -34,7 +36,7 @@ from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter import rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer
-from jt_core.interpreter.numerics import FloatFixes
+from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
@@ -252,6 +254,7 @@ def _patched(
     builder_scope = _PatchScope(
         [(builder, name, method) for name, method in floats.patches().items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
+        + ReductionOrder(tl, interp).patches()
     )
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
@@ -405,7 +408,12 @@ def run(
     if 0 in grid:
         return races
     fn = interpreted(py_fn)
-    with frontend.interpreting(), _patched(checker, races, debug) as patched_langs:
+    with (
+        frontend.interpreting(),
+        frontend.cpu_dot_precision(),
+        subnormals_kept(),
+        _patched(checker, races, debug) as patched_langs,
+    ):
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jt_core import _compat, tuning
+from jt_core import _compat, distributed, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over, lang
@@ -335,15 +335,24 @@ class CpuCompiledLauncher(Launcher):
         results: Sequence[Any],
         device: Any | None,
     ) -> Sequence[Any]:
-        """The compiled ``results``, after a host callback that compares them with the interpreter's."""
+        """The compiled ``results``, after a custom call of jt's CPU handler that compares them with the
+        interpreter's (its error reaches the caller as a kernel's, `jt_core.errors.DifferentialMismatchError`)."""
         one = dataclasses.replace(call, configs=(call.configs[index],))
-        reference = CpuFfiLauncher().lower(ctx, one, [kernel], operands, device)
+        launcher = CpuFfiLauncher()
+        reference = launcher.lower(ctx, one, [kernel], operands, device)
         allowed = differential.tolerance(kernel.payload.program)
+        count = len(call.out_avals)
 
-        def compare(*arrays: Any) -> tuple[Any, ...]:
-            count = len(call.out_avals)
+        def compare(arrays: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
             differential.compare(call.name, allowed, arrays[:count], arrays[count:])
-            return tuple(np.asarray(a) for a in arrays[:count])
+            for out, compiled in zip(outputs, arrays[:count], strict=True):
+                if out.ctypes.data != compiled.ctypes.data:
+                    np.copyto(out, compiled)
 
-        both = ctx.replace(avals_in=[*ctx.avals_out, *ctx.avals_out])
-        return _compat.emit_python_callback(both, compare, [*results, *reference], has_side_effect=False)
+        avals = tuple(call.out_avals)
+        key = f"compare/{distributed.call_digest(one)}/{allowed}"
+        call_id = ffi_launcher.registry().register_function(
+            key, ffi_launcher.HostFunction(call.name, avals + avals, avals, compare)
+        )
+        aliases = {i: i for i in range(count)}
+        return launcher.emit(ctx, call_id, call.name, [*results, *reference], avals + avals, avals, aliases, False)
