@@ -90,12 +90,32 @@ def execute_into(
             poison(out)
 
     buffers: list[runner.Buffer] = []
+    held_arrays: list[np.ndarray] = []
     must_write: list[tuple[runner.Buffer, int]] = []
-    leaves: dict[int, list[Any]] = {}
     for slot in call.slots:
         if slot.kind == INPUT:
             out_index = aliased.get(slot.index)
             array = outputs[out_index] if out_index is not None else operands[slot.index]
+            held = None if out_index is None else array.shape
+            buffers.append(_buffer(slot.name, array, out_index is not None, out_index, held))
+            held_arrays.append(array)
+        elif slot.kind == OUTPUT:
+            array = outputs[slot.index]
+            buffers.append(_buffer(slot.name, array, True, slot.index, array.shape))
+            held_arrays.append(array)
+            if slot.index not in zeroed and slot.index not in source_of:
+                must_write.append((buffers[-1], slot.index))
+
+    interpreted = kernel.payload
+    checks = interpreted.checks
+    checked = checks.bounds or checks.races
+    # A checked run gives each argument's pointer an address of its own region (`jt_core.interpreter.access`).
+    places: list[int | None] = list(runner.addresses(buffers)) if checked else [None] * len(buffers)
+    leaves: dict[int, list[Any]] = {}
+    pointers = iter(zip(held_arrays, places, strict=True))
+    for slot in call.slots:
+        if slot.kind in (INPUT, OUTPUT):
+            array, address = next(pointers)
             desc = slot.descriptor
             if desc is not None:
                 arg = runner.descriptor_argument(
@@ -106,17 +126,10 @@ def execute_into(
                     desc.block_shape,
                     desc.padding,
                     desc.round_f32_to_tf32,
+                    address,
                 )
             else:
-                arg = runner.pointer_argument(slot.type_str, array)
-            held = None if out_index is None else array.shape
-            buffers.append(_buffer(slot.name, array, out_index is not None, out_index, held))
-        elif slot.kind == OUTPUT:
-            array = outputs[slot.index]
-            arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(_buffer(slot.name, array, True, slot.index, array.shape))
-            if slot.index not in zeroed and slot.index not in source_of:
-                must_write.append((buffers[-1], slot.index))
+                arg = runner.pointer_argument(slot.type_str, array, address)
         else:
             arg = runner.scalar_argument(slot.type_str, slot.value)
         leaves.setdefault(slot.path[0], []).append(arg)
@@ -132,14 +145,12 @@ def execute_into(
             values = leaves[param.index]
             arguments[param.name] = values[0] if tree is None else tree_util.tree_unflatten(tree, values)
 
-    interpreted = kernel.payload
-    checks = interpreted.checks
     races = runner.run(
         interpreted.fn,
         call.name,
         arguments,
         config.grid,
-        buffers if checks.bounds or checks.races else None,
+        buffers if checked else None,
         debug=config.options.debug,
         race_check=checks.races,
     )
