@@ -172,7 +172,7 @@ def cpu_dot_precision() -> Iterator[None]:
     owner = type(knobs.language)
     with _knob_lock:
         if not isinstance(owner.__dict__.get("fp32_default"), _CpuFloat32Default):
-            setattr(owner, "fp32_default", _CpuFloat32Default(owner.__dict__["fp32_default"]))
+            owner.fp32_default = _CpuFloat32Default(owner.__dict__["fp32_default"])
     outer = getattr(_cpu, "dot", False)
     _cpu.dot = True
     try:

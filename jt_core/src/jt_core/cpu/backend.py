@@ -4,9 +4,8 @@ the interpreter too, which runs what the compiled path cannot."""
 
 from __future__ import annotations
 
-import os
-
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,7 +103,8 @@ class CpuBackend(Backend):
     def cache_tag(self) -> str:
         # TRITON_F32_DEFAULT, where set, is tl.dot's default input precision (the front end writes it in the TTIR).
         dot = os.environ.get("TRITON_F32_DEFAULT", "")
-        return f"{'checked' if compile_check_enabled() else 'unchecked'}-program{PROGRAM_FORMAT}{'-' + dot if dot else ''}"
+        checked = "checked" if compile_check_enabled() else "unchecked"
+        return f"{checked}-program{PROGRAM_FORMAT}" + (f"-{dot}" if dot else "")
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
         program, why_not = None, str(cached.metadata.get("why_not") or "") or None

@@ -446,13 +446,17 @@ class CpuFfiLauncher(Launcher):
         operands: Sequence[Any],
         device: Any | None,
     ) -> Sequence[Any]:
-        from jax._src.interpreters import mlir
-        from jax._src.lib.mlir import ir
 
         ensure_registered()
         call_id = _registry.register(call, kernels)
         return self.emit(
-            ctx, call_id, call.name, operands, call.operand_avals, call.out_avals, dict(call.aliases),
+            ctx,
+            call_id,
+            call.name,
+            operands,
+            call.operand_avals,
+            call.out_avals,
+            dict(call.aliases),
             call.launch.has_side_effect,
         )
 

@@ -185,9 +185,7 @@ class AccessChecker:
             "belongs to the caller. Make it an output with input_output_aliases, or pass a jax.new_ref"
         )
 
-    def _describe(
-        self, target: int | None, offset: int, furthest: int, itemsize: int, op: str, count: int
-    ) -> str:
+    def _describe(self, target: int | None, offset: int, furthest: int, itemsize: int, op: str, count: int) -> str:
         advice = f"Mask the {op} ({_MASKED_FORMS[op]}) or fix the offsets."
         reached = ""
         if target is None:

@@ -261,7 +261,8 @@ def _halves(values: list[np.ndarray], axis: int, combine: Callable[[list[Any], l
         right = [np.take(v, np.arange(half, 2 * half), axis=axis) for v in values]
         combined = combine(left, right)
         if size % 2:
-            combined = [np.concatenate([c, np.take(v, [size - 1], axis=axis)], axis=axis) for c, v in zip(combined, values)]
+            last = [np.take(v, [size - 1], axis=axis) for v in values]
+            combined = [np.concatenate([c, odd], axis=axis) for c, odd in zip(combined, last, strict=True)]
         values = combined
     return [np.squeeze(v, axis=axis) for v in values]
 

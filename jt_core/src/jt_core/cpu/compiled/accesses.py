@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jt_core.cpu.compiled import lang

@@ -12,9 +12,7 @@ known to XLA too; everything else is a JAX array.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,6 +21,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
+from jt_core.cpu.compiled import floats
 from jt_core.cpu.compiled.program import TensorType
 from jt_core.errors import UnsupportedKernelError
 
@@ -34,7 +33,6 @@ __all__ = [
     "dtype_of",
     "fold",
     "is_static",
-    "opaque_constants",
 ]
 
 _DTYPES: dict[str, Any] = {
@@ -54,7 +52,6 @@ _DTYPES: dict[str, Any] = {
     "f8E4M3B11FNUZ": ml_dtypes.float8_e4m3b11fnuz,
 }
 _UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 #: Float8 formats with a single zero, whose bits 0x80 are NaN.
 _UNSIGNED_ZERO = {np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)}
 
@@ -95,7 +92,7 @@ def as_array(value: Any, ty: TensorType) -> jax.Array:
     if is_static(value):
         if ty.element.startswith("i"):
             value = _wrap(int(value), ty.element)
-        array = _opaque(jnp.asarray(np.asarray(value, dtype=dtype)))
+        array = floats.opaque(jnp.asarray(np.asarray(value, dtype=dtype)))
         return jnp.broadcast_to(array, ty.shape) if ty.shape else array
     array = jnp.asarray(value)
     if array.dtype != dtype:
@@ -118,40 +115,15 @@ def constant(text: str | None, value: Any, ty: TensorType) -> Any:
             body = body[len("dense<") : -1]
         if body.startswith("["):
             items = [_scalar(part, ty.element, dtype) for part in body.replace("[", " ").replace("]", " ").split(",")]
-            return _opaque(jnp.asarray(np.asarray(items, dtype=dtype).reshape(ty.shape)))
+            return floats.opaque(jnp.asarray(np.asarray(items, dtype=dtype).reshape(ty.shape)))
         scalar = _scalar(body, ty.element, dtype)
     elif value is not None:
         scalar = _wrap(int(value), ty.element) if ty.element.startswith("i") else value
     else:
         raise UnsupportedKernelError(f"a constant of type {ty.text} whose value cannot be read")
     if ty.shape:
-        return jnp.broadcast_to(_opaque(jnp.asarray(np.asarray(scalar, dtype=dtype))), ty.shape)
+        return jnp.broadcast_to(floats.opaque(jnp.asarray(np.asarray(scalar, dtype=dtype))), ty.shape)
     return scalar
-
-
-#: The zero the float constants of the kernel being traced are made opaque with (`opaque_constants`).
-_ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_cpu_opaque_zero", default=None)
-
-
-@contextlib.contextmanager
-def opaque_constants(zero: jax.Array) -> Iterator[None]:
-    """While tracing a kernel: its float constants are ``constant - zero``, for a ``zero`` XLA cannot see (a custom
-    call's result). XLA's simplifier rewrites a division by a constant into a product with the constant's rounded
-    reciprocal, one ulp off in about a tenth of the cases (``x / 3.0``, or ``x / (1 - p)`` with ``p`` a scalar
-    argument, which is a constant here); the interpreter and the device divide. Subtracting a zero keeps every value,
-    ``-0.0`` and NaN included."""
-    token = _ZERO.set(zero)
-    try:
-        yield
-    finally:
-        _ZERO.reset(token)
-
-
-def _opaque(array: jax.Array) -> jax.Array:
-    zero = _ZERO.get()
-    if zero is None or not jnp.issubdtype(array.dtype, jnp.floating) or array.dtype.itemsize == 1:
-        return array
-    return lax.sub(array, zero.astype(array.dtype))
 
 
 def _scalar(text: str, element: str, dtype: np.dtype) -> Any:
@@ -414,22 +386,6 @@ def fma(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
     return (x.astype(wide) * y.astype(wide) + z.astype(wide)).astype(x.dtype)
 
 
-def divide(x: jax.Array, y: jax.Array) -> jax.Array:
-    """``x / y`` correctly rounded, as the interpreter divides.
-
-    XLA rewrites a division by a broadcast value (``x / s`` for a scalar ``s``, a row's sum, a constant) into a
-    product with the divisor's rounded reciprocal, one ulp off in about a tenth of the cases. Narrower floats are
-    divided in float64, where that product is within 2**-52 of the quotient: closer than the quotient of two
-    float32 values ever comes to a point where float32's rounding changes (about 2**-49), so rounding it to float32
-    (and from there to a narrower type, for which float32 is as close again) gives the correctly rounded quotient.
-    Float64 divisors are kept from being seen as broadcasts instead.
-    """
-    if x.dtype == jnp.float64:
-        return lax.div(x, lax.optimization_barrier(y))
-    wide = lax.div(x.astype(jnp.float64), y.astype(jnp.float64)).astype(jnp.float32)
-    return wide.astype(x.dtype)
-
-
 def _rsqrt(x: jax.Array) -> jax.Array:
     return lax.rsqrt(x)
 
@@ -465,7 +421,7 @@ ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
     "arith.addf": (lax.add, False),
     "arith.subf": (lax.sub, False),
     "arith.mulf": (lax.mul, False),
-    "arith.divf": (divide, False),
+    "arith.divf": (floats.divide, False),
     "arith.remf": (lax.rem, False),
     "arith.negf": (lax.neg, False),
     "arith.addi": (lax.add, False),
@@ -504,7 +460,7 @@ ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
     "tt.bitcast": (_bitcast, True),
     "tt.mulhiui": (mulhi, False),
     "tt.precise_sqrt": (lax.sqrt, False),
-    "tt.precise_divf": (divide, False),
+    "tt.precise_divf": (floats.divide, False),
     "math.exp": (jnp.exp, False),
     "math.exp2": (jnp.exp2, False),
     "math.expm1": (jnp.expm1, False),
@@ -573,16 +529,7 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
     fn, takes_dtype = entry
     if takes_dtype:
         return fn(out, *args)
-    return round_bfloat16(fn(*args))
-
-
-def round_bfloat16(x: jax.Array) -> jax.Array:
-    """A bfloat16 result rounded to bfloat16 where XLA would skip it: XLA computes bfloat16 arithmetic in float32 and,
-    with its excess precision on (the default, which cannot be turned off once JAX has started), drops the rounding
-    between an operation and a following conversion to float32 (``(a + b).to(tl.float32)``). Triton rounds each."""
-    if x.dtype != _BFLOAT16:
-        return x
-    return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
+    return floats.round_bfloat16(fn(*args))
 
 
 #: Operations that take float8 values: conversions, and picking values without computing on them.

@@ -26,7 +26,7 @@ import numpy as np
 from jt_core import _compat, distributed, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
-from jt_core.cpu.compiled import checking, differential, handed_over, lang
+from jt_core.cpu.compiled import checking, differential, floats, handed_over
 from jt_core.cpu.compiled.accesses import pointer_argument
 from jt_core.cpu.compiled.grid import run_grid
 from jt_core.cpu.compiled.kernel import unsupported_operation
@@ -144,7 +144,7 @@ def kernel_function(
         ]
         memory = Memory(specs, constants, checks.bounds)
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
-        with lang.opaque_constants(checking.opaque_zero()):
+        with floats.opaque_constants(checking.opaque_zero()):
             state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]

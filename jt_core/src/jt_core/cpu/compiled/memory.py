@@ -326,6 +326,7 @@ _COMBINE: dict[str, Callable[..., jax.Array]] = {
     "CAS": _cas,
 }
 
+
 def _flip_sign(x: jax.Array) -> jax.Array:
     """Integers with their sign bit flipped: unsigned order becomes signed order (and back)."""
     return x ^ jnp.asarray(np.iinfo(x.dtype).min, x.dtype)

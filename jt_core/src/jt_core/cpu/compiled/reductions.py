@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled import floats, lang
 from jt_core.cpu.compiled.memory import State
 from jt_core.cpu.compiled.program import Operation
 from jt_core.cpu.compiled.tracer import Handler, Tracer
@@ -42,11 +42,12 @@ _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "arith.minnumf": lambda x, axis: _ignoring_nan(jnp.min, jnp.inf, x, axis),
 }
 
+
 def _rounded(op: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[..., tuple[jax.Array]]:
     """A float operation as a combining function, its bfloat16 results rounded as Triton rounds them."""
 
     def combine(a: jax.Array, b: jax.Array) -> tuple[jax.Array]:
-        return (lang.round_bfloat16(op(a, b)),)
+        return (floats.round_bfloat16(op(a, b)),)
 
     return combine
 
