@@ -168,27 +168,33 @@ class CallRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[KernelCall, int] = {}  # calls compare by value, each scalar by its type and bits
+        self._ids: dict[tuple[KernelCall, bool], int] = {}  # calls compare by value, each scalar by its type and bits
         self._calls: dict[int, RegisteredCall | HostFunction] = {}
         self._functions: dict[str, int] = {}
         #: The ids released by jax.clear_caches(), each with its kernel (held weakly; None once unknown).
         self._released: dict[int, weakref.ReferenceType[Any] | None] = {}
         _compat.on_clear_caches(self, "jt: calls lowered for the CPU ffi launcher")
 
-    def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
-        """The id of ``call``, registering it (with ``kernels``) the first time its content is seen."""
+    def register(self, call: KernelCall, kernels: Sequence[CompiledKernel], keep_subnormals: bool = True) -> int:
+        """The id of ``call``, registering it (with ``kernels``) the first time its content is seen.
+
+        Args:
+            keep_subnormals: Whether the interpreter keeps subnormal floats (`LoweredCall`); ``False`` is a
+                separate entry, under its own id.
+        """
         with self._lock:
-            call_id = self._ids.get(call)
+            call_id = self._ids.get((call, keep_subnormals))
             if call_id is None:
-                digest = distributed.call_digest(call)
+                digest = distributed.call_digest(call) + ("" if keep_subnormals else "/flushing")
                 taken = 0
                 call_id = _call_id(digest, 0)
                 while call_id in self._calls or not self._free_for(call_id, call.fn):
                     taken += 1
                     call_id = _call_id(digest, taken)
                 self._released.pop(call_id, None)
-                self._ids[call] = call_id
-                self._calls[call_id] = RegisteredCall(call, tuple(kernels), call_id=call_id)
+                self._ids[(call, keep_subnormals)] = call_id
+                entry = RegisteredCall(call, tuple(kernels), keep_subnormals=keep_subnormals, call_id=call_id)
+                self._calls[call_id] = entry
             return call_id
 
     def register_function(self, key: str, entry: HostFunction) -> int:

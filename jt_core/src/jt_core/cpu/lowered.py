@@ -38,10 +38,13 @@ class LoweredCall:
         call: The bound call.
         kernels: One compiled kernel per ``call.configs`` entry.
         chosen: The configuration that runs (``None`` before the first run).
+        keep_subnormals: Whether the interpreter keeps subnormal floats, as a GPU does (``False``: it flushes them,
+            as XLA's threads do, for the comparison with the compiled path that ``JT_CPU_DIFFERENTIAL`` makes).
     """
 
     call: KernelCall
     kernels: tuple[CompiledKernel, ...]
+    keep_subnormals: bool = True
     chosen: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -72,4 +75,4 @@ class LoweredCall:
                                 np.copyto(out, value)
                             return
                     self.chosen = index
-        execute_into(call, kernels[index], operands, outputs, index)
+        execute_into(call, kernels[index], operands, outputs, index, keep_subnormals=self.keep_subnormals)

@@ -57,6 +57,7 @@ def execute_into(
     operands: Sequence[np.ndarray],
     outputs: Sequence[np.ndarray],
     config_index: int = 0,
+    keep_subnormals: bool = True,
 ) -> None:
     """Runs one configuration of a call writing into caller-provided outputs (XLA's result buffers, say).
 
@@ -70,6 +71,8 @@ def execute_into(
         operands: The array operands, in ``call.operand_avals`` order.
         outputs: Writable C-contiguous arrays of ``call.out_avals``' shapes and dtypes.
         config_index: Which of ``call.configs`` runs.
+        keep_subnormals: Whether subnormal floats are kept (``False``: the calling thread's floating-point mode,
+            which on XLA's threads flushes them).
     """
     config = call.configs[config_index]
     aliased = dict(call.aliases)
@@ -153,6 +156,7 @@ def execute_into(
         buffers if checked else None,
         debug=config.options.debug,
         race_check=checks.races,
+        keep_subnormals=keep_subnormals,
     )
     if races is not None and checks.unwritten != "ignore":
         _report_unwritten(call, races, must_write, checks.unwritten)

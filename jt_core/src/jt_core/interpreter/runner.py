@@ -25,6 +25,7 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -394,11 +395,13 @@ def run(
     buffers: Sequence[Buffer] | None,
     debug: bool,
     race_check: bool = False,
+    keep_subnormals: bool = True,
 ) -> RaceTracker | None:
     """Runs every program of ``grid``. ``buffers=None`` skips the address checks.
 
     Args:
         race_check: Watch for data races between the programs (needs ``buffers``).
+        keep_subnormals: Run with subnormal floats kept (else in the calling thread's floating-point mode).
 
     Returns:
         With ``race_check``, the race tracker of the run (which outputs' elements were written); else ``None``.
@@ -419,7 +422,7 @@ def run(
     with (
         frontend.interpreting(),
         frontend.cpu_dot_precision(),
-        subnormals_kept(),
+        subnormals_kept() if keep_subnormals else contextlib.nullcontext(),
         _patched(checker, races, debug) as patched_langs,
     ):
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)

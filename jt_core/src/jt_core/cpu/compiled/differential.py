@@ -1,11 +1,11 @@
 """Running every call through both CPU paths and comparing them: ``JT_CPU_DIFFERENTIAL=1``.
 
 With the switch on, a call the compiled path takes also runs in Triton's interpreter (through jt's FFI handler, with
-the checks the call was made with: the race check too), and a custom call of the same handler compares the two
+the checks the call was made with: the race check too; subnormal floats flushed, as XLA's threads flush them for
+the compiled path), and a custom call of the same handler compares the two
 results before the computation goes on with the compiled ones; a difference fails the call with
 `jt_core.errors.DifferentialMismatchError`, which `jt_core.errors.from_runtime_error` rebuilds. They must be equal
-bit for bit (a NaN where the other has a NaN; a subnormal float where the other has a zero of the same sign, since
-the compiled path runs on XLA's threads, which flush subnormals), unless the kernel sums or calls transcendental
+bit for bit (a NaN where the other has a NaN), unless the kernel sums or calls transcendental
 functions in floating point (``tl.dot``, reductions and scans, ``math`` functions, external library functions),
 where the order of the sums and the functions' last bits may differ: there they must agree to `TOLERANCE` of their
 type. Products and sums are not fused into multiply-adds while comparing, as the interpreter fuses none. A call
@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from jt_core import settings
@@ -91,7 +90,6 @@ def compare(
             same = (a.view(np.uint8).reshape(a.size, -1) == b.view(np.uint8).reshape(b.size, -1)).all(axis=1)
             if wide_a is not None and wide_b is not None:
                 same |= np.isnan(wide_a) & np.isnan(wide_b)
-                same |= _flushed(wide_a, wide_b, a.dtype) | _flushed(wide_b, wide_a, a.dtype)
             if same.all():
                 continue
             differ = np.flatnonzero(~same)
@@ -111,13 +109,6 @@ def compare(
             f"triton_call {name!r}: the compiled CPU path and Triton's interpreter disagree {how} on output {index} "
             f"({a.dtype}{list(a.shape)}), at {differ.size} of {a.size} elements: {shown}"
         )
-
-
-def _flushed(zero: np.ndarray, kept: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Where ``zero`` is the zero that flushing the subnormal ``kept`` gives (the compiled path runs on XLA's threads,
-    which flush subnormals; the interpreter keeps them)."""
-    tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
-    return (zero == 0) & (np.abs(kept) < tiny) & (np.signbit(zero) == np.signbit(kept))
 
 
 def _is_float(dtype: np.dtype) -> bool:
