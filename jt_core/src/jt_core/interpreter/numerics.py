@@ -93,7 +93,7 @@ class FloatFixes:
 
     def patches(self) -> dict[str, Any]:
         """The builder methods to replace for the run, by name."""
-        return {
+        patches = {
             "cast_impl": self.cast_impl,
             "create_fp_to_fp": self.fp_to_fp,
             "binary_op": self.binary_op,
@@ -102,6 +102,13 @@ class FloatFixes:
             "create_fma": self.fma,
             "create_dot": self.dot,
         }
+        if not hasattr(type(self.builder), "get_bf16"):
+            patches["get_bf16"] = self.bf16_constant  # Triton 3.6's interpreter has none: x * 0.5 on bfloat16 fails
+        return patches
+
+    def bf16_constant(self, value: float) -> Any:
+        """A bfloat16 constant, rounded from float32 as Triton rounds it."""
+        return self.interp.TensorHandle(np.array([value], np.float32).astype(_BF16), self.tl.bfloat16)
 
     def get_np_dtype(self, tt_dtype: Any) -> Any:
         """The NumPy type holding values of a Triton type: bfloat16 as ``ml_dtypes.bfloat16``."""
