@@ -69,8 +69,9 @@ TARGET_NAME = "triton_kernel_call_jt_cpu"
 #: through `_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
 CHECK_TARGET_NAME = "triton_kernel_call_jt_cpu_compiled"
 #: The custom-call target that gives a compiled CPU kernel a zero XLA cannot see (handler symbol
-#: ``jt_cpu_opaque_zero``): `jt_core.cpu.compiled.checking.opaque_zero`.
-ZERO_TARGET_NAME = "jt_cpu_opaque_zero"
+#: ``jt_cpu_opaque_zero``; `jt_core.cpu.compiled.checking.opaque_zero`): one per compiled call whose kernel has
+#: float constants, named as every target jt registers is.
+ZERO_TARGET_NAME = "triton_kernel_call_jt_cpu_zero"
 #: The calling convention between the handlers and `_dispatch`; the library reports the one it implements.
 ABI_VERSION = 3
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
