@@ -5,7 +5,7 @@ and keep the excess precision into a following conversion (its ``--xla_allow_exc
 read once, when JAX starts); turn a division by a broadcast value into a product with its rounded reciprocal; and
 simplify arithmetic with constants in ways that lose a zero's sign (``x + 0.0`` becomes ``x``). The compiled path
 rounds bfloat16 results explicitly (`round_bfloat16`), divides so that the quotient is correctly rounded
-(`divide`), and makes the kernel's float constants opaque to XLA's simplifier (`opaque_constants`).
+(`divide`), and hides the kernel's zero constants from XLA's simplifier (`opaque_constants`).
 """
 
 from __future__ import annotations
@@ -20,22 +20,22 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-__all__ = ["divide", "opaque", "opaque_constants", "round_bfloat16"]
+__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16"]
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
-#: The zero the float constants of the kernel being traced are made opaque with (`opaque_constants`).
+#: The zero a traced kernel's positive float zeros are made opaque with (`opaque_constants`).
 _ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_cpu_opaque_zero", default=None)
 
 
 @contextlib.contextmanager
 def opaque_constants(zero: jax.Array) -> Iterator[None]:
-    """While tracing a kernel: its float constants are ``constant - zero``, for a ``zero`` XLA cannot see (a custom
-    call's result). XLA's simplifier rewrites a division by a constant into a product with the constant's rounded
-    reciprocal, one ulp off in about a tenth of the cases (``x / 3.0``, or ``x / (1 - p)`` with ``p`` a scalar
-    argument, which is a constant here); the interpreter and the device divide. Subtracting a zero keeps every value,
-    ``-0.0`` and NaN included."""
+    """While tracing a kernel: its float constants equal to ``+0.0`` are ``0.0 - zero``, for a ``zero`` XLA cannot
+    see (a custom call's result). XLA's simplifier turns ``x + 0.0`` into ``x``, which keeps ``x = -0.0`` negative
+    where IEEE arithmetic (the device's, the interpreter's) makes it positive: an accumulator started with
+    ``tl.zeros`` would keep the sign of a first ``-0.0``. Other constants stay constants XLA can fold: its rewrite of
+    a division by one is undone by `divide`, and hiding them costs time (a sixth of a softmax's)."""
     token = _ZERO.set(zero)
     try:
         yield
@@ -43,10 +43,14 @@ def opaque_constants(zero: jax.Array) -> Iterator[None]:
         _ZERO.reset(token)
 
 
-def opaque(array: jax.Array) -> jax.Array:
-    """``array`` as `opaque_constants` makes a kernel's float constants (``array`` itself outside it)."""
+def constant(value: np.ndarray) -> jax.Array:
+    """A kernel's constant as an array: hidden from XLA's simplifier where it is ``+0.0`` (`opaque_constants`)."""
+    array = jnp.asarray(value)
     zero = _ZERO.get()
-    if zero is None or not jnp.issubdtype(array.dtype, jnp.floating) or array.dtype.itemsize == 1:
+    floating = value.dtype.kind == "f" or value.dtype == _BFLOAT16
+    if zero is None or not floating or value.dtype.itemsize == 1:
+        return array
+    if not (value.size and (value == 0).all() and not np.signbit(value).any()):
         return array
     return lax.sub(array, zero.astype(array.dtype))
 
@@ -59,9 +63,12 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
     divided in float64, where that product is within 2**-52 of the quotient: closer than the quotient of two
     float32 values ever comes to a point where float32's rounding changes (about 2**-49), so rounding it to float32
     (and from there to a narrower type, for which float32 is as close again) gives the correctly rounded quotient.
-    Float64 divisors are kept from being seen as broadcasts instead.
+    Float64 divisors are kept from being seen as broadcasts (or, alone, as constants) instead.
     """
     if x.dtype == jnp.float64:
+        zero = _ZERO.get()
+        if y.ndim == 0 and zero is not None:
+            y = lax.sub(y, zero)  # a scalar constant, which the barrier alone would not hide
         return lax.div(x, lax.optimization_barrier(y))
     wide = lax.div(x.astype(jnp.float64), y.astype(jnp.float64)).astype(jnp.float32)
     return wide.astype(x.dtype)

@@ -92,7 +92,7 @@ def as_array(value: Any, ty: TensorType) -> jax.Array:
     if is_static(value):
         if ty.element.startswith("i"):
             value = _wrap(int(value), ty.element)
-        array = floats.opaque(jnp.asarray(np.asarray(value, dtype=dtype)))
+        array = floats.constant(np.asarray(value, dtype=dtype))
         return jnp.broadcast_to(array, ty.shape) if ty.shape else array
     array = jnp.asarray(value)
     if array.dtype != dtype:
@@ -115,14 +115,14 @@ def constant(text: str | None, value: Any, ty: TensorType) -> Any:
             body = body[len("dense<") : -1]
         if body.startswith("["):
             items = [_scalar(part, ty.element, dtype) for part in body.replace("[", " ").replace("]", " ").split(",")]
-            return floats.opaque(jnp.asarray(np.asarray(items, dtype=dtype).reshape(ty.shape)))
+            return floats.constant(np.asarray(items, dtype=dtype).reshape(ty.shape))
         scalar = _scalar(body, ty.element, dtype)
     elif value is not None:
         scalar = _wrap(int(value), ty.element) if ty.element.startswith("i") else value
     else:
         raise UnsupportedKernelError(f"a constant of type {ty.text} whose value cannot be read")
     if ty.shape:
-        return jnp.broadcast_to(floats.opaque(jnp.asarray(np.asarray(scalar, dtype=dtype))), ty.shape)
+        return jnp.broadcast_to(floats.constant(np.asarray(scalar, dtype=dtype)), ty.shape)
     return scalar
 
 
