@@ -5,7 +5,7 @@ that callers can catch jt's own), with messages naming the argument, what was ex
 problems raise `PluginError` subclasses naming the plugin, its distribution and the fix.
 
 Errors raised while a kernel runs (`KernelRuntimeError`, `OutOfBoundsAccessError`,
-`DataRaceError`, `UnwrittenOutputError`, and
+`DataRaceError`, `UnwrittenOutputError`, `DifferentialMismatchError`, and
 `UnsupportedKernelError` from the CPU interpreter) cross XLA's host callback and reach the caller as
 ``jax.errors.JaxRuntimeError``, whose message carries the jt error's type and text; `from_runtime_error`
 rebuilds the jt error from it.
@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "ConfigSkippedWarning",
     "DataRaceError",
+    "DifferentialMismatchError",
     "DuplicateBackendError",
     "JtError",
     "KernelCallTypeError",
@@ -83,6 +84,11 @@ class KernelRuntimeError(JtError, RuntimeError):
 
 class OutOfBoundsAccessError(KernelRuntimeError):
     """A kernel loaded or stored outside every buffer passed to it (detected by the CPU backend)."""
+
+
+class DifferentialMismatchError(KernelRuntimeError):
+    """The compiled CPU path and Triton's interpreter computed different results for one call
+    (``JT_CPU_DIFFERENTIAL=1``)."""
 
 
 class DataRaceError(KernelRuntimeError):
@@ -167,6 +173,7 @@ def from_runtime_error(error: BaseException) -> JtError | None:
         OutOfBoundsAccessError,
         DataRaceError,
         UnwrittenOutputError,
+        DifferentialMismatchError,
         UnsupportedKernelError,
         KernelCompileError,
         ProcessAgreementError,

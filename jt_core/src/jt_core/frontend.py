@@ -38,7 +38,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["build", "check", "compiling", "interpreting", "linear_front_end", "refusal", "release_frames"]
+__all__ = [
+    "build",
+    "check",
+    "compiling",
+    "cpu_dot_precision",
+    "interpreting",
+    "linear_front_end",
+    "refusal",
+    "release_frames",
+]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
 _ARCH = 90
@@ -135,6 +144,53 @@ def interpreting() -> Any:
     return _triton.exclusive()
 
 
+#: Whether this thread runs Triton's front end or its interpreter for the CPU (`cpu_dot_precision`).
+_cpu = threading.local()
+
+
+class _CpuFloat32Default:
+    """Triton's ``knobs.language.fp32_default`` (``TRITON_F32_DEFAULT``), read as ``"ieee"`` by a thread inside
+    `cpu_dot_precision` where nothing sets it: ``tl.dot`` takes that knob, else ``"tf32"`` wherever the target
+    allows it, for a float32 product without an ``input_precision``. Every other thread reads it as Triton does."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        value = self.original.__get__(obj, objtype)
+        if value is None and obj is not None and getattr(_cpu, "dot", False):
+            return "ieee"
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.original.__set__(obj, value)
+
+    def __delete__(self, obj: Any) -> None:
+        self.original.__delete__(obj)
+
+
+_knob_lock = threading.Lock()
+
+
+@contextmanager
+def cpu_dot_precision() -> Iterator[None]:
+    """While the body runs on this thread, ``tl.dot`` on float32 without an ``input_precision`` computes in float32
+    (``"ieee"``), the CPU's default on both of its paths; ``TRITON_F32_DEFAULT``, where set, still decides. A
+    kernel asking for ``"tf32"`` or ``"tf32x3"`` gets it."""
+    from triton import knobs
+
+    owner = type(knobs.language)
+    with _knob_lock:
+        if not isinstance(owner.__dict__.get("fp32_default"), _CpuFloat32Default):
+            owner.fp32_default = _CpuFloat32Default(owner.__dict__["fp32_default"])
+    outer = getattr(_cpu, "dot", False)
+    _cpu.dot = True
+    try:
+        yield
+    finally:
+        _cpu.dot = outer
+
+
 @functools.cache
 def _backend() -> tuple[Any, Any, Any, Any]:
     from triton.backends.compiler import GPUTarget
@@ -142,8 +198,8 @@ def _backend() -> tuple[Any, Any, Any, Any]:
 
     target = GPUTarget("cuda", _ARCH, 32)
     backend = make_backend(target)
-    # tl.dot on float32 without an input_precision computes in float32 on the CPU (the interpreter's and NumPy's
-    # answer), where GPUs default to TF32; a kernel asking for "tf32" gets it on both.
+    # tl.dot on float32 without an input_precision computes in float32 on the CPU (`cpu_dot_precision`), where
+    # GPUs default to TF32; a kernel asking for "tf32" gets it on both.
     options = backend.parse_options({"enable_fp_fusion": True, "default_dot_input_precision": "ieee"})
     codegen = dict(backend.get_codegen_implementation(options))
     codegen["min_dot_size"] = lambda lhs, rhs: (1, 1, 1)
@@ -171,7 +227,7 @@ def build[T](source: Any, visit: Callable[[Any], T], stops: list[str] | None = N
         source.attrs = {}
     reached: list[str] = [] if stops is None else stops
     # the builder state is not shared between threads
-    with compiling(), _lock, linear_front_end(source.fn), _breakpoints_let_through(reached):
+    with compiling(), _lock, linear_front_end(source.fn), _breakpoints_let_through(reached), cpu_dot_precision():
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)

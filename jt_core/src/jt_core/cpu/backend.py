@@ -5,6 +5,7 @@ the interpreter too, which runs what the compiled path cannot."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,8 +27,9 @@ CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
-#: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it).
-PROGRAM_FORMAT = 5
+#: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it, from the front
+#: end as `jt_core.frontend.build` runs it, where ``tl.dot``'s default input precision is ``"ieee"``).
+PROGRAM_FORMAT = 6
 
 
 def compile_check_enabled() -> bool:
@@ -105,7 +107,10 @@ class CpuBackend(Backend):
         return True
 
     def cache_tag(self) -> str:
-        return f"{'checked' if compile_check_enabled() else 'unchecked'}-program{PROGRAM_FORMAT}"
+        # TRITON_F32_DEFAULT, where set, is tl.dot's default input precision (the front end writes it in the TTIR).
+        dot = os.environ.get("TRITON_F32_DEFAULT", "")
+        checked = "checked" if compile_check_enabled() else "unchecked"
+        return f"{checked}-program{PROGRAM_FORMAT}" + (f"-{dot}" if dot else "")
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
         program, why_not = None, str(cached.metadata.get("why_not") or "") or None

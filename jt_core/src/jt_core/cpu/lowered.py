@@ -40,10 +40,13 @@ class LoweredCall:
         call: The bound call.
         kernels: One compiled kernel per ``call.configs`` entry.
         chosen: The configuration that runs (``None`` before the first run).
+        keep_subnormals: Whether the interpreter keeps subnormal floats, as a GPU does (``False``: it flushes them,
+            as XLA's threads do, for the comparison with the compiled path that ``JT_CPU_DIFFERENTIAL`` makes).
     """
 
     call: KernelCall
     kernels: tuple[CompiledKernel, ...]
+    keep_subnormals: bool = True
     chosen: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -60,7 +63,7 @@ class LoweredCall:
                         for out, value in zip(outputs, results):
                             np.copyto(out, value)
                         return
-        execute_into(self.call, self.kernels[index], operands, outputs, index)
+        execute_into(self.call, self.kernels[index], operands, outputs, index, keep_subnormals=self.keep_subnormals)
 
     def _choose(self, operands: Sequence[np.ndarray]) -> tuple[int, list[np.ndarray] | None]:
         """The configuration that runs, and its outputs when choosing it ran it on ``operands``.
@@ -73,7 +76,7 @@ class LoweredCall:
         Raises:
             NoUsableConfigError: When every configuration leaves part of an output unwritten.
         """
-        call, kernels = self.call, self.kernels
+        call, kernels, kept = self.call, self.kernels, self.keep_subnormals
         if len(kernels) == 1:
             return 0, None
         checked = coverage.applies(call)
@@ -82,8 +85,8 @@ class LoweredCall:
         def run_checked(index: int) -> list[np.ndarray] | None:
             """Runs configuration ``index`` twice into sentinel-filled outputs; its outputs, or ``None`` when it
             left elements unwritten (why is kept in ``reasons``)."""
-            first = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 0))
-            second = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 1))
+            first = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 0), kept)
+            second = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 1), kept)
             counts = {
                 out: coverage.unwritten(first[out], second[out])
                 for out in coverage.checked_outputs(call, call.configs[index])
@@ -121,7 +124,7 @@ class LoweredCall:
                     return float("inf")
                 results[index] = covered
                 return (time.perf_counter() - start) / 2
-            results[index] = execute(call, kernels[index], operands, index)
+            results[index] = execute(call, kernels[index], operands, index, keep_subnormals=kept)
             return time.perf_counter() - start
 
         index = tuning.choose_config(call, CPU_DEVICE_NAME, trial, none_usable)

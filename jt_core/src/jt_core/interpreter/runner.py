@@ -12,17 +12,22 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
   only) and does not write into the kernel's module globals;
 * holds ``bfloat16`` values as ``ml_dtypes.bfloat16`` (the stock interpreter stores their bits as ``uint16`` and
   then does integer arithmetic on them);
+* computes what compiled Triton computes where the stock interpreter does not (`jt_core.interpreter.numerics`:
+  conversions to integers, selections, ``tl.dot``'s input precisions, the order of reductions, subnormal floats);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
 * computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call, and
   reductions through tensor descriptors (`jt_core.interpreter.descriptors`), which it has no way to make;
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
-* checks every load, store and atomic address against the buffers passed to the kernel, turning an
-  out-of-bounds access (which would crash the process) into `OutOfBoundsAccessError`.
+* checks every load, store and atomic address against the argument it came from (each argument's pointer is an
+  address of its own region, moved to the real buffer after the check: `jt_core.interpreter.access`), turning an
+  out-of-bounds access (which would crash the process, or reach a neighbouring buffer) into
+  `OutOfBoundsAccessError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import weakref
@@ -36,13 +41,14 @@ import numpy as np
 from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter import descriptors, extern, rewriting
-from jt_core.interpreter.access import AccessChecker, Buffer
-from jt_core.interpreter.numerics import FloatFixes
+from jt_core.interpreter.access import AccessChecker, Buffer, addresses
+from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
     "AccessChecker",
     "Buffer",
+    "addresses",
     "descriptor_argument",
     "interpreted",
     "pointer_argument",
@@ -110,16 +116,18 @@ class _CheckedLibrary:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lib, name)
 
-    def _check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
+    def _check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> np.ndarray:
+        """The real addresses of ``ptrs`` (those of a checked run are their arguments' regions), after the check."""
         if self._checker is None:
-            return
-        located = self._checker.check(ptrs, mask, itemsize, op)
+            return ptrs
+        real, located = self._checker.check(ptrs, mask, itemsize, op)
         if self._races is not None and located is not None:
             self._races.record(located, itemsize, op)
+        return real
 
     def load(self, ptrs: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
-        self._check(ptrs, mask, dtype.itemsize, LOAD)
+        ptrs = self._check(ptrs, mask, dtype.itemsize, LOAD)
         if dtype == np.dtype(ml_dtypes.bfloat16):
             other16 = np.asarray(other).astype(ml_dtypes.bfloat16).view(np.uint16)
             return self._lib.load(ptrs, mask, other16, np.dtype(np.uint16)).view(ml_dtypes.bfloat16)
@@ -127,17 +135,17 @@ class _CheckedLibrary:
 
     def store(self, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray) -> Any:
         value = np.asarray(value)
-        self._check(ptrs, mask, value.dtype.itemsize, STORE)
+        ptrs = self._check(ptrs, mask, value.dtype.itemsize, STORE)
         if value.dtype == np.dtype(ml_dtypes.bfloat16):
             value = value.view(np.uint16)
         return self._lib.store(ptrs, value, mask)
 
     def atomic_rmw(self, op: Any, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray, sem: Any) -> Any:
-        self._check(ptrs, mask, np.asarray(value).dtype.itemsize, ATOMIC)
+        ptrs = self._check(ptrs, mask, np.asarray(value).dtype.itemsize, ATOMIC)
         return self._lib.atomic_rmw(op, ptrs, value, mask, sem)
 
     def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, *rest: Any) -> Any:
-        self._check(ptrs, None, np.asarray(val).dtype.itemsize, ATOMIC)
+        ptrs = self._check(ptrs, None, np.asarray(val).dtype.itemsize, ATOMIC)
         return self._lib.atomic_cas(ptrs, cmp, val, *rest)
 
 
@@ -262,6 +270,7 @@ def _patched(
         + [(builder, "create_descriptor_load", descriptor_load)]
         + extern.patches(interp)
         + descriptors.patches(interp)
+        + ReductionOrder(tl, interp).patches()
     )
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
@@ -290,13 +299,15 @@ def scalar_argument(type_str: str, value: Any) -> Any:
     return tl.tensor(interp.TensorHandle(data, ty), ty)
 
 
-def pointer_argument(type_str: str, array: np.ndarray) -> Any:
-    """A pointer kernel argument to ``array`` as the interpreter's ``tl.tensor``."""
+def pointer_argument(type_str: str, array: np.ndarray, address: int | None = None) -> Any:
+    """A pointer kernel argument to ``array`` as the interpreter's ``tl.tensor``: ``array``'s address, or in a
+    checked run the ``address`` `jt_core.interpreter.access.addresses` gives it."""
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
     ty = triton_type(type_str)
-    return tl.tensor(interp.TensorHandle(np.array([array.ctypes.data], dtype=np.uint64), ty), ty)
+    value = array.ctypes.data if address is None else address
+    return tl.tensor(interp.TensorHandle(np.array([value], dtype=np.uint64), ty), ty)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,14 +365,15 @@ def descriptor_argument(
     block_shape: Sequence[int],
     padding: str,
     round_f32_to_tf32: bool = False,
+    address: int | None = None,
 ) -> DescriptorArgument:
     """A tensor descriptor argument over ``array`` (its element type as a Triton type string, ``"fp16"``).
 
     ``shape`` and ``strides`` (in elements) describe the tensor, which may be a view of ``array`` starting at its
-    first element; every access is still checked against the whole buffer.
+    first element; every access is still checked against the whole buffer. ``address`` as for `pointer_argument`.
     """
     return DescriptorArgument(
-        pointer_argument("*" + element_type, array),
+        pointer_argument("*" + element_type, array, address),
         tuple(shape),
         tuple(strides),
         tuple(block_shape),
@@ -399,11 +411,13 @@ def run(
     buffers: Sequence[Buffer] | None,
     debug: bool,
     race_check: bool = False,
+    keep_subnormals: bool = True,
 ) -> RaceTracker | None:
     """Runs every program of ``grid``. ``buffers=None`` skips the address checks.
 
     Args:
         race_check: Watch for data races between the programs (needs ``buffers``).
+        keep_subnormals: Run with subnormal floats kept (else in the calling thread's floating-point mode).
 
     Returns:
         With ``race_check``, the race tracker of the run (which outputs' elements were written); else ``None``.
@@ -421,7 +435,12 @@ def run(
     if 0 in grid:
         return races
     fn = interpreted(py_fn)
-    with frontend.interpreting(), _patched(checker, races, debug) as patched_langs:
+    with (
+        frontend.interpreting(),
+        frontend.cpu_dot_precision(),
+        subnormals_kept() if keep_subnormals else contextlib.nullcontext(),
+        _patched(checker, races, debug) as patched_langs,
+    ):
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:

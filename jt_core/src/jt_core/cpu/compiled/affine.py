@@ -99,6 +99,17 @@ class Affine:
             None if self.dynamic is None else self.dynamic * factor,
         )
 
+    def bounds(self, grid: tuple[int, int, int]) -> tuple[int, int] | None:
+        """The smallest and largest value over every program of ``grid`` and every lane, or ``None`` where the base is
+        known only at run time."""
+        if not self.base_known:
+            return None
+        low, high = self.spread()
+        for coefficient, size in zip(self.pids, grid, strict=True):
+            low += min(0, coefficient * (size - 1))
+            high += max(0, coefficient * (size - 1))
+        return self.const + low, self.const + high
+
     def spread(self) -> tuple[int, int]:
         """How far below and above its first lane (all lane indices zero) the block's values reach."""
         low = high = 0

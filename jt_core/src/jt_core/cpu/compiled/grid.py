@@ -40,13 +40,19 @@ __all__ = ["chunk_size", "run_grid"]
 SIDE_BY_SIDE_BYTES = 16 << 20
 
 
+def _linear_type(grid: tuple[int, int, int]) -> Any:
+    """The integer type numbering the programs of ``grid``: int64 from 2**31 programs on (each id stays int32)."""
+    return jnp.int32 if math.prod(grid) <= np.iinfo(np.int32).max else jnp.int64
+
+
 def _program_ids(linear: Any, grid: tuple[int, int, int]) -> tuple[Any, Any, Any]:
-    """The program ids of program number ``linear`` (z varies fastest)."""
+    """The program ids (int32) of program number ``linear`` (z varies fastest)."""
+    kind = np.dtype(_linear_type(grid)).type
     inner = grid[1] * grid[2]
-    x = linear if inner == 1 else lax.div(linear, np.int32(inner))
-    y = 0 if grid[1] == 1 else (linear if grid[2] == 1 else lax.div(linear, np.int32(grid[2]))) % np.int32(grid[1])
-    z = 0 if grid[2] == 1 else lax.rem(linear, np.int32(grid[2]))
-    return x, y, z
+    x = linear if inner == 1 else lax.div(linear, kind(inner))
+    y = 0 if grid[1] == 1 else (linear if grid[2] == 1 else lax.div(linear, kind(grid[2]))) % kind(grid[1])
+    z = 0 if grid[2] == 1 else lax.rem(linear, kind(grid[2]))
+    return tuple(i if isinstance(i, int) else i.astype(jnp.int32) for i in (x, y, z))  # type: ignore[return-value]
 
 
 def run_grid(
@@ -96,7 +102,8 @@ def _in_order(
     total = math.prod(grid)
     if total == 1:
         return one(0, state)
-    return lax.fori_loop(0, total, lambda i, s: one(i.astype(jnp.int32), s), state)
+    linear = _linear_type(grid)
+    return lax.fori_loop(linear(0), linear(total), lambda i, s: one(i, s), state)
 
 
 def chunk_size(program: Program, total: int) -> int:
@@ -143,7 +150,7 @@ def _side_by_side(
             recorded[:] = [buffer for buffer, _, _ in deferred]
             return [i for _, i, _ in deferred], [v for _, _, v in deferred], after.strayed
 
-        linear = first + lax.iota(jnp.int32, chunk)
+        linear = first + lax.iota(_linear_type(grid), chunk)
         index, values, strayed = jax.vmap(one)(linear)
         valid = linear < total
         index = [jnp.where(valid.reshape((-1,) + (1,) * (i.ndim - 1)), i, np.iinfo(i.dtype).max) for i in index]
@@ -156,6 +163,7 @@ def _side_by_side(
         return State(carried.buffers, carried.strayed | strayed)
 
     chunks = -(-total // chunk)
+    kind = _linear_type(grid)
     if chunks == 1:
-        return chunk_of(jnp.int32(0), state)
-    return lax.fori_loop(0, chunks, lambda c, s: chunk_of(c.astype(jnp.int32) * chunk, s), state)
+        return chunk_of(kind(0), state)
+    return lax.fori_loop(kind(0), kind(chunks), lambda c, s: chunk_of(c * kind(chunk), s), state)

@@ -100,7 +100,10 @@ class Kernel:
         return self.env[value]
 
     def affine_of(self, value: int) -> Affine | None:
-        """The affine form of an integer value, where it is known."""
+        """The affine form of an integer value, where it is known: never for integers narrower than 32 bits, whose
+        arithmetic wraps where the form, whose sums and products are modulo 2**32 at most, would not."""
+        if _narrow(self.type(value)):
+            return None
         known = self.affine.get(value)
         if known is not None:
             return known
@@ -193,7 +196,7 @@ class Kernel:
 
     def _track(self, op: Operation) -> None:
         """Keeps the affine form of a sum, difference or product with a constant of affine integers."""
-        if op.name not in _AFFINE_OPS:
+        if op.name not in _AFFINE_OPS or _narrow(self.type(op.results[0])):
             return
         known = [self.affine_of(v) for v in op.operands]
         if any(a is None for a in known):
@@ -264,6 +267,11 @@ HANDLERS = {
     "scf.if": control.scf_if,
     "scf.while": control.scf_while,
 }
+
+
+def _narrow(ty: TensorType) -> bool:
+    """Whether ``ty`` is an integer type narrower than 32 bits."""
+    return ty.element in ("i1", "i8", "i16")
 
 
 _TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"}

@@ -18,6 +18,7 @@ strayed (`_poisoned_where_strayed`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import threading
 import time
@@ -30,10 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core import _compat, coverage, tuning
+from jt_core import _compat, coverage, distributed, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
-from jt_core.cpu.compiled import checking, differential, handed_over
+from jt_core.cpu.compiled import checking, differential, floats, handed_over
 from jt_core.cpu.compiled.accesses import pointer_argument
 from jt_core.cpu.compiled.descriptors import Descriptor, block_of
 from jt_core.cpu.compiled.grid import run_grid
@@ -83,6 +84,7 @@ def kernel_function(
     fuse: bool = True,
     sentinel_run: int | None = None,
     checked: bool = True,
+    opaque_zeros: bool = True,
 ) -> Callable[..., list[jax.Array]]:
     """The function of the call's operands that runs one configuration of it and returns its outputs.
 
@@ -97,6 +99,9 @@ def kernel_function(
         checked: Whether the outputs pass the check that raises an access's out-of-bounds error
             (`jt_core.cpu.compiled.checking`); ``False`` returns the outputs unchecked, followed by the flag
             that says whether an access strayed, for the caller to act on.
+        opaque_zeros: Whether the kernel's ``+0.0`` constants are hidden from XLA's simplifier
+            (`jt_core.cpu.compiled.floats.opaque_constants`, through a custom call of jt's CPU handler library);
+            ``False`` for an exported artifact, which may hold no custom call: there XLA folds ``x + 0.0`` into ``x``.
 
     Raises:
         UnsupportedKernelError: When the kernel has no TTIR, or uses what the compiled path cannot express (before
@@ -201,7 +206,8 @@ def kernel_function(
         ]
         memory = Memory(specs, constants, checks.bounds)
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
-        state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
+        with floats.opaque_constants(checking.opaque_zero()) if opaque_zeros else contextlib.nullcontext():
+            state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
         if not checked:
@@ -219,13 +225,13 @@ class _Traced:
         self._lock = threading.Lock()
         self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 
-    def get(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
+    def get(self, call: KernelCall, kernels: Sequence[CompiledKernel], exporting: bool = False) -> Any:
         """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
         the compiled path cannot express. The jaxpr returns the outputs unchecked, then the flag that says whether
         an access strayed (`kernel_function` with ``checked=False``): the lowering adds the check, or, in an
-        exported artifact, what stands for it."""
+        exported artifact, what stands for it (``exporting``: no custom call at all)."""
         fuse = not differential.enabled()
-        key = (call, tuple(id(k) for k in kernels), fuse)
+        key = (call, tuple(id(k) for k in kernels), fuse, exporting)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -233,7 +239,7 @@ class _Traced:
         try:
             index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
-                run = kernel_function(call, kernels[index], index, fuse, checked=False)
+                run = kernel_function(call, kernels[index], index, fuse, checked=False, opaque_zeros=not exporting)
                 jaxpr = _compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals))
             traced: Any = (index, _without_dead_code(jaxpr))
         except NoUsableConfigError:
@@ -466,11 +472,11 @@ class CpuCompiledLauncher(Launcher):
         from jax._src import core
         from jax._src.interpreters import mlir
 
-        traced = _traced.get(call, kernels)
+        exporting = _compat.lowering_for_export(ctx)
+        traced = _traced.get(call, kernels, exporting)
         if isinstance(traced, BaseException):
             raise traced
         index, jaxpr = traced
-        exporting = _compat.lowering_for_export(ctx)
         # The kernel was traced on plain avals: inside shard_map, the operands' avals also say which mesh axes they
         # vary over, which the kernel's own constants would not match.
         plain_in = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in]
@@ -509,15 +515,37 @@ class CpuCompiledLauncher(Launcher):
         results: Sequence[Any],
         device: Any | None,
     ) -> Sequence[Any]:
-        """The compiled ``results``, after a host callback that compares them with the interpreter's."""
+        """The compiled ``results``, after a custom call of jt's CPU handler that compares them with the
+        interpreter's (its error reaches the caller as a kernel's, `jt_core.errors.DifferentialMismatchError`)."""
         one = dataclasses.replace(call, configs=(call.configs[index],))
-        reference = CpuFfiLauncher().lower(ctx, one, [kernel], operands, device)
+        launcher = CpuFfiLauncher()
+        # The interpreter runs with subnormal floats flushed, as the compiled path runs on XLA's threads: the two
+        # differ there by design (docs/pages/cpu.md), which is not what the comparison looks for.
+        ffi_launcher.ensure_registered()
+        reference_id = ffi_launcher.registry().register(one, [kernel], keep_subnormals=False)
+        reference = launcher.emit(
+            ctx,
+            reference_id,
+            call.name,
+            operands,
+            call.operand_avals,
+            call.out_avals,
+            dict(call.aliases),
+            call.launch.has_side_effect,
+        )
         allowed = differential.tolerance(kernel.payload.program)
+        count = len(call.out_avals)
 
-        def compare(*arrays: Any) -> tuple[Any, ...]:
-            count = len(call.out_avals)
+        def compare(arrays: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
             differential.compare(call.name, allowed, arrays[:count], arrays[count:])
-            return tuple(np.asarray(a) for a in arrays[:count])
+            for out, compiled in zip(outputs, arrays[:count], strict=True):
+                if out.ctypes.data != compiled.ctypes.data:
+                    np.copyto(out, compiled)
 
-        both = ctx.replace(avals_in=[*ctx.avals_out, *ctx.avals_out])
-        return _compat.emit_python_callback(both, compare, [*results, *reference], has_side_effect=False)
+        avals = tuple(call.out_avals)
+        key = f"compare/{distributed.call_digest(one)}/{allowed}"
+        call_id = ffi_launcher.registry().register_function(
+            key, ffi_launcher.HostFunction(call.name, avals + avals, avals, compare)
+        )
+        aliases = {i: i for i in range(count)}
+        return launcher.emit(ctx, call_id, call.name, [*results, *reference], avals + avals, avals, aliases, False)

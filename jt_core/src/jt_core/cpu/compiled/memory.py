@@ -165,7 +165,9 @@ class Memory:
             return None
         low, high = known.spread()
         first, last = known.const + low, known.const + high
-        return (first, last) if first >= 0 and last < self.specs[pointer.buffer].size else None
+        # Below 2**31 the offsets are what the kernel's int32 arithmetic gives too (it wraps only past that).
+        limit = min(self.specs[pointer.buffer].size, np.iinfo(np.int32).max + 1)
+        return (first, last) if first >= 0 and last < limit else None
 
     def _contiguous(self, pointer: Pointer, shape: tuple[int, ...]) -> int | None:
         """The first offset of an access to consecutive elements (one axis, step one) known to lie inside its
@@ -188,6 +190,9 @@ class Memory:
         lanes outside the buffer are clamped or dropped), recording the lanes that stray."""
         spec = self.specs[pointer.buffer]
         offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
+        large = spec.size > np.iinfo(np.int32).max
+        if large:
+            offsets = offsets.astype(jnp.int64)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if op != "load" and not spec.writable:
             refused = jnp.ones(shape, bool) if wanted is None else wanted
@@ -196,7 +201,10 @@ class Memory:
             return offsets, None, state
         if wanted is None and self._inside(pointer, shape) is not None:
             return offsets, None, state  # every lane is known to lie inside: nothing to check
-        spread = pointer.affine.spread() if pointer.affine is not None and pointer.affine.shape == shape else None
+        # The affine form is exact where the kernel's int32 arithmetic may wrap; the offsets it predicts are the
+        # actual ones modulo 2**32, so inside a buffer of fewer than 2**31 elements they are the actual ones.
+        affine = pointer.affine
+        spread = affine.spread() if affine is not None and affine.shape == shape and not large else None
         if wanted is None and spread is not None:
             # The lanes lie within a known spread of the first: two comparisons check the whole block.
             first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
@@ -279,9 +287,11 @@ class Memory:
             active = (offsets >= 0) & (offsets < spec.size)
         scatter = _SCATTER.get(kind)
         if not result_used and scatter is not None:
+            # Combined as the pointer's type reads the memory (a signed maximum through an int32 pointer to
+            # uint32 memory, an integer sum of a float's bits), whatever the buffer holds.
             index = jnp.where(active, offsets, spec.size)
-            updated = scatter(array, index, _to_storage(operands[0], storage))
-            return jnp.zeros(shape, value_type), self._replace(state, pointer.buffer, updated)
+            updated = scatter(_to_value(array, storage, value_type), index, operands[0])
+            return jnp.zeros(shape, value_type), self._replace(state, pointer.buffer, _to_storage(updated, storage))
         combine = _COMBINE[kind]
         flat_offsets = jnp.ravel(offsets)
         flat_active = jnp.ravel(active)
@@ -369,11 +379,27 @@ _COMBINE: dict[str, Callable[..., jax.Array]] = {
     "CAS": _cas,
 }
 
-#: Atomics whose final memory does not depend on the order of their lanes, when nobody reads what they return.
-_SCATTER = {
+
+def _flip_sign(x: jax.Array) -> jax.Array:
+    """Integers with their sign bit flipped: unsigned order becomes signed order (and back)."""
+    return x ^ jnp.asarray(np.iinfo(x.dtype).min, x.dtype)
+
+
+def _unsigned_scatter(op: Any) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    def apply(array: jax.Array, index: jax.Array, v: jax.Array) -> jax.Array:
+        return _flip_sign(_scatter(op, _flip_sign(array), index, _flip_sign(v)))
+
+    return apply
+
+
+#: Atomics whose final memory does not depend on the order of their lanes, when nobody reads what they return, on
+#: the buffer and the values as the pointer's type holds them (integers signed).
+_SCATTER: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
     "ADD": lambda array, index, v: _scatter(lax.scatter_add, array, index, v),
     "MAX": lambda array, index, v: _scatter(lax.scatter_max, array, index, v),
     "MIN": lambda array, index, v: _scatter(lax.scatter_min, array, index, v),
+    "UMAX": _unsigned_scatter(lax.scatter_max),
+    "UMIN": _unsigned_scatter(lax.scatter_min),
 }
 
 
