@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -212,13 +213,16 @@ def _load_module(path: pathlib.Path, name: str, factor: int) -> Any:
 
 def test_change_in_a_called_helper_misses(tmp_path: pathlib.Path) -> None:
     a = _load_module(tmp_path / "mod_a.py", "mod_a", 2)
-    b = _load_module(tmp_path / "mod_b.py", "mod_b", 2)
-    c = _load_module(tmp_path / "mod_c.py", "mod_c", 3)
+    again = _load_module(tmp_path / "mod_a.py", "mod_a_again", 2)
+    elsewhere = _load_module(tmp_path / "mod_b.py", "mod_b", 2)
     _compile(a.kernel)
-    _compile(b.kernel)
-    assert len(COMPILES) == 1, "same source (kernel and helper) is the same entry"
-    _compile(c.kernel)
-    assert len(COMPILES) == 2, "a different helper body is a different entry"
+    _compile(again.kernel)
+    assert len(COMPILES) == 1, "same source (kernel and helper) in the same file is the same entry"
+    _compile(elsewhere.kernel)
+    assert len(COMPILES) == 2, "the same source in another file is another entry: what is kept names the file"
+    changed = _load_module(tmp_path / "mod_a.py", "mod_a_changed", 3)
+    _compile(changed.kernel)
+    assert len(COMPILES) == 3, "a different helper body is a different entry"
 
 
 def test_change_of_kernel_source_misses() -> None:
@@ -400,3 +404,42 @@ def test_a_kernel_of_five_megabytes_of_source_compiles_quickly_into_a_small_entr
     (entry,) = cache.entries()
     assert entry.stat().st_size < 1_000_000 and b"a comment line" not in entry.read_bytes()
     assert cache.compile_cached(request).payload.program is not None  # read back
+
+
+PRINTING_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets)
+    tl.device_print("x", x)
+    tl.store(out_ptr + offsets, x)
+"""
+
+
+def test_a_kernel_moved_to_another_file_is_told_where_it_now_is(tmp_path: pathlib.Path) -> None:
+    """What the CPU backend keeps names source lines (why a call runs in the interpreter, where each operation
+    is): the same source at another path is compiled afresh, never told the path it had in an earlier run."""
+    from jax import export
+
+    import jt_core as jt
+
+    messages = []
+    for folder in ("before", "after"):
+        (tmp_path / folder).mkdir()
+        path = tmp_path / folder / "printing.py"
+        path.write_text(PRINTING_MODULE)
+        spec = importlib.util.spec_from_file_location(f"printing_{folder}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cache.clear_memory()
+        f = jax.jit(lambda x, k=module.kernel: jt.triton_call(x, kernel=k, out_shape=x, grid=1, BLOCK=16))
+        with pytest.raises(jt.UnsupportedKernelError) as refused:
+            export.export(f, platforms=["cpu"])(jax.ShapeDtypeStruct((16,), np.float32))
+        messages.append(str(refused.value))
+        assert f"{path}:10" in messages[-1], messages[-1]
+    assert str(tmp_path / "before") not in messages[1]
