@@ -136,3 +136,48 @@ def test_conformance_suite_compiles_under_the_front_end_lock() -> None:
     backend.held = []
     BackendConformance().test_compiles_sample_kernel(backend)
     assert backend.held == [True]
+
+
+LIBDEVICE_KERNEL = """
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def squared(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    tl.store(out_ptr + offsets, libdevice.pow(tl.load(x_ptr + offsets, mask=inside), 2.0), mask=inside)
+"""
+
+
+def test_a_first_call_waits_for_an_interpreter_run_that_patches_libdevice(tmp_path: pathlib.Path) -> None:
+    """Triton's key of a kernel reads ``libdevice.pow`` from its module, which an interpreter run on another thread
+    replaces while it runs (an earlier call's host callback, still running): binding a new kernel then waits for
+    the run to end rather than fail with "Unsupported function referenced"."""
+    import importlib.util
+
+    from jt_core.interpreter import runner
+
+    path = tmp_path / "libdevice_kernel.py"
+    path.write_text(LIBDEVICE_KERNEL)
+    spec = importlib.util.spec_from_file_location("libdevice_kernel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    patched, release = threading.Event(), threading.Event()
+
+    def run_patched() -> None:
+        with frontend.interpreting(), runner._patched(None, None, False):
+            patched.set()
+            release.wait(timeout=30)
+
+    holder = threading.Thread(target=run_patched)
+    holder.start()
+    assert patched.wait(timeout=30)
+    threading.Timer(0.3, release.set).start()
+    x = jnp.asarray(np.random.default_rng(3).standard_normal(40), dtype=jnp.float32)
+    out = jt.triton_call(x, x.size, kernel=module.squared, out_shape=x, grid=(1,), BLOCK=64)
+    holder.join()
+    np.testing.assert_allclose(np.asarray(out), np.asarray(x) ** 2, rtol=1e-6)

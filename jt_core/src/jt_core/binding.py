@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax import tree_util
 
-from jt_core import _compat
+from jt_core import _compat, frontend
 from jt_core.call import (
     CLASSIC,
     CURRENT,
@@ -95,6 +95,7 @@ def bind_call(
         KernelCallTypeError, KernelCallValueError: For every mismatch, naming the argument.
     """
     fn = wrappers.fn
+    frontend.settle_source_key(fn)
     params = kernel_params(fn)
     call_name = str(options.name or kernel_name(fn))
     signature = kernel_signature_text(params, kernel_name(fn))

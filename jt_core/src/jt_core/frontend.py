@@ -47,6 +47,7 @@ __all__ = [
     "linear_front_end",
     "refusal",
     "release_frames",
+    "settle_source_key",
 ]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
@@ -142,6 +143,17 @@ def compiling() -> Any:
 def interpreting() -> Any:
     """Held while Triton's interpreter runs a kernel: by one thread, while no compile runs anywhere."""
     return _triton.exclusive()
+
+
+def settle_source_key(fn: Any) -> None:
+    """Computes Triton's ``cache_key`` of a ``@triton.jit`` function, which Triton keeps once computed, while no
+    interpreter run patches the language. The key's walk reads the module attributes the kernel names
+    (``libdevice.pow``), which an interpreter run on another thread (a host callback of an earlier call, still
+    running) replaces with its own functions for its duration: read then, the key fails with Triton's
+    "Unsupported function referenced"."""
+    if getattr(fn, "hash", "") is None:
+        with compiling():
+            fn.cache_key  # noqa: B018 (computed for its side effect: Triton keeps it)
 
 
 #: Whether this thread runs Triton's front end or its interpreter for the CPU (`cpu_dot_precision`).
