@@ -332,6 +332,67 @@ def test_adding_zero_to_a_negative_zero_gives_a_positive_zero(launcher: str) -> 
     np.testing.assert_array_equal(bits(out), bits(np.concatenate([x + np.float32(0), x - np.float32(0)])))
 
 
+@triton.jit
+def zero_uses_kernel(x_ptr, out_ptr, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for _ in range(STEPS):  # unrolled when traced: the first sum is the zero constant plus x
+        acc += x
+    tl.store(out_ptr + i, acc)
+    tl.store(out_ptr + BLOCK + i, tl.where(x > 0, x, 0.01 * x))
+    tl.store(out_ptr + 2 * BLOCK + i, x * 0.0)
+
+
+@pytest.mark.parametrize("launcher", PATHS)
+def test_a_zero_accumulator_gives_positive_zeros_and_compared_zeros_stay_constants(launcher: str) -> None:
+    """A ``tl.zeros`` accumulator that sums a ``-0.0`` holds ``+0.0``, as on a device; where a zero constant's sign
+    cannot be lost (compared, chosen, multiplied), the compiled path leaves it a constant XLA sees: a kernel with no
+    other zero asks for no hidden zero at all."""
+    x = np.array([-0.0, 0.0, -1.5, 2.0], np.float32)
+    out = run(
+        zero_uses_kernel,
+        x,
+        launcher=launcher,
+        out_shape=jax.ShapeDtypeStruct((12,), jnp.float32),
+        grid=1,
+        STEPS=1,
+        BLOCK=4,
+    )
+    want = np.concatenate([np.float32(0) + x, np.where(x > 0, x, np.float32(0.01) * x), x * np.float32(0)])
+    np.testing.assert_array_equal(bits(out), bits(want.astype(np.float32)))
+
+    def only_compared(v: jax.Array) -> jax.Array:
+        return jt.triton_call(v, kernel=_leaky_relu_kernel, out_shape=v, grid=1, BLOCK=4, launcher=launcher)
+
+    text = jax.jit(only_compared).lower(jnp.asarray(x)).as_text()
+    if launcher == "compiled":
+        assert "jt_cpu_zero" not in text
+    assert (
+        "jt_cpu_zero"
+        in jax.jit(
+            lambda v: jt.triton_call(
+                v,
+                kernel=zero_uses_kernel,
+                out_shape=jax.ShapeDtypeStruct((12,), jnp.float32),
+                grid=1,
+                STEPS=1,
+                BLOCK=4,
+                launcher="compiled",
+            )
+        )
+        .lower(jnp.asarray(x))
+        .as_text()
+    )
+
+
+@triton.jit
+def _leaky_relu_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i)
+    tl.store(out_ptr + i, tl.where(x > 0, x, 0.01 * x))
+
+
 # -- reductions and scans ------------------------------------------------------------------------------------------
 
 

@@ -3,11 +3,11 @@
 The disk cache keeps every compiled kernel its backend lets it keep
 (`may_keep_on_disk`), keyed on everything that changes the binary and nothing
 else: the kernel's source together with the sources of the ``@triton.jit`` functions it calls (Triton's own
-``cache_key``), its dialect, the specialisation, constants, target, options, the backend, where the kernel is defined (its file
-and first line, which what is kept names), the Triton and jt versions, and the installed code of jt-core and of the
-backend's distribution (each file's path, size and modification time: code changed under one version number
-compiles afresh); values by their type and exact bits (`jt_core.options.exact_form`), so that two NaNs of other payloads,
-or ``-0.0`` and ``0.0``, are other entries.
+``cache_key``), its dialect, the specialisation, constants, target, options, the backend, where the kernel is
+defined (its file and first line, which what is kept names), the Triton and jt versions, and the installed code of
+jt-core and of the backend's distribution (each file's path, size and modification time: code changed under one
+version number compiles afresh); values by their type and exact bits (`jt_core.options.exact_form`), so that two
+NaNs of other payloads, or ``-0.0`` and ``0.0``, are other entries.
 
 Configuration (read on every use, see `jt_core.settings`):
 
@@ -142,9 +142,9 @@ def source_key(kernel: Any) -> str:
 
 @functools.cache
 def code_stamp(package: str) -> str:
-    """A digest of the ``.py`` files of the installed ``package`` (each one's path, size and modification time, not
-    its content: under a millisecond for jt-core's files, once per process), so that a disk-cache entry compiled by other code under the
-    same version number (a source checkout edited in place) is not taken for this code's."""
+    """A digest of the ``.py`` files of the installed ``package``: each one's path, size and modification time, not
+    its content (under a millisecond for jt-core's files, once per process), so that a disk-cache entry compiled by
+    other code under the same version number (a source checkout edited in place) is not taken for this code's."""
     stamps: list[tuple[str, int, int]] = []
 
     def walk(folder: str) -> None:

@@ -20,7 +20,9 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16"]
+from jt_core.cpu.compiled.program import Program
+
+__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_constants", "sign_safe_use"]
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -43,10 +45,55 @@ def opaque_constants(zero: jax.Array) -> Iterator[None]:
         _ZERO.reset(token)
 
 
-def constant(value: np.ndarray) -> jax.Array:
-    """A kernel's constant as an array: hidden from XLA's simplifier where it is ``+0.0`` (`opaque_constants`)."""
+#: The operations, and the operands of each (``None``: all), where XLA's simplifier cannot lose a zero's sign to a
+#: ``+0.0`` constant: a comparison, a choice, a product, a quotient, a maximum or minimum, a store, ``x - 0.0``
+#: (which is ``x`` exactly, as XLA makes it). A constant hidden there only costs time: compared with a value XLA
+#: cannot see, a masked leaky ReLU ran at 2.6 times its time.
+_SIGN_SAFE: dict[str, tuple[int, ...] | None] = {
+    "arith.cmpf": None,
+    "arith.select": None,
+    "arith.mulf": None,
+    "arith.divf": None,
+    "tt.precise_divf": None,
+    "arith.maximumf": None,
+    "arith.minimumf": None,
+    "arith.maxnumf": None,
+    "arith.minnumf": None,
+    "tt.store": None,
+    "arith.subf": (1,),
+}
+
+
+def sign_safe_use(name: str, operand: int) -> bool:
+    """Whether operand ``operand`` of an operation ``name`` may be a ``+0.0`` constant XLA sees (`_SIGN_SAFE`)."""
+    if name not in _SIGN_SAFE:
+        return False
+    operands = _SIGN_SAFE[name]
+    return operands is None or operand in operands
+
+
+def sign_safe_constants(program: Program) -> frozenset[int]:
+    """The results of the kernel's ``arith.constant`` operations whose every use is `sign_safe_use`: those stay
+    constants XLA sees, whatever their value; the others, where ``+0.0``, are hidden (`opaque_constants`)."""
+    operations = program.operations()
+    uses: dict[int, list[tuple[str, int]]] = {}
+    for op in operations:
+        for index, value in enumerate(op.operands):
+            uses.setdefault(value, []).append((op.name, index))
+    return frozenset(
+        value
+        for op in operations
+        if op.name == "arith.constant"
+        for value in op.results
+        if all(sign_safe_use(name, index) for name, index in uses.get(value, ()))
+    )
+
+
+def constant(value: np.ndarray, opaque: bool = True) -> jax.Array:
+    """A kernel's constant as an array: hidden from XLA's simplifier where it is ``+0.0`` (`opaque_constants`),
+    unless ``opaque`` is false (every use of it is `sign_safe_use`)."""
     array = jnp.asarray(value)
-    zero = _ZERO.get()
+    zero = _ZERO.get() if opaque else None
     floating = value.dtype.kind == "f" or value.dtype == _BFLOAT16
     if zero is None or not floating or value.dtype.itemsize == 1:
         return array

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jt_core.cpu.compiled import accesses, control, descriptors, extern, lang, reductions, shapes
+from jt_core.cpu.compiled import accesses, control, descriptors, extern, floats, lang, reductions, shapes
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
@@ -85,6 +85,8 @@ class Kernel:
         #: The stores of a vectorised run: the buffer and the affine form of the offsets.
         self.stores: list[tuple[int, Affine]] = []
         self.used = _used_values(program)
+        #: The constants XLA may see whatever their value (`jt_core.cpu.compiled.floats.sign_safe_constants`).
+        self.sign_safe = floats.sign_safe_constants(program)
         self.depth = 0
         #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).
         self.branched_blocks = 0
@@ -180,7 +182,10 @@ class Kernel:
             if folded is not None:
                 self.env[op.results[0]] = folded
                 return
-        arrays = [lang.as_array(a, t) for a, t in zip(args, types, strict=True)]
+        arrays = [
+            lang.as_array(a, t, not floats.sign_safe_use(op.name, i))
+            for i, (a, t) in enumerate(zip(args, types, strict=True))
+        ]
         if op.name == "tt.extern_elementwise":
             symbol = str(op.attr("symbol", ""))
             if not extern.computes(symbol):

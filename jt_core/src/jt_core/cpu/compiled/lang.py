@@ -87,13 +87,14 @@ def _unsigned(value: int, element: str) -> int:
     return int(value) & ((1 << _width(element)) - 1)
 
 
-def as_array(value: Any, ty: TensorType) -> jax.Array:
-    """``value`` as a JAX array of type ``ty``'s element type (scalars broadcast to its shape)."""
+def as_array(value: Any, ty: TensorType, opaque: bool = True) -> jax.Array:
+    """``value`` as a JAX array of type ``ty``'s element type (scalars broadcast to its shape); a static ``+0.0``
+    hidden from XLA's simplifier unless ``opaque`` is false (`jt_core.cpu.compiled.floats.constant`)."""
     dtype = dtype_of(ty.element)
     if is_static(value):
         if ty.element.startswith("i"):
             value = _wrap(int(value), ty.element)
-        array = floats.constant(np.asarray(value, dtype=dtype))
+        array = floats.constant(np.asarray(value, dtype=dtype), opaque)
         return jnp.broadcast_to(array, ty.shape) if ty.shape else array
     array = jnp.asarray(value)
     if array.dtype != dtype:
@@ -101,13 +102,14 @@ def as_array(value: Any, ty: TensorType) -> jax.Array:
     return array
 
 
-def constant(text: str | None, value: Any, ty: TensorType) -> Any:
+def constant(text: str | None, value: Any, ty: TensorType, opaque: bool = True) -> Any:
     """The value of an ``arith.constant``: a Python scalar for a scalar, an array for a tensor.
 
     Args:
         text: The value as printed (``2.000000e+00``, ``0x7F800000``, ``dense<1.0>``, ``dense<[1, 2]>``).
         value: The value as Triton's bindings read it (``None`` where they cannot).
         ty: Its type.
+        opaque: Whether a tensor of ``+0.0`` is hidden from XLA's simplifier (`jt_core.cpu.compiled.floats`).
     """
     dtype = dtype_of(ty.element)
     if text is not None:
@@ -116,14 +118,14 @@ def constant(text: str | None, value: Any, ty: TensorType) -> Any:
             body = body[len("dense<") : -1]
         if body.startswith("["):
             items = [_scalar(part, ty.element, dtype) for part in body.replace("[", " ").replace("]", " ").split(",")]
-            return floats.constant(np.asarray(items, dtype=dtype).reshape(ty.shape))
+            return floats.constant(np.asarray(items, dtype=dtype).reshape(ty.shape), opaque)
         scalar = _scalar(body, ty.element, dtype)
     elif value is not None:
         scalar = _wrap(int(value), ty.element) if ty.element.startswith("i") else value
     else:
         raise UnsupportedKernelError(f"a constant of type {ty.text} whose value cannot be read")
     if ty.shape:  # one broadcast of the typed scalar (jnp.full takes ten times as long to trace)
-        return lax.broadcast_in_dim(floats.constant(np.asarray(scalar, dtype=dtype)), ty.shape, ())
+        return lax.broadcast_in_dim(floats.constant(np.asarray(scalar, dtype=dtype), opaque), ty.shape, ())
     return scalar
 
 

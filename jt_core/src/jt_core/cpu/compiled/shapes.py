@@ -23,7 +23,7 @@ __all__ = ["HANDLERS"]
 
 def _constant(k: Tracer, op: Operation, state: State) -> State:
     ty = k.type(op.results[0])
-    value = lang.constant(op.attr("text"), op.attr("value"), ty)
+    value = lang.constant(op.attr("text"), op.attr("value"), ty, op.results[0] not in k.sign_safe)
     k.env[op.results[0]] = value
     if ty.shape and ty.element.startswith("i") and ty.element != "i1":
         scalar = lang.constant(op.attr("text"), op.attr("value"), TensorType((), ty.element, None, ty.element))
