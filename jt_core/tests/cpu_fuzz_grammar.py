@@ -24,6 +24,7 @@ from cpu_fuzz_semantics import (
     I1,
     I32,
     I64,
+    PROMOTES_BF16,
     Ty,
     computation_type,
     convert,
@@ -164,6 +165,8 @@ def _binary(op: str, a: Node, b: Node, draw: Any, cond: Node | None = None) -> N
             a, b = (fixed, b) if a.literal else (a, fixed)
         if a.ty.signed != b.ty.signed:
             b = _cast(b, a.ty)
+    if op in ("minimum", "maximum") and PROMOTES_BF16:
+        a, b = _promote_bf16(a), _promote_bf16(b)
     if op in ("<<", ">>"):
         a = _cast(a, I32) if a.literal else a
         b = Node("lit", (), I32, True, abs(b.attr) % 8) if b.literal else b
@@ -181,10 +184,22 @@ def _binary(op: str, a: Node, b: Node, draw: Any, cond: Node | None = None) -> N
     return Node(op, (a, b), comp)
 
 
+def _promote_bf16(x: Node) -> Node:
+    """``x`` as Triton 3.6's minimum, maximum and clamp take it: bfloat16 as float32."""
+    return _cast(x, F32) if x.ty.name == "bf16" and not x.literal else x
+
+
 def _as_int(x: Node) -> Node:
     if x.ty.is_int:
         return x
     return Node("lit", (), I32, True, 5) if x.literal else _safe_to_int(x, I32)
+
+
+def converted(x: Node, target: Ty) -> Node:
+    """``x.to(target)``, through the in-range guard where a float becomes an integer."""
+    if x.ty == target and not x.literal:
+        return x
+    return _safe_to_int(x, target) if target.is_int and x.ty.is_float else _cast(x, target)
 
 
 def _safe_to_int(x: Node, target: Ty) -> Node:
@@ -234,7 +249,7 @@ def math_calls(draw: Any, a: Node, sub: Any, avoid: frozenset[str]) -> Node:
     if choice == "div_rn":
         return Node("div_rn", (_cast(a, F32), _cast(draw(sub), F32)), F32)
     if choice == "clamp":
-        if not a.ty.is_float or a.literal:
+        if not a.ty.is_float or a.literal or PROMOTES_BF16 and a.ty.name == "bf16":
             a = _cast(a, F32)
         lo, hi = sorted(draw(st.sampled_from(((-1.0, 1.0), (0.0, 10.0), (-100.0, -0.5), (2.0, 2.0)))))
         return Node("clamp", (a,), a.ty, attr=(lo, hi, draw(st.sampled_from(("NONE", "ALL")))))

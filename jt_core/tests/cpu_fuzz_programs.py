@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from cpu_fuzz_grammar import FLUSHED, Evaluator, Leaves, Node, Val, Writer, expressions, flush_subnormals
+from cpu_fuzz_grammar import FLUSHED, Evaluator, Leaves, Node, Val, Writer, expressions, flush_subnormals, is_scalar
 from cpu_fuzz_semantics import DATA_TYPES, F32, I32, I64, U32, Ty, convert, literal_type, philox, ty, uniform
 from hypothesis import strategies as st
 
@@ -160,10 +160,12 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
     out_types = [
         e.ty if e.ty.name != "int1" and not draw(st.integers(0, 5)) == 0 else draw(_widening(e.ty)) for e in outputs
     ]
-    load_masks = [draw(st.sampled_from(LOAD_MASKS)) if masked else "in" for _ in input_types]
+    load_masks = [draw(st.sampled_from(tuple(LOAD_MASKS))) if masked else "in" for _ in input_types]
     others = [draw(_other(t)) if masked else None for t in input_types]
     store_masks = [draw(st.sampled_from(("in", "in", "data"))) if masked else "in" for _ in outputs]
     conditions = [draw(expressions(leaves, 2, avoid)) if m == "data" else None for m in store_masks]
+    if "scalar_and_block_mask" in avoid:
+        conditions = [None if c is not None and is_scalar(c) else c for c in conditions]
 
     write = Writer()
     names = [write(e) for e in outputs]
@@ -179,7 +181,8 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
         if mask == "in":
             loads.append(f"    x{i} = tl.load(x{i}_ptr + offs, mask=offs < n)")
         else:
-            loads.append(f"    x{i} = tl.load(x{i}_ptr + offs, mask=(offs < n) & ({LOAD_MASKS[mask]}), other={other})")
+            text = repr(other) if not isinstance(other, float) or np.isfinite(other) else f'float("{other}")'
+            loads.append(f"    x{i} = tl.load(x{i}_ptr + offs, mask=(offs < n) & ({LOAD_MASKS[mask]}), other={text})")
     params = [f"x{i}_ptr" for i in range(len(input_types))] + [f"init{k}_ptr" for k in range(len(outputs))]
     params += [*scalars, "n"] + [f"out{k}_ptr" for k in range(len(outputs))] + ["BLOCK: tl.constexpr"]
     body = [
@@ -221,8 +224,6 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
         for i, (t, mask, other) in enumerate(zip(input_types, load_masks, others, strict=True)):
             keep = inside & _load_mask(mask, offs, block)
             fill = convert(np.asarray(other if other is not None else 0), literal_type(other or 0), t)
-            if other is not None and isinstance(other, str):
-                fill = convert(np.asarray(float(other.split('"')[1])), F32, t)
             env[f"x{i}"] = Val(np.where(keep, padded(data[i], 0), fill).astype(t.np), t, False, np.zeros(total))
         for (name, t), value in zip(leaves.scalars, scalars.values(), strict=True):
             env[name] = Val(np.asarray(value).astype(t.np), t, False, np.zeros(()))
@@ -252,7 +253,7 @@ def _load_mask(mask: str, offs: np.ndarray, block: int) -> np.ndarray:
 @st.composite
 def _other(draw: Any, t: Ty) -> Any:
     if t.is_float:
-        return draw(st.sampled_from((0.0, -1.5, 'float("nan")', 'float("-inf")', 7.0)))
+        return draw(st.sampled_from((0.0, -1.5, float("nan"), float("-inf"), 7.0)))
     return draw(st.sampled_from((0, 7, -1, 100)))
 
 
@@ -267,4 +268,260 @@ def _module(params: list[str], body: list[str], libdevice: bool = False, extra: 
     return f"{imports}{extra}\n\n@triton.jit\ndef kernel({', '.join(params)}):\n" + "\n".join(body) + "\n"
 
 
-__all__ = ["HEADER", "I32", "U32", "Expected", "Instance", "Program", "elementwise", "philox", "uniform"]
+# -- grids ----------------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def grids(draw: Any, avoid: frozenset[str]) -> Program:
+    """A grid of one to three axes; each program finds its block from ``tl.program_id`` and ``tl.num_programs`` (in
+    an order drawn per kernel) and stores an expression of its data, program ids and grid sizes."""
+    axes = draw(st.integers(1, 3))
+    grid = tuple(draw(st.integers(1, (4, 3, 2)[a])) for a in range(axes))
+    full = (*grid, 1, 1)[:3]
+    block = draw(st.sampled_from((8, 16)))
+    t = ty(draw(st.sampled_from(DATA_TYPES)))
+    order = draw(st.permutations(range(3)))
+    scalars = tuple((name, I32) for name in ("p0", "p1", "p2", "g0", "g1", "g2"))
+    value = draw(expressions(Leaves((("x", t),), scalars), draw(st.integers(1, 4)), avoid))
+    write = Writer()
+    v = write(value)
+    a, b, c = order
+    body = [
+        *(f"    p{k} = tl.program_id({k})" for k in range(3)),
+        *(f"    g{k} = tl.num_programs({k})" for k in range(3)),
+        f"    linear = (p{a} * g{b} + p{b}) * g{c} + p{c}",
+        "    offs = linear * BLOCK + tl.arange(0, BLOCK)",
+        "    x = tl.load(x_ptr + offs)",
+        *write.lines,
+        f"    tl.store(out0_ptr + offs, {v})",
+    ]
+    source = _module(["x_ptr", "init0_ptr", "out0_ptr", "BLOCK: tl.constexpr"], body, write.uses_libdevice)
+    programs = int(np.prod(full))
+    out_t = value.ty if value.ty.name != "int1" else ty("int8")
+
+    def make(rng: np.random.Generator) -> Instance:
+        data = random_array(rng, t, programs * block, avoid)
+        initial = random_array(rng, out_t, programs * block, avoid)
+
+        def reference(slack: frozenset[str]) -> list[Expected]:
+            variants = [False, True] if "ftz" in slack else [False]
+            found = []
+            for flush in variants:
+                out, err = initial.copy(), np.zeros(initial.shape)
+                for p in np.ndindex(*full):
+                    linear = (p[a] * full[b] + p[b]) * full[c] + p[c]
+                    at = slice(linear * block, (linear + 1) * block)
+                    env = {"x": Val(data[at], t, False, np.zeros(block))}
+                    env.update({f"p{k}": Val(np.asarray(p[k], np.int32), I32, False, np.zeros(())) for k in range(3)})
+                    env.update({f"g{k}": Val(np.asarray(full[k], np.int32), I32, False, np.zeros(())) for k in range(3)})
+                    got = Evaluator(env, slack, flush=flush)(value)
+                    out[at], err[at] = stored(out[at], np.ones(block, bool), got, out_t)
+                found.append((out, err))
+            return [Expected(found[0][0], found[0][1], found[1:])]
+
+        return Instance([data, initial], reference)
+
+    return Program(
+        "grids",
+        source,
+        {},
+        [((programs * block,), out_t)],
+        {1: 0},
+        grid,
+        {"BLOCK": block},
+        make,
+        {"enable_fp_fusion": False},
+        features=frozenset({"libdevice"} if write.uses_libdevice else ()),
+    )
+
+
+# -- random numbers -------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def random_numbers(draw: Any, avoid: frozenset[str]) -> Program:
+    """``tl.rand``, ``tl.randint``, ``tl.randn``, ``tl.randint4x`` or ``tl.rand4x`` from a seed (a kernel scalar of
+    32 or 64 bits, or a constant) at int32 or int64 offsets, with the default or a given number of rounds."""
+    fn = draw(st.sampled_from(("rand", "randint", "randn", "randint4x", "rand4x")))
+    block = draw(st.sampled_from((16, 32)))
+    programs = draw(st.integers(1, 3))
+    seed = draw(st.sampled_from((0, 12345, -7, 2**31 + 5, 2**40 + 3, -(2**35))))
+    literal_seed = draw(st.booleans())
+    wide = draw(st.booleans())
+    base = draw(st.sampled_from((0, 1000, 2**33 + 17))) if wide else draw(st.sampled_from((0, 1000, -50)))
+    rounds = draw(st.sampled_from((None, 7)))
+    offset_t = I64 if wide else I32
+    count = 4 if fn.endswith("4x") else 1
+    out_t = U32 if fn.startswith("randint") else F32
+    seed_text = repr(seed) if literal_seed else "seed"
+    rounds_text = f", n_rounds={rounds}" if rounds else ""
+    names = ", ".join(f"r{k}" for k in range(count))
+    body = [
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"    o = offs.to({offset_t.tl}) + {base}",
+        f"    {names} = tl.{fn}({seed_text}, o{rounds_text})",
+        *(f"    tl.store(out{k}_ptr + offs, r{k})" for k in range(count)),
+    ]
+    params = [f"init{k}_ptr" for k in range(count)] + (["seed"] if not literal_seed else [])
+    params += [f"out{k}_ptr" for k in range(count)] + ["BLOCK: tl.constexpr"]
+    source = _module(params, body)
+    size = programs * block
+
+    def make(rng: np.random.Generator) -> Instance:
+        initial = [random_array(rng, out_t, size, avoid) for _ in range(count)]
+        offsets = np.arange(size).astype(offset_t.np) + np.asarray(base).astype(offset_t.np)
+        bits = philox(seed, offsets, offset_t, rounds or 10)
+        if fn.startswith("randint"):
+            values = [(b, np.zeros(size)) for b in bits[:count]]
+        elif fn == "randn":
+            values = [_normal(uniform(bits[0]), uniform(bits[1]))]
+        else:
+            values = [(uniform(b), np.zeros(size)) for b in bits[:count]]
+
+        def reference(slack: frozenset[str]) -> list[Expected]:
+            return [Expected(v.astype(out_t.np), e) for v, e in values]
+
+        return Instance(initial, reference)
+
+    return Program(
+        "random_numbers",
+        source,
+        {} if literal_seed else {"seed": seed},
+        [((size,), out_t)] * count,
+        {k: k for k in range(count)},
+        (programs,),
+        {"BLOCK": block},
+        make,
+    )
+
+
+def _normal(u1: np.ndarray, u2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``tl.randn``'s Box-Muller transform, computed in float64 from the float32 steps it rounds exactly."""
+    u1 = np.maximum(np.float32(1.0e-7), u1)
+    th = (np.float32(6.283185307179586) * u2).astype(np.float32).astype(np.float64)
+    r = np.sqrt(-2.0 * np.log(u1.astype(np.float64)))
+    value = r * np.cos(th)
+    return value.astype(np.float32), 2.0**-18 * (1 + np.abs(value)) + 2.0**-20 * r
+
+
+# -- atomics --------------------------------------------------------------------------------------------------------
+
+ATOMIC_TYPES = {
+    "add": ("int32", "uint32", "int64", "fp32", "fp64", "fp16"),
+    "max": ("int32", "uint32", "int64", "fp32", "fp64"),
+    "min": ("int32", "uint32", "int64", "fp32", "fp64"),
+    "and": ("int32", "uint32", "int64"),
+    "or": ("int32", "uint32", "int64"),
+    "xor": ("int32", "uint32", "int64"),
+    "xchg": ("int32", "uint32", "int64", "fp32", "fp64"),
+    "cas": ("int32", "int64", "fp32"),
+}
+
+
+@st.composite
+def atomics(draw: Any, avoid: frozenset[str]) -> Program:
+    """``tl.atomic_add``/``max``/``min``/``and``/``or``/``xor``/``xchg``/``cas`` from every lane of one to three
+    programs into a few slots (lanes and programs contend), masked, with the returned old values stored or not."""
+    op = draw(st.sampled_from(tuple(ATOMIC_TYPES)))
+    t = ty(draw(st.sampled_from(ATOMIC_TYPES[op])))
+    block = draw(st.sampled_from((8, 16)))
+    programs = draw(st.integers(1, 3))
+    size = block * programs - draw(st.integers(0, block - 1))
+    slots = draw(st.sampled_from((1, 3, 8, block)))
+    stride = draw(st.sampled_from((1, 3)))
+    returned = draw(st.booleans())
+    if returned and t.name == "fp64" and op in ("max", "min") and "f64_atomic_min_max_return" in avoid:
+        returned = False
+    sem = draw(st.sampled_from(("", ', sem="relaxed"', ', sem="acq_rel"')))
+    lanes = "offs < n"
+    ptr = f"out0_ptr + (offs * {stride}) % SLOTS"
+    if op == "cas":
+        call = f"tl.atomic_cas({ptr}, tl.load(c_ptr + offs, mask={lanes}, other=0), val{sem})"
+    else:
+        call = f"tl.atomic_{op}({ptr}, val, mask={lanes}{sem})"
+    body = [
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"    val = tl.load(v_ptr + offs, mask={lanes}, other=0)",
+        f"    old = {call}" if returned else f"    {call}",
+    ]
+    if returned:
+        body.append(f"    tl.store(out1_ptr + offs, old, mask={lanes})")
+    count = 2 if returned else 1
+    params = ["v_ptr", "c_ptr"] + [f"init{k}_ptr" for k in range(count)] + ["n"]
+    params += [f"out{k}_ptr" for k in range(count)] + ["BLOCK: tl.constexpr", "SLOTS: tl.constexpr"]
+    source = _module(params, body)
+    total = block * programs
+
+    def make(rng: np.random.Generator) -> Instance:
+        values = _atomic_values(rng, t, size, op)
+        compare = _atomic_values(rng, t, size, op)
+        memory = _atomic_values(rng, t, slots, op)
+        if op == "cas":
+            compare = np.where(rng.integers(0, 2, size) == 0, memory[(np.arange(size) * stride) % slots], compare)
+        olds = random_array(rng, t, size, avoid)
+        mem = memory.copy()
+        got_old = olds.copy()
+        vals = np.concatenate([values, np.zeros(total - size, t.np)])
+        cmps = np.concatenate([compare, np.zeros(total - size, t.np)])
+        for lane in range(total):
+            if lane >= size and op != "cas":
+                continue
+            slot = (lane * stride) % slots
+            before = mem[slot]
+            mem[slot] = _atomic_apply(op, before, vals[lane], cmps[lane], t)
+            if lane < size:
+                got_old[lane] = before
+        outputs = [mem] + ([got_old] if returned else [])
+
+        def reference(slack: frozenset[str]) -> list[Expected]:
+            return [Expected(o, np.zeros(o.shape)) for o in outputs]
+
+        return Instance([values, compare, memory] + ([olds] if returned else []), reference)
+
+    return Program(
+        "atomics",
+        source,
+        {"n": size},
+        [((slots,), t)] + ([((size,), t)] if returned else []),
+        {2 + k: k for k in range(count)},
+        (programs,),
+        {"BLOCK": block, "SLOTS": slots},
+        make,
+    )
+
+
+def _atomic_values(rng: np.random.Generator, t: Ty, size: int, op: str) -> np.ndarray:
+    """Values whose sums are exact (small integers for floats), without NaN or -0.0 (a float max/min through
+    integer comparisons orders -0.0 differently from IEEE)."""
+    if t.is_float:
+        if op == "add":
+            return rng.integers(-8, 9, size).astype(t.np)
+        values = rng.standard_normal(size) * 100
+        values = np.where(values == 0, 1.0, values)
+        return values.astype(t.np)
+    info = np.iinfo(t.np)
+    small = rng.integers(max(int(info.min), -50), 50, size, endpoint=True)
+    full = rng.integers(int(info.min), int(info.max), size, endpoint=True, dtype=np.int64)
+    return np.where(rng.integers(0, 3, size) == 0, full, small).astype(t.np)
+
+
+def _atomic_apply(op: str, old: Any, val: Any, cmp: Any, t: Ty) -> Any:
+    with np.errstate(over="ignore"):
+        if op == "add":
+            return (np.asarray(old) + np.asarray(val)).astype(t.np)
+        if op == "max":
+            return np.maximum(old, val)
+        if op == "min":
+            return np.minimum(old, val)
+        if op == "and":
+            return old & val
+        if op == "or":
+            return old | val
+        if op == "xor":
+            return old ^ val
+        if op == "xchg":
+            return val
+    return val if old == cmp else old
+
+
+__all__ = ["Expected", "Instance", "Program", "atomics", "elementwise", "grids", "random_numbers"]

@@ -14,6 +14,11 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import triton.language as tl
+
+#: Whether this Triton promotes bfloat16 operands to float32 in minimum, maximum, clamp, max/min reductions and
+#: cumsum/cumprod (Triton 3.6 does; later releases keep bfloat16).
+PROMOTES_BF16 = hasattr(tl.core, "_promote_bfloat16_to_float32")
 
 BOOL, UINT, INT, FLOAT = 0, 1, 2, 3
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import cpu_fuzz_blocks as blocks
+import cpu_fuzz_control as control
 import cpu_fuzz_programs as programs
 import jax
 import numpy as np
@@ -152,6 +153,19 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "tracing fails with 'KeyError: 8' and the call runs in the interpreter",
         ("compiled",),
         avoid=("umulhi_64_bit",),
+    ),
+    "scalar_and_block_mask": Known(
+        "new: a mask that combines a block condition with a scalar one fails in the interpreter",
+        "tl.store(p + offs, v, mask=(offs < n) & (s != 0)) raises 'mask has unsupported dtype' (the mask is int32)",
+        ("interpreter",),
+        avoid=("scalar_and_block_mask",),
+    ),
+    "tuple_reduce_all_axes": Known(
+        "new: tl.reduce of a tuple over all axes fails in the interpreter",
+        "tl.reduce((x, y), None, combine) raises 'can only convert an array of size 1 to a Python scalar' (Triton's "
+        "interpreter flattens only the first operand)",
+        ("interpreter",),
+        avoid=("tuple_reduce_all_axes",),
     ),
     "libdevice_in_interpreter": Known(
         "new: libdevice functions do not run in the interpreter",
@@ -402,7 +416,7 @@ STRATEGIES = {
     "scans": lambda: blocks.scans(AVOID),
     "dot": lambda: blocks.dots(AVOID),
     "shapes": lambda: blocks.shape_ops(AVOID),
-    "control_flow": lambda: blocks.control_flow(AVOID),
+    "control_flow": lambda: control.control_flow(AVOID),
     "atomics": lambda: programs.atomics(AVOID),
     "random_numbers": lambda: programs.random_numbers(AVOID),
     "grids": lambda: programs.grids(AVOID),
@@ -422,3 +436,12 @@ def _fuzz(category: str) -> Any:
 
 
 test_elementwise = _fuzz("elementwise")
+test_masked = _fuzz("masked")
+test_reductions = _fuzz("reductions")
+test_scans = _fuzz("scans")
+test_dot = _fuzz("dot")
+test_shapes = _fuzz("shapes")
+test_control_flow = _fuzz("control_flow")
+test_atomics = _fuzz("atomics")
+test_random_numbers = _fuzz("random_numbers")
+test_grids = _fuzz("grids")
