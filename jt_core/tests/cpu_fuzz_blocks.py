@@ -129,10 +129,11 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
     params += [f"out{k}_ptr" for k in range(count)] + ["R: tl.constexpr", "C: tl.constexpr"]
     source = _module(params, body, write.uses_libdevice, extra)
     size = programs * int(np.prod(shape))
+    zero_dimensional = programs == 1 and shape == () and "zero_dimensional_output" not in avoid
 
     def make(rng: np.random.Generator) -> Instance:
         data, block = _env(rng, t, programs, rows, cols, n_cols, other, avoid)
-        initial = [random_array(rng, rt, size, avoid) for rt in result_types]
+        initial = [random_array(rng, rt, () if zero_dimensional else size, avoid) for rt in result_types]
 
         def evaluate(ev: Evaluator) -> list[tuple[np.ndarray, np.ndarray]]:
             val = ev(value)
@@ -141,9 +142,12 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
             if op in ("argmax", "argmin") and vt.is_float:
                 values = np.where(np.isnan(values.astype(np.float64)), np.zeros((), vt.np), values)
             outs = _reduce(op, combine, values, errs, vt, None if axis is None else axis + 1)
+            if "zero_sign" in ev.slack and op not in ("argmax", "argmin"):
+                outs = [(r, _any_zero_sign(r, e)) for r, e in outs]
             results = []
             for (r, e), rt in zip(outs, result_types, strict=True):
-                results.append(stored(np.zeros(size, rt.np), np.ones(size, bool), Val(r.reshape(-1), rt, False, e.reshape(-1)), rt))
+                out, err = stored(np.zeros(size, rt.np), np.ones(size, bool), Val(r.reshape(-1), rt, False, e.reshape(-1)), rt)
+                results.append((out.reshape(()), err.reshape(())) if zero_dimensional else (out, err))
             return results
 
         return Instance([data, *initial], lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack))
@@ -152,7 +156,7 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
         "reductions",
         source,
         {"n_cols": n_cols},
-        [((size,), rt) for rt in result_types],
+        [(() if zero_dimensional else (size,), rt) for rt in result_types],
         {1 + k: k for k in range(count)},
         (programs,),
         {"R": rows, "C": cols},
@@ -160,6 +164,13 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
         {"enable_fp_fusion": False},
         features=frozenset({"libdevice"} if write.uses_libdevice else ()),
     )
+
+
+def _any_zero_sign(r: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``e`` allowing either sign where a float result is zero."""
+    if r.dtype.kind != "f" and "float" not in r.dtype.name:
+        return e
+    return np.where(r.astype(np.float64) == 0, np.maximum(e, 5e-324), e)
 
 
 def _reduced_shape(rows: int, cols: int, axis: int | None, keep: bool) -> tuple[int, ...]:
@@ -321,6 +332,8 @@ def scans(draw: Any, avoid: frozenset[str]) -> Program:
             values = convert(np.broadcast_to(val.v, block.shape), vt, out_t)
             errs = np.broadcast_to(val.err, block.shape)
             r, e = _scan(op if op != "scan" else combine, values, errs, out_t, axis + 1, reverse)
+            if "zero_sign" in ev.slack:
+                e = _any_zero_sign(r, e)
             return [stored(np.zeros(size, out_t.np), np.ones(size, bool), Val(r.reshape(-1), out_t, False, e.reshape(-1)), out_t)]
 
         return Instance([data, initial], lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack))

@@ -453,9 +453,9 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
     total = block * programs
 
     def make(rng: np.random.Generator) -> Instance:
-        values = _atomic_values(rng, t, size, op)
-        compare = _atomic_values(rng, t, size, op)
-        memory = _atomic_values(rng, t, slots, op)
+        values = _atomic_values(rng, t, size, op, avoid)
+        compare = _atomic_values(rng, t, size, op, avoid)
+        memory = _atomic_values(rng, t, slots, op, avoid)
         if op == "cas":
             compare = np.where(rng.integers(0, 2, size) == 0, memory[(np.arange(size) * stride) % slots], compare)
         olds = random_array(rng, t, size, avoid)
@@ -463,14 +463,23 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
         got_old = olds.copy()
         vals = np.concatenate([values, np.zeros(total - size, t.np)])
         cmps = np.concatenate([compare, np.zeros(total - size, t.np)])
-        for lane in range(total):
-            if lane >= size and op != "cas":
-                continue
-            slot = (lane * stride) % slots
-            before = mem[slot]
-            mem[slot] = _atomic_apply(op, before, vals[lane], cmps[lane], t)
-            if lane < size:
-                got_old[lane] = before
+        for program in range(programs):
+            lanes = range(program * block, (program + 1) * block)
+            # A float max or min is two atomics over the program's lanes: the non-negative ones on the bits as
+            # signed integers, then the negative ones on the bits as unsigned integers.
+            passes = [lanes]
+            if t.is_float and op in ("max", "min"):
+                negative = np.signbit(vals)
+                passes = [[k for k in lanes if not negative[k]], [k for k in lanes if negative[k]]]
+            for number, lanes_of_pass in enumerate(passes):
+                for lane in lanes_of_pass:
+                    if lane >= size and op != "cas":
+                        continue
+                    slot = (lane * stride) % slots
+                    before = mem[slot]
+                    mem[slot] = _atomic_apply(op, before, vals[lane], cmps[lane], t, number)
+                    if lane < size:
+                        got_old[lane] = before
         outputs = [mem] + ([got_old] if returned else [])
 
         def reference(slack: frozenset[str]) -> list[Expected]:
@@ -490,14 +499,15 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
     )
 
 
-def _atomic_values(rng: np.random.Generator, t: Ty, size: int, op: str) -> np.ndarray:
-    """Values whose sums are exact (small integers for floats), without NaN or -0.0 (a float max/min through
-    integer comparisons orders -0.0 differently from IEEE)."""
+def _atomic_values(rng: np.random.Generator, t: Ty, size: int, op: str, avoid: frozenset[str]) -> np.ndarray:
+    """Values whose sums are exact (small integers for floats); floats for max and min with signed zeros and,
+    unless avoided, NaNs of both signs."""
     if t.is_float:
         if op == "add":
             return rng.integers(-8, 9, size).astype(t.np)
         values = rng.standard_normal(size) * 100
-        values = np.where(values == 0, 1.0, values)
+        specials = [0.0, -0.0] + ([] if "atomic_nan_in_memory" in avoid else [np.nan, -np.nan])
+        values = np.where(rng.integers(0, 6, size) == 0, rng.choice(specials, size), values)
         return values.astype(t.np)
     info = np.iinfo(t.np)
     small = rng.integers(max(int(info.min), -50), 50, size, endpoint=True)
@@ -505,8 +515,14 @@ def _atomic_values(rng: np.random.Generator, t: Ty, size: int, op: str) -> np.nd
     return np.where(rng.integers(0, 3, size) == 0, full, small).astype(t.np)
 
 
-def _atomic_apply(op: str, old: Any, val: Any, cmp: Any, t: Ty) -> Any:
+def _atomic_apply(op: str, old: Any, val: Any, cmp: Any, t: Ty, number: int = 0) -> Any:
+    """Memory after one lane's atomic; ``number`` is the pass of a float max or min (0: signed, 1: unsigned)."""
     with np.errstate(over="ignore"):
+        if t.is_float and op in ("max", "min"):
+            bits = np.dtype(f"{'i' if number == 0 else 'u'}{t.bits // 8}")
+            o, v = np.asarray(old).view(bits), np.asarray(val).view(bits)
+            larger = (op == "max") == (number == 0)
+            return (np.maximum(o, v) if larger else np.minimum(o, v)).view(t.np)
         if op == "add":
             return (np.asarray(old) + np.asarray(val)).astype(t.np)
         if op == "max":
@@ -521,7 +537,8 @@ def _atomic_apply(op: str, old: Any, val: Any, cmp: Any, t: Ty) -> Any:
             return old ^ val
         if op == "xchg":
             return val
-    return val if old == cmp else old
+    same = np.asarray(old).view(f"u{t.bits // 8}") == np.asarray(cmp).view(f"u{t.bits // 8}")
+    return val if same else old
 
 
 __all__ = ["Expected", "Instance", "Program", "atomics", "elementwise", "grids", "random_numbers"]

@@ -167,6 +167,20 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("interpreter",),
         avoid=("tuple_reduce_all_axes",),
     ),
+    "negative_zero_in_scans": Known(
+        "new: scans and sums lose -0.0",
+        "on the compiled path every scan turns -0.0 into +0.0, whatever its combine (even one returning its second "
+        "operand), and tl.sum of -0.0s is +0.0 on both paths; reductions are allowed either sign of a zero too",
+        ("compiled", "interpreter"),
+        slack=("zero_sign",),
+    ),
+    "zero_dimensional_output": Known(
+        "new: a 0-d output fails in the interpreter",
+        "out_shape=jax.ShapeDtypeStruct((), ...) fails in the interpreter path while it poisons the output ('Changing "
+        "the dtype of a 0d array is only supported if the itemsize is unchanged')",
+        ("interpreter",),
+        avoid=("zero_dimensional_output",),
+    ),
     "libdevice_in_interpreter": Known(
         "new: libdevice functions do not run in the interpreter",
         "a kernel calling libdevice fails in the interpreter path with 'cannot convert None of type NoneType to "

@@ -1,0 +1,261 @@
+"""What the CPU paths' differential fuzzer (`test_cpu_fuzz`) found, each reduced to one small kernel: the compiled
+path and the interpreter must compute what Triton means, or say clearly why they cannot.
+
+A test marked ``xfail(strict=True)`` shows a divergence not fixed yet: it starts passing (and so failing as an
+unexpected pass) once the fix lands; then drop the mark and the matching entry of
+`test_cpu_fuzz.KNOWN_DIVERGENCES`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+import jt_core as jt
+
+
+@pytest.fixture(autouse=True)
+def each_path_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call runs on the path it names (CI's second run turns on switches that would send compiled calls to
+    the interpreter)."""
+    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(kernel: Any, *args: Any, launcher: str, **kwargs: Any) -> list[np.ndarray]:
+    """The call's outputs under ``jax.jit``, its arrays traced and its scalars passed as they are."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+
+    def call(*traced: Any) -> Any:
+        given = iter(traced)
+        operands = [next(given) if isinstance(a, np.ndarray) else a for a in args]
+        return jt.triton_call(*operands, kernel=kernel, launcher=launcher, **kwargs)
+
+    with jax.enable_x64(True):
+        out = jax.jit(call)(*arrays)
+        return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def run_compiled_alone(kernel: Any, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+    """The compiled path's results; fails if it handed the kernel to the interpreter."""
+    said: list[str] = []
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = logging.getLogger("jt_core.lowering")
+    watch = Watch(logging.INFO)
+    level = logger.level
+    logger.addHandler(watch)
+    logger.setLevel(logging.INFO)
+    try:
+        results = run(kernel, *args, launcher="compiled", **kwargs)
+    finally:
+        logger.removeHandler(watch)
+        logger.setLevel(level)
+    handed = [m for m in said if "cannot express" in m]
+    assert not handed, handed
+    return results
+
+
+# -- tl.math.exp2 ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def exp2_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.math.exp2(tl.load(x_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiled path computes exp2 as XLA does, exp(x * ln 2), which is up to ~35 ulp off near |x| = 100 "
+    "(cpu/compiled/lang.py and extern.py map exp2 to jnp.exp2)",
+)
+def test_exp2_is_accurate_to_a_few_units_in_the_last_place_on_the_compiled_path() -> None:
+    x = np.array([-63, 47, 115, -120.5, 100.25, 3.0, 0.5, -1.25] * 2, np.float32)
+    (got,) = run_compiled_alone(exp2_kernel, x, out_shape=x, grid=1, BLOCK=16)
+    want = np.exp2(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2, dict(zip(x.tolist(), ulps.tolist(), strict=True))
+
+
+# -- 64-bit high halves of products ---------------------------------------------------------------------------------
+
+
+@triton.jit
+def umulhi_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.umulhi(tl.load(x_ptr + offs), tl.load(y_ptr + offs)))
+
+
+@triton.jit
+def libdevice_mulhi_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, libdevice.mulhi(tl.load(x_ptr + offs), tl.load(y_ptr + offs)))
+
+
+def _high_halves(x: np.ndarray, y: np.ndarray, signed: bool) -> np.ndarray:
+    def as_int(v: Any) -> int:
+        return int(v) if signed else int(v) % 2**64
+
+    high = [(as_int(a) * as_int(b)) >> 64 for a, b in zip(x, y, strict=True)]
+    return np.array([h % 2**64 for h in high], np.uint64).view(x.dtype)
+
+
+WIDE = np.array([-1, 2**40 + 3, 3, -(2**62), 2**63 - 1, -5, 12345678901, -(2**63)] * 2, np.int64)
+OTHER = np.array([-1, 2**30, 5, 7, 2**63 - 1, -(2**40), -3, -(2**63)] * 2, np.int64)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tracing tl.umulhi on int64 fails with 'KeyError: 8' (cpu/compiled/lang.py's mulhi widens 32-bit "
+    "operands only) and the call is handed to the interpreter",
+)
+def test_umulhi_of_64_bit_integers_runs_on_the_compiled_path() -> None:
+    (got,) = run_compiled_alone(umulhi_kernel, WIDE, OTHER, out_shape=WIDE, grid=1, BLOCK=16)
+    np.testing.assert_array_equal(got, _high_halves(WIDE, OTHER, signed=False))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="__nv_mul64hi (libdevice.mulhi on int64) is not in cpu/compiled/extern.py's table: the call is handed to "
+    "the interpreter, which cannot run libdevice either",
+)
+def test_libdevice_mulhi_of_64_bit_integers_runs_on_the_compiled_path() -> None:
+    (got,) = run_compiled_alone(libdevice_mulhi_kernel, WIDE, OTHER, out_shape=WIDE, grid=1, BLOCK=16)
+    np.testing.assert_array_equal(got, _high_halves(WIDE, OTHER, signed=True))
+
+
+# -- the interpreter --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def libdevice_rint_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, libdevice.rint(tl.load(x_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="libdevice's functions are stubs with no body to the interpreter: it fails with 'cannot convert None of "
+    "type NoneType to tensor' (jt_core/interpreter has no redirection for triton.language.extra.libdevice)",
+)
+def test_libdevice_functions_run_in_the_interpreter() -> None:
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, 3.7] * 2, np.float32)
+    (got,) = run(libdevice_rint_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher="interpreter")
+    np.testing.assert_array_equal(got, np.rint(x))
+
+
+@triton.jit
+def scalar_masked_store_kernel(init_ptr, s, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs, mask=(offs < n) & (s != 0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="in the interpreter, a block condition and-ed with a scalar condition gives an int32 mask, which its "
+    "store refuses ('mask has unsupported dtype'); the compiled path runs it",
+)
+@pytest.mark.parametrize("s", [0, 2])
+def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s: int) -> None:
+    init = np.full(16, -7, np.int32)
+    want = np.where((np.arange(16) < 11) & (s != 0), np.arange(16), -7).astype(np.int32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(
+            scalar_masked_store_kernel,
+            init,
+            s,
+            11,
+            out_shape=init,
+            input_output_aliases={0: 0},
+            grid=1,
+            BLOCK=16,
+            launcher=launcher,
+        )
+        np.testing.assert_array_equal(got, want, err_msg=launcher)
+
+
+@triton.jit
+def pair_combine(a0, a1, b0, b1):
+    return a0 + b0, tl.maximum(a1, b1)
+
+
+@triton.jit
+def tuple_reduce_kernel(x_ptr, sum_ptr, max_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    total, largest = tl.reduce((x, x * 2), None, pair_combine)
+    tl.store(sum_ptr, total)
+    tl.store(max_ptr, largest)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton's interpreter flattens only the first operand of a tuple reduced over all axes: 'can only "
+    "convert an array of size 1 to a Python scalar' (to correct in jt_core/interpreter); the compiled path runs it",
+)
+def test_reducing_a_tuple_over_all_axes_runs_in_the_interpreter() -> None:
+    x = np.random.default_rng(0).integers(-50, 50, (4, 8)).astype(np.int32)
+    scalar = jax.ShapeDtypeStruct((1,), jnp.int32)
+    for launcher in ("compiled", "interpreter"):
+        total, largest = run(
+            tuple_reduce_kernel, x, out_shape=[scalar, scalar], grid=1, R=4, C=8, launcher=launcher
+        )
+        assert (int(total[0]), int(largest[0])) == (int(x.sum()), int(2 * x.max())), launcher
+
+
+@triton.jit
+def sum_to_scalar_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the interpreter path cannot poison a 0-d output: 'Changing the dtype of a 0d array is only supported "
+    "if the itemsize is unchanged' (jt_core/interpreter/execute.py views it as bytes); the compiled path runs it",
+)
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_a_zero_dimensional_output_runs_in_the_interpreter(dtype: Any) -> None:
+    x = np.arange(8).astype(dtype)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(
+            sum_to_scalar_kernel, x, out_shape=jax.ShapeDtypeStruct((), dtype), grid=1, BLOCK=8, launcher=launcher
+        )
+        assert got.shape == () and got == 28, launcher
+
+
+# -- scans ------------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def second(a, b):
+    return b
+
+
+@triton.jit
+def scan_second_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.associative_scan(tl.load(x_ptr + offs), 0, second))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiled path's scans turn -0.0 into +0.0 whatever the combine (cpu/compiled/reductions.py); "
+    "Triton combines the elements alone, and the interpreter keeps the sign",
+)
+def test_a_scan_keeps_negative_zeros_on_the_compiled_path() -> None:
+    x = np.array([-0.0, -3.0, 0.0, -0.0, 2.5, -0.0, -0.0, 1.0], np.float32)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(scan_second_kernel, x, out_shape=x, grid=1, BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x), err_msg=launcher)
+        np.testing.assert_array_equal(got, x, err_msg=launcher)
