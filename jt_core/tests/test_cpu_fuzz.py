@@ -175,9 +175,9 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         slack=("zero_sign",),
     ),
     "zero_dimensional_output": Known(
-        "new: a 0-d output fails in the interpreter",
-        "out_shape=jax.ShapeDtypeStruct((), ...) fails in the interpreter path while it poisons the output ('Changing "
-        "the dtype of a 0d array is only supported if the itemsize is unchanged')",
+        "new: a 0-d integer output fails in the interpreter",
+        "out_shape=jax.ShapeDtypeStruct((), jnp.int32) fails in the interpreter path while it poisons the output "
+        "('Changing the dtype of a 0d array is only supported if the itemsize is unchanged')",
         ("interpreter",),
         avoid=("zero_dimensional_output",),
     ),
