@@ -67,7 +67,9 @@ def _load_2d(rows: int, masked_other: Any) -> str:
 
 def _env(rng: np.random.Generator, t: Ty, programs: int, rows: int, cols: int, n_cols: int, other: Any, avoid: Any):
     data = random_array(rng, t, (programs * rows, n_cols), avoid)
-    block = np.full((programs, rows, cols), convert(np.asarray(other), ty("fp64") if isinstance(other, float) else I32, t))
+    block = np.full(
+        (programs, rows, cols), convert(np.asarray(other), ty("fp64") if isinstance(other, float) else I32, t)
+    )
     block[:, :, :n_cols] = data.reshape(programs, rows, n_cols)
     return data, block.astype(t.np)
 
@@ -146,11 +148,16 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
                 outs = [(r, _any_zero_sign(r, e)) for r, e in outs]
             results = []
             for (r, e), rt in zip(outs, result_types, strict=True):
-                out, err = stored(np.zeros(size, rt.np), np.ones(size, bool), Val(r.reshape(-1), rt, False, e.reshape(-1)), rt)
+                out, err = stored(
+                    np.zeros(size, rt.np), np.ones(size, bool), Val(r.reshape(-1), rt, False, e.reshape(-1)), rt
+                )
                 results.append((out.reshape(()), err.reshape(())) if zero_dimensional else (out, err))
             return results
 
-        return Instance([data, *initial], lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack))
+        return Instance(
+            [data, *initial],
+            lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack),
+        )
 
     return Program(
         "reductions",
@@ -238,7 +245,9 @@ def _reduce(op: str, combine: str | None, values: np.ndarray, errs: np.ndarray, 
         wide = x.astype(np.float64)
         with np.errstate(invalid="ignore"):
             r = (np.fmax.reduce if kind == "max" else np.fmin.reduce)(wide, axis=axis)
-        zero_signs = np.any((wide == 0) & np.signbit(wide), axis=axis) & np.any((wide == 0) & ~np.signbit(wide), axis=axis)
+        zero_signs = np.any((wide == 0) & np.signbit(wide), axis=axis) & np.any(
+            (wide == 0) & ~np.signbit(wide), axis=axis
+        )
         err = np.max(errs, axis=axis)
         err = np.where((r == 0) & zero_signs, np.maximum(err, 5e-324), err)
         return [(r.astype(out_t.np), err)]
@@ -246,7 +255,9 @@ def _reduce(op: str, combine: str | None, values: np.ndarray, errs: np.ndarray, 
         wide = values.astype(np.float64)
         best = (np.max if kind == "argmax" else np.min)(wide, axis=axis, keepdims=True)
         index = np.argmax(wide == best, axis=axis).astype(np.int32)
-        near = (np.abs(wide - best) <= np.max(errs, axis=axis, keepdims=True)) & (np.max(errs, axis=axis, keepdims=True) > 0)
+        near = (np.abs(wide - best) <= np.max(errs, axis=axis, keepdims=True)) & (
+            np.max(errs, axis=axis, keepdims=True) > 0
+        )
         unsure = np.sum(near, axis=axis) > 1
         return [(index, np.where(unsure, np.inf, 0.0))]
     if kind == "xor_sum" or kind == "xor":
@@ -334,9 +345,19 @@ def scans(draw: Any, avoid: frozenset[str]) -> Program:
             r, e = _scan(op if op != "scan" else combine, values, errs, out_t, axis + 1, reverse)
             if "zero_sign" in ev.slack:
                 e = _any_zero_sign(r, e)
-            return [stored(np.zeros(size, out_t.np), np.ones(size, bool), Val(r.reshape(-1), out_t, False, e.reshape(-1)), out_t)]
+            return [
+                stored(
+                    np.zeros(size, out_t.np),
+                    np.ones(size, bool),
+                    Val(r.reshape(-1), out_t, False, e.reshape(-1)),
+                    out_t,
+                )
+            ]
 
-        return Instance([data, initial], lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack))
+        return Instance(
+            [data, initial],
+            lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack),
+        )
 
     return Program(
         "scans",
@@ -425,7 +446,9 @@ def dots(draw: Any, avoid: frozenset[str]) -> Program:
     body = [
         "    rows = tl.arange(0, M)",
         "    cols = tl.arange(0, N)",
-        f"    acc = tl.load(c_ptr + rows[:, None] * N + cols[None, :])" if with_acc else f"    acc = tl.zeros([M, N], {acc_t.tl})",
+        "    acc = tl.load(c_ptr + rows[:, None] * N + cols[None, :])"
+        if with_acc
+        else f"    acc = tl.zeros([M, N], {acc_t.tl})",
         "    for step in range(STEPS):",
         "        ks = step * K + tl.arange(0, K)",
         "        a = tl.load(a_ptr + rows[:, None] * K_ALL + ks[None, :])",
@@ -503,7 +526,7 @@ def shape_ops(draw: Any, avoid: frozenset[str]) -> Program:
     steps: list[tuple[str, Any]] = []
     for index in range(draw(st.integers(1, 4))):
         options = ["trans", "reshape", "flip", "join", "broadcast", "interleave"]
-        if shape[-1] == 2:
+        if shape[-1] == 2 and len(shape) >= 2:
             options.append("split")
         if len(shape) >= 3:
             options.append("permute")
@@ -575,7 +598,14 @@ def shape_ops(draw: Any, avoid: frozenset[str]) -> Program:
         return Instance([data, initial], lambda slack: [Expected(want, np.zeros(want.shape))])
 
     return Program(
-        "shapes", source, {}, [((programs * numel,), t)], {1: 0}, (programs,), {"R": rows, "C": cols, "NUMEL": numel}, make
+        "shapes",
+        source,
+        {},
+        [((programs * numel,), t)],
+        {1: 0},
+        (programs,),
+        {"R": rows, "C": cols, "NUMEL": numel},
+        make,
     )
 
 
@@ -607,7 +637,11 @@ def _shape_step(kind: str, arg: Any, v: np.ndarray, t: Ty) -> np.ndarray:
         left, right = v[..., 0], v[..., 1]
         if t.is_float:
             with np.errstate(all="ignore"):
-                return (left.astype(np.float64) + right.astype(np.float64)).astype(t.np) if t.name != "fp64" else left + right
+                return (
+                    (left.astype(np.float64) + right.astype(np.float64)).astype(t.np)
+                    if t.name != "fp64"
+                    else left + right
+                )
         return left ^ right
     axis, grown = arg
     return np.broadcast_to(np.expand_dims(v, axis), grown)

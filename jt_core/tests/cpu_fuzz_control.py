@@ -74,7 +74,11 @@ def control_flow(draw: Any, avoid: frozenset[str]) -> Program:
             acc = Val(data[:block].copy(), t, False, np.zeros(block))
 
             def step_with(node: Any, i: int, y: np.ndarray) -> Val:
-                env = {"acc": acc, "y": Val(y, t, False, np.zeros(block)), "i": Val(np.asarray(i, np.int32), I32, False, np.zeros(()))}
+                env = {
+                    "acc": acc,
+                    "y": Val(y, t, False, np.zeros(block)),
+                    "i": Val(np.asarray(i, np.int32), I32, False, np.zeros(())),
+                }
                 return ev_factory(env)(node)
 
             def chunk(i: int) -> np.ndarray:

@@ -29,7 +29,6 @@ from cpu_fuzz_semantics import (
     computation_type,
     convert,
     fma32,
-    integer_promote,
     largest,
     literal_fits,
     literal_type,
@@ -153,9 +152,9 @@ def _fit_literal(a: Node, b: Node, div_or_mod: bool = False) -> tuple[Node, Node
 
 
 def _binary(op: str, a: Node, b: Node, draw: Any, cond: Node | None = None) -> Node:
-    if op in INT_ONLY or op == "%" and (a.ty.is_int or b.ty.is_int):
+    if op in INT_ONLY or (op == "%" and (a.ty.is_int or b.ty.is_int)):
         a, b = _as_int(a), _as_int(b)
-    if op in ARITH + ("//", "%", "<<", ">>", "minimum", "maximum", "/") + COMPARE:
+    if op in (*ARITH, "//", "%", "<<", ">>", "minimum", "maximum", "/", *COMPARE):
         a, b = (_cast(a, I32) if a.ty == I1 else a), (_cast(b, I32) if b.ty == I1 else b)
     if op in ("/", "//", "%") and a.ty.is_int and b.ty.is_int:
         # Triton refuses /, // and % between integers of different signedness, and a literal counts as signed.
@@ -230,7 +229,11 @@ def math_calls(draw: Any, a: Node, sub: Any, avoid: frozenset[str]) -> Node:
     if choice == "exact":
         fn = draw(st.sampled_from(EXACT_MATH))
         if fn == "abs":
-            return Node("abs", (a,), a.ty if a.ty != I1 else I32, attr="math") if a.ty != I1 else _unary("abs", _cast(a, I32))
+            return (
+                Node("abs", (a,), a.ty if a.ty != I1 else I32, attr="math")
+                if a.ty != I1
+                else _unary("abs", _cast(a, I32))
+            )
         x = _float_arg(a) if fn != "sqrt_rn" else _cast(a, F32)
         return Node("math", (x,), x.ty, attr=fn)
     if choice == "inexact":
@@ -249,7 +252,7 @@ def math_calls(draw: Any, a: Node, sub: Any, avoid: frozenset[str]) -> Node:
     if choice == "div_rn":
         return Node("div_rn", (_cast(a, F32), _cast(draw(sub), F32)), F32)
     if choice == "clamp":
-        if not a.ty.is_float or a.literal or PROMOTES_BF16 and a.ty.name == "bf16":
+        if not a.ty.is_float or a.literal or (PROMOTES_BF16 and a.ty.name == "bf16"):
             a = _cast(a, F32)
         lo, hi = sorted(draw(st.sampled_from(((-1.0, 1.0), (0.0, 10.0), (-100.0, -0.5), (2.0, 2.0)))))
         return Node("clamp", (a,), a.ty, attr=(lo, hi, draw(st.sampled_from(("NONE", "ALL")))))
@@ -380,8 +383,9 @@ class Evaluator:
 
     ``slack`` names the known divergences the path being checked is allowed: ``"bf16_excess"`` (a bfloat16 result may
     be unrounded), ``"exp2_accuracy"`` (``exp2`` may lose bits in proportion to its argument),
-    ``"scalar_division"`` (a division by a scalar, an argument or a constant, may be one rounding off). With ``flush``, it computes as a
-    processor that flushes subnormal float32, float64 and bfloat16 operands and results to zero.
+    ``"scalar_division"`` (a division by a scalar, an argument or a constant, may be one rounding off). With
+    ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and results
+    to zero.
     """
 
     def __init__(self, env: dict[str, Val], slack: frozenset[str] = frozenset(), flush: bool = False) -> None:
@@ -463,7 +467,7 @@ class Evaluator:
             return Val(out.astype(t.np), t, False, np.where(unsure & ~same, np.inf, np.maximum(err, 0)))
         if op in ("minimum", "maximum"):
             return self._min_max(n, args)
-        if op in ARITH + ("&", "|", "^", "<<", ">>", "//", "%", "/"):
+        if op in (*ARITH, "&", "|", "^", "<<", ">>", "//", "%", "/"):
             return self._arith(n, args)
         if op == "math":
             return self._math(n, args[0])
@@ -490,15 +494,16 @@ class Evaluator:
                 if t.bits == 32:
                     out = ((a.v.astype(np.int64) * b.v.astype(np.int64)) >> 32).astype(np.int32)
                 else:
-                    pairs = zip(a.v.ravel(), b.v.ravel(), strict=True)
-                    out = np.array([(int(x) * int(y)) >> 64 for x, y in pairs], np.int64).reshape(a.v.shape)
+                    x, y = np.broadcast_arrays(np.asarray(a.v), np.asarray(b.v))
+                    pairs = zip(x.ravel(), y.ravel(), strict=True)
+                    out = np.array([(int(p) * int(q)) >> 64 for p, q in pairs], np.int64).reshape(x.shape)
             else:
                 out = mulhi(a.v, b.v, t)
             return Val(out, t, False, _unknown_where(a.err + b.err))
         raise AssertionError(op)
 
     def _arith(self, n: Node, args: list[Val]) -> Val:
-        op, t = n.op, n.ty
+        op = n.op
         a, b = args
         div_or_mod = op in ("/", "//", "%")
         comp = computation_type(a.ty, a.literal, b.ty, b.literal, div_or_mod)
@@ -548,7 +553,9 @@ class Evaluator:
                 err = err + ulp(out, comp)
         else:
             out = np.fmod(x, y)
-            err = np.where(_near_integer_step(x.astype(np.float64) / y.astype(np.float64), a.err + b.err), np.inf, a.err)
+            err = np.where(
+                _near_integer_step(x.astype(np.float64) / y.astype(np.float64), a.err + b.err), np.inf, a.err
+            )
             err = np.where((a.err + b.err) > 0, err, 0.0)
         out = np.asarray(out).astype(comp.np)
         return Val(out, comp, False, self._carry(out, comp, err))
@@ -639,9 +646,9 @@ class Evaluator:
         if not val.ty.is_float or n.op in ("bitcast",):
             return val
         err = val.err
-        if "bf16_excess" in self.slack and (val.ty.name == "bf16" or any(a.ty.name == "bf16" for a in args)):
-            if n.op not in ("cast",) or val.ty.name == "bf16":
-                err = np.maximum(err, 0) + ulp(val.v.astype(np.float64), ty("bf16")) * 2
+        bf16 = val.ty.name == "bf16" or any(a.ty.name == "bf16" for a in args)
+        if "bf16_excess" in self.slack and bf16 and (n.op != "cast" or val.ty.name == "bf16"):
+            err = np.maximum(err, 0) + ulp(val.v.astype(np.float64), ty("bf16")) * 2
         return Val(val.v, val.ty, val.literal, err)
 
 

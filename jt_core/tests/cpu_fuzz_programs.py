@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from cpu_fuzz_grammar import FLUSHED, Evaluator, Leaves, Node, Val, Writer, expressions, flush_subnormals, is_scalar
+from cpu_fuzz_grammar import FLUSHED, Evaluator, Leaves, Val, Writer, expressions, flush_subnormals, is_scalar
 from cpu_fuzz_semantics import DATA_TYPES, F32, I32, I64, U32, Ty, convert, literal_type, philox, ty, uniform
 from hypothesis import strategies as st
 
@@ -158,7 +158,7 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
     )
     outputs = draw(st.lists(expressions(leaves, draw(st.integers(1, 4)), avoid), min_size=1, max_size=3))
     out_types = [
-        e.ty if e.ty.name != "int1" and not draw(st.integers(0, 5)) == 0 else draw(_widening(e.ty)) for e in outputs
+        e.ty if e.ty.name != "int1" and draw(st.integers(0, 5)) != 0 else draw(_widening(e.ty)) for e in outputs
     ]
     load_masks = [draw(st.sampled_from(tuple(LOAD_MASKS))) if masked else "in" for _ in input_types]
     others = [draw(_other(t)) if masked else None for t in input_types]
@@ -170,7 +170,7 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
     write = Writer()
     names = [write(e) for e in outputs]
     stores = []
-    for k, (name, mask, condition) in enumerate(zip(names, store_masks, conditions, strict=True)):
+    for k, (name, condition) in enumerate(zip(names, conditions, strict=True)):
         where = "offs < n"
         if condition is not None:
             c = write(condition)
@@ -313,7 +313,9 @@ def grids(draw: Any, avoid: frozenset[str]) -> Program:
                     at = slice(linear * block, (linear + 1) * block)
                     env = {"x": Val(data[at], t, False, np.zeros(block))}
                     env.update({f"p{k}": Val(np.asarray(p[k], np.int32), I32, False, np.zeros(())) for k in range(3)})
-                    env.update({f"g{k}": Val(np.asarray(full[k], np.int32), I32, False, np.zeros(())) for k in range(3)})
+                    env.update(
+                        {f"g{k}": Val(np.asarray(full[k], np.int32), I32, False, np.zeros(())) for k in range(3)}
+                    )
                     got = Evaluator(env, slack, flush=flush)(value)
                     out[at], err[at] = stored(out[at], np.ones(block, bool), got, out_t)
                 found.append((out, err))
@@ -500,13 +502,15 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
 
 
 def _atomic_values(rng: np.random.Generator, t: Ty, size: int, op: str, avoid: frozenset[str]) -> np.ndarray:
-    """Values whose sums are exact (small integers for floats); floats for max and min with signed zeros and,
-    unless avoided, NaNs of both signs."""
+    """Values whose sums are exact (small integers for floats); other floats with signed zeros and, unless
+    avoided, NaNs of both signs."""
     if t.is_float:
         if op == "add":
             return rng.integers(-8, 9, size).astype(t.np)
         values = rng.standard_normal(size) * 100
-        specials = [0.0, -0.0] + ([] if "atomic_nan_in_memory" in avoid else [np.nan, -np.nan])
+        specials = [0.0, -0.0] if op != "cas" or "cas_float_values" not in avoid else [1.0]
+        if "atomic_nan_in_memory" not in avoid and (op != "cas" or "cas_float_values" not in avoid):
+            specials += [np.nan, -np.nan]
         values = np.where(rng.integers(0, 6, size) == 0, rng.choice(specials, size), values)
         return values.astype(t.np)
     info = np.iinfo(t.np)

@@ -264,6 +264,7 @@ def shift_right(a: np.ndarray, amount: np.ndarray, t: Ty, arithmetic: bool) -> n
 def mulhi(a: np.ndarray, b: np.ndarray, t: Ty) -> np.ndarray:
     """The high half of the full product (``tl.umulhi``: both operands as unsigned bit patterns)."""
     unsigned = np.dtype(f"uint{t.bits}")
+    a, b = (np.ascontiguousarray(v) for v in np.broadcast_arrays(np.asarray(a), np.asarray(b)))
     ua, ub = a.astype(t.np).view(unsigned), b.astype(t.np).view(unsigned)
     if t.bits == 32:
         return ((ua.astype(np.uint64) * ub.astype(np.uint64)) >> np.uint64(32)).astype(np.uint32).view(t.np)

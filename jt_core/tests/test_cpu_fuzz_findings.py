@@ -208,9 +208,7 @@ def test_reducing_a_tuple_over_all_axes_runs_in_the_interpreter() -> None:
     x = np.random.default_rng(0).integers(-50, 50, (4, 8)).astype(np.int32)
     scalar = jax.ShapeDtypeStruct((1,), jnp.int32)
     for launcher in ("compiled", "interpreter"):
-        total, largest = run(
-            tuple_reduce_kernel, x, out_shape=[scalar, scalar], grid=1, R=4, C=8, launcher=launcher
-        )
+        total, largest = run(tuple_reduce_kernel, x, out_shape=[scalar, scalar], grid=1, R=4, C=8, launcher=launcher)
         assert (int(total[0]), int(largest[0])) == (int(x.sum()), int(2 * x.max())), launcher
 
 
@@ -260,3 +258,40 @@ def test_a_scan_keeps_negative_zeros_on_the_compiled_path() -> None:
         (got,) = run(scan_second_kernel, x, out_shape=x, grid=1, BLOCK=8, launcher=launcher)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(x), err_msg=launcher)
         np.testing.assert_array_equal(got, x, err_msg=launcher)
+
+
+# -- atomics ----------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def cas_kernel(c_ptr, v_ptr, init_ptr, out_ptr, old_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    old = tl.atomic_cas(out_ptr + offs, tl.load(c_ptr + offs), tl.load(v_ptr + offs))
+    tl.store(old_ptr + offs, old)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiled path's atomic_cas compares float values (memory -0.0 matches +0.0, a NaN never matches), "
+    "where Triton compares bits (atom.cas.b32) as the interpreter does",
+)
+def test_atomic_cas_on_floats_compares_bits() -> None:
+    memory = np.array([-0.0, 0.0, np.nan, 1.0, 2.0, -0.0, 3.0, np.nan], np.float32)
+    compare = np.array([0.0, -0.0, np.nan, 1.0, 2.5, -0.0, 3.0, 1.0], np.float32)
+    value = np.arange(5, 13).astype(np.float32)
+    swapped = memory.view(np.uint32) == compare.view(np.uint32)
+    for launcher in ("interpreter", "compiled"):
+        final, old = run(
+            cas_kernel,
+            compare,
+            value,
+            memory,
+            out_shape=[memory, memory],
+            input_output_aliases={2: 0},
+            grid=1,
+            BLOCK=8,
+            launcher=launcher,
+        )
+        np.testing.assert_array_equal(old.view(np.uint32), memory.view(np.uint32), err_msg=launcher)
+        want = np.where(swapped, value, memory)
+        np.testing.assert_array_equal(final.view(np.uint32), want.view(np.uint32), err_msg=launcher)
