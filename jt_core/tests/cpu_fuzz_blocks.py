@@ -453,7 +453,7 @@ def dots(draw: Any, avoid: frozenset[str]) -> Program:
         "        ks = step * K + tl.arange(0, K)",
         "        a = tl.load(a_ptr + rows[:, None] * K_ALL + ks[None, :])",
         f"        b = tl.load(b_ptr + {b_offsets})",
-        f"        acc = tl.dot(a, b, acc{precision})",
+        f"        acc = tl.dot(a, b, acc{precision}{', out_dtype=tl.int32' if t.is_int else ''})",
         f"    tl.store(out0_ptr + rows[:, None] * N + cols[None, :], acc.to({out_t.tl}))",
     ]
     params = ["a_ptr", "b_ptr", "c_ptr", "init0_ptr", "out0_ptr"]

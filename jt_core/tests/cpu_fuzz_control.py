@@ -24,7 +24,9 @@ def control_flow(draw: Any, avoid: frozenset[str]) -> Program:
     chunks = draw(st.integers(1, 3))
     shape = draw(st.sampled_from(("for", "static", "while", "if_scalar", "if_data", "for_if")))
     leaves = Leaves((("acc", t), ("y", t)), (("i", I32),))
-    update, other = (_block_valued(draw(expressions(leaves, draw(st.integers(1, 3)), avoid)), t) for _ in range(2))
+    update, other = (
+        _block_valued(draw(expressions(leaves, draw(st.integers(1, 3)), avoid)), t, avoid) for _ in range(2)
+    )
     start, step = draw(st.integers(0, 2)), draw(st.integers(1, 2))
     trips = draw(st.integers(0, 5))
     threshold = draw(st.sampled_from((-3, 0, 2)))
@@ -117,9 +119,11 @@ def control_flow(draw: Any, avoid: frozenset[str]) -> Program:
     )
 
 
-def _block_valued(node: Node, t: Any) -> Node:
+def _block_valued(node: Node, t: Any, avoid: frozenset[str]) -> Node:
     """``node`` as the loop-carried block's type (a value computed from scalars alone would change its shape)."""
-    return converted(node, t) if not is_scalar(node) else Node("load", (), t, attr="acc")
+    if is_scalar(node) or (node.op == "load" and node.attr == "acc" and "carried_unchanged" in avoid):
+        return Node("load", (), t, attr="y" if "carried_unchanged" in avoid else "acc")
+    return converted(node, t)
 
 
 def _indent(line: str) -> str:

@@ -24,6 +24,7 @@ from cpu_fuzz_semantics import (
     I1,
     I32,
     I64,
+    NEGATES_BY_SUBTRACTION,
     PROMOTES_BF16,
     Ty,
     computation_type,
@@ -118,7 +119,7 @@ def expressions(draw: Any, leaves: Leaves, depth: int, avoid: frozenset[str]) ->
     if family == "unary":
         if a.ty == I1:
             a = _cast(a, I32)
-        ops = ["neg", "abs"] + (["invert"] if a.ty.is_int else [])
+        ops = ["neg", "abs"] + (["invert"] if a.ty.is_int and (a.ty.signed or "invert_unsigned" not in avoid) else [])
         return _unary(draw(st.sampled_from(ops)), a)
     if family == "cast":
         return draw(casts(a, avoid))
@@ -382,7 +383,9 @@ class Evaluator:
     """Computes expressions with NumPy over named leaf values, with the error bounds described above.
 
     ``slack`` names the known divergences the path being checked is allowed: ``"bf16_excess"`` (a bfloat16 result may
-    be unrounded), ``"exp2_accuracy"`` (``exp2`` may lose bits in proportion to its argument),
+    be unrounded), ``"exp2_accuracy"`` (``exp2`` may lose bits in proportion to its argument), ``"minnum_nan"``
+    (``tl.minimum``/``tl.maximum`` may give NaN for a NaN operand), ``"fma_rounding"`` (an ``fma``'s result may be
+    kept unrounded into the next operation),
     ``"scalar_division"`` (a division by a scalar, an argument or a constant, may be one rounding off). With
     ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and results
     to zero.
@@ -446,6 +449,8 @@ class Evaluator:
             x = args[0]
             v = x.v.astype(t.np)
             out = {"neg": lambda: (-v).astype(t.np), "invert": lambda: ~v, "abs": lambda: np.abs(v).astype(t.np)}[op]()
+            if op == "neg" and t.is_float and NEGATES_BY_SUBTRACTION:
+                out = (np.zeros((), t.np) - v).astype(t.np)
             if op == "abs" and t.is_float:
                 out = np.copysign(v.astype(np.float64), 1.0).astype(t.np)
             return Val(out, t, False, x.err.copy())
@@ -477,6 +482,8 @@ class Evaluator:
             a, b, c = args
             out = fma32(a.v, b.v, c.v)
             err = np.abs(a.v.astype(np.float64)) * b.err + np.abs(b.v.astype(np.float64)) * a.err + c.err
+            if "fma_rounding" in self.slack:
+                err = err + ulp(out, F32)
             return Val(out, F32, False, self._carry(out, F32, err))
         if op == "div_rn":
             a, b = args
@@ -572,6 +579,8 @@ class Evaluator:
         else:
             out = np.minimum(x, y) if n.op == "minimum" else np.maximum(x, y)
         err = np.maximum(a.err, b.err)
+        if n.attr == "NONE" and "minnum_nan" in self.slack:
+            err = np.where(np.isnan(x.astype(np.float64)) | np.isnan(y.astype(np.float64)), np.inf, err)
         # Which zero the minimum of +0 and -0 is, is not specified: either sign is right.
         signed_zeros = (x == 0) & (y == 0) & (np.signbit(x) != np.signbit(y))
         err = np.where(signed_zeros, np.maximum(err, 5e-324), err)

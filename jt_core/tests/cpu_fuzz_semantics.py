@@ -10,15 +10,20 @@ step, and Philox as ``tl.randint`` draws it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import triton.language as tl
+from triton.language import semantic
 
 #: Whether this Triton promotes bfloat16 operands to float32 in minimum, maximum, clamp, max/min reductions and
 #: cumsum/cumprod (Triton 3.6 does; later releases keep bfloat16).
 PROMOTES_BF16 = hasattr(tl.core, "_promote_bfloat16_to_float32")
+#: Whether this Triton negates a float as ``0 - x`` (Triton 3.6: ``-0.0`` becomes ``+0.0``) rather than by flipping its
+#: sign bit.
+NEGATES_BY_SUBTRACTION = "fneg" not in inspect.getsource(semantic.TritonSemantic.minus)
 
 BOOL, UINT, INT, FLOAT = 0, 1, 2, 3
 

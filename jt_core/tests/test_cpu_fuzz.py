@@ -66,7 +66,8 @@ class Known:
     avoid: tuple[str, ...] = ()
     slack: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
-    triton: tuple[int, int] | None = None  # only before this Triton release, where the cause is Triton's
+    before: tuple[int, int] | None = None  # only with a Triton older than this release (the cause is Triton's)
+    since: tuple[int, int] | None = None  # only with this Triton release or newer
 
 
 #: Divergences known and being fixed; the person who lands a fix deletes its entry, and the fuzzer then checks it.
@@ -119,7 +120,7 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "float64 atomic_min/atomic_max return wrong old values in Triton 3.6's interpreter",
         ("interpreter",),
         avoid=("f64_atomic_min_max_return",),
-        triton=(3, 7),
+        before=(3, 7),
     ),
     "reduce_combine_order": Known(
         "11. Order-sensitive tl.reduce combines",
@@ -166,11 +167,19 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("compiled",),
         avoid=("cas_float_values",),
     ),
+    "fma_fused_with_next_add": Known(
+        "new: tl.fma followed by an addition rounds once on the compiled path",
+        "tl.fma(x, y, 0.0) + z comes out as one fused multiply-add of x, y and z, with enable_fp_fusion=False too",
+        ("compiled",),
+        slack=("fma_rounding",),
+    ),
     "scalar_and_block_mask": Known(
         "new: a mask that combines a block condition with a scalar one fails in the interpreter",
-        "tl.store(p + offs, v, mask=(offs < n) & (s != 0)) raises 'mask has unsupported dtype' (the mask is int32)",
+        "tl.store(p + offs, v, mask=(offs < n) & (s != 0)) raises 'mask has unsupported dtype' (the mask is int32) "
+        "with Triton 3.9's interpreter",
         ("interpreter",),
         avoid=("scalar_and_block_mask",),
+        since=(3, 7),
     ),
     "tuple_reduce_all_axes": Known(
         "new: tl.reduce of a tuple over all axes fails in the interpreter",
@@ -192,6 +201,30 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "('Changing the dtype of a 0d array is only supported if the itemsize is unchanged')",
         ("interpreter",),
         avoid=("zero_dimensional_output",),
+    ),
+    "loop_carried_unchanged": Known(
+        "new: a loop that leaves its carried value unchanged is not expressed by the compiled path (Triton 3.6)",
+        "for i in range(0, n): acc = acc fails to trace ('int() argument must be ... not NoneType') and the call "
+        "runs in the interpreter",
+        ("compiled",),
+        avoid=("carried_unchanged",),
+        before=(3, 7),
+    ),
+    "invert_unsigned_in_interpreter": Known(
+        "new: ~x on unsigned integers fails in the interpreter (Triton 3.6)",
+        "Triton 3.6's interpreter makes the all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "
+        "('Python integer -1 out of bounds for uint8')",
+        ("interpreter",),
+        avoid=("invert_unsigned",),
+        before=(3, 7),
+    ),
+    "minnum_propagates_nan_in_interpreter": Known(
+        "new: tl.minimum and tl.maximum propagate NaN in the interpreter (Triton 3.6)",
+        "Triton 3.6's interpreter computes minnumf/maxnumf (propagate_nan=NONE, the default) with "
+        "np.minimum/np.maximum, so a NaN operand gives NaN where the compiled path and the GPU give the other operand",
+        ("interpreter",),
+        slack=("minnum_nan",),
+        before=(3, 7),
     ),
     "libdevice_in_interpreter": Known(
         "new: libdevice functions do not run in the interpreter",
@@ -220,9 +253,16 @@ CI_EXAMPLES = {
 DATA_DRAWS = 2
 
 
+TRITON = tuple(int(p) for p in triton.__version__.split(".")[:2])
+
+
 def _active() -> list[Known]:
-    version = tuple(int(p) for p in triton.__version__.split(".")[:2])
-    return [k for k in KNOWN_DIVERGENCES.values() if k.triton is None or version < k.triton]
+    """The known divergences of this Triton release."""
+    return [
+        k
+        for k in KNOWN_DIVERGENCES.values()
+        if (k.before is None or k.before > TRITON) and (k.since is None or k.since <= TRITON)
+    ]
 
 
 AVOID = frozenset(name for known in _active() for name in known.avoid)

@@ -21,6 +21,8 @@ from triton.language.extra import libdevice
 
 import jt_core as jt
 
+TRITON_3_6 = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7)
+
 
 @pytest.fixture(autouse=True)
 def each_path_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,9 +165,10 @@ def scalar_masked_store_kernel(init_ptr, s, n, out_ptr, BLOCK: tl.constexpr):
 
 
 @pytest.mark.xfail(
+    not TRITON_3_6,
     strict=True,
-    reason="in the interpreter, a block condition and-ed with a scalar condition gives an int32 mask, which its "
-    "store refuses ('mask has unsupported dtype'); the compiled path runs it",
+    reason="in Triton 3.9's interpreter, a block condition and-ed with a scalar condition gives an int32 mask, which "
+    "its store refuses ('mask has unsupported dtype'); the compiled path runs it",
 )
 @pytest.mark.parametrize("s", [0, 2])
 def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s: int) -> None:
@@ -295,3 +298,90 @@ def test_atomic_cas_on_floats_compares_bits() -> None:
         np.testing.assert_array_equal(old.view(np.uint32), memory.view(np.uint32), err_msg=launcher)
         want = np.where(swapped, value, memory)
         np.testing.assert_array_equal(final.view(np.uint32), want.view(np.uint32), err_msg=launcher)
+
+
+# -- rounding -------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def fma_then_add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, x + tl.fma(x, x, 0.0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiled path computes tl.fma(x, x, 0.0) + x as one fused multiply-add (one rounding) although "
+    "the fma's result is rounded before the addition, with enable_fp_fusion=False too (cpu/compiled/lang.py's fma)",
+)
+def test_an_addition_after_fma_rounds_on_its_own_on_the_compiled_path() -> None:
+    x = (np.random.default_rng(0).standard_normal(256) * 3e4).astype(np.float32)
+    want = (x + (x.astype(np.float64) * x).astype(np.float32)).astype(np.float32)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(fma_then_add_kernel, x, out_shape=x, grid=1, BLOCK=256, enable_fp_fusion=False, launcher=launcher)
+        np.testing.assert_array_equal(got, want, err_msg=launcher)
+
+
+# -- Triton 3.6 -------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def invert_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, ~tl.load(x_ptr + offs))
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter builds ~x's all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "
+    "(to correct in jt_core/interpreter)",
+)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32])
+def test_inverting_unsigned_integers_runs_in_the_interpreter(dtype: Any) -> None:
+    x = np.arange(16).astype(dtype) * 7
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(invert_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(got, ~x, err_msg=launcher)
+
+
+@triton.jit
+def minimum_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.minimum(tl.load(x_ptr + offs), tl.load(y_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter computes minnumf (tl.minimum's default, propagate_nan=NONE) with np.minimum, "
+    "which propagates NaN (to correct in jt_core/interpreter)",
+)
+def test_minimum_ignores_a_nan_operand_in_the_interpreter() -> None:
+    x = np.array([np.nan, 1.0, np.nan, -2.0] * 4, np.float32)
+    y = np.array([3.0, np.nan, np.nan, 5.0] * 4, np.float32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(minimum_kernel, x, y, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(got, np.fmin(x, y), err_msg=launcher)
+
+
+@triton.jit
+def unchanged_loop_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for _ in range(0, n):
+        acc = acc
+    tl.store(out_ptr + offs, acc)
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="with Triton 3.6, tracing a loop whose carried value is assigned to itself fails ('int() argument must be "
+    "... not NoneType') and the call is handed to the interpreter (cpu/compiled/control.py)",
+)
+def test_a_loop_that_keeps_its_carried_value_runs_on_the_compiled_path() -> None:
+    x = np.arange(8, dtype=np.int32)
+    (got,) = run_compiled_alone(unchanged_loop_kernel, x, 3, out_shape=x, grid=1, BLOCK=8)
+    np.testing.assert_array_equal(got, x)
