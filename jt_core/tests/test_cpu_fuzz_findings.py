@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from cpu_fuzz_semantics import fma32
 from triton.language.extra import libdevice
 
 import jt_core as jt
@@ -385,3 +386,24 @@ def test_a_loop_that_keeps_its_carried_value_runs_on_the_compiled_path() -> None
     x = np.arange(8, dtype=np.int32)
     (got,) = run_compiled_alone(unchanged_loop_kernel, x, 3, out_shape=x, grid=1, BLOCK=8)
     np.testing.assert_array_equal(got, x)
+
+
+@triton.jit
+def fma_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.fma(tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter computes tl.fma as x * y + z, rounding twice (to correct in "
+    "jt_core/interpreter/numerics.py, which already wraps its fma)",
+)
+def test_fma_rounds_once_in_the_interpreter() -> None:
+    rng = np.random.default_rng(1)
+    x, y, z = ((rng.standard_normal(256) * 3e4).astype(np.float32) for _ in range(3))
+    want = fma32(x, y, z)
+    assert (want != x * y + z).any()  # the data tell one rounding from two
+    (got,) = run(fma_kernel, x, y, z, out_shape=x, grid=1, BLOCK=256, launcher="interpreter")
+    np.testing.assert_array_equal(got, want)
