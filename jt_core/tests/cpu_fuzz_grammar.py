@@ -128,19 +128,34 @@ def expressions(draw: Any, leaves: Leaves, depth: int, avoid: frozenset[str]) ->
     b = draw(st.one_of(sub, literals("float" if a.ty.is_float else "int"))) if draw(st.booleans()) else draw(sub)
     if family == "where":
         c = draw(sub)
-        cond = c if c.ty == I1 else Node("!=", (c, Node("lit", (), I32, True, 0)), I1)
-        return _binary("where", a, b, draw, cond=cond)
+        return _binary("where", a, b, draw, avoid, cond=truthy(c))
     if family == "compare":
-        return _binary(draw(st.sampled_from(COMPARE)), a, b, draw)
-    return _binary(draw(st.sampled_from(ARITH + ARITH + INT_ONLY + ("/", "%", "minimum", "maximum"))), a, b, draw)
+        return _binary(draw(st.sampled_from(COMPARE)), a, b, draw, avoid)
+    ops = ARITH + ARITH + INT_ONLY + ("/", "%", "minimum", "maximum")
+    return _binary(draw(st.sampled_from(ops)), a, b, draw, avoid)
+
+
+def truthy(c: Node) -> Node:
+    """``c != 0`` as an int1 condition (``c`` itself when it is one); a 16-bit float is compared as float32,
+    which gives the same answer."""
+    if c.ty == I1:
+        return c
+    if c.ty.name in ("fp16", "bf16"):
+        c = _cast(c, F32)
+    return Node("!=", (c, Node("lit", (), I32, True, 0)), I1)
 
 
 def _unary(op: str, a: Node) -> Node:
     return Node(op, (a,), a.ty)
 
 
-def _fit_literal(a: Node, b: Node, div_or_mod: bool = False) -> tuple[Node, Node]:
-    """Operands with any literal replaced by one Triton accepts in their computation type."""
+def _fit_literal(a: Node, b: Node, avoid: frozenset[str], div_or_mod: bool = False) -> tuple[Node, Node]:
+    """Operands with any literal replaced by one Triton accepts in their computation type (and a bfloat16 operand
+    meeting a literal taken as float32, where bfloat16 literals are avoided)."""
+    for lit, other in ((a, b), (b, a)):
+        meets = lit.literal and not other.literal and other.ty.name == "bf16" and "bf16_literal" in avoid
+        if meets and computation_type(lit.ty, True, other.ty, False, div_or_mod).name == "bf16":
+            a, b = (a, _cast(b, F32)) if lit is a else (_cast(a, F32), b)
     for lit, other in ((a, b), (b, a)):
         if lit.literal and not other.literal:
             target = computation_type(lit.ty, True, other.ty, False, div_or_mod)
@@ -152,7 +167,7 @@ def _fit_literal(a: Node, b: Node, div_or_mod: bool = False) -> tuple[Node, Node
     return a, b
 
 
-def _binary(op: str, a: Node, b: Node, draw: Any, cond: Node | None = None) -> Node:
+def _binary(op: str, a: Node, b: Node, draw: Any, avoid: frozenset[str], cond: Node | None = None) -> Node:
     if op in INT_ONLY or (op == "%" and (a.ty.is_int or b.ty.is_int)):
         a, b = _as_int(a), _as_int(b)
     if op in (*ARITH, "//", "%", "<<", ">>", "minimum", "maximum", "/", *COMPARE):
@@ -170,7 +185,7 @@ def _binary(op: str, a: Node, b: Node, draw: Any, cond: Node | None = None) -> N
     if op in ("<<", ">>"):
         a = _cast(a, I32) if a.literal else a
         b = Node("lit", (), I32, True, abs(b.attr) % 8) if b.literal else b
-    a, b = _fit_literal(a, b, div_or_mod=op in ("/", "//", "%"))
+    a, b = _fit_literal(a, b, avoid, div_or_mod=op in ("/", "//", "%"))
     comp = computation_type(a.ty, a.literal, b.ty, b.literal, op in ("/", "//", "%"))
     if op == "where":
         assert cond is not None
@@ -204,7 +219,9 @@ def converted(x: Node, target: Ty) -> Node:
 
 def _safe_to_int(x: Node, target: Ty) -> Node:
     """``x`` converted to the integer type ``target`` after zeroing what lies outside its range (and NaN)."""
-    source = x.ty if x.ty.is_float and not x.literal else F32
+    # Triton converts 16-bit floats to integers through float32: converting first changes nothing and keeps the
+    # range checks' literals in float32.
+    source = x.ty if x.ty.is_float and not x.literal and x.ty.bits >= 32 else F32
     x = _cast(x, source)
     return Node("safe_to_int", (x,), target)
 

@@ -14,7 +14,17 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from cpu_fuzz_grammar import FLUSHED, Evaluator, Leaves, Val, Writer, expressions, flush_subnormals, is_scalar
+from cpu_fuzz_grammar import (
+    FLUSHED,
+    Evaluator,
+    Leaves,
+    Val,
+    Writer,
+    expressions,
+    flush_subnormals,
+    is_scalar,
+    truthy,
+)
 from cpu_fuzz_semantics import DATA_TYPES, F32, I32, I64, U32, Ty, convert, literal_type, philox, ty, uniform
 from hypothesis import strategies as st
 
@@ -163,7 +173,7 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
     load_masks = [draw(st.sampled_from(tuple(LOAD_MASKS))) if masked else "in" for _ in input_types]
     others = [draw(_other(t)) if masked else None for t in input_types]
     store_masks = [draw(st.sampled_from(("in", "in", "data"))) if masked else "in" for _ in outputs]
-    conditions = [draw(expressions(leaves, 2, avoid)) if m == "data" else None for m in store_masks]
+    conditions = [truthy(draw(expressions(leaves, 2, avoid))) if m == "data" else None for m in store_masks]
     if "scalar_and_block_mask" in avoid:
         conditions = [None if c is not None and is_scalar(c) else c for c in conditions]
 
@@ -173,8 +183,7 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
     for k, (name, condition) in enumerate(zip(names, conditions, strict=True)):
         where = "offs < n"
         if condition is not None:
-            c = write(condition)
-            where = f"({where}) & ({c} != 0)" if condition.ty.name != "int1" else f"({where}) & {c}"
+            where = f"({where}) & {write(condition)}"
         stores.append(f"    tl.store(out{k}_ptr + offs, {name}, mask={where})")
     loads = []
     for i, (mask, other) in enumerate(zip(load_masks, others, strict=True)):

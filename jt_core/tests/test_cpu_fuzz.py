@@ -233,6 +233,13 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         slack=("fma_rounding",),
         before=(3, 7),
     ),
+    "bf16_literal_in_interpreter": Known(
+        "new: a Python literal meeting a bfloat16 tensor fails in the interpreter (Triton 3.6)",
+        "x_bf16 + 0.5 raises \"'InterpreterBuilder' object has no attribute 'get_bf16'\" in Triton 3.6's interpreter",
+        ("interpreter",),
+        avoid=("bf16_literal",),
+        before=(3, 7),
+    ),
     "libdevice_in_interpreter": Known(
         "new: libdevice functions do not run in the interpreter",
         "a kernel calling libdevice fails in the interpreter path with 'cannot convert None of type NoneType to "

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 import triton
@@ -407,3 +408,23 @@ def test_fma_rounds_once_in_the_interpreter() -> None:
     assert (want != x * y + z).any()  # the data tell one rounding from two
     (got,) = run(fma_kernel, x, y, z, out_shape=x, grid=1, BLOCK=256, launcher="interpreter")
     np.testing.assert_array_equal(got, want)
+
+
+@triton.jit
+def bf16_plus_literal_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 0.5)
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter has no builder method for bfloat16 constants ('InterpreterBuilder' object has "
+    "no attribute 'get_bf16'; to add in jt_core/interpreter)",
+)
+def test_a_literal_meets_a_bfloat16_block_in_the_interpreter() -> None:
+    x = np.linspace(-4, 4, 16).astype(ml_dtypes.bfloat16)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(bf16_plus_literal_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        want = (x.astype(np.float32) + 0.5).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=launcher)
