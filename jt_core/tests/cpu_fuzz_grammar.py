@@ -402,7 +402,7 @@ class Evaluator:
     ``slack`` names the known divergences the path being checked is allowed: ``"bf16_excess"`` (a bfloat16 result may
     be unrounded), ``"exp2_accuracy"`` (``exp2`` may lose bits in proportion to its argument), ``"minnum_nan"``
     (``tl.minimum``/``tl.maximum`` may give NaN for a NaN operand), ``"fma_rounding"`` (an ``fma``'s result may be
-    kept unrounded into the next operation),
+    kept unrounded into the next operation), ``"add_zero"`` (``x + 0`` may keep ``x``'s sign of zero),
     ``"scalar_division"`` (a division by a scalar, an argument or a constant, may be one rounding off). With
     ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and results
     to zero.
@@ -564,6 +564,9 @@ class Evaluator:
         if op == "+":
             out = x + y
             err = a.err + b.err
+            if "add_zero" in self.slack and any(is_scalar(node) for node in n.args):
+                zero = np.broadcast_to((x == 0) | (y == 0), np.shape(out))
+                err = np.where(zero & (np.asarray(out) == 0), np.maximum(err, 5e-324), err)
         elif op == "-":
             out = x - y
             err = a.err + b.err

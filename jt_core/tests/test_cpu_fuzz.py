@@ -173,6 +173,13 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("compiled",),
         slack=("fma_rounding",),
     ),
+    "adding_zero_keeps_negative_zero": Known(
+        "new: adding a zero constant keeps -0.0 on the compiled path",
+        "x + 0.0 (a literal, or a kernel scalar, which the compiled path knows when it traces) is x for x = -0.0: "
+        "XLA drops the addition, where IEEE (and the GPU, and the interpreter) give +0.0",
+        ("compiled",),
+        slack=("add_zero",),
+    ),
     "scalar_and_block_mask": Known(
         "new: a mask that combines a block condition with a scalar one fails in the interpreter",
         "tl.store(p + offs, v, mask=(offs < n) & (s != 0)) raises 'mask has unsupported dtype' (the mask is int32) "

@@ -325,6 +325,25 @@ def test_an_addition_after_fma_rounds_on_its_own_on_the_compiled_path() -> None:
         np.testing.assert_array_equal(got, want, err_msg=launcher)
 
 
+@triton.jit
+def add_scalar_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + s)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="on the compiled path x + 0.0 keeps x's -0.0: the scalar is a constant when the kernel is traced and "
+    "XLA's simplifier drops the addition; IEEE addition gives +0.0, as the interpreter and the GPU do",
+)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_adding_a_zero_scalar_to_negative_zero_gives_positive_zero(dtype: Any) -> None:
+    x = np.array([-0.0, 1.5, -0.0, -2.0] * 4, dtype)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(add_scalar_kernel, x, 0.0, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x + dtype(0.0)), err_msg=launcher)
+
+
 # -- Triton 3.6 -------------------------------------------------------------------------------------------------------
 
 
