@@ -399,13 +399,17 @@ def _int_range_in(source: Ty, target: Ty) -> tuple[float, tuple[str, float]]:
 class Evaluator:
     """Computes expressions with NumPy over named leaf values, with the error bounds described above.
 
-    ``slack`` names the known divergences the path being checked is allowed: ``"bf16_excess"`` (a bfloat16 result may
-    be unrounded), ``"exp2_accuracy"`` (``exp2`` may lose bits in proportion to its argument), ``"minnum_nan"``
-    (``tl.minimum``/``tl.maximum`` may give NaN for a NaN operand), ``"fma_rounding"`` (an ``fma``'s result may be
-    kept unrounded into the next operation), ``"add_zero"`` (``x + 0`` may keep ``x``'s sign of zero),
-    ``"scalar_division"`` (a division by a scalar, an argument or a constant, may be one rounding off). With
-    ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and results
-    to zero.
+    ``slack`` names the known divergences the path being checked is allowed:
+
+    * ``"bf16_excess"``: a bfloat16 result may be unrounded;
+    * ``"exp2_accuracy"``: ``exp2`` may lose bits in proportion to its argument;
+    * ``"minnum_nan"``: ``tl.minimum``, ``tl.maximum`` and ``tl.clamp`` may give NaN for a NaN operand;
+    * ``"fma_rounding"``: an ``fma``'s result may be kept unrounded into the next operation;
+    * ``"add_zero"``: ``x + 0`` may keep ``x``'s sign of zero;
+    * ``"scalar_division"``: a division by a scalar (an argument or a constant) may be one rounding off.
+
+    With ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and
+    results to zero.
     """
 
     def __init__(self, env: dict[str, Val], slack: frozenset[str] = frozenset(), flush: bool = False) -> None:
@@ -511,7 +515,10 @@ class Evaluator:
             lo, hi, nan = n.attr
             low, high = np.asarray(lo, t.np), np.asarray(hi, t.np)
             out = np.fmin(np.fmax(x.v, low), high) if nan == "NONE" else np.minimum(np.maximum(x.v, low), high)
-            return Val(out.astype(t.np), t, False, x.err.copy())
+            err = x.err.copy()
+            if nan == "NONE" and "minnum_nan" in self.slack:
+                err = np.where(np.isnan(x.v.astype(np.float64)), np.inf, err)
+            return Val(out.astype(t.np), t, False, err)
         if op == "mulhi":
             a, b = args
             if n.attr == "libdevice" and t.signed:

@@ -226,9 +226,10 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         before=(3, 7),
     ),
     "minnum_propagates_nan_in_interpreter": Known(
-        "new: tl.minimum and tl.maximum propagate NaN in the interpreter (Triton 3.6)",
+        "new: tl.minimum, tl.maximum and tl.clamp propagate NaN in the interpreter (Triton 3.6)",
         "Triton 3.6's interpreter computes minnumf/maxnumf (propagate_nan=NONE, the default) with "
-        "np.minimum/np.maximum, so a NaN operand gives NaN where the compiled path and the GPU give the other operand",
+        "np.minimum/np.maximum and clampf with np.clip, so a NaN operand gives NaN where the compiled path and the "
+        "GPU give the other operand",
         ("interpreter",),
         slack=("minnum_nan",),
         before=(3, 7),

@@ -376,8 +376,8 @@ def minimum_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
 @pytest.mark.xfail(
     TRITON_3_6,
     strict=True,
-    reason="Triton 3.6's interpreter computes minnumf (tl.minimum's default, propagate_nan=NONE) with np.minimum, "
-    "which propagates NaN (to correct in jt_core/interpreter)",
+    reason="Triton 3.6's interpreter computes minnumf (tl.minimum's default, propagate_nan=NONE) with np.minimum "
+    "and clampf with np.clip, which propagate NaN (to correct in jt_core/interpreter)",
 )
 def test_minimum_ignores_a_nan_operand_in_the_interpreter() -> None:
     x = np.array([np.nan, 1.0, np.nan, -2.0] * 4, np.float32)
@@ -385,6 +385,14 @@ def test_minimum_ignores_a_nan_operand_in_the_interpreter() -> None:
     for launcher in ("compiled", "interpreter"):
         (got,) = run(minimum_kernel, x, y, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
         np.testing.assert_array_equal(got, np.fmin(x, y), err_msg=launcher)
+        (clamped,) = run(clamp_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(clamped, np.fmin(np.fmax(x, -1.0), 1.0), err_msg=launcher)
+
+
+@triton.jit
+def clamp_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.clamp(tl.load(x_ptr + offs), -1.0, 1.0))
 
 
 @triton.jit
