@@ -434,7 +434,10 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
     """``tl.atomic_add``/``max``/``min``/``and``/``or``/``xor``/``xchg``/``cas`` from every lane of one to three
     programs into a few slots (lanes and programs contend), masked, with the returned old values stored or not."""
     op = draw(st.sampled_from(tuple(ATOMIC_TYPES)))
-    t = ty(draw(st.sampled_from(ATOMIC_TYPES[op])))
+    types = ATOMIC_TYPES[op]
+    if op == "xchg" and "float_xchg" in avoid:
+        types = tuple(n for n in types if not n.startswith("fp"))
+    t = ty(draw(st.sampled_from(types)))
     block = draw(st.sampled_from((8, 16)))
     programs = draw(st.integers(1, 3))
     size = block * programs - draw(st.integers(0, block - 1))

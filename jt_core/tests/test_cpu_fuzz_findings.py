@@ -302,6 +302,36 @@ def test_atomic_cas_on_floats_compares_bits() -> None:
         np.testing.assert_array_equal(final.view(np.uint32), want.view(np.uint32), err_msg=launcher)
 
 
+@triton.jit
+def xchg_kernel(v_ptr, init_ptr, out_ptr, old_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(old_ptr + offs, tl.atomic_xchg(out_ptr + offs, tl.load(v_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton's interpreter exchanges integers only: a float atomic_xchg raises 'Unsupported data type' (to "
+    "correct in jt_core/interpreter, exchanging the bits); the compiled path runs it",
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_atomic_xchg_of_floats_runs_in_the_interpreter(dtype: Any) -> None:
+    value = np.array([0.5, -1.0, np.inf, -0.0], dtype)
+    memory = np.array([10.0, np.nan, -3.25, 7.0], dtype)
+    for launcher in ("compiled", "interpreter"):
+        final, old = run(
+            xchg_kernel,
+            value,
+            memory,
+            out_shape=[memory, memory],
+            input_output_aliases={1: 0},
+            grid=1,
+            BLOCK=4,
+            launcher=launcher,
+        )
+        np.testing.assert_array_equal(final.view(f"u{final.itemsize}"), value.view(f"u{value.itemsize}"))
+        np.testing.assert_array_equal(old.view(f"u{old.itemsize}"), memory.view(f"u{memory.itemsize}"))
+
+
 # -- rounding -------------------------------------------------------------------------------------------------------
 
 
