@@ -26,9 +26,14 @@ COMBINES = {
     "xor": "return a ^ b",
     "or": "return a | b",
     "right": "return b",
+    "twice_plus": "return a * 2 + b",
 }
-INT_ONLY_COMBINES = ("mul", "xor", "or")
+INT_ONLY_COMBINES = ("mul", "xor", "or", "twice_plus")
+#: Associative but not commutative: a scan must keep its operands' order.
 NON_COMMUTATIVE = ("right",)
+#: Not associative: the result depends on how the reduction pairs the elements, which Triton leaves open; the two
+#: CPU paths must still agree.
+ORDER_SENSITIVE = ("twice_plus",)
 
 
 def _combine_source(name: str) -> str:
@@ -95,7 +100,7 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
     if op == "reduce":
         names = [n for n in COMBINES if (vt.is_int or n not in INT_ONLY_COMBINES)]
         if "order_sensitive_reduce" in avoid:
-            names = [n for n in names if n not in NON_COMMUTATIVE]
+            names = [n for n in names if n not in ORDER_SENSITIVE]
         combine = draw(st.sampled_from(names))
     whole = op not in ("argmax", "argmin") and not (op == "pair" and "tuple_reduce_all_axes" in avoid)
     axis = draw(st.sampled_from((0, 1, None) if whole else (0, 1)))
@@ -154,10 +159,12 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
                 results.append((out.reshape(()), err.reshape(())) if zero_dimensional else (out, err))
             return results
 
-        return Instance(
-            [data, *initial],
-            lambda slack: references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack),
-        )
+        def reference(slack: frozenset[str]) -> list[Expected]:
+            if combine in ORDER_SENSITIVE:
+                return [Expected(None) for _ in result_types]
+            return references(evaluate, {"x": Val(block, t, False, np.zeros(block.shape))}, slack)
+
+        return Instance([data, *initial], reference)
 
     return Program(
         "reductions",
@@ -311,7 +318,7 @@ def scans(draw: Any, avoid: frozenset[str]) -> Program:
     reverse = draw(st.booleans())
     combine = None
     if op == "scan":
-        names = [n for n in COMBINES if vt.is_int or n not in INT_ONLY_COMBINES]
+        names = [n for n in COMBINES if (vt.is_int or n not in INT_ONLY_COMBINES) and n not in ORDER_SENSITIVE]
         if reverse and "reverse_scan_noncommutative" in avoid:
             names = [n for n in names if n not in NON_COMMUTATIVE]
         combine = draw(st.sampled_from(names))

@@ -237,6 +237,8 @@ def casts(draw: Any, a: Node, avoid: frozenset[str]) -> Node:
         if a.ty.name in pairs and (a.ty.is_int or a.op == "load"):
             return Node("bitcast", (a,), ty(pairs[a.ty.name]))
     if a.ty.is_float and target.is_int:
+        if target in (I32, I64) and "out_of_range_float_to_int" not in avoid and draw(st.booleans()):
+            return Node("saturate_to_int", (a,), target)
         return _safe_to_int(a, target)
     return _cast(a, target)
 
@@ -321,6 +323,8 @@ class Writer:
             return self.emit(f"{args[0]}.to({t.tl})")
         if op == "bitcast":
             return self.emit(f"{args[0]}.to({t.tl}, bitcast=True)")
+        if op == "saturate_to_int":
+            return self.emit(f"{args[0]}.to({t.tl})")
         if op == "safe_to_int":
             low, high = _int_range_in(n.args[0].ty, t)
             keep = f"({args[0]} >= {low!r}) & ({args[0]} {high[0]} {high[1]!r})"
@@ -466,6 +470,16 @@ class Evaluator:
             out = convert(np.where(keep, x.v, 0), x.ty, t)
             near = _near_integer_step(wide, x.err) | ((np.abs(wide - low) <= x.err) | (np.abs(wide - high) <= x.err))
             return Val(out, t, False, np.where(near & (x.err > 0), np.inf, 0.0))
+        if op == "saturate_to_int":
+            # Out of range, a conversion to int32 or int64 saturates and NaN becomes 0, as PTX's cvt.rzi does.
+            x = args[0]
+            wide = np.trunc(x.v.astype(np.float64))
+            info = np.iinfo(t.np)
+            high, low, nan = wide >= 2.0 ** (t.bits - 1), wide < -(2.0 ** (t.bits - 1)), np.isnan(wide)
+            inside = np.where(high | low | nan, 0.0, wide).astype(np.int64)
+            result = np.where(high, info.max, np.where(low, info.min, inside)).astype(t.np)
+            near = _near_integer_step(x.v.astype(np.float64), x.err)
+            return Val(result, t, False, np.where(near & (x.err > 0), np.inf, 0.0))
         if op in ("neg", "invert", "abs"):
             x = args[0]
             v = x.v.astype(t.np)

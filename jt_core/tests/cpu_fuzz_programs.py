@@ -4,7 +4,7 @@ A `Program` is one kernel's structure (its source, the call's shapes, scalars, g
 once; `Program.instance` draws fresh data for it and computes what each output must hold. The categories: element-wise
 expressions over nine types with masked loads (``other=``) and masked stores (`elementwise`), program ids over
 grids of one to three axes (`grids`), Philox random numbers (`random_numbers`) and atomics (`atomics`);
-`cpu_fuzz_blocks` holds reductions, scans, ``tl.dot``, shape operations and control flow.
+`cpu_fuzz_blocks` holds reductions, scans, ``tl.dot`` and shape operations, `cpu_fuzz_control` control flow.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ class Instance:
 @dataclasses.dataclass
 class Program:
     """One generated kernel and its call: ``source`` defines ``kernel``, whose parameters are the array operands,
-    then ``scalars`` (in order), then one pointer per output, then ``constexprs``; output ``k`` starts as array
-    operand ``k`` where ``aliases[k]`` names it."""
+    then ``scalars`` (in order), then one pointer per output, then ``constexprs``. ``aliases`` maps an array
+    operand to the output that starts with its contents; ``features`` names what may keep a path from running the
+    kernel (``"libdevice"``)."""
 
     category: str
     source: str
@@ -66,7 +67,6 @@ class Program:
     constexprs: dict[str, Any]
     make: Callable[[np.random.Generator], Instance]
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    notes: tuple[str, ...] = ()
     features: frozenset[str] = frozenset()
 
     def instance(self, seed: int) -> Instance:
@@ -446,9 +446,15 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
     returned = draw(st.booleans())
     if returned and t.name == "fp64" and op in ("max", "min") and "f64_atomic_min_max_return" in avoid:
         returned = False
+    # The memory may hold another type of the same width than the pointer the atomic goes through.
+    memory_t = t
+    others = REINTERPRETED.get(t.name, ())
+    if others and op != "cas" and (returned or "atomic_reinterpreted_pointer" not in avoid) and draw(st.booleans()):
+        memory_t = ty(draw(st.sampled_from(others)))
     sem = draw(st.sampled_from(("", ', sem="relaxed"', ', sem="acq_rel"')))
     lanes = "offs < n"
-    ptr = f"out0_ptr + (offs * {stride}) % SLOTS"
+    base = "out0_ptr" if memory_t == t else f"out0_ptr.to(tl.pointer_type({t.tl}))"
+    ptr = f"{base} + (offs * {stride}) % SLOTS"
     if op == "cas":
         call = f"tl.atomic_cas({ptr}, tl.load(c_ptr + offs, mask={lanes}, other=0), val{sem})"
     else:
@@ -469,7 +475,7 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
     def make(rng: np.random.Generator) -> Instance:
         values = _atomic_values(rng, t, size, op, avoid)
         compare = _atomic_values(rng, t, size, op, avoid)
-        memory = _atomic_values(rng, t, slots, op, avoid)
+        memory = _atomic_values(rng, memory_t, slots, op, avoid).view(t.np)
         if op == "cas":
             compare = np.where(rng.integers(0, 2, size) == 0, memory[(np.arange(size) * stride) % slots], compare)
         olds = random_array(rng, t, size, avoid)
@@ -494,23 +500,27 @@ def atomics(draw: Any, avoid: frozenset[str]) -> Program:
                     mem[slot] = _atomic_apply(op, before, vals[lane], cmps[lane], t, number)
                     if lane < size:
                         got_old[lane] = before
-        outputs = [mem] + ([got_old] if returned else [])
+        outputs = [mem.view(memory_t.np)] + ([got_old] if returned else [])
 
         def reference(slack: frozenset[str]) -> list[Expected]:
             return [Expected(o, np.zeros(o.shape)) for o in outputs]
 
-        return Instance([values, compare, memory] + ([olds] if returned else []), reference)
+        return Instance([values, compare, memory.view(memory_t.np)] + ([olds] if returned else []), reference)
 
     return Program(
         "atomics",
         source,
         {"n": size},
-        [((slots,), t)] + ([((size,), t)] if returned else []),
+        [((slots,), memory_t)] + ([((size,), t)] if returned else []),
         {2 + k: k for k in range(count)},
         (programs,),
         {"BLOCK": block, "SLOTS": slots},
         make,
     )
+
+
+#: Types of the same width an atomic's memory may hold instead of its pointer's.
+REINTERPRETED = {"int32": ("uint32", "fp32"), "uint32": ("int32", "fp32"), "int64": ("fp64",)}
 
 
 def _atomic_values(rng: np.random.Generator, t: Ty, size: int, op: str, avoid: frozenset[str]) -> np.ndarray:

@@ -452,8 +452,6 @@ def report(program: Program, arrays: list[np.ndarray], path: str, index: int, go
         f"({got.dtype}{list(got.shape)}) at {len(bad)} of {got.size} elements.",
         f"call: {program.describe()}",
     ]
-    if program.notes:
-        lines.append("notes: " + "; ".join(program.notes))
     for where in bad[:8]:
         place = tuple(int(i) for i in where)
         err = np.broadcast_to(exp.err if exp.err is not None else 0.0, got.shape)[place]
