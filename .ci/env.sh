@@ -2,12 +2,17 @@
 # wheelhouse, and prints each step with the seconds elapsed since the script started.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The virtualenvs and the docs site live outside the clone, in one folder every clone of jt reuses (jt itself is
+# reinstalled from the checkout each time): JT_CI_HOME, by default ~/.cache/jt-ci.
+JT_CI_HOME="${JT_CI_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/jt-ci}"
 # The oldest Python jt claims (Requires-Python in every pyproject.toml) and the one CI runs everything on.
 JT_PYTHON_VERSION=3.12
-PIP_QUIET=(-q --disable-pip-version-check)
+# pip reports errors only: a machine's own pip configuration can warn on every install (an index folder it lacks).
+PIP_QUIET=(-qq --disable-pip-version-check)
 
+# step TEXT: prints TEXT with the seconds elapsed (and STEP_LABEL, which names work running beside other work).
 step() {
-    printf '[%4ds] %s\n' "$SECONDS" "$*"
+    printf '[%4ds] %s%s\n' "$SECONDS" "${STEP_LABEL:+$STEP_LABEL: }" "$*"
 }
 
 find_python() {
@@ -53,18 +58,19 @@ for folder in ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon"):
 PY
 }
 
-# make_venv NAME SET [TOOLS]: creates or updates $ROOT/.ci-venv-NAME with the "latest" or "pinned" version set and
+# make_venv NAME SET [TOOLS]: creates or updates $JT_CI_HOME/venv-NAME with the "latest" or "pinned" version set and
 # jt installed from the checkout; TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out.
 # Sets VENV to the virtualenv's folder.
 make_venv() {
     local name="$1" set="$2" tools="${3:-dev}" python
-    VENV="$ROOT/.ci-venv-$name"
+    VENV="$JT_CI_HOME/venv-$name"
+    mkdir -p "$JT_CI_HOME"
     python="$(find_python)"
     if [ ! -x "$VENV/bin/python" ]; then
-        step "creating the virtualenv .ci-venv-$name with $("$python" -V) ($python)"
+        step "creating the virtualenv $VENV with $("$python" -V) ($python)"
         "$python" -m venv "$VENV"
     else
-        step "updating the virtualenv .ci-venv-$name"
+        step "updating the virtualenv $VENV"
     fi
     local pip=("$VENV/bin/python" -m pip install "${PIP_QUIET[@]}")
     "${pip[@]}" -U pip
@@ -99,7 +105,7 @@ make_venv() {
             "${pip[@]}" --no-deps --force-reinstall "$ROOT/docs/examples/$example"
         fi
     done
-    step "ready: .ci-venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
+    step "ready: venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
 }
 
 # install_build_tools PYTHON: installs into PYTHON's environment what build_wheelhouse takes: build, setuptools,

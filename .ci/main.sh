@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Sets up jt and runs its main job: real Triton kernels through jt.triton_call (on the CPU interpreter, or on the
-# GPU where one is present), checked against jax.numpy, with a table of results. Prints each step as it starts,
+# Sets up jt and runs its main job: real Triton kernels through jt.triton_call (on the CPU, or on the GPU where one
+# is present), checked against jax.numpy, with a table of results. Prints each step as it starts,
 # with the seconds elapsed.
 #
 # If the default python3 already has jax and triton (a prepared GPU machine, possibly without network access), jt
 # is installed next to them; otherwise a virtualenv with the Python jt is tested on and the newest jax + triton is
-# built (.ci-venv-latest, without the development tools; .ci/test.sh adds them).
+# built ($JT_CI_HOME/venv-latest, by default ~/.cache/jt-ci/venv-latest, without the development tools;
+# .ci/test.sh adds them).
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 if python3 -c "import jax, triton, sys; assert sys.version_info >= tuple(map(int, '$JT_PYTHON_VERSION'.split('.')))" \
@@ -26,4 +27,8 @@ step "listing jt's plugins: python -m jt_core plugins"
 "$PY" -m jt_core plugins
 step "running the examples: python examples/run_all.py (vector add, fused softmax, autotuned matmul, layer norm, fused attention)"
 "$PY" examples/run_all.py
-step "done"
+if [ "$PY" = python3 ]; then
+    step "done; to use jt from python3: export PYTHONPATH=$SITE\${PYTHONPATH:+:\$PYTHONPATH}"
+else
+    step "done; to use jt: source $VENV/bin/activate (then python -c 'import jt_core as jt', python -m jt_core plugins)"
+fi

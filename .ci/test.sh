@@ -11,9 +11,14 @@ status=0
 # Test processes: two by default (the CI machine's cores); JT_TEST_WORKERS=0 runs them in this process.
 workers="${JT_TEST_WORKERS:-2}"
 run_pytest() {
-    local venv="$1" label="$2" rc=0
+    local venv="$1" label="$2" rc=0 log
     step "pytest on $label ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
-    JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" || rc=$?
+    # The output is shown once the run ends, so that it is not cut into by the lines of the work running beside it.
+    log="$(mktemp)"
+    JT_DOCS_SITE="$site" JT_STRICT_PLUGINS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" "${@:3}" \
+        >"$log" 2>&1 || rc=$?
+    cat "$log"
+    rm -f "$log"
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
     if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; status=1; fi
 }
@@ -33,12 +38,12 @@ wheel_of() {
 # that the checkout's jt_* folders do not import as (empty) packages; and with a cache folder of their own
 # (JT_CACHE_DIR), so that nothing compiled or built by another environment is served to them.
 prepare_separated() {
-    local python="$1" venv="$ROOT/.ci-venv-separate" constraints
+    local python="$1" venv="$JT_CI_HOME/venv-separate" constraints
     if [ ! -x "$venv/bin/python" ]; then
-        step "creating the virtualenv .ci-venv-separate"
+        step "creating the virtualenv $venv"
         "$(find_python)" -m venv "$venv"
     fi
-    step "installing in .ci-venv-separate jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)')"
+    step "installing in venv-separate jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)')"
     constraints="$(mktemp)"
     "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     # shellcheck disable=SC2046  # one requirement a word
@@ -48,10 +53,10 @@ prepare_separated() {
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
 }
 
-# run_separated: the suites in .ci-venv-separate (prepare_separated made it), with jt-core's wheel from dist/ and each
+# run_separated: the suites in venv-separate (prepare_separated made it), with jt-core's wheel from dist/ and each
 # plugin's in turn.
 run_separated() {
-    local venv="$ROOT/.ci-venv-separate" dist installed rc bare
+    local venv="$JT_CI_HOME/venv-separate" dist installed rc bare
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of jt_core)" || status=1
     rm -rf "$venv/jt-cache"
     bare="$("$venv/bin/python" -c 'import sys; from jt_core.testing import no_compiler_path
@@ -87,29 +92,35 @@ step "ruff"
 step "mypy"
 "$latest/bin/mypy" || status=1
 step "import contracts (lint-imports)"
-"$latest/bin/lint-imports" || status=1
+"$latest/bin/lint-imports" --no-logo || status=1
 step "mkdocs build --strict"
-NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$ROOT/.ci-venv-latest/site" || status=1
+# The suites' checks of the site (tests/test_docs_site.py) read this build (JT_DOCS_SITE) instead of making their own.
+site="$JT_CI_HOME/site"
+rm -rf "$site"
+NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$site" || status=1
 # While the suites of the newest set run, beside them (mostly downloads and installs, in one process at a time): the
 # pinned set's virtualenv; the wheelhouse, built in the pinned set's environment (its jaxlib is the oldest jt supports,
 # whose XLA FFI headers the prebuilt libraries are compiled against), checked, and installed by name in fresh
-# virtualenvs; and the virtualenv of the separated suites. Their output is shown once the suites are done.
-prepared_log="$(mktemp)"
+# virtualenvs; and the virtualenv of the separated suites. Their steps are printed as they start, marked "beside";
+# what a step prints is shown only when it fails.
 prepared_rc="$(mktemp)"
 (
     status=0
+    STEP_LABEL=beside
     make_venv pinned pinned
-    install_build_tools "$ROOT/.ci-venv-pinned/bin/python" || status=1
-    build_wheelhouse "$ROOT/.ci-venv-pinned/bin/python" || status=1
+    install_build_tools "$JT_CI_HOME/venv-pinned/bin/python" || status=1
+    build_wheelhouse "$JT_CI_HOME/venv-pinned/bin/python" || status=1
     step "checking the wheelhouse and installing jt by name from it in fresh virtualenvs (tests/check_wheelhouse.py)"
     figures="$(mktemp)"
-    JT_WHEELHOUSE_FIGURES="$figures" "$latest/bin/python" -m pytest -q -p no:cacheprovider tests/check_wheelhouse.py ||
-        status=1
+    check_log="$(mktemp)"
+    JT_WHEELHOUSE_FIGURES="$figures" logged "$check_log" "$latest/bin/python" -m pytest -q -p no:cacheprovider \
+        tests/check_wheelhouse.py || status=1
+    step "the wheelhouse: $(tail -n 1 "$check_log")"
     sed 's/^/    /' "$figures"
-    rm -f "$figures"
-    prepare_separated "$ROOT/.ci-venv-pinned/bin/python"
+    rm -f "$figures" "$check_log"
+    prepare_separated "$JT_CI_HOME/venv-pinned/bin/python"
     echo "$status" >"$prepared_rc"  # not reached when a step that must succeed failed (errexit holds here)
-) >"$prepared_log" 2>&1 &
+) &
 prepared=$!
 
 # The suites, the examples and the docs' code run on the CPU's compiled path (the default), then again in Triton's
@@ -127,11 +138,12 @@ for example in jt_example_backend jt_example_launcher; do
 done
 
 wait "$prepared" || true
-step "the pinned set's virtualenv, the wheelhouse and its checks, and the separated suites' virtualenv, prepared beside the suites:"
-cat "$prepared_log"
-if [ "$(cat "$prepared_rc" 2>/dev/null)" != 0 ]; then status=1; fi
-rm -f "$prepared_log" "$prepared_rc"
-pinned="$ROOT/.ci-venv-pinned"
+if [ "$(cat "$prepared_rc" 2>/dev/null)" != 0 ]; then
+    echo "error: the work beside the suites failed (its steps above say where)"
+    status=1
+fi
+rm -f "$prepared_rc"
+pinned="$JT_CI_HOME/venv-pinned"
 
 # The pinned set: each distribution's suite from the platform wheels with only it and jt-core installed, without a
 # compiler (the tests that build a library run on the newest set above), then the suite across distributions.

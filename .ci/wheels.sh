@@ -3,17 +3,18 @@
 # platform wheel (py3-none-manylinux_*) of each distribution with native libraries, which carries them prebuilt.
 # Then, by name: pip install --find-links dist jt-core jt-cuda   (or "jt-core[cuda]")
 #
-# `bash .ci/wheels.sh [PYTHON]` builds with PYTHON (default: the virtualenv .ci-venv-build, made on first use), into
+# `bash .ci/wheels.sh [PYTHON]` builds with PYTHON (default: the virtualenv $JT_CI_HOME/venv-build, made on first use), into
 # whose environment it installs the build tools and the oldest jax and jaxlib jt supports (install_build_tools).
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 python="${1:-}"
 if [ -z "$python" ]; then
-    if [ ! -x .ci-venv-build/bin/python ]; then
-        step "creating the virtualenv .ci-venv-build"
-        "$(find_python)" -m venv .ci-venv-build
+    python="$JT_CI_HOME/venv-build/bin/python"
+    if [ ! -x "$python" ]; then
+        step "creating the virtualenv $JT_CI_HOME/venv-build"
+        mkdir -p "$JT_CI_HOME"
+        "$(find_python)" -m venv "$JT_CI_HOME/venv-build"
     fi
-    python=.ci-venv-build/bin/python
 fi
 step "installing the build tools into $("$python" -c 'import sys; print(sys.prefix)')"
 install_build_tools "$python"

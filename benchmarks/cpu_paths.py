@@ -3,19 +3,23 @@ Triton's interpreter (launcher ``ffi``), against Pallas's ``interpret=True`` and
 
 Four kernels, each written once for Triton and once for Pallas, checked against NumPy before timing:
 
-* ``add``: 1M float32, BLOCK 1024 (977 programs);
+* ``add``: 1M float32, BLOCK 1024 (1024 programs);
 * ``softmax``: a row softmax of 256 x 1024 float32, one program per row;
 * ``matmul``: 256 x 256 x 256 float32, blocks 64 x 64 x 32, ``input_precision="ieee"``;
 * ``tail``: a leaky ReLU on 1,000,003 float32 (a masked last block), BLOCK 1024.
 
 Every case is timed in the same process, in interleaved rounds (each round times every case once, in turn), so a
 change of load on the machine shows in all of them; a sample is the mean of ``--calls`` calls (the interpreter's,
-one call), and the figures are medians over the rounds. The matmul's first
-call (Triton's front end, the trace, XLA's compile) is timed in a new process with an empty cache (jt's CPU handler
-library built beforehand, as a wheel carries it).
+and any path's slower than 50 ms per call: one call), and the figures are medians over the rounds. The matmul's
+first call (Triton's front end, the trace, XLA's compile) is timed in a new process with an empty cache (jt's CPU
+handler library built beforehand, as a wheel carries it).
 
-``python benchmarks/cpu_paths.py`` prints the table; ``--rounds R`` (default 7), ``--interpreter-rounds R``
-(default 2: the interpreter takes seconds per call), ``--json FILE`` writes the figures.
+``python benchmarks/cpu_paths.py`` prints, per kernel, the ms per call of each path (median and range over the
+rounds) and the compiled path's time over Pallas's and over ``jnp``'s, taken round by round (median and range),
+against the goal (at most 0.5x Pallas, within 3x ``jnp``). ``--rounds R`` (default 7), ``--interpreter-rounds R``
+(default 2: the interpreter takes seconds per call; 0 leaves it out), ``--no-first-call``, ``--clock cpu`` (the
+process's CPU time instead of wall time: on a busy machine, less disturbed by other jobs), ``--json FILE`` writes
+every sample, ratio and the machine's load.
 """
 
 from __future__ import annotations
@@ -217,12 +221,18 @@ def reference(name: str, args: Sequence[jax.Array]) -> np.ndarray:
     return np.where(a[0] > 0, a[0], 0.01 * np.asarray(args[0], np.float32).astype(np.float64))
 
 
-def timed(fn: Callable[..., jax.Array], args: Sequence[jax.Array], calls: int = 1) -> float:
-    """The mean wall time of ``calls`` calls, each waited for (dispatch and ``block_until_ready`` included)."""
-    start = time.perf_counter()
+def timed(
+    fn: Callable[..., jax.Array],
+    args: Sequence[jax.Array],
+    calls: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """The mean time of ``calls`` calls, each waited for (dispatch and ``block_until_ready`` included), on ``clock``
+    (wall time; ``time.process_time``: the CPU time of every thread of the process)."""
+    start = clock()
     for _ in range(calls):
         jax.block_until_ready(fn(*args))
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
 def first_call_seconds() -> float:
@@ -256,14 +266,36 @@ def machine() -> str:
     )
 
 
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _range(values: Sequence[float], digits: int) -> str:
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
+#: The goal: the compiled path within this many times ``jnp``, and at most this fraction of Pallas.
+GOAL_JNP, GOAL_PALLAS = 3.0, 0.5
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--interpreter-rounds", type=int, default=2)
-    parser.add_argument("--calls", type=int, default=10, help="calls per sample (the interpreter's: one)")
+    parser.add_argument("--interpreter-rounds", type=int, default=2, help="0 leaves the interpreter out")
+    parser.add_argument("--calls", type=int, default=10, help="calls per sample (one for a path slower than 50 ms)")
+    parser.add_argument("--no-first-call", action="store_true", help="leave out the first call in a new process")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (the default), or the process's CPU time, which other jobs on a busy machine disturb less "
+        "(with XLA_FLAGS='--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1', the work of one thread)",
+    )
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     jax.config.update("jax_platforms", "cpu")
+    load_before = os.getloadavg()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(machine(), flush=True)
     data = inputs()
     paths = {
@@ -272,7 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pallas": pallas_cases(),
         "jnp": jnp_cases(),
     }
+    if args.interpreter_rounds <= 0:
+        del paths["interpreter"]
     tolerance = {"add": 0, "tail": 0, "softmax": 1e-6, "matmul": 1e-4}
+    calls: dict[tuple[str, str], int] = {}
     for name, operands in data.items():
         want = reference(name, operands)
         for path, cases in paths.items():
@@ -280,31 +315,66 @@ def main(argv: Sequence[str] | None = None) -> int:
             np.testing.assert_allclose(
                 got, want, rtol=tolerance[name] or 1e-7, atol=tolerance[name], err_msg=f"{path} {name}"
             )
+            slow = path == "interpreter" or timed(cases[name], operands) > 0.05
+            calls[path, name] = 1 if slow else args.calls
     times: dict[str, dict[str, list[float]]] = {path: {name: [] for name in data} for path in paths}
     for round_index in range(args.rounds):
         for name, operands in data.items():
             for path, cases in paths.items():
                 if path == "interpreter" and round_index >= args.interpreter_rounds:
                     continue
-                times[path][name].append(timed(cases[name], operands, 1 if path == "interpreter" else args.calls))
-    first = first_call_seconds()
-    medians = {path: {name: statistics.median(v) * 1e3 for name, v in per.items()} for path, per in times.items()}
+                times[path][name].append(timed(cases[name], operands, calls[path, name], clock) * 1e3)
+    first = None if args.no_first_call else first_call_seconds()
+    load_after = os.getloadavg()
+    # Each round timed the compiled path and its references back to back: the ratio of one round's samples is
+    # what load on the machine disturbs least.
+    ratios = {
+        reference: {name: [c / r for c, r in zip(times["compiled"][name], times[reference][name])] for name in data}
+        for reference in ("pallas", "jnp")
+    }
     print(
-        f"\nmedian ms over {args.rounds} interleaved rounds of {args.calls} calls "
-        f"(interpreter: {args.interpreter_rounds} rounds of one call)"
+        f"\n{args.clock} ms per call over {args.rounds} interleaved rounds (a sample: the mean of {args.calls} calls, "
+        f"or of one for a path slower than 50 ms; the interpreter: {args.interpreter_rounds} rounds): median [min-max]"
     )
-    header = (
-        f"{'kernel':8} {'compiled':>10} {'interpreter':>12} {'pallas':>10} {'jnp':>8}  {'÷ pallas':>9} {'÷ jnp':>7} "
-        f"{'interp ÷ compiled':>18}"
+    print(
+        f"{'kernel':8} {'compiled':>22} {'pallas':>26} {'jnp':>22}"
+        + (f" {'interpreter':>14}" if "interpreter" in paths else "")
     )
-    print(header)
     for name in data:
-        c, i, p, j = (medians[path][name] for path in ("compiled", "interpreter", "pallas", "jnp"))
-        print(f"{name:8} {c:10.2f} {i:12.1f} {p:10.2f} {j:8.3f}  {c / p:9.3f} {c / j:7.1f} {i / c:18.0f}")
-    print(f"\nmatmul first call through the compiled path, new process, empty cache: {first:.2f} s")
+        line = f"{name:8} {_range(times['compiled'][name], 3):>22} {_range(times['pallas'][name], 2):>26}"
+        line += f" {_range(times['jnp'][name], 3):>22}"
+        if "interpreter" in paths:
+            line += f" {statistics.median(times['interpreter'][name]):14.1f}"
+        print(line)
+    print(
+        f"\ncompiled / reference, per round: median [min-max]; goal <= {GOAL_PALLAS} x Pallas and <= {GOAL_JNP} x jnp"
+    )
+    print(f"{'kernel':8} {'/ pallas':>24} {'/ jnp':>20}  goal")
+    for name in data:
+        to_pallas, to_jnp = ratios["pallas"][name], ratios["jnp"][name]
+        met = statistics.median(to_pallas) <= GOAL_PALLAS and statistics.median(to_jnp) <= GOAL_JNP
+        print(f"{name:8} {_range(to_pallas, 3):>24} {_range(to_jnp, 2):>20}  {'met' if met else 'MISSED'}")
+    print(f"\nload average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
+    if first is not None:
+        print(f"matmul first call through the compiled path, new process, empty cache: {first:.2f} s")
     if args.json:
+        figures = {
+            "machine": machine(),
+            "load_average": {"before": list(load_before), "after": list(load_after)},
+            "rounds": args.rounds,
+            "clock": args.clock,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "calls_per_sample": {f"{path}/{name}": n for (path, name), n in calls.items()},
+            "ms_per_call": {path: {name: _spread(v) for name, v in per.items() if v} for path, per in times.items()},
+            "samples_ms": times,
+            "compiled_over": {
+                ref: {name: {**_spread(v), "rounds": v} for name, v in per.items()} for ref, per in ratios.items()
+            },
+            "goal": {"jnp": GOAL_JNP, "pallas": GOAL_PALLAS},
+            "first_call_s": first,
+        }
         with open(args.json, "w") as out:
-            json.dump({"machine": machine(), "median_ms": medians, "first_call_s": first}, out, indent=1)
+            json.dump(figures, out, indent=1)
     return 0
 
 

@@ -1,13 +1,11 @@
 """Autotuning once per machine: an 8-config autotuned matmul, tuned in a first process and reused by a second.
 
 Each process lowers and compiles a jitted 4096^3 fp16 matmul whose kernel has eight ``triton.Config`` candidates,
-then times its first execution (the handler times every config on the real buffers and keeps the fastest) and a
-steady execution. The tuning time is ``first - steady``. The second process shares the first one's ``JT_CACHE_DIR``
-(compiled cubins and the remembered winner) but not its memory.
-
-Both launchers that tune are measured: ``jt`` tunes on the first execution (in its handler), ``xla`` lowers one
-configuration, so it tunes while the call is lowered (through ``jt``, on scratch buffers) and its first execution
-runs the winner. Compare their first-call totals: compile (lowering included) plus first execution.
+then times its first execution and a steady execution. Both launchers tune while the call is lowered, through jt's
+handler on scratch buffers, and lower the winner alone (``jt`` since it tunes ahead; ``xla`` always did), so the
+tuning is part of the compile time; the second process shares the first one's ``JT_CACHE_DIR`` (compiled cubins and
+the remembered winner) but not its memory, and skips it. Compare the first-call totals: compile (lowering included)
+plus first execution. ``gpu_autotune_speed.py`` measures what the tuned call runs at.
 
 The ``jt`` launcher is measured twice: on a new cache folder (the first call on a machine builds jt's launch handler
 while the configurations compile), and on a new cache folder whose handler was built ahead with ``python -m jt_core
@@ -191,8 +189,8 @@ def main() -> None:
                   f"{run['tuning_s']:9.4f} {run['first_call_s']:13.3f}")  # fmt: skip
     jt_first, xla_first = results["jt"]["first"]["first_call_s"], results["xla"]["first"]["first_call_s"]
     print(f"first process, first call: xla {xla_first:.3f} s vs jt {jt_first:.3f} s ({xla_first / jt_first:.2f}x)")
-    ratio = results["jt"]["second"]["tuning_s"] / results["jt"]["first"]["tuning_s"]
-    print(f"jt launcher, second/first tuning time: {ratio:.1%} (goal <= 5%)")
+    ratio = results["jt"]["second"]["first_call_s"] / results["jt"]["first"]["first_call_s"]
+    print(f"jt launcher, second/first process's first call: {ratio:.1%}")
     if args.wheels:
         wheel_first = results["jt (platform wheels, no compiler)"]["first"]
         seconds = wheel_first["first_call_s"]

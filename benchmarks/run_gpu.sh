@@ -171,6 +171,10 @@ if [ $BENCH -eq 1 ]; then
     note "benchmark autotune: no platform wheels in dist/, so the first call from them is not measured"
   fi
   run_bench autotune gpu_autotune.py "${AUTOTUNE_ARGS[@]}"
+  # The tuned call against its winner called fixed, in the process that tuned and in a second one; with --diagnose,
+  # the handler's in-process tuning (JT_TUNE_AHEAD=0) stage by stage.
+  if [ $QUICK -eq 1 ]; then SPEED_ARGS=(--rounds 3 --diagnose); else SPEED_ARGS=(--rounds 9 --diagnose); fi
+  run_bench autotune_speed gpu_autotune_speed.py "${SPEED_ARGS[@]}"
   run_bench compile_cache compile_cache.py --arch 90
   if timeout 300 "$PY" -P benchmarks/gpu_transformations.py $([ $QUICK -eq 1 ] && echo --quick) \
       >"$SCRATCH/transformations.log" 2>&1; then
@@ -189,7 +193,7 @@ cat "$OUT/versions.txt"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 grep -sE "unexpected skip|^(FAILED|ERROR)" "$OUT/gpu-tests.log" "$OUT/gpu-tests-xla.log" "$OUT/cpu-tests.log" | head -20
 if [ -f "$OUT/xla_matrix.log" ]; then echo "-- xla matrix"; sed -n '/^kernel /,$p' "$OUT/xla_matrix.log"; fi
-for bench in launch launch_no_graphs throughput first_call autotune compile_cache transformations; do
+for bench in launch launch_no_graphs throughput first_call autotune autotune_speed compile_cache transformations; do
   if [ -f "$SCRATCH/$bench.log" ]; then
     echo "-- $bench"; grep -vE "Warning|warn\(|^ +[a-z]+ = |_warn_once|torch.from_numpy" "$SCRATCH/$bench.log" | tail -24
   fi

@@ -3,7 +3,8 @@ builds.
 
 The blocks of one page run in order as one script, in a fresh Python process started outside the repository (a
 page reads like a session; a name a block uses without importing or defining it fails). A block preceded by the
-line ``<!-- gpu-only -->`` needs a GPU and is skipped here. A block titled with a file of the repository
+line ``<!-- not run: REASON -->`` is left out, for the reason it states (it needs a GPU, it waits for a debugger's
+commands); every other ``python`` block runs. A block titled with a file of the repository
 (`` ```python title="docs/examples/.../plugin.py" ``) shows that file, to the letter: it is not part of the page's
 session (the file is tested where it lives), and a test fails when the two differ. After changing such a file,
 ``python tests/test_docs_examples.py --sync-shown-files`` copies it into every block that shows it.
@@ -33,8 +34,11 @@ PAGES = DOCS / "pages"
 EXAMPLE_PLUGIN = DOCS / "examples" / "jt_example_backend"
 EXAMPLE_LAUNCHER = DOCS / "examples" / "jt_example_launcher"
 EXAMPLES = (EXAMPLE_PLUGIN, EXAMPLE_LAUNCHER)
-GPU_ONLY = "<!-- gpu-only -->"
+#: The line before a ``python`` block that is not run, with the reason.
+NOT_RUN = re.compile(r"^<!-- not run: (?P<reason>\S.*?) -->$")
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)(?P<info>[^\n]*)\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+#: Every fence that opens a block of Python, however it is indented or spelled.
+PYTHON_FENCE = re.compile(r"^(?P<indent>[ \t]*)```+ *(?P<lang>py|python|python3|pycon|ipython)\b", re.MULTILINE | re.I)
 TITLE = re.compile(r'\btitle="(?P<path>[^"]+)"')
 DONE = "docs-session-finished"
 
@@ -54,18 +58,21 @@ class CodeBlock:
     page: str
     line: int  # the line of the page where the block's body starts
     source: str
-    gpu_only: bool
+    not_run: str | None  # why the block is not run (its ``<!-- not run: REASON -->`` line), or None
     shows: str | None = None  # the repository file the block shows (its title)
+    before: str = ""  # the line before the block
 
 
 def fenced_blocks(page: Path) -> list[tuple[re.Match[str], CodeBlock]]:
-    """Every fenced block of a page, with its first line number, the gpu-only flag and the file it shows."""
+    """Every fenced block of a page, with its first line number, why it is not run and the file it shows."""
     text = page.read_text(encoding="utf-8")
     blocks = []
     for match in FENCE.finditer(text):
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         line = text.count("\n", 0, match.start("body")) + 1
-        blocks.append((match, CodeBlock(page.name, line, match["body"], before == GPU_ONLY, _shows(match))))
+        marker = NOT_RUN.match(before)
+        reason = marker["reason"] if marker else None
+        blocks.append((match, CodeBlock(page.name, line, match["body"], reason, _shows(match), before)))
     return blocks
 
 
@@ -75,8 +82,8 @@ def python_blocks(page: Path) -> list[CodeBlock]:
 
 
 def session_blocks(page: Path) -> list[CodeBlock]:
-    """The blocks a reader runs on a machine without a GPU: neither gpu-only nor a shown file."""
-    return [b for b in python_blocks(page) if not b.gpu_only and b.shows is None]
+    """The blocks a reader runs on a machine without a GPU: neither marked not run nor a shown file."""
+    return [b for b in python_blocks(page) if b.not_run is None and b.shows is None]
 
 
 def shown_files(page: Path) -> list[CodeBlock]:
@@ -150,15 +157,15 @@ INIT = "docs/examples/jt_example_backend/src/jt_example_backend/__init__.py"
 def test_fence_parser_finds_blocks_gpu_markers_and_shown_files(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text(
-        "# t\n\n```python\na = 1\n```\n\n<!-- gpu-only -->\n```python\nb = 2\n```\n\n```bash\nls\n```\n\n"
+        "# t\n\n```python\na = 1\n```\n\n<!-- not run: needs a GPU -->\n```python\nb = 2\n```\n\n```bash\nls\n```\n\n"
         f'```python title="{INIT}"\n__version__ = "0.1.0"\n```\n',
         encoding="utf-8",
     )
     blocks = python_blocks(page)
-    assert [(b.line, b.source, b.gpu_only, b.shows) for b in blocks] == [
-        (4, "a = 1\n", False, None),
-        (9, "b = 2\n", True, None),
-        (17, '__version__ = "0.1.0"\n', False, INIT),
+    assert [(b.line, b.source, b.not_run, b.shows) for b in blocks] == [
+        (4, "a = 1\n", None, None),
+        (9, "b = 2\n", "needs a GPU", None),
+        (17, '__version__ = "0.1.0"\n', None, INIT),
     ]
     assert session_blocks(page) == blocks[:1] and shown_files(page) == blocks[2:]
     script = page_script(page).splitlines()
@@ -336,6 +343,46 @@ def test_guide_pages_have_executed_examples() -> None:
     assert "README.md" in names
 
 
+def python_block_problems(document: Path) -> list[str]:
+    """The blocks of Python in ``document`` that would be neither run nor left out for a stated reason: a fence the
+    runner does not read (indented, or spelled otherwise than ``python``), or a comment before a ``python`` block
+    that is not the ``<!-- not run: REASON -->`` line (the block then runs, whatever the comment meant)."""
+    text = document.read_text(encoding="utf-8")
+    problems = []
+    for fence in PYTHON_FENCE.finditer(text):
+        if fence["indent"] or fence["lang"] != "python":
+            line = text.count("\n", 0, fence.start()) + 1
+            problems.append(
+                f"{document.name}:{line}: a ```{fence['lang']} block that the docs test does not see (indented, or "
+                "not spelled python): open it with ```python at the start of a line"
+            )
+    for block in python_blocks(document):
+        if block.before.startswith("<!--") and block.not_run is None:
+            problems.append(
+                f"{document.name}:{block.line - 2}: {block.before!r} before a python block is no "
+                "`<!-- not run: REASON -->` line, so the block runs"
+            )
+    return problems
+
+
+def test_the_block_check_finds_blocks_that_would_not_run(tmp_path: Path) -> None:
+    page = tmp_path / "p.md"
+    page.write_text(
+        "* a list\n\n    ```python\n    a = 1\n    ```\n\n```py\nb = 2\n```\n\n<!-- gpu-only -->\n```python\n"
+        "c = 3\n```\n\n<!-- not run: needs a GPU -->\n```python\nd = 4\n```\n",
+        encoding="utf-8",
+    )
+    problems = python_block_problems(page)
+    assert [problem.split(":", 2)[1] for problem in problems] == ["3", "7", "11"], problems
+    assert [b.source for b in session_blocks(page)] == ["c = 3\n"]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=[_id(p) for p in DOCUMENTS])
+def test_every_python_block_runs_or_says_why_not(document: Path) -> None:
+    problems = python_block_problems(document)
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("page", WITH_SESSIONS, ids=[_id(p) for p in WITH_SESSIONS])
 def test_code_blocks_run_as_pasted_in_a_fresh_process(page: Path, tmp_path: Path) -> None:
     result = run_page(page, tmp_path)
@@ -398,28 +445,6 @@ def test_documented_pip_installs_name_real_distributions_extras_and_paths() -> N
             if unknown:
                 problems.append(f"{doc}: `pip install {command}`: {requirement.name} has no extra {sorted(unknown)}")
     assert not problems, "\n".join(problems)
-
-
-def test_mkdocs_build_strict(tmp_path: Path) -> None:
-    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
-        pytest.skip("the docs tools are not installed (pip install -r docs/requirements.txt)")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"), "-d", str(tmp_path)],
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    performance = (tmp_path / "performance" / "index.html").read_text(encoding="utf-8")
-    assert "CPU interpreter backend" in performance, "benchmarks/RESULTS.md was not included"
-    reference = (tmp_path / "reference" / "index.html").read_text(encoding="utf-8")
-    assert reference.count("input_output_aliases") >= 1
-    assert (tmp_path / "search" / "search_index.json").is_file(), "no search index"
-    getting_started = (tmp_path / "getting-started" / "index.html").read_text(encoding="utf-8")
-    assert re.search(r'name="generator" content="mkdocs-[\d.]+, mkdocs-material-', getting_started), "not the theme"
-    assert '"content.code.copy"' in getting_started, "no copy buttons on code blocks"
-    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 #: Why a test of an example plugin may be skipped: the toy platform has no device, so nothing it lowers can run.

@@ -145,6 +145,26 @@ def test_a_sample_table_is_what_the_cli_prints(listing: str, index: int) -> None
         assert cells == expected, f"plugins.md, table {index + 1}: the row of {cells[0]!r}\n{listing}"
 
 
+HANDS_ON = re.compile(r"^\S+:\S+ hands a call to the platform's next launcher for: .*$", re.MULTILINE)
+NATIVE_LINE = re.compile(r"^  (?P<label>cpu:\S+) +(?P<library>\S+) ", re.MULTILINE)
+
+
+def test_the_first_sample_shows_the_cpu_launchers_lines_as_the_cli_prints_them(listing: str) -> None:
+    """The CPU's launchers have a device everywhere, so every listing says which calls each hands on and which
+    library each uses: the first sample shows those lines as the CLI prints them."""
+    text = (PAGES / "plugins.md").read_text(encoding="utf-8")
+    first = TEXT_BLOCK.search(text)
+    assert first is not None and tuple(first["body"].split("\n", 1)[0].split()) == HEADER
+    sample = first["body"]
+    cpu_rules = [line for line in HANDS_ON.findall(listing) if line.startswith("cpu:")]
+    assert cpu_rules, listing
+    assert [line for line in HANDS_ON.findall(sample) if line.startswith("cpu:")] == cpu_rules, (
+        f"plugins.md's first sample differs from `python -m jt_core plugins` on the CPU launchers' rules:\n{listing}"
+    )
+    native = [(m["label"], m["library"]) for m in NATIVE_LINE.finditer(listing)]
+    assert native and [(m["label"], m["library"]) for m in NATIVE_LINE.finditer(sample)] == native, listing
+
+
 def test_the_sample_lines_of_launchers_that_only_lower_are_the_cli_s(listing: str) -> None:
     text = (PAGES / "plugins.md").read_text(encoding="utf-8")
     sample = LOWERS_ONLY.findall(text)

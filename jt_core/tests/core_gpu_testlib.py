@@ -151,6 +151,32 @@ def parsed_state() -> dict[str, Any]:
     return json.loads(text) if text else {}
 
 
+def fake_tuning(
+    writes: Sequence[int], micros: Sequence[float], refused: Sequence[bool] = (), elements: int = 64, check: bool = True
+) -> tuple[int, str, list[str]]:
+    """Runs the handler's tuning over fake configurations (``jt_fake_launch_tune``): configuration ``c`` writes the
+    first ``writes[c]`` of ``elements`` float32 elements of result 0, takes ``micros[c]`` and is ``refused[c]`` at
+    launch. Returns the index chosen (-1 when none), the error's message and why each configuration was set aside."""
+    count = len(writes)
+    lib = _fake_library()
+    message = ctypes.create_string_buffer(8192)
+    skipped = ctypes.create_string_buffer(8192)
+    chosen = lib.jt_fake_launch_tune(
+        ctypes.c_int(count),
+        ctypes.c_int64(elements),
+        ctypes.c_int(4),
+        ctypes.c_int(int(check)),
+        (ctypes.c_int64 * count)(*writes),
+        (ctypes.c_double * count)(*micros),
+        (ctypes.c_int64 * count)(*(int(bool(r)) for r in (refused or [False] * count))),
+        message,
+        ctypes.c_int(len(message)),
+        skipped,
+        ctypes.c_int(len(skipped)),
+    )
+    return int(chosen), message.value.decode(), skipped.value.decode().split("\n")[:count]
+
+
 @contextlib.contextmanager
 def fake_runtime() -> Iterator[None]:
     """Makes the fake driver's runtime present (it starts out missing)."""

@@ -178,17 +178,16 @@ def autotune() -> dict[str, Any]:
     found: dict[str, Any] = {}
     if PLATFORM == "cpu":
         # Each process's trials find the configuration of the other's index slower: process 0 prefers config 1
-        # and process 1 config 0, deterministically.
-        from jt_core.cpu import lowered
+        # and process 1 config 0, deterministically, on every CPU launcher (each times its trials for the tuner).
+        choose = tuning.choose_config
 
-        execute = lowered.execute
+        def slowed_choice(call: Any, device_name: str, trial: Any, *rest: Any) -> int:
+            def slowed(index: int) -> float:
+                return trial(index) + (0.05 if len(call.configs) > 1 and index == PROCESS else 0.0)
 
-        def slowed(call: Any, kernel: Any, operands: Any, config_index: int = 0) -> Any:
-            if len(call.configs) > 1 and config_index == PROCESS:
-                time.sleep(0.05)
-            return execute(call, kernel, operands, config_index)
+            return choose(call, device_name, slowed, *rest)
 
-        lowered.execute = slowed
+        tuning.choose_config = slowed_choice
     m = mesh()
     local = jax.local_devices()[0]
     # 1. A computation of this process only (other processes do not take part): tuned locally, remembered.

@@ -250,7 +250,7 @@ def test_devices_of_one_call_run_one_tuned_configuration(
     choices: list[int] = []
     lock = threading.Lock()
 
-    def choose(call: Any, device_name: str, trial: Any) -> int:
+    def choose(call: Any, device_name: str, trial: Any, none_usable: Any = None) -> int:
         with lock:
             choices.append(len(choices))
             mine = choices[-1]

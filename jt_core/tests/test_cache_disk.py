@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
 from typing import Any
 
+import jax
+import numpy as np
 import pytest
 import triton
 import triton.language as tl
 
-from jt_core import cache
+from jt_core import cache, tuning
+from jt_core.call import CallOptions
 from jt_core.plugin import facade
 from jt_core.plugin.roles import Backend, CompileRequest
 from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing import sample_add_kernel
-from jt_core.testing._calls import compile_request, sample_call
+from jt_core.testing._calls import bind, compile_request, sample_call
 
 COMPILES: list[str] = []
 
@@ -120,6 +125,63 @@ def test_change_of_constant_target_options_or_tool_misses() -> None:
     assert len(COMPILES) == 4
 
 
+def _float(bits: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
+
+
+def _float32(bits: int) -> np.float32:
+    return np.frombuffer(struct.pack("<I", bits), np.float32)[0]
+
+
+#: Pairs of values that Python or repr takes for one (``nan == nan`` is false, but every NaN prints ``nan``;
+#: ``-0.0 == 0.0``; ``1 == 1.0 == True``), each of which compiles and runs otherwise.
+OTHER_BITS = [
+    (_float(0x7FF8000000000000), _float(0x7FF8000000000001)),
+    (_float32(0x7FC00000), _float32(0x7FC00001)),
+    (-0.0, 0.0),
+    (1, True),
+    (1, 1.0),
+]
+OTHER_BITS_IDS = ["nan-payloads", "float32-nan-payloads", "signed-zeros", "int-bool", "int-float"]
+
+
+@triton.jit
+def _scaled_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, FACTOR: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x * FACTOR + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["scale"])
+@triton.jit
+def _tuned_scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * scale, mask=mask)
+
+
+@pytest.mark.parametrize(("first", "second"), OTHER_BITS, ids=OTHER_BITS_IDS)
+def test_constants_of_other_bits_are_other_entries(first: Any, second: Any) -> None:
+    _compile(_scaled_add_kernel, FACTOR=first)
+    _compile(_scaled_add_kernel, FACTOR=first)  # the same bits again: a hit
+    assert len(COMPILES) == 1
+    _compile(_scaled_add_kernel, FACTOR=second)
+    assert len(COMPILES) == 2
+
+
+@pytest.mark.parametrize(("first", "second"), OTHER_BITS, ids=OTHER_BITS_IDS)
+def test_autotuning_keys_of_other_bits_are_other_problems(first: Any, second: Any) -> None:
+    spec = jax.ShapeDtypeStruct((64,), np.float32)
+
+    def key(scale: Any) -> str:
+        grid = lambda meta: (triton.cdiv(64, meta["BLOCK"]),)  # noqa: E731
+        call = bind(_tuned_scale_kernel, (spec,), {"n": 64, "scale": scale}, CallOptions(spec, grid=grid))
+        return tuning.tuning_key(call, "test-device")
+
+    assert key(first) == key(first) and key(first) != key(second)
+
+
 HELPER_MODULE = """
 import triton
 import triton.language as tl
@@ -151,13 +213,16 @@ def _load_module(path: pathlib.Path, name: str, factor: int) -> Any:
 
 def test_change_in_a_called_helper_misses(tmp_path: pathlib.Path) -> None:
     a = _load_module(tmp_path / "mod_a.py", "mod_a", 2)
-    b = _load_module(tmp_path / "mod_b.py", "mod_b", 2)
-    c = _load_module(tmp_path / "mod_c.py", "mod_c", 3)
+    again = _load_module(tmp_path / "mod_a.py", "mod_a_again", 2)
+    elsewhere = _load_module(tmp_path / "mod_b.py", "mod_b", 2)
     _compile(a.kernel)
-    _compile(b.kernel)
-    assert len(COMPILES) == 1, "same source (kernel and helper) is the same entry"
-    _compile(c.kernel)
-    assert len(COMPILES) == 2, "a different helper body is a different entry"
+    _compile(again.kernel)
+    assert len(COMPILES) == 1, "same source (kernel and helper) in the same file is the same entry"
+    _compile(elsewhere.kernel)
+    assert len(COMPILES) == 2, "the same source in another file is another entry: what is kept names the file"
+    changed = _load_module(tmp_path / "mod_a.py", "mod_a_changed", 3)
+    _compile(changed.kernel)
+    assert len(COMPILES) == 3, "a different helper body is a different entry"
 
 
 def test_change_of_kernel_source_misses() -> None:
@@ -304,3 +369,77 @@ def test_threads_storing_and_listing_at_once_never_fail(private_cache: pathlib.P
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(work, range(4)))
     assert len(cache.entries()) == 80
+
+
+def test_a_kernel_of_five_megabytes_of_source_compiles_quickly_into_a_small_entry(
+    tmp_path: pathlib.Path, private_cache: pathlib.Path
+) -> None:
+    """Comments make a kernel's source long, not its program: neither the time to compile it for the CPU nor what
+    the cache keeps grows with them (the entry holds the program, not the source)."""
+    import importlib.util
+    import time
+
+    from jt_core.cpu.backend import CpuBackend
+
+    padding = "".join(f"    # {'a comment line of the kernel ' * 35}{i}\n" for i in range(5000))
+    path = tmp_path / "long_source.py"
+    path.write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def long_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+        + padding
+        + "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    mask = offsets < n\n"
+        "    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)\n"
+    )
+    assert path.stat().st_size > 5_000_000
+    spec = importlib.util.spec_from_file_location("long_source", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    request = compile_request(CpuBackend(), sample_call(module.long_kernel))
+    started = time.monotonic()
+    compiled = cache.compile_cached(request)
+    assert time.monotonic() - started < 20
+    assert compiled.payload.program is not None  # the compiled path runs it
+    (entry,) = cache.entries()
+    assert entry.stat().st_size < 1_000_000 and b"a comment line" not in entry.read_bytes()
+    assert cache.compile_cached(request).payload.program is not None  # read back
+
+
+PRINTING_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets)
+    tl.device_print("x", x)
+    tl.store(out_ptr + offsets, x)
+"""
+
+
+def test_a_kernel_moved_to_another_file_is_told_where_it_now_is(tmp_path: pathlib.Path) -> None:
+    """What the CPU backend keeps names source lines (why a call runs in the interpreter, where each operation
+    is): the same source at another path is compiled afresh, never told the path it had in an earlier run."""
+    from jax import export
+
+    import jt_core as jt
+
+    messages = []
+    for folder in ("before", "after"):
+        (tmp_path / folder).mkdir()
+        path = tmp_path / folder / "printing.py"
+        path.write_text(PRINTING_MODULE)
+        spec = importlib.util.spec_from_file_location(f"printing_{folder}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cache.clear_memory()
+        f = jax.jit(lambda x, k=module.kernel: jt.triton_call(x, kernel=k, out_shape=x, grid=1, BLOCK=16))
+        with pytest.raises(jt.UnsupportedKernelError) as refused:
+            export.export(f, platforms=["cpu"])(jax.ShapeDtypeStruct((16,), np.float32))
+        messages.append(str(refused.value))
+        assert f"{path}:10" in messages[-1], messages[-1]
+    assert str(tmp_path / "before") not in messages[1]

@@ -16,6 +16,7 @@ from jt_core.errors import JtError
 from jt_core.testing import scale_inplace_kernel
 
 X = jnp.arange(20, dtype=jnp.float32)
+X100 = jnp.arange(100, dtype=jnp.float32)
 SPEC = jax.ShapeDtypeStruct((20,), jnp.float32)
 
 
@@ -211,11 +212,12 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"the values fixed by the caller \(\{'BLOCK': 128\}\) rule out every @triton.autotune config",
     ),
     (
-        "autotuned block sizes with a fixed grid",
-        lambda: jt.triton_call(X, kernel=k.autotuned_scale_kernel, out_shape=X, grid=2, n=20),
+        "a fixed grid too small for every autotuned block size",
+        lambda: jt.triton_call(X100, kernel=k.autotuned_scale_kernel, out_shape=X100, grid=1, n=100),
         ValueError,
-        r"grid=2 is fixed, but the @triton.autotune configs of autotuned_scale_kernel\(.*\) differ in their "
-        r"metaparameters \(BLOCK = 16, 32, 64\).*grid=lambda meta: \(triton.cdiv\(n, meta\['BLOCK'\]\),\)",
+        r"no @triton.autotune config can run \(\[BLOCK=16, .*\]: it left 84 of 100 elements of output 0 "
+        r"\(float32\[100\]\) unwritten; .*\[BLOCK=64, .*\]: it left 36 of 100 .*grid=\(1,\) launches the same "
+        r"programs whichever config runs.*grid=lambda meta: \(triton.cdiv\(n, meta\['BLOCK'\]\),\)",
     ),
     (
         "refs combined with aliases",
@@ -293,6 +295,13 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"(?s)The call gave the kernel's parameters: x_ptr: operand 0 \(\*fp32\), y_ptr: operand 1 \(\*fp32\), "
         r"out_ptr: 20 \(i32\), n: output 0 \(\*fp32\)\.\nParameter 'out_ptr' got a scalar: .* pass scalars by "
         r"keyword",
+    ),
+    (
+        "a kernel Triton's front end refuses, named with the platform it was compiled for",
+        lambda: jt.triton_call(X, X, kernel=k.add_current_kernel, out_shape=X, grid=2, n=20, BLOCK=24),
+        jt.KernelCompileError,
+        r"(?s)^compiling triton_call 'add_current_kernel' \(kernel add_current_kernel\(.*\)\) for cpu with config "
+        r"\[BLOCK=24, .*arange's range must be a power of 2",
     ),
     (
         "no outputs at all",

@@ -54,6 +54,8 @@ def not_(x):
     return x == 0
 
 
+# Triton 3.9 warns that `and`/`or` on tensors are deprecated; this test uses them on purpose.
+@pytest.mark.filterwarnings("ignore:Logical operators 'and' and 'or' are deprecated:UserWarning")
 def test_and_or_on_tensors_are_elementwise_as_compiled_triton_makes_them() -> None:
     out = np.asarray(run(bool_ops_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.int32), grid=1, BLOCK=8))
     i = np.arange(8)
@@ -368,12 +370,6 @@ def overlapping_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def in_place_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
-
-
-@triton.jit
 def tiles_kernel(x_ptr, out_ptr, COLS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     r = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
     c = tl.program_id(1) * BN + tl.arange(0, BN)[None, :]
@@ -401,18 +397,6 @@ def test_programs_whose_stores_overlap_run_in_order_as_the_interpreter_runs_them
     compiled = np.asarray(jax.jit(overlapping)(x))
     np.testing.assert_array_equal(compiled, np.asarray(jax.jit(lambda x: overlapping(x, "ffi"))(x)))
     np.testing.assert_array_equal(compiled[88:96], x[88:96] + 11)  # the last program to store there wins
-
-
-def test_a_kernel_that_loads_what_it_stores_runs_in_order() -> None:
-    x = np.arange(50, dtype=np.float32)
-
-    def in_place(x: jax.Array) -> jax.Array:
-        return jt.triton_call(
-            x, kernel=in_place_kernel, out_shape=x, grid=4, n=50, BLOCK=16, input_output_aliases={0: 0}
-        )
-
-    assert not _runs_side_by_side(in_place, x)
-    np.testing.assert_array_equal(np.asarray(jax.jit(in_place)(x)), 2 * x)
 
 
 def test_programs_run_side_by_side_in_chunks_when_they_are_many(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,7 @@ from core_gpu_testlib import (
     bound_call,
     compile_configs,
     fake_runtime,
+    fake_tuning,
     parsed_state,
 )
 
@@ -204,3 +205,80 @@ def test_without_the_runtime_preloading_loads_nothing() -> None:
     assert "libjt_fake_runtime" in FAKE_HANDLER.driver_error()
     with fake_runtime():
         assert FAKE_HANDLER.driver_error() == ""
+
+
+# -- tuning: configurations that cannot launch or leave part of an output unwritten --------------------------------
+
+
+def test_tuning_chooses_the_fastest_config_that_writes_every_element() -> None:
+    # Config 0 is the fastest but writes 8 of 64 elements; config 2 cannot launch.
+    chosen, message, skipped = fake_tuning(writes=[8, 64, 64, 64], micros=[1, 5, 2, 4], refused=[0, 0, 1, 0])
+    assert (chosen, message) == (3, "")
+    assert skipped == [
+        "it left 56 of 64 elements of output 0 unwritten",
+        "",
+        "it cannot launch: fakeLaunchKernel: too many resources requested",
+        "",
+    ]
+
+
+def test_without_the_coverage_check_the_fastest_config_that_launches_wins() -> None:
+    chosen, _, skipped = fake_tuning(writes=[8, 64, 64], micros=[1, 5, 2], refused=[0, 0, 1], check=False)
+    assert chosen == 0 and skipped == ["", "", "it cannot launch: fakeLaunchKernel: too many resources requested"]
+
+
+def test_a_written_value_equal_to_one_sentinel_is_not_taken_for_unwritten() -> None:
+    """The fake kernel writes 0x11 bytes; an element is unwritten only when it holds each run's own sentinel."""
+    chosen, _, skipped = fake_tuning(writes=[63, 64], micros=[1, 2], elements=64)
+    assert chosen == 1 and skipped[0] == "it left 1 of 64 elements of output 0 unwritten"
+
+
+def test_when_every_config_leaves_elements_unwritten_the_error_names_grid_and_the_fix() -> None:
+    chosen, message, _ = fake_tuning(writes=[8, 32], micros=[1, 2])
+    assert chosen == -1
+    assert message.startswith("jt_fake: triton_call 'fake_tuned': no @triton.autotune config can run (")
+    assert "[config 0]: it left 56 of 64 elements of output 0 unwritten; [config 1]: it left 32 of 64" in message
+    assert "grid=(8,) launches the same programs whichever config runs" in message
+    assert "grid=lambda meta: (triton.cdiv(n, meta['BLOCK']),)" in message and "zeroed_outputs=" in message
+
+
+def test_when_no_config_can_launch_the_error_lists_each() -> None:
+    chosen, message, _ = fake_tuning(writes=[64, 64], micros=[1, 2], refused=[1, 1])
+    assert chosen == -1 and message.count("it cannot launch: fakeLaunchKernel") == 2 and "grid=" not in message
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def _autotuned_copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+@pytest.mark.parametrize(
+    ("grid", "zeroed", "coverage"),
+    [((4,), (), [0]), ((4,), (0,), [0]), (lambda meta: (triton.cdiv(128, meta["BLOCK"]),), (), [])],
+    ids=["fixed grid", "zeroed output", "grid sized by the config"],
+)
+def test_the_handler_is_told_which_results_a_config_must_cover(grid: Any, zeroed: Any, coverage: list[int]) -> None:
+    x = jax.ShapeDtypeStruct((128,), F32)
+
+    def copy(a: Any) -> Any:
+        return jt.triton_call(a, kernel=_autotuned_copy_kernel, out_shape=a, grid=grid, n=128, zeroed_outputs=zeroed)
+
+    call = bound_call(copy, x)
+    state = _parse(call, compile_configs(call))
+    assert state["coverage"] == coverage  # a zeroed result is left out per config, by the handler
+    assert [c["zeroed"] for c in state["configs"]] == [list(zeroed)] * 2
+
+
+def test_tuning_ahead_the_handler_leaves_reporting_skipped_configs_to_jt_core() -> None:
+    from jt_core import tuning
+
+    def parsed(n: int) -> dict[str, Any]:
+        x = jax.ShapeDtypeStruct((n,), F32)
+        call = bound_call(lambda a: jt.triton_call(a, kernel=_autotuned_copy_kernel, out_shape=a, grid=(4,), n=n), x)
+        return _parse(call, compile_configs(call))
+
+    assert parsed(128)["report_skipped"] is True  # tuning as the call runs: the handler says it
+    with tuning.skips_reported_by_caller():  # tuning on scratch buffers before lowering: jt-core warns
+        assert parsed(96)["report_skipped"] is False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +20,15 @@ import pytest
 import triton
 import triton.language as tl
 
+import jt_core as jt
 from jt_core import frontend
 from jt_core.call import CallOptions, KernelCall
+from jt_core.cpu import ffi_launcher
 from jt_core.cpu.backend import CpuBackend
 from jt_core.interpreter.execute import execute
+from jt_core.plugin import facade
+from jt_core.plugin.roles import Backend, CompileRequest
+from jt_core.plugin.values import CompiledKernel, Target
 from jt_core.testing._calls import bind, compile_request
 
 F32_4 = jax.ShapeDtypeStruct((4,), np.float32)
@@ -87,6 +93,114 @@ def test_a_call_costs_operations_linear_in_its_outputs(tmp_path: Path) -> None:
     assert large < 4.5 * small, f"500 outputs: {small} operations, 2000 outputs: {large} ({large / small:.1f}x)"
 
 
+def _lowering_operations(outputs: int, folder: Path) -> int:
+    """The operations of lowering, for the CPU's compiled path, a call with ``outputs`` outputs (binding, Triton's
+    front end, tracing the kernel into JAX operations, their lowering); checks that the module writes each output."""
+    kernel = _copy_kernel(outputs, folder)
+
+    def f(x: jax.Array) -> Any:
+        return jt.triton_call(x, kernel=kernel, out_shape=[x] * outputs, grid=1, BLOCK=4, launcher="compiled")
+
+    count, lowered = _operations(lambda: jax.jit(f).trace(F32_4).lower(lowering_platforms=("cpu",)))
+    text = lowered.as_text()  # each output is its store's values: no scatter, no check
+    assert text.count("stablehlo.add") == outputs and "scatter" not in text
+    # The one custom call is the zero that keeps the kernel's `+ 0.0` from being folded away (floats.opaque_constants).
+    assert set(re.findall(r"stablehlo\.custom_call @(\w+)", text)) <= {ffi_launcher.ZERO_TARGET_NAME}
+    return count
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_lowering_a_call_costs_operations_linear_in_its_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("JT_CPU_RACE_CHECK", "JT_CPU_DIFFERENTIAL", "JT_LAUNCHER_CPU"):
+        monkeypatch.delenv(name, raising=False)  # the compiled path, as by default
+    _lowering_operations(4, tmp_path)
+    small, large = _lowering_operations(250, tmp_path), _lowering_operations(1000, tmp_path)
+    assert large < 4.5 * small, f"250 outputs: {small} operations, 1000 outputs: {large} ({large / small:.1f}x)"
+
+
+@triton.jit
+def _pieces_kernel(x_ptr, out_ptr, whole_ptr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    head = tl.load(x_ptr + lanes)
+    tail = tl.load(x_ptr + 3 * BLOCK + lanes)
+    tl.store(out_ptr + BLOCK + lanes, head * 2)
+    tl.store(out_ptr + 2 * BLOCK + lanes, tail - 1)
+    tl.store(whole_ptr + lanes, head + tail)
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_accesses_to_places_known_when_traced_read_and_write_those_places(
+    launcher: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loads and stores of consecutive elements at offsets known when the kernel is traced (the compiled path
+    slices and updates the buffers there, without run-time checks): a part of a buffer, or all of it."""
+    monkeypatch.delenv("JT_LAUNCHER_CPU", raising=False)
+    x = np.random.default_rng(11).standard_normal(64).astype(np.float32)
+
+    def pieces(v: jax.Array) -> Any:
+        out = jax.ShapeDtypeStruct((64,), np.float32)
+        whole = jax.ShapeDtypeStruct((16,), np.float32)
+        return jt.triton_call(
+            v, kernel=_pieces_kernel, out_shape=[out, whole], zeroed_outputs=[0], grid=1, BLOCK=16, launcher=launcher
+        )
+
+    out, whole = (np.asarray(a) for a in jax.jit(pieces)(x))
+    want = np.zeros(64, np.float32)
+    want[16:32], want[32:48] = x[:16] * 2, x[48:] - 1
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(whole, x[:16] + x[48:])
+
+
+class _GpuFrontEndBackend(Backend):
+    """Compiles as a GPU backend's ``triton.compile`` starts: Triton's front end for a CUDA target, the arguments'
+    attributes (divisibility hints) included, which the CPU backend's front end leaves out."""
+
+    platform = "frontend-only"
+
+    def target(self) -> Target:
+        return Target("frontend-only", "sm90", 32)
+
+    def compile(self, request: CompileRequest) -> CompiledKernel:
+        from triton._C.libtriton import ir
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+
+        source = request.dialect.make_source(request.kernel, request.specialization, request.target)
+        target = GPUTarget("cuda", 90, 32)
+        backend = make_backend(target)
+        options = backend.parse_options({"enable_fp_fusion": True})
+        context = ir.context()
+        ir.load_dialects(context)
+        backend.load_dialects(context)
+        codegen = backend.get_codegen_implementation(options)
+        module = source.make_ir(target, options, codegen, backend.get_module_map(), context)
+        stores = str(module).count("tt.store")
+        metadata = {"stores": stores, "attributed": len(source.attrs)}
+        return CompiledKernel(name=request.call.name, target=request.target, metadata=metadata)
+
+
+def _gpu_compile_operations(outputs: int, folder: Path) -> int:
+    """The operations of a compile through jt (`jt_core.plugin.facade.compile_kernel`) by a backend that runs
+    Triton's front end as GPU backends do; checks that the IR holds one store per output."""
+    kernel = _copy_kernel(outputs, folder)
+    call = bind(kernel, (F32_4,), {"BLOCK": 4}, CallOptions([F32_4] * outputs, grid=1))
+    count, compiled = _operations(lambda: facade.compile_kernel(compile_request(_GpuFrontEndBackend(), call)))
+    assert compiled.metadata["stores"] == outputs
+    assert compiled.metadata["attributed"] == outputs + 1  # every pointer's divisibility hint
+    return count
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_gpu_compile_runs_tritons_front_end_in_operations_linear_in_the_outputs(tmp_path: Path) -> None:
+    _gpu_compile_operations(4, tmp_path)
+    small, large = _gpu_compile_operations(500, tmp_path), _gpu_compile_operations(2000, tmp_path)
+    # Triton's own front end walks every parameter for each parameter (sixteen times the operations for four
+    # times the outputs); the stand-ins jt puts in place for every compile keep it at four.
+    assert large < 4.5 * small, f"500 outputs: {small} operations, 2000 outputs: {large} ({large / small:.1f}x)"
+
+
 @triton.jit(do_not_specialize=["BLOCK"])
 def _unspecialized_constexpr_kernel(out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + tl.arange(0, BLOCK), 1.0)
@@ -99,7 +213,7 @@ def _ir(call: KernelCall, linear: bool, around: tuple[Any, str, Callable[..., An
 
     source = call.dialect.make_source(call.fn, call.specialization(call.configs[0]), None)
     target, backend, options, codegen = frontend._backend()
-    stand_ins = frontend._linear_front_end(source.fn) if linear else contextlib.nullcontext()
+    stand_ins = frontend.linear_front_end(source.fn) if linear else contextlib.nullcontext()
     with frontend.compiling(), frontend._lock, stand_ins:
         if around is not None:
             owner, name, wrap = around

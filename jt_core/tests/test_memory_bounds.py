@@ -94,7 +94,8 @@ def test_stores_keep_at_most_the_configured_entries(tmp_path: Path, monkeypatch:
     kernels = [generated_kernel(tmp_path, factor) for factor in range(2, 12)]
     x = jnp.asarray(RNG.standard_normal((2, 16)).astype(np.float32))
     for factor, kernel in zip(range(2, 12), kernels):
-        out = jax.vmap(lambda v, k=kernel: call(k, v))(x)
+        # In the interpreter, which rewrites each kernel (the compiled path rewrites none).
+        out = jax.vmap(lambda v, k=kernel: call(k, v, launcher="interpreter"))(x)
         np.testing.assert_allclose(out, np.asarray(x) * factor + 1, rtol=1e-6)
     sizes = memory.sizes()
     assert sizes["compiled kernel variants"] == 4 and sizes["generated vmap wrappers"] == 4, sizes
@@ -199,6 +200,7 @@ def test_a_long_run_keeps_every_store_bounded(tmp_path: Path, monkeypatch: pytes
     lowered_since_clear: set[tuple[int, int]] = set()
     rss_before = 0
     kernel = None
+    per_lowering = 0  # registered entries per lowered call: 1, or 3 under JT_CPU_DIFFERENTIAL=1 with the race check
     for i in range(calls):
         if i % per_kernel == 0:
             if kernel is not None:
@@ -212,9 +214,10 @@ def test_a_long_run_keeps_every_store_bounded(tmp_path: Path, monkeypatch: pytes
         if i % 50 == 0:
             np.testing.assert_allclose(out, (i % 3) * (2 + (i // per_kernel) % 5) + 1.0, rtol=1e-6)
         sizes = store_sizes()
+        per_lowering = per_lowering or sizes["CPU launcher calls"]
         for name, size in sizes.items():
             largest[name] = max(largest.get(name, 0), size)
-        assert sizes["CPU launcher calls"] <= len(lowered_since_clear)
+        assert sizes["CPU launcher calls"] <= per_lowering * len(lowered_since_clear)
         if (i + 1) % clear_every == 0:
             generated_kernel(tmp_path, 1)  # takes the place of the last one in Triton's own registry
             jax.clear_caches()
@@ -224,7 +227,7 @@ def test_a_long_run_keeps_every_store_bounded(tmp_path: Path, monkeypatch: pytes
             if i + 1 == clear_every:
                 rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert all(size <= bound for name, size in largest.items() if name != "CPU launcher calls"), largest
-    assert largest["CPU launcher calls"] <= clear_every, largest
+    assert 1 <= per_lowering <= 3 and largest["CPU launcher calls"] <= per_lowering * clear_every, largest
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown_kb < 200 * 1024, f"peak RSS grew by {grown_kb} KB over the run"
 

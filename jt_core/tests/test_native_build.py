@@ -183,7 +183,12 @@ def test_jt_core_ships_the_launch_handler_headers() -> None:
     from jt_core.gpu.handler import headers, include_dir
 
     assert (include_dir() / "jt_launch_common.h").is_file()
-    assert {path.name for path in headers()} == {"jt_launch_common.h", "jt_launch_record.h", "jt_launch_state.h"}
+    assert {path.name for path in headers()} == {
+        "jt_launch_common.h",
+        "jt_launch_record.h",
+        "jt_launch_state.h",
+        "jt_launch_tune.h",
+    }
 
 
 def test_launch_handler_registration_does_not_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,6 +169,7 @@ _DEFAULTS: list[tuple[Callable[[], Any], str, Callable[[], dict[str, Any]], Any]
     (QuietBackend, "binary_file_suffix", lambda: {"kernel": CompiledKernel("k", Target("quiet", "q1", 32))}, "bin"),
     (QuietLauncher, "passes_tensor_descriptors", lambda: {"call": sample_call(), "parameters": ["x_ptr"]}, False),
     (QuietLauncher, "runs_through_host_callback", lambda: {"call": sample_call()}, False),
+    (QuietLauncher, "unexportable_reason", lambda: {"call": sample_call()}, None),
     (QuietLauncher, "needs_tuning_ahead", lambda: {"call": sample_call()}, False),
     (QuietDialect, "requires_descriptor_layout", lambda: {"kernel": sample_add_kernel}, False),
 ]
@@ -219,7 +220,9 @@ def test_a_launcher_that_does_not_say_it_passes_tensor_descriptors_is_refused_th
         jax.jit(lambda a: load_tile(jt.TensorDescriptor(a, [16, 32]), 3, 5, launcher="plain"))(x)
     message = str(info.value)
     assert "argument(s) ['desc'] are host-side tensor descriptors" in message
-    assert re.search(r"which launcher 'plain' on platform 'cpu' cannot pass; use launcher='(ffi|interpreter)'", message)
+    assert re.search(
+        r"which launcher 'plain' on platform 'cpu' cannot pass; use launcher='(compiled|ffi|interpreter)'", message
+    )
     assert launcher.lowered == []
 
 

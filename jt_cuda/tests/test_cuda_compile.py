@@ -198,7 +198,7 @@ def test_compile_error_keeps_triton_message_and_names_the_call() -> None:
     with pytest.raises(Exception) as info:
         jax.jit(f).trace(f32((48 * 48,))).lower(lowering_platforms=("cuda",))
     message = str(info.value)
-    assert "triton_call 'bad_block'" in message and "cuda 90" in message and "BLOCK=48" in message
+    assert "triton_call 'bad_block'" in message and "cuda sm90" in message and "BLOCK=48" in message
     assert "power of 2" in message  # Triton's own message, pointing at the source
 
 

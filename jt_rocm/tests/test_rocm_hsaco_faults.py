@@ -136,6 +136,25 @@ def test_a_planted_hsaco_of_the_right_size_in_a_shared_dir_is_never_referenced(
     assert path != planted and shared not in path.parents and path.read_bytes() == hsaco
 
 
+def test_a_lowered_call_never_names_a_planted_hsaco(
+    tmp_path: Path, folder: Path, hsaco: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the lowering, as a program meets it: the module jaxlib's handler loads holds the kernel's bytes,
+    wherever a file of the right name and size was planted (the shared folder, or jt's own folder)."""
+    use_launcher(monkeypatch, "jaxlib")
+    shared = tmp_path / "shared-hsaco"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    for where in (shared, folder):
+        (where / _planted_name(hsaco)).write_bytes(bytes(b ^ 0xFF for b in hsaco))
+    monkeypatch.setenv("JT_ROCM_HSACO_DIR", str(shared))
+    jax.clear_caches()  # compiled here, as the reference was, not taken from an earlier test's compile in memory
+    with pytest.warns(RuntimeWarning, match="does not use the folder .*others may write to it"):
+        path = _module_path()
+    assert shared not in path.parents and path.read_bytes() == hsaco
+    assert (shared / _planted_name(hsaco)).read_bytes() != hsaco  # left alone, and never named
+
+
 def test_a_hsaco_dir_that_is_another_users_link_is_not_used(
     tmp_path: Path, folder: Path, hsaco: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:

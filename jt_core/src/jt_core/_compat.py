@@ -157,3 +157,49 @@ def forget_jit_functions(module_name: str) -> None:
         return
     for key in [key for key in list(registry) if key.startswith(module_name + ":")]:
         registry.pop(key, None)
+
+
+def lowering_for_export(ctx: Any) -> bool:
+    """Whether a lowering rule runs for ``jax.export`` (``jax.export.export`` lowers with
+    ``LoweringParameters(for_export=True)``, kept in the rule context's module context; the same in jax 0.11 and
+    0.12)."""
+    parameters = getattr(ctx.module_context, "lowering_parameters", None)
+    return bool(getattr(parameters, "for_export", False))
+
+
+def low_level_jaxpr(closed: Any) -> Any:
+    """``closed`` with its high-level equations (JAX's "hijax" primitives, which ``custom_jvp`` functions such as
+    ``jax.nn.softplus`` trace to in newer JAX) lowered to the primitives they stand for, as ``jax.jit`` does before
+    it lowers a jaxpr: `lower_closed_jaxpr` has no rule for them. A jaxpr without such equations is returned as is.
+    """
+    if not getattr(closed, "is_high", False):
+        return closed
+    from jax._src.interpreters import partial_eval
+
+    return partial_eval.lower_jaxpr2(closed)
+
+
+def lower_closed_jaxpr(ctx: Any, closed: Any, operands: Any) -> Any:
+    """Lowers a closed jaxpr inline, in a lowering rule, on ``operands`` (MLIR values); returns the result values.
+
+    ``mlir.lower_fun(core.jaxpr_as_fun(closed))`` does the same after tracing the jaxpr's every equation again into
+    a new jaxpr; this lowers the one given. The steps are ``lower_fun``'s own, in jax 0.11 and 0.12 alike: the
+    rule context's platforms, its name stack, tokens, dimension variables and constants.
+    """
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client
+
+    module = ctx.module_context if ctx.platforms is None else ctx.module_context.replace(platforms=ctx.platforms)
+    out, tokens = mlir.jaxpr_subcomp(
+        module,
+        closed.jaxpr,
+        ctx.name_stack,
+        ctx.tokens_in,
+        mlir.ir_consts(closed.consts, [v.aval for v in closed.jaxpr.constvars]),
+        *operands,
+        dim_var_values=ctx.dim_var_values,
+        const_lowering=ctx.const_lowering,
+        outer_traceback=xla_client.Traceback(),
+    )
+    ctx.set_tokens_out(tokens)
+    return out

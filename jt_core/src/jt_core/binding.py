@@ -37,7 +37,7 @@ from jt_core.conventions import assign_arguments
 from jt_core.dtypes import int_type, triton_scalar_type
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
 from jt_core.plugin.roles import Dialect, invoke
-from jt_core.probes import refuse_float_sizes, refuse_traced_scalars
+from jt_core.probes import refuse_float_sizes, refuse_needed_nones, refuse_traced_scalars
 from jt_core.tensordesc import TensorDescriptor
 
 __all__ = ["BoundCall", "bind_call"]
@@ -160,7 +160,7 @@ def bind_call(
                 f"argument {param.name!r} is a sliced/transformed Ref; pass the whole Ref (jax.new_ref(...))"
             )
         if isinstance(value, tuple) and not hasattr(value, "shape"):
-            leaves, treedef = tree_util.tree_flatten(value, is_leaf=_is_operand_leaf)
+            leaves, treedef = tree_util.tree_flatten(value, is_leaf=_is_tuple_leaf)
             paths = [(param.index, i) for i in range(len(leaves))]
             names = [f"{param.name}[{i}]" for i in range(len(leaves))]
             trees.append((param.index, treedef))
@@ -201,10 +201,14 @@ def bind_call(
                 slots.append(ParamSlot(path, leaf_name, INPUT, operand_index, None, type_str, True))
             elif _is_scalar(leaf):
                 slots.append(_scalar_slot(path, leaf_name, leaf, param))
+            elif leaf is None:
+                # As Triton does: None specialises the parameter as a constant, which `is None` tests and
+                # heuristics see, and the kernel takes no argument for it.
+                slots.append(ParamSlot(path, leaf_name, SCALAR, -1, None, "constexpr", False))
             else:
                 raise KernelCallTypeError(
                     f"argument {leaf_name!r} of kernel {signature} is {type(leaf).__name__} ({short_repr(leaf)}); "
-                    "expected an array, a Ref, a jt.TensorDescriptor or a bool/int/float/NumPy scalar"
+                    "expected an array, a Ref, a jt.TensorDescriptor, a bool/int/float/NumPy scalar or None"
                 )
             leaf_index += 1
     _check_descriptor_layouts(dialect, fn, slots)
@@ -299,6 +303,7 @@ def bind_call(
         backend_arguments=options.backend_arguments(),
     )
     refuse_traced_scalars(call, signature)
+    refuse_needed_nones(call, signature)
     refuse_float_sizes(call, signature, wrappers, user_meta)
     return BoundCall(call, bound.operands, bound.refs, out_tree)
 
@@ -320,6 +325,11 @@ def _refuse_narrowed(array: Any, name: str, signature: str) -> None:
 
 def _is_operand_leaf(value: Any) -> bool:
     return _compat.is_ref(value) or isinstance(value, TensorDescriptor)
+
+
+def _is_tuple_leaf(value: Any) -> bool:
+    """A leaf of a tuple argument: an operand, or ``None`` (a constant leaf, which JAX's pytrees would drop)."""
+    return value is None or _is_operand_leaf(value)
 
 
 def _check_descriptor_layouts(dialect: Dialect, kernel: Any, slots: Sequence[ParamSlot]) -> None:

@@ -3,8 +3,11 @@
 The disk cache keeps every compiled kernel its backend lets it keep
 (`may_keep_on_disk`), keyed on everything that changes the binary and nothing
 else: the kernel's source together with the sources of the ``@triton.jit`` functions it calls (Triton's own
-``cache_key``), its dialect, the specialisation, constants, target, options, the backend, and the Triton and jt
-versions.
+``cache_key``), its dialect, the specialisation, constants, target, options, the backend, where the kernel is defined (its file
+and first line, which what is kept names), the Triton and jt versions, and the installed code of jt-core and of the
+backend's distribution (each file's path, size and modification time: code changed under one version number
+compiles afresh); values by their type and exact bits (`jt_core.options.exact_form`), so that two NaNs of other payloads,
+or ``-0.0`` and ``0.0``, are other entries.
 
 Configuration (read on every use, see `jt_core.settings`):
 
@@ -16,8 +19,9 @@ Configuration (read on every use, see `jt_core.settings`):
 Entries are written atomically (`jt_core.files.atomic_write`), so concurrent processes never see a torn entry.
 Each entry carries its integrity record, a SHA-256 checksum of its contents (the sizes of its parts are inside): a
 corrupt or truncated entry is reported with a warning, deleted and rebuilt, never loaded. Entries are JSON plus raw
-binary blobs; nothing is unpickled. The binary is device code that a launcher loads onto the GPU, which is why the
-folder is checked like every folder jt executes from. A compile that misses runs under the entry's lock
+binary blobs; nothing is unpickled. The binary is device code that a launcher loads onto the GPU (for the CPU
+backend, the kernel's Triton IR, which its compiled path turns into XLA operations), which is why the folder is
+checked like every folder jt executes from. A compile that misses runs under the entry's lock
 (`jt_core.files.file_lock`): processes of one machine compiling the same kernel at once compile it once, and the
 others read the entry back. The cache only saves time: an entry that cannot be read is a miss, and one that cannot be
 written (a full disk, a read-only folder) leaves the kernel compiled but uncached, with one warning for the folder.
@@ -33,7 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -46,6 +52,7 @@ from typing import Any
 
 from jt_core import files, memory, settings
 from jt_core._version import __version__
+from jt_core.options import exact_form
 from jt_core.plugin.roles import CompileRequest, invoke
 from jt_core.plugin.values import CompiledKernel, Target
 
@@ -133,6 +140,37 @@ def source_key(kernel: Any) -> str:
     return hashlib.sha256(str(src).encode()).hexdigest()
 
 
+@functools.cache
+def code_stamp(package: str) -> str:
+    """A digest of the ``.py`` files of the installed ``package`` (each one's path, size and modification time, not
+    its content: under a millisecond for jt-core's files, once per process), so that a disk-cache entry compiled by other code under the
+    same version number (a source checkout edited in place) is not taken for this code's."""
+    stamps: list[tuple[str, int, int]] = []
+
+    def walk(folder: str) -> None:
+        with os.scandir(folder) as found:
+            for entry in found:
+                if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                    walk(entry.path)
+                elif entry.name.endswith(".py"):
+                    seen = entry.stat()
+                    stamps.append((entry.path, seen.st_size, seen.st_mtime_ns))
+
+    try:
+        where = getattr(importlib.import_module(package), "__file__", None)  # None: __main__ of ``python -c``
+        if where:
+            walk(os.path.dirname(where))
+    except (ImportError, OSError):
+        return ""
+    return hashlib.sha256(json.dumps(sorted(stamps)).encode()).hexdigest()
+
+
+def defined_at(kernel: Any) -> str:
+    """``FILE:LINE`` of the kernel's ``def`` (``""`` for a kernel without Python code)."""
+    code = getattr(getattr(kernel, "fn", kernel), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+
+
 def compile_key(request: CompileRequest) -> str:
     """The disk-cache key of a compile request (hex SHA-256)."""
     import triton
@@ -141,14 +179,19 @@ def compile_key(request: CompileRequest) -> str:
         "jt": __version__,
         "triton": triton.__version__,
         "source": source_key(request.kernel),
+        # Where the kernel is defined: what a compile keeps (messages, line tables) names its file and lines, and
+        # the same source in another file or at another line must not be told it is where it was.
+        "defined_at": defined_at(request.kernel),
         "dialect": request.dialect.name,
         "backend": f"{type(request.backend).__module__}.{type(request.backend).__qualname__}",
         "backend_tag": invoke(request.backend, "cache_tag"),
-        "signature": repr(sorted(request.specialization.signature.items())),
-        "constexprs": repr(sorted(request.specialization.constexprs.items())),
-        "attrs": repr(sorted((k, [list(a) for a in v]) for k, v in request.specialization.attrs.items())),
-        "target": repr(request.target),
-        "options": repr(request.options),
+        "code": [code_stamp("jt_core"), code_stamp(type(request.backend).__module__.partition(".")[0])],
+        # Values by their type and exact bits (`exact_form`), never by repr: every NaN prints "nan".
+        "signature": exact_form(dict(request.specialization.signature)),
+        "constexprs": exact_form(dict(request.specialization.constexprs)),
+        "attrs": exact_form({k: [list(a) for a in v] for k, v in request.specialization.attrs.items()}),
+        "target": exact_form(request.target),
+        "options": exact_form(request.options),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

@@ -256,6 +256,9 @@ class LaunchConfig(ExactEquality):
         options: Compiler options.
         zeroed_outputs: Output indices zeroed before the launch.
         label: A readable description, used in errors.
+        descriptor_blocks: ``(slot name, block shape)`` of the tensor descriptor arguments whose block shape this
+            configuration sets (its hooks did: `jt_core.pruning`); the others keep their own.
+            `KernelCall.slots_for` gives the slots with them applied.
     """
 
     constexprs: tuple[tuple[str, Any], ...]
@@ -263,6 +266,7 @@ class LaunchConfig(ExactEquality):
     options: CompileOptions
     zeroed_outputs: tuple[int, ...]
     label: str
+    descriptor_blocks: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def constexpr_dict(self) -> dict[str, Any]:
@@ -355,6 +359,21 @@ class KernelCall(ExactEquality):
         """The kernel's signature, for error messages."""
         return kernel_signature_text(self.params, kernel_name(self.fn))
 
+    def slots_for(self, config: LaunchConfig) -> tuple[ParamSlot, ...]:
+        """`slots` as one configuration passes them: a tensor descriptor whose block shape the configuration sets
+        (`LaunchConfig.descriptor_blocks`) carries that block shape (and the type it gives the parameter)."""
+        if not config.descriptor_blocks:
+            return self.slots
+        blocks = dict(config.descriptor_blocks)
+        slots = []
+        for slot in self.slots:
+            block = blocks.get(slot.name)
+            if block is not None and slot.descriptor is not None:
+                spec = slot.descriptor.with_block_shape(block, slot.name)
+                slot = dataclasses.replace(slot, descriptor=spec, type_str=spec.type_str)
+            slots.append(slot)
+        return tuple(slots)
+
     def specialization(self, config: LaunchConfig) -> Specialization:
         """The Triton specialisation of one configuration, keyed by full parameter path."""
         signature: dict[str, Any] = {}
@@ -362,7 +381,7 @@ class KernelCall(ExactEquality):
         attrs: dict[tuple[int, ...], list[list[Any]]] = {}
         values = config.constexpr_dict
         slots_by_param: dict[int, list[ParamSlot]] = {}
-        for slot in self.slots:
+        for slot in self.slots_for(config):
             slots_by_param.setdefault(slot.path[0], []).append(slot)
         trees = dict(self.param_trees)
         for param in self.params:

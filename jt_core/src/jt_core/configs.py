@@ -1,8 +1,11 @@
 """Configurations: unwrapping ``@triton.autotune`` / ``@triton.heuristics`` and expanding them into launch configs.
 
 The user's ``Autotuner`` / ``Heuristics`` objects are only read, never mutated. Values the caller fixes (constexpr
-keywords, ``num_warps=`` ...) prune the autotuning configs that disagree with them; heuristics are evaluated per
-remaining config; `normalize_grid` turns each config's grid into three axes.
+keywords, ``num_warps=`` ...) prune the autotuning configs that disagree with them, then ``prune_configs_by`` prunes
+the rest (`jt_core.pruning`); heuristics are evaluated per remaining config, and the config's hooks give the
+block shapes of tensor descriptor arguments; `normalize_grid` turns each config's grid into three axes. A grid
+that is not a callable serves any configs: which of them cover the outputs is checked when they run
+(`jt_core.coverage`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,14 @@ import numpy as np
 
 from jt_core.call import OUTPUT, CompileOptions, KernelParam, LaunchConfig, ParamSlot, static_key
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, short_repr
+from jt_core.pruning import (
+    AutotunerHooks,
+    PruneSpec,
+    config_copy,
+    hook_block_shapes,
+    named_arguments,
+    prune_configs,
+)
 
 __all__ = [
     "AutotuneConfig",
@@ -28,10 +39,24 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class AutotuneConfig:
-    """A read-only copy of one ``triton.Config``."""
+    """A read-only copy of one ``triton.Config``, with the object it was read from (``source``: what prune
+    functions and hooks are given, as copies)."""
 
     kwargs: tuple[tuple[str, Any], ...]
     options: tuple[tuple[str, Any], ...]
+    source: Any = dataclasses.field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, config: Any) -> AutotuneConfig:
+        """The copy of a ``triton.Config``."""
+        options = tuple(
+            (name, getattr(config, name))
+            for name in ("num_warps", "num_stages", "num_ctas")
+            if getattr(config, name, None) is not None
+        )
+        if getattr(config, "maxnreg", None) is not None:
+            options += (("maxnreg", config.maxnreg),)
+        return cls(tuple(config.kwargs.items()), options, config)
 
 
 @dataclasses.dataclass
@@ -43,17 +68,24 @@ class KernelWrappers:
         configs: The autotuner's configs (empty if not autotuned).
         keys: The autotuner's key names.
         heuristics: ``(name, function)`` pairs, innermost last.
+        outer_heuristics: How many of ``heuristics`` (the first ones) wrap the autotuner: Triton computes them before
+            it prunes, so prune functions see their values.
         reset_to_zero: Names the autotuner zeroes before each trial.
         restore_value: Names the autotuner restores after each trial.
+        prune: The autotuner's ``prune_configs_by``.
+        hooks: The autotuner's own ``pre_hook``/``post_hook``.
     """
 
     fn: Any
     configs: list[AutotuneConfig] = dataclasses.field(default_factory=list)
     keys: list[str] = dataclasses.field(default_factory=list)
     heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = dataclasses.field(default_factory=list)
+    outer_heuristics: int = 0
     reset_to_zero: list[str] = dataclasses.field(default_factory=list)
     restore_value: list[str] = dataclasses.field(default_factory=list)
     autotuned: bool = False
+    prune: PruneSpec = dataclasses.field(default_factory=PruneSpec)
+    hooks: AutotunerHooks = dataclasses.field(default_factory=AutotunerHooks)
 
 
 def unwrap_kernel(kernel: Any) -> KernelWrappers:
@@ -61,7 +93,6 @@ def unwrap_kernel(kernel: Any) -> KernelWrappers:
 
     Raises:
         KernelCallTypeError: When ``kernel`` is not a jitted kernel (a plain Python function, say).
-        NotImplementedError: For an autotuner or config ``pre_hook``/``post_hook``.
     """
     from triton.runtime.autotuner import Autotuner, Heuristics
 
@@ -71,28 +102,14 @@ def unwrap_kernel(kernel: Any) -> KernelWrappers:
         if isinstance(current, Autotuner):
             if wrappers.autotuned:
                 raise KernelCallTypeError("kernel is wrapped in @triton.autotune twice; keep one")
-            if getattr(current, "user_defined_pre_hook", False) or getattr(current, "user_defined_post_hook", False):
-                raise NotImplementedError(
-                    "triton_call does not run @triton.autotune pre_hook/post_hook functions (they take torch "
-                    "tensors); use reset_to_zero=/restore_value= or zeroed_outputs= instead"
-                )
             wrappers.autotuned = True
-            for cfg in current.configs:
-                if getattr(cfg, "pre_hook", None) is not None:
-                    raise NotImplementedError(
-                        f"triton.Config({cfg.kwargs}) has a pre_hook; triton_call cannot run config pre_hooks"
-                    )
-                options = tuple(
-                    (name, getattr(cfg, name))
-                    for name in ("num_warps", "num_stages", "num_ctas")
-                    if getattr(cfg, name, None) is not None
-                )
-                if getattr(cfg, "maxnreg", None) is not None:
-                    options += (("maxnreg", cfg.maxnreg),)
-                wrappers.configs.append(AutotuneConfig(tuple(cfg.kwargs.items()), options))
+            wrappers.outer_heuristics = len(wrappers.heuristics)
+            wrappers.configs = [AutotuneConfig.of(cfg) for cfg in current.configs]
             wrappers.keys = list(current.keys)
             wrappers.reset_to_zero = list(getattr(current, "reset_to_zero", []) or [])
             wrappers.restore_value = list(getattr(current, "restore_value", []) or [])
+            wrappers.prune = PruneSpec.of(current)
+            wrappers.hooks = AutotunerHooks.of(current)
             current = current.fn
         elif isinstance(current, Heuristics):
             wrappers.heuristics.extend(current.values.items())
@@ -134,9 +151,15 @@ def expand_configs(
     num_outputs: int,
     slots: Sequence[ParamSlot],
 ) -> list[LaunchConfig]:
-    """Builds one `LaunchConfig` per autotuning candidate (one when not autotuned)."""
+    """Builds one `LaunchConfig` per autotuning candidate (one when not autotuned).
+
+    The autotuner's configs that the caller's values rule out are dropped, then ``prune_configs_by`` prunes the
+    others (`jt_core.pruning`); heuristics are evaluated per remaining config, and the config's hooks run on
+    stand-ins for the block shapes of tensor descriptor arguments.
+    """
     constexpr_params = [p for p in params if p.is_constexpr]
     constexpr_names = {p.name for p in constexpr_params}
+    named_args, leaf_args = named_arguments(slots, named_values, {p.index: p.name for p in params})
     candidates = wrappers.configs or [AutotuneConfig((), ())]
     kept = []
     for cfg in candidates:
@@ -151,7 +174,7 @@ def expand_configs(
             continue
         if any(k in explicit_options and explicit_options[k] != v for k, v in cfg_options.items()):
             continue
-        kept.append((cfg_kwargs, cfg_options))
+        kept.append(cfg)
     if not kept:
         described = [dict(c.kwargs) | dict(c.options) for c in candidates]
         fixed = dict(user_meta) | dict(explicit_options)
@@ -159,15 +182,37 @@ def expand_configs(
             f"the values fixed by the caller ({fixed}) rule out every @triton.autotune config of {signature}: "
             f"{described}"
         )
+    if len(wrappers.configs) > 1 and wrappers.prune.active:
+        kwargs = dict(user_meta)
+        for heur_name, heur in wrappers.heuristics[: wrappers.outer_heuristics]:
+            if heur_name not in kwargs:
+                kwargs[heur_name] = _heuristic_value(heur_name, heur, {**named_args, **kwargs})
+        returned = prune_configs(
+            wrappers.prune, [config_copy(cfg.source) for cfg in kept], named_args, kwargs, signature
+        )
+        kept = [AutotuneConfig.of(config) for config in returned]
+        for cfg in kept:
+            unknown = [k for k in dict(cfg.kwargs) if k not in constexpr_names]
+            if unknown:
+                raise KernelCallValueError(
+                    f"a triton.Config that prune_configs_by returned sets {unknown}, which are not constexpr "
+                    f"parameters of {signature}"
+                )
     zero_names = [s.index for s in slots if s.kind == OUTPUT and s.name in wrappers.reset_to_zero]
+    descriptors = {s.name: s.descriptor for s in slots if s.descriptor is not None}
 
     configs: list[LaunchConfig] = []
     seen = set()
-    for cfg_kwargs, cfg_options in kept:
+    for cfg in kept:
+        cfg_kwargs, cfg_options = dict(cfg.kwargs), dict(cfg.options)
         meta: dict[str, Any] = {}
         for p in constexpr_params:
             if p.name in user_meta:
                 meta[p.name] = user_meta[p.name]
+            elif p.name in cfg_options:
+                # Triton's autotuner passes a config's options (num_warps= ...) as keywords, which a parameter of
+                # the same name takes.
+                meta[p.name] = cfg_options[p.name]
             elif p.name in cfg_kwargs:
                 meta[p.name] = cfg_kwargs[p.name]
             elif p.has_default:
@@ -176,19 +221,22 @@ def expand_configs(
         for heur_name, heur in wrappers.heuristics:
             if heur_name in user_meta or heur_name in explicit_options:
                 continue
-            view = {**named_values, **meta, **CompileOptions().as_dict(), **options_from_config}
-            try:
-                value = heur(view)
-            except Exception as exc:
-                raise KernelCallValueError(
-                    f"@triton.heuristics value for {heur_name!r} raised {type(exc).__name__}: {exc}"
-                ) from exc
+            # A parameter's value over the option of the same name: Triton's heuristics see the launch's keywords.
+            view = {
+                **leaf_args,
+                **named_args,
+                **CompileOptions().as_dict(),
+                **options_from_config,
+                **explicit_options,
+                **meta,
+            }
+            value = _heuristic_value(heur_name, heur, view)
             if heur_name in ("num_warps", "num_stages", "num_ctas"):
                 options_from_config[heur_name] = value
-            elif heur_name in constexpr_names:
+            if heur_name in constexpr_names:
                 check_constexpr_value(heur_name, value, signature, " returned by @triton.heuristics")
                 meta[heur_name] = value
-            else:
+            elif heur_name not in ("num_warps", "num_stages", "num_ctas"):
                 raise KernelCallValueError(
                     f"@triton.heuristics sets {heur_name!r}, which is not a constexpr parameter of {signature}"
                 )
@@ -199,7 +247,7 @@ def expand_configs(
                 f"(e.g. {missing[0]}=...)"
             )
         options = _options(explicit_options, backend_options, options_from_config)
-        meta_view = {**named_values, **meta, **options.as_dict()}
+        meta_view = {**named_values, **options.as_dict(), **meta}
         grid3 = normalize_grid(grid, meta_view)
         zeroed = _zeroed(zeroed_outputs, meta_view)
         zeroed_list = sorted(set(zeroed) | set(zero_names))
@@ -209,51 +257,54 @@ def expand_configs(
                     f"zeroed_outputs contains {index}, but there are {num_outputs} outputs (0..{num_outputs - 1})"
                 )
         constexprs = tuple((p.name, meta[p.name]) for p in constexpr_params)
-        key = static_key((constexprs, options, grid3, tuple(zeroed_list)))
-        if key in seen:
-            continue
-        seen.add(key)
         label = ", ".join(
             [f"{k}={v!r}" for k, v in constexprs]
             + [f"num_warps={options.num_warps}", f"num_stages={options.num_stages}"]
         )
-        configs.append(LaunchConfig(constexprs, grid3, options, tuple(zeroed_list), label))
-    _refuse_fixed_grid(grid, configs, signature)
+        blocks = _hooked_block_shapes(wrappers, cfg, named_args, descriptors, meta, options, label, signature)
+        key = static_key((constexprs, options, grid3, tuple(zeroed_list), blocks))
+        if key in seen:
+            continue
+        seen.add(key)
+        configs.append(LaunchConfig(constexprs, grid3, options, tuple(zeroed_list), label, blocks))
     return configs
 
 
-def _refuse_fixed_grid(grid: Any, configs: Sequence[LaunchConfig], signature: str) -> None:
-    """Refuses a grid that is not a callable when the configurations differ in their metaparameters.
-
-    A fixed grid launches as many programs whichever configuration wins, so with block sizes that differ most
-    configurations would leave part of the outputs unwritten (or write them twice). Configurations that differ only
-    in compiler options (``num_warps``, ``num_stages``) are fine with a fixed grid. A kernel whose programs cover
-    the data whatever their number (a persistent kernel) says so with a callable that ignores the metaparameters.
+def _heuristic_value(name: str, heuristic: Callable[[dict[str, Any]], Any], view: dict[str, Any]) -> Any:
+    """What a ``@triton.heuristics`` function returns for ``view``.
 
     Raises:
-        KernelCallValueError: Naming ``grid``, the metaparameters that differ and the fix.
+        KernelCallValueError: When it raises, naming the value it computes.
     """
-    if callable(grid) or len(configs) < 2:
-        return
-    values: dict[str, list[Any]] = {}
-    for config in configs:
-        for name, value in config.constexprs:
-            known = values.setdefault(name, [])
-            if static_key(value) not in (static_key(v) for v in known):
-                known.append(value)
-    differing = {name: seen for name, seen in values.items() if len(seen) > 1}
-    if not differing:
-        return
-    name = next(iter(differing))
-    shown = "; ".join(f"{key} = {', '.join(repr(v) for v in seen)}" for key, seen in differing.items())
-    raise KernelCallValueError(
-        f"grid={short_repr(grid)} is fixed, but the @triton.autotune configs of {signature} differ in their "
-        f"metaparameters ({shown}): a fixed grid launches the same programs whichever config wins, so the others "
-        "would leave part of the output unwritten or write it twice. Pass grid as a callable of the "
-        f"metaparameters, e.g. grid=lambda meta: (triton.cdiv(n, meta[{name!r}]),); for a kernel whose programs "
-        f"cover the data whatever their number (a persistent kernel), a callable that ignores them: "
-        f"grid=lambda meta: {short_repr(grid)}"
-    )
+    try:
+        return heuristic(view)
+    except Exception as exc:
+        raise KernelCallValueError(f"@triton.heuristics value for {name!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _hooked_block_shapes(
+    wrappers: KernelWrappers,
+    cfg: AutotuneConfig,
+    named_args: Mapping[str, Any],
+    descriptors: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    options: CompileOptions,
+    label: str,
+    signature: str,
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The block shapes one config's hooks set on tensor descriptor arguments (`jt_core.pruning`)."""
+    hooks = []
+    pre_hook = getattr(cfg.source, "pre_hook", None)
+    if pre_hook is not None:
+        hooks.append(("the triton.Config pre_hook", pre_hook))
+    if wrappers.hooks.pre_hook is not None:
+        hooks.append(("the @triton.autotune pre_hook", wrappers.hooks.pre_hook))
+    if wrappers.hooks.post_hook is not None:
+        hooks.append(("the @triton.autotune post_hook", wrappers.hooks.post_hook))
+    if not hooks:
+        return ()
+    values = {**meta, **options.as_dict()}
+    return hook_block_shapes(hooks, named_args, descriptors, values, label, signature)
 
 
 #: Launch limits of the grid axes (CUDA's; ROCm's are at least as large). Every backend keeps them, the CPU's too,

@@ -21,11 +21,13 @@ one ``jax.distributed`` runs; jt has no transport of its own):
 
 Records are keyed by `call_digest`, the call's content (the same on every process whatever the order in which
 the processes lowered their computations), and by how many times this process lowered the call before (every
-process lowers the same computations, so the n-th lowering on one meets the n-th on the others). A process waits
-only while lowering, for the others to lower the same call, never while a computation runs (a wait inside a running
-computation could keep it from a collective the others wait in), and for at most ``JT_DISTRIBUTED_TIMEOUT`` seconds
-(default 600). Computations whose devices all belong to one process (a ``jax.jit`` on a local device) involve no
-other process and exchange nothing.
+process lowers the same computations, so the n-th lowering on one meets the n-th on the others), a count the job's
+store keeps. What a process remembers of the exchanges (decisions, agreed records) lives in bounded stores
+(`jt_core.memory`): a decision it forgot is read back from the store, an agreement forgotten is made again. A
+process waits only while lowering, for the others to lower the same call, never while a computation runs (a wait
+inside a running computation could keep it from a collective the others wait in), and for at most
+``JT_DISTRIBUTED_TIMEOUT`` seconds (default 600). Computations whose devices all belong to one process (a
+``jax.jit`` on a local device) involve no other process and exchange nothing.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from jt_core import _compat, cache, settings
+from jt_core import _compat, cache, memory, settings
 from jt_core.errors import ProcessAgreementError
 
 __all__ = ["Exchange", "Job", "call_digest", "current_job", "job_of", "timeout_seconds"]
@@ -151,7 +154,8 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [type(value).__name__, [_canonical(item) for item in value]]
     if isinstance(value, Mapping):
-        return ["mapping", sorted([repr(key), _canonical(item)] for key, item in value.items())]
+        items = [[_canonical(key), _canonical(item)] for key, item in value.items()]
+        return ["mapping", sorted(items, key=lambda pair: json.dumps(pair[0], sort_keys=True))]
     if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "str_short"):
         return ["aval", value.str_short()]
     return [type(value).__qualname__, _ADDRESS.sub("", repr(value))]
@@ -160,18 +164,40 @@ def _canonical(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 # Exchanging records.
 
-#: The leader's decisions this process received or made, by (exchange key, topic).
-_decided: dict[tuple[str, str], dict[str, Any]] = {}
+#: The leader's decisions this process received or made, by (exchange key, topic): bounded and emptied by
+#: ``jax.clear_caches()`` (`jt_core.memory`). A decision forgotten is read back from the job's store.
+_decided: memory.BoundedStore[tuple[str, str], dict[str, Any]] = memory.BoundedStore(
+    "decisions of jax.distributed jobs"
+)
 #: The records of each (exchange key, topic) that every process of the job was found to share: a call lowered again
-#: that way is not compared again.
-_agreed: dict[tuple[str, str], list[dict[str, Any]]] = {}
-#: How many times this process started lowering each call (exchange key): the number of the next lowering.
-_lowerings: dict[str, int] = {}
-#: One lock per (exchange key, topic): threads lowering the same call at once exchange it once.
-_locks: dict[tuple[str, str], threading.Lock] = {}
+#: that way is not compared again. Bounded alike: every process of a job lowers the same calls in the same order,
+#: so they forget the same records at the same point, and compare a forgotten one again, together.
+_agreed: memory.BoundedStore[tuple[str, str], list[dict[str, Any]]] = memory.BoundedStore(
+    "records agreed by jax.distributed jobs"
+)
+#: One lock per (exchange key, topic) while some thread holds it: threads lowering the same call at once exchange it
+#: once.
+_locks: weakref.WeakValueDictionary[tuple[str, str], _KeyLock] = weakref.WeakValueDictionary()
 _locks_lock = threading.Lock()
 #: How often a waiting process looks for an error published by the one it waits for, in seconds.
 _POLL_SECONDS = 1.0
+
+
+class _KeyLock:
+    """A lock that `_locks` can hold weakly: it goes when no thread holds it or waits for it (a ``with`` block
+    holds the object itself, not only its inner lock, which another thread must find under the key)."""
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> _KeyLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 class Exchange:
@@ -190,17 +216,19 @@ class Exchange:
         sharing = hashlib.sha256(",".join(map(str, job.processes)).encode()).hexdigest()[:16]
         self.key = f"{digest}/{sharing}"
         # Every process lowers the same computations in the same order, so the n-th lowering of a call on one
-        # process meets the n-th on the others: its records, and the error it may end with, carry that number.
-        with _locks_lock:
-            self.lowering = _lowerings.get(self.key, 0)
-            _lowerings[self.key] = self.lowering + 1
+        # process meets the n-th on the others: its records, and the error it may end with, carry that number. The
+        # job's store counts them (for this process and call), so that this process keeps nothing per call.
+        self.lowering = int(job.client.key_value_increment(self._key("lowerings", job.process_index), 1)) - 1
 
     def _key(self, topic: str, process: int) -> str:
         return f"{_KEY_PREFIX}/{self.key}/{topic}/{process}"
 
-    def _lock(self, topic: str) -> threading.Lock:
+    def _lock(self, topic: str) -> _KeyLock:
         with _locks_lock:
-            return _locks.setdefault((self.key, topic), threading.Lock())
+            held = _locks.get((self.key, topic))
+            if held is None:
+                held = _locks[(self.key, topic)] = _KeyLock()
+            return held
 
     def _publish(self, topic: str, record: Mapping[str, Any], overwrite: bool = False) -> None:
         value = json.dumps({**record, "host": host_name()}, sort_keys=True)
@@ -250,13 +278,24 @@ class Exchange:
             done = _decided.get((self.key, topic))
             if done is not None:
                 return dict(done)
-            if self.job.leads:
-                decision = dict(decide())
-                self._publish(topic, decision)
-            else:
+            if not self.job.leads:
                 decision = self._receive(topic, self.job.leader)
-            _decided[(self.key, topic)] = decision
+            else:
+                published = self._published(topic, self.job.leader)  # decided before, then forgotten here
+                decision = published if published is not None else dict(decide())
+                if published is None:
+                    self._publish(topic, decision)
+            decision.pop("host", None)  # which host published it: the same decision on every process
+            _decided.setdefault((self.key, topic), decision)
             return dict(decision)
+
+    def _published(self, topic: str, process: int) -> dict[str, Any] | None:
+        """Process ``process``'s record of ``topic`` when it has published one, without waiting."""
+        try:
+            value = self.job.client.key_value_try_get(self._key(topic, process))
+        except Exception:
+            return None  # none published
+        return dict(json.loads(value))
 
     def compare(
         self,

@@ -5,7 +5,7 @@ that callers can catch jt's own), with messages naming the argument, what was ex
 problems raise `PluginError` subclasses naming the plugin, its distribution and the fix.
 
 Errors raised while a kernel runs (`KernelRuntimeError`, `OutOfBoundsAccessError`,
-`DataRaceError`, `UnwrittenOutputError`, and
+`DataRaceError`, `UnwrittenOutputError`, `DifferentialMismatchError`, and
 `UnsupportedKernelError` from the CPU interpreter) cross XLA's host callback and reach the caller as
 ``jax.errors.JaxRuntimeError``, whose message carries the jt error's type and text; `from_runtime_error`
 rebuilds the jt error from it.
@@ -18,7 +18,9 @@ import reprlib
 from typing import Any
 
 __all__ = [
+    "ConfigSkippedWarning",
     "DataRaceError",
+    "DifferentialMismatchError",
     "DuplicateBackendError",
     "JtError",
     "KernelCallTypeError",
@@ -26,12 +28,15 @@ __all__ = [
     "KernelCompileError",
     "KernelRuntimeError",
     "NoBackendError",
+    "NoUsableConfigError",
     "NoDeviceError",
     "OutOfBoundsAccessError",
+    "OutOfResourcesError",
     "PluginError",
     "PluginFaultError",
     "PluginLoadError",
     "ProcessAgreementError",
+    "CpuFallbackWarning",
     "UnsupportedKernelError",
     "UnwrittenOutputError",
     "UnwrittenOutputWarning",
@@ -56,12 +61,34 @@ class KernelCompileError(JtError, RuntimeError):
     """Triton failed to compile a kernel; the message keeps Triton's own and names the call and config."""
 
 
+class OutOfResourcesError(KernelCallValueError):
+    """A configuration needs more of a resource than the target has (shared memory per block, tensor memory,
+    threads per block), as Triton's ``OutOfResources`` says at launch. A backend raises it from ``compile`` (or
+    ``restore``); an autotuned call then runs without that configuration (`ConfigSkippedWarning`), as Triton's
+    autotuner skips it."""
+
+
+class NoUsableConfigError(KernelCallValueError):
+    """Every configuration of an autotuned call was set aside: it cannot compile or launch on the target, or it
+    leaves part of an output unwritten. The message lists each configuration and why."""
+
+
+class ConfigSkippedWarning(JtError, UserWarning):
+    """A configuration of an autotuned call was set aside, and the call runs one of the others: it cannot compile or
+    launch on the target, or it left part of an output unwritten when it ran into an output filled with sentinels."""
+
+
 class KernelRuntimeError(JtError, RuntimeError):
     """A kernel failed while running (CPU interpreter errors, out-of-bounds accesses)."""
 
 
 class OutOfBoundsAccessError(KernelRuntimeError):
     """A kernel loaded or stored outside every buffer passed to it (detected by the CPU backend)."""
+
+
+class DifferentialMismatchError(KernelRuntimeError):
+    """The compiled CPU path and Triton's interpreter computed different results for one call
+    (``JT_CPU_DIFFERENTIAL=1``)."""
 
 
 class DataRaceError(KernelRuntimeError):
@@ -84,6 +111,10 @@ class NoDeviceError(JtError, RuntimeError):
 
 class UnsupportedKernelError(JtError, NotImplementedError):
     """The selected platform cannot run this kind of kernel (e.g. Gluon or inline asm on the CPU)."""
+
+
+class CpuFallbackWarning(JtError, RuntimeWarning):
+    """A kernel the compiled CPU path cannot express runs in Triton's interpreter (``JT_CPU_FALLBACK=warn``)."""
 
 
 class ProcessAgreementError(JtError, RuntimeError):
@@ -142,6 +173,7 @@ def from_runtime_error(error: BaseException) -> JtError | None:
         OutOfBoundsAccessError,
         DataRaceError,
         UnwrittenOutputError,
+        DifferentialMismatchError,
         UnsupportedKernelError,
         KernelCompileError,
         ProcessAgreementError,

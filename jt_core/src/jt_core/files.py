@@ -3,7 +3,8 @@ every read, and never a reason for a call to fail.
 
 Everything jt keeps between processes lives under one root, ``JT_CACHE_DIR`` (default ``$XDG_CACHE_HOME/jt`` or
 ``~/.cache/jt``), in one subfolder per purpose (`PURPOSES`). Some of it is executed: built libraries are
-loaded into the process (``native``) and compiled kernels are loaded onto the GPU (``kernels``, ``rocm-hsaco``).
+loaded into the process (``native``), compiled GPU kernels are loaded onto the GPU (``kernels``, ``rocm-hsaco``),
+and the CPU backend's kernels (their Triton IR, in ``kernels``) are compiled into the computation.
 So before anything is read from the root or a subfolder, jt checks that the folder belongs to the current user and
 that neither its group nor others may write to it, and that it is no symbolic link of another user's (who could
 point it elsewhere after the check). A folder that fails the check is never used: jt warns once, saying why, and
@@ -79,7 +80,7 @@ __all__ = [
 
 #: The subfolders of the cache root and what each holds.
 PURPOSES: dict[str, str] = {
-    "kernels": "compiled kernels (device code loaded onto the GPU)",
+    "kernels": "compiled kernels (GPU device code; the CPU backend's Triton IR, which its compiled path runs)",
     "autotune": "autotuning winners",
     "vmap": "generated batching wrapper kernels (Python sources, for reading; run from memory)",
     "native": "built launch-handler libraries (loaded into the process)",

@@ -17,10 +17,11 @@ checks here) holds `compiling`, which any number of threads may hold together, a
 
 Triton's front end takes time quadratic in the number of a kernel's parameters in three places, each a lookup or an
 update that walks every parameter for each parameter, and in MLIR, which rewrites the attributes of every argument
-to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While `check` runs, the
-three places take constant time per parameter (`_linear_front_end`), each replaced only where the installed
-Triton's function is the one it stands in for, word for word, so a Triton that changes them keeps its own; and the
-check sets no argument attributes, which only later passes read.
+to set one argument's: a kernel with 10,000 output pointers spent two minutes there. While any compile runs (the
+CPU backend's and every GPU backend's), the three places take constant time per parameter (`linear_front_end`),
+each replaced only where the installed Triton's function is the one it stands in for, word for word, so a Triton
+that changes them keeps its own; and the CPU backend's front end sets no argument attributes, which only later
+passes read.
 """
 
 from __future__ import annotations
@@ -37,7 +38,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["build", "check", "compiling", "interpreting", "refusal", "release_frames"]
+__all__ = [
+    "build",
+    "check",
+    "compiling",
+    "cpu_dot_precision",
+    "interpreting",
+    "linear_front_end",
+    "refusal",
+    "release_frames",
+]
 
 #: The target whose front end stands in for every platform (Hopper: every language feature is available).
 _ARCH = 90
@@ -134,6 +144,53 @@ def interpreting() -> Any:
     return _triton.exclusive()
 
 
+#: Whether this thread runs Triton's front end or its interpreter for the CPU (`cpu_dot_precision`).
+_cpu = threading.local()
+
+
+class _CpuFloat32Default:
+    """Triton's ``knobs.language.fp32_default`` (``TRITON_F32_DEFAULT``), read as ``"ieee"`` by a thread inside
+    `cpu_dot_precision` where nothing sets it: ``tl.dot`` takes that knob, else ``"tf32"`` wherever the target
+    allows it, for a float32 product without an ``input_precision``. Every other thread reads it as Triton does."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        value = self.original.__get__(obj, objtype)
+        if value is None and obj is not None and getattr(_cpu, "dot", False):
+            return "ieee"
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.original.__set__(obj, value)
+
+    def __delete__(self, obj: Any) -> None:
+        self.original.__delete__(obj)
+
+
+_knob_lock = threading.Lock()
+
+
+@contextmanager
+def cpu_dot_precision() -> Iterator[None]:
+    """While the body runs on this thread, ``tl.dot`` on float32 without an ``input_precision`` computes in float32
+    (``"ieee"``), the CPU's default on both of its paths; ``TRITON_F32_DEFAULT``, where set, still decides. A
+    kernel asking for ``"tf32"`` or ``"tf32x3"`` gets it."""
+    from triton import knobs
+
+    owner = type(knobs.language)
+    with _knob_lock:
+        if not isinstance(owner.__dict__.get("fp32_default"), _CpuFloat32Default):
+            owner.fp32_default = _CpuFloat32Default(owner.__dict__["fp32_default"])
+    outer = getattr(_cpu, "dot", False)
+    _cpu.dot = True
+    try:
+        yield
+    finally:
+        _cpu.dot = outer
+
+
 @functools.cache
 def _backend() -> tuple[Any, Any, Any, Any]:
     from triton.backends.compiler import GPUTarget
@@ -141,17 +198,21 @@ def _backend() -> tuple[Any, Any, Any, Any]:
 
     target = GPUTarget("cuda", _ARCH, 32)
     backend = make_backend(target)
-    # tl.dot on float32 without an input_precision computes in float32 on the CPU (the interpreter's and NumPy's
-    # answer), where GPUs default to TF32; a kernel asking for "tf32" gets it on both.
+    # tl.dot on float32 without an input_precision computes in float32 on the CPU (`cpu_dot_precision`), where
+    # GPUs default to TF32; a kernel asking for "tf32" gets it on both.
     options = backend.parse_options({"enable_fp_fusion": True, "default_dot_input_precision": "ieee"})
     codegen = dict(backend.get_codegen_implementation(options))
     codegen["min_dot_size"] = lambda lhs, rhs: (1, 1, 1)
     return target, backend, options, codegen
 
 
-def build[T](source: Any, visit: Callable[[Any], T]) -> T:
+def build[T](source: Any, visit: Callable[[Any], T], stops: list[str] | None = None) -> T:
     """Runs Triton's front end on an ``ASTSource`` (what a dialect's ``make_source`` returns) and hands the module it
     makes (the kernel's TTIR) to ``visit``, whose result it returns; the module lives only for that call.
+
+    A ``breakpoint()`` in the kernel or a helper it calls is let through (`_breakpoints_let_through`): it leaves
+    nothing in the TTIR, and where each one the front end reached stands (``"file:line"``) is appended to
+    ``stops``.
 
     Raises:
         Exception: Triton's own (``CompilationError`` with the source line), for a kernel the front end refuses.
@@ -164,12 +225,61 @@ def build[T](source: Any, visit: Callable[[Any], T]) -> T:
         # refuses, and MLIR rewrites every argument's attributes to set one: time quadratic in the parameters.
         source = copy.copy(source)
         source.attrs = {}
-    with compiling(), _lock, _linear_front_end(source.fn):  # the builder state is not shared between threads
+    reached: list[str] = [] if stops is None else stops
+    # the builder state is not shared between threads
+    with compiling(), _lock, linear_front_end(source.fn), _breakpoints_let_through(reached), cpu_dot_precision():
         context = ir.context()
         ir.load_dialects(context)
         backend.load_dialects(context)
         module = source.make_ir(target, options, codegen, backend.get_module_map(), context)
         return visit(module)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# breakpoint() in a kernel.
+
+
+def _breakpoint_stand_in(*args: Any, **kwargs: Any) -> None:
+    """What ``breakpoint`` names while jt runs Triton's front end; the code generator calls `_reach_breakpoint`
+    in its place."""
+    raise NameError("breakpoint is not defined")
+
+
+#: Where the front end run by this thread appends the breakpoints it reaches (``None``: no such run).
+_stops = threading.local()
+
+
+def _reach_breakpoint(generator: Any, node: ast.Call) -> None:
+    """Triton's code generator at a ``breakpoint()`` call: nothing to emit; where it stands is kept."""
+    found = getattr(_stops, "found", None)
+    if found is None:  # a compile on another thread than jt's front end run: Triton's own refusal
+        raise NameError("breakpoint is not defined")
+    found.append(f"{generator.file_name}:{generator.begin_line + node.lineno}")
+
+
+@contextmanager
+def _breakpoints_let_through(found: list[str]) -> Iterator[None]:
+    """Runs the body with ``breakpoint()`` known to Triton's code generator, as a call that emits nothing and
+    appends its ``"file:line"`` to ``found``.
+
+    Python's debugger stops only where the kernel runs as Python (Triton's interpreter), and the front end checks
+    the rest of such a kernel all the same: the CPU backend hands the configurations that reach one to the
+    interpreter. Held under ``_lock``; a compile running at the same time on another thread, which Triton's front
+    end is not run for by jt, still gets Triton's ``NameError``."""
+    from triton.compiler import code_generator
+
+    generator = code_generator.CodeGenerator
+    names = generator.__dict__["builtin_namespace"]
+    static = generator.__dict__["statically_implemented_functions"]
+    generator.builtin_namespace = {**names, "breakpoint": _breakpoint_stand_in}
+    generator.statically_implemented_functions = {**static, _breakpoint_stand_in: _reach_breakpoint}
+    _stops.found = found
+    try:
+        yield
+    finally:
+        _stops.found = None
+        generator.builtin_namespace = names
+        generator.statically_implemented_functions = static
 
 
 def check(source: Any) -> None:
@@ -184,7 +294,7 @@ def check(source: Any) -> None:
 # --------------------------------------------------------------------------------------------------------------
 # Triton's front end in time linear in the parameters.
 
-#: The functions of Triton's front end that `_linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
+#: The functions of Triton's front end that `linear_front_end` stands in for, as Triton 3.6 to 3.9 write them.
 _SETITEM = """\
 def _setitem(self, idx, value):
     idx = _unwrap_if_constexpr(idx)
@@ -315,26 +425,60 @@ class _IndexedNames(list[str]):
         return self._positions[value]
 
 
+#: How many bodies run `linear_front_end` now, with Triton's functions each stand-in replaced; and, by kernel,
+#: the kernel, its own ``arg_names`` and how many bodies compile it.
+_linear_lock = threading.Lock()
+_linear_users: list[int] = [0]
+_linear_originals: list[Any] = []
+_indexed: dict[int, list[Any]] = {}
+
+
+#: The number of parameters from which `linear_front_end` puts its stand-ins in place.
+LINEAR_FROM_PARAMETERS = 64
+
+
 @contextmanager
-def _linear_front_end(fn: Any) -> Iterator[None]:
+def linear_front_end(fn: Any) -> Iterator[None]:
     """Runs the body with Triton's front end in time linear in the parameters of kernel ``fn`` (see
-    `_SETITEM`, `_VISIT_ARG`, `_ARG_NAMES_INDEX`); the stand-ins compute what Triton's functions
-    compute. Held under ``_lock``: one body at a time puts them in place and takes them out."""
-    stand_ins = _stand_ins()
-    originals = [owner.__dict__[name] for owner, name, _ in stand_ins]
+    `_SETITEM`, `_VISIT_ARG`, `_ARG_NAMES_INDEX`): every compile of every backend runs in it
+    (`jt_core.plugin.facade.compile_kernel`). The stand-ins compute what Triton's functions compute, whichever
+    thread calls them, so bodies on several threads share them: the first to enter puts them in place, the last to
+    leave takes them out. A kernel of fewer than `LINEAR_FROM_PARAMETERS` parameters runs Triton's own functions,
+    which cost next to nothing there: a compile read back from a cache, or one that runs no front end, then loads
+    nothing more of Triton (its code generator brings in the Gluon language)."""
     names = getattr(fn, "arg_names", None)
+    if names is not None and len(names) < LINEAR_FROM_PARAMETERS:
+        yield
+        return
     indexed = type(names) is list and _indexes_arg_names()
-    for owner, name, stand_in in stand_ins:
-        setattr(owner, name, stand_in)
-    if indexed:
-        fn.arg_names = _IndexedNames(names)  # type: ignore[arg-type]
+    stand_ins = _stand_ins()
+    with _linear_lock:
+        if _linear_users[0] == 0:
+            _linear_originals[:] = [owner.__dict__[name] for owner, name, _ in stand_ins]
+            for owner, name, stand_in in stand_ins:
+                setattr(owner, name, stand_in)
+        _linear_users[0] += 1
+        if indexed or id(fn) in _indexed:
+            entry = _indexed.get(id(fn))
+            if entry is None:
+                _indexed[id(fn)] = [fn, names, 1]
+                fn.arg_names = _IndexedNames(names)  # type: ignore[arg-type]
+            else:
+                entry[2] += 1
     try:
         yield
     finally:
-        if indexed:
-            fn.arg_names = names
-        for (owner, name, _), original in zip(stand_ins, originals):
-            setattr(owner, name, original)
+        with _linear_lock:
+            entry = _indexed.get(id(fn))
+            if entry is not None:
+                entry[2] -= 1
+                if entry[2] == 0:
+                    del _indexed[id(fn)]
+                    fn.arg_names = entry[1]
+            _linear_users[0] -= 1
+            if _linear_users[0] == 0:
+                for (owner, name, _), original in zip(stand_ins, _linear_originals, strict=True):
+                    setattr(owner, name, original)
 
 
 def refusal(source: Any) -> str | None:

@@ -1,19 +1,21 @@
 """Gradients through Triton kernels: pairing a forward and a backward computation with ``jax.custom_vjp``.
 
 JAX cannot differentiate a kernel it cannot see, so ``jax.grad`` through a bare ``triton_call`` raises. The
-author writes the backward pass (usually a second kernel) and pairs the two::
+author writes the backward pass (usually a second kernel) and pairs the two:
 
-    def forward(x, w, *, eps):            # returns (outputs, residuals)
-        y, mean, rstd = jt.triton_call(x, w, kernel=ln_fwd, ..., eps=eps)
-        return y, (x, w, mean, rstd)
+```python
+def forward(x, w, *, eps):            # returns (outputs, residuals)
+    y, mean, rstd = jt.triton_call(x, w, kernel=ln_fwd, ..., eps=eps)
+    return y, (x, w, mean, rstd)
 
-    def backward(residuals, dy, *, eps):  # returns one cotangent per differentiable argument
-        x, w, mean, rstd = residuals
-        dx, dw = jt.triton_call(...)
-        return dx, dw
+def backward(residuals, dy, *, eps):  # returns one cotangent per differentiable argument
+    x, w, mean, rstd = residuals
+    dx, dw = jt.triton_call(...)
+    return dx, dw
 
-    layer_norm = jt.kernel_vjp(forward, backward)
-    jax.grad(lambda x, w: layer_norm(x, w, eps=1e-5).sum(), argnums=(0, 1))(x, w)
+layer_norm = jt.kernel_vjp(forward, backward)
+jax.grad(lambda x, w: layer_norm(x, w, eps=1e-5).sum(), argnums=(0, 1))(x, w)
+```
 
 Keyword arguments are static (Python values such as block sizes and epsilons, given to both functions); so are
 the positional arguments listed in ``static_argnums``, which ``backward`` receives first, in order, like

@@ -91,6 +91,22 @@ class BoundedStore[K: Hashable, V]:
         self._dropped(dropped)
         return value
 
+    def put(self, key: K, value: V) -> None:
+        """Stores ``value`` under ``key`` (replacing what was there; now the most recently used). Evicts beyond the
+        bound."""
+        with self._lock:
+            replaced = self._entries.pop(key, None)
+            self._entries[key] = value
+            dropped = self._evict(entries_limit())
+        if replaced is not None and replaced is not value:
+            dropped.append((key, replaced))
+        self._dropped(dropped)
+
+    def pop(self, key: K) -> V | None:
+        """Takes the value under ``key`` out of the store and returns it, or ``None``."""
+        with self._lock:
+            return self._entries.pop(key, None)
+
     def drop_where(self, predicate: Callable[[K], bool]) -> int:
         """Drops every entry whose key satisfies ``predicate``; returns how many."""
         with self._lock:

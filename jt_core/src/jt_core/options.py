@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import re
 import struct
 from collections.abc import Hashable, Mapping
 from typing import Any, Self
@@ -24,6 +26,7 @@ __all__ = [
     "ExactEquality",
     "LaunchOptions",
     "TritonOptions",
+    "exact_form",
     "flag_value",
     "static_key",
 ]
@@ -63,6 +66,42 @@ def static_key(value: Any) -> Hashable:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (kind, tuple(static_key(getattr(value, name)) for name in _field_names(kind)))
     return (kind, value)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def exact_form(value: Any) -> Any:
+    """A JSON form of a value (a static value, an option, a target) for keys kept on disk or compared between
+    processes: equal for two values exactly when they compile and run alike, as `static_key` is, and the same in
+    every process.
+
+    Numbers are written by their type and their exact bits, never by ``repr``, which gives every NaN the text
+    ``nan`` whatever its payload; tuples, lists, mappings and dataclasses by their parts; other objects by their type
+    and ``repr``, object addresses left out.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return [kind.__name__, value]
+    if isinstance(value, np.generic):
+        return [kind.__name__, value.tobytes().hex()]
+    if isinstance(value, float):
+        return [kind.__name__, struct.pack("<d", value).hex()]
+    if isinstance(value, complex):
+        return [kind.__name__, struct.pack("<dd", value.real, value.imag).hex()]
+    if isinstance(value, bytes):
+        return [kind.__name__, value.hex()]
+    if isinstance(value, (tuple, list)):
+        return [kind.__name__, [exact_form(item) for item in value]]
+    if isinstance(value, Mapping):
+        items = [[exact_form(key), exact_form(item)] for key, item in value.items()]
+        return ["mapping", sorted(items, key=lambda pair: json.dumps(pair[0], sort_keys=True))]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [
+            kind.__qualname__,
+            {field.name: exact_form(getattr(value, field.name)) for field in dataclasses.fields(value)},
+        ]
+    return [kind.__qualname__, _ADDRESS.sub("", repr(value))]
 
 
 _field_names_of: dict[type, tuple[str, ...]] = {}

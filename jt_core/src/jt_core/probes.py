@@ -1,6 +1,7 @@
 """What Triton's own front end says of a bound call, asked where only the kernel's code can tell: a 0-d array bound
 to a parameter the kernel uses as a number (`refuse_traced_scalars`), a whole-number float constexpr the
-kernel needs as an int (`refuse_float_sizes`). Each refuses the call with the fix; the front end's verdicts
+kernel needs as an int (`refuse_float_sizes`), ``None`` for a parameter the kernel uses unconditionally
+(`refuse_needed_nones`). Each refuses the call with the fix; the front end's verdicts
 are remembered per kernel and specialisation."""
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from typing import Any
 import numpy as np
 
 from jt_core import frontend, memory
-from jt_core.call import INPUT, KernelCall, KernelDialect, KernelParam, Specialization
+from jt_core.call import INPUT, SCALAR, KernelCall, KernelDialect, KernelParam, Specialization
 from jt_core.configs import KernelWrappers
 from jt_core.dtypes import triton_scalar_type
 from jt_core.errors import KernelCallTypeError
 from jt_core.plugin.roles import invoke
 from jt_core.plugin.values import Target
 
-__all__ = ["refuse_float_sizes", "refuse_traced_scalars"]
+__all__ = ["refuse_float_sizes", "refuse_needed_nones", "refuse_traced_scalars"]
 
 
 #: The target the front end probes kernels for (its code generation is the CUDA backend's; see ``frontend``).
@@ -59,6 +60,58 @@ def refuse_traced_scalars(call: KernelCall, signature: str) -> None:
                 f"pass a value computed on the device instead, keep the 0-d array and read it in the kernel with "
                 f"tl.load({slot.name})"
             )
+
+
+#: What a parameter given ``None`` is tried as, to tell whether the kernel needs a value there: an array, or a number.
+_STAND_INS = (("*fp32", "an array"), ("*i32", "an array"), ("fp32", "a number"), ("i32", "a number"))
+
+
+def refuse_needed_nones(call: KernelCall, signature: str) -> None:
+    """Refuses ``None`` for a parameter that the kernel uses whatever its value (it loads through it, say).
+
+    ``None`` is a constant the kernel may test (``if w_ptr is not None:``); whether the kernel guards every use
+    is only in its code, so the front end decides: when it refuses the call as bound and accepts it with that
+    parameter given an array (or a number) instead, the kernel needs one there. Calls without ``None`` never run
+    the probe; verdicts are remembered per kernel and specialisation.
+
+    Raises:
+        KernelCallTypeError: Naming the parameter, what the kernel needs there, the front end's words and the fix.
+    """
+    nones = [slot for slot in call.slots if slot.kind == SCALAR and slot.value is None]
+    if not nones:
+        return
+    spec = call.specialization(call.configs[0])
+    refused = _refusal(call.dialect, call.fn, spec)
+    if refused is None:
+        return
+    for slot in nones:
+        constexprs = {path: value for path, value in spec.constexprs.items() if path != slot.path}
+        for type_str, needed in _STAND_INS:
+            signature_with = _with_leaf_type(spec.signature, call, slot.path, type_str)
+            given = Specialization(signature=signature_with, constexprs=constexprs, attrs=spec.attrs)
+            if _refusal(call.dialect, call.fn, given) is None:
+                raise KernelCallTypeError(
+                    f"argument {slot.name!r} of kernel {signature} is None, but the kernel uses {slot.name} where it "
+                    f"needs {needed}: Triton refuses the kernel with None there ({refused}) and accepts it with "
+                    f"{needed}. Pass {needed} for {slot.name}, or guard its uses in the kernel (if {slot.name} is "
+                    "not None: ..., or a constexpr flag set from it)"
+                )
+
+
+def _with_leaf_type(signature: Mapping[str, Any], call: KernelCall, path: tuple[int, ...], type_str: str) -> dict:
+    """``signature`` with the leaf at ``path`` typed ``type_str`` (inside its tuple, for a tuple parameter)."""
+    name = call.params[path[0]].name
+    changed = dict(signature)
+
+    def replace(value: Any, rest: tuple[int, ...]) -> Any:
+        if not rest:
+            return type_str
+        items = list(value)
+        items[rest[0]] = replace(items[rest[0]], rest[1:])
+        return type(value)(items)
+
+    changed[name] = replace(signature[name], path[1:])
+    return changed
 
 
 def _whole_float(value: Any) -> bool:

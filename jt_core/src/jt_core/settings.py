@@ -27,7 +27,9 @@ The variables:
 ``JT_DISTRIBUTED_TIMEOUT``   seconds a process of a ``jax.distributed`` job waits for another at lowering (600)
 ``JT_CPU_SIDE_BY_SIDE``      flag, on by default: the compiled CPU path runs a grid's programs side by side where it can
 ``JT_CPU_DIFFERENTIAL``      flag: every CPU call the compiled path takes also runs in the interpreter, compared
+``JT_CPU_FALLBACK``          ``info`` (default), ``warn`` or ``error``: a kernel handed to the CPU interpreter
 ``JT_PREBUILT_NATIVE``       flag, on by default: load the native libraries a platform wheel carries prebuilt
+``JT_TUNE_AHEAD``            flag, on by default: a GPU launch handler tunes an autotuned call before it is lowered
 ``JAX_TRITON_DUMP_DIR``      write every compiled kernel's IRs, binary and compile info under this folder
 ============================ ===============================================================================
 
@@ -39,7 +41,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["DUMP_DIR", "flag", "integer", "launcher_overrides", "names", "text"]
+__all__ = ["DUMP_DIR", "choice", "flag", "integer", "launcher_overrides", "names", "text"]
 
 #: The dump folder variable (the name jax-triton uses, so existing habits carry over).
 DUMP_DIR = "JAX_TRITON_DUMP_DIR"
@@ -87,6 +89,18 @@ def integer(name: str, default: int, environ: Mapping[str, str] | None = None) -
         return int(value)
     except ValueError:
         raise ValueError(f"environment variable {name} must be a whole number, got {value!r}") from None
+
+
+def choice(name: str, allowed: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str:
+    """One of ``allowed`` (any case); the first when unset or blank.
+
+    Raises:
+        ValueError: For any other value, naming the variable and the values it takes.
+    """
+    value = (text(name, environ) or allowed[0]).lower()
+    if value not in allowed:
+        raise ValueError(f"environment variable {name} must be one of {list(allowed)}, got {value!r}")
+    return value
 
 
 def launcher_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -106,6 +106,21 @@ class TensorDescriptorSpec:
         """Bytes per element."""
         return int(self.dtype.itemsize)
 
+    def with_block_shape(self, block_shape: Sequence[int], name: str) -> TensorDescriptorSpec:
+        """The same descriptor with another block shape (one an autotuning config's hook set).
+
+        Raises:
+            KernelCallValueError: For a block shape the descriptor cannot take, naming argument ``name``.
+        """
+        block = tuple(int(b) for b in block_shape)
+        described = f"tensor descriptor argument {name!r} with the block_shape={list(block)} a hook set"
+        if len(block) != self.rank:
+            raise KernelCallValueError(
+                f"{described}: block_shape needs one entry per dimension of the tensor ({self.rank})"
+            )
+        _check_block(described, block, self.dtype)
+        return dataclasses.replace(self, block_shape=block)
+
     @property
     def type_str(self) -> str:
         """The Triton signature entry: ``tensordesc<fp16[64, 64]>``, with ``,<layout>`` for Gluon kernels."""

@@ -13,24 +13,30 @@ trials (or reading its own record) would let them differ. `agreed_config` makes 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import pathlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from jt_core import cache, distributed, files, integrity
+from jt_core import cache, distributed, files, integrity, memory
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import ProcessAgreementError
+from jt_core.options import exact_form
 
 __all__ = [
     "agreed_config",
+    "caller_reports_skips",
     "choose_config",
     "load_choice",
     "record_path",
     "save_choice",
+    "skipped_configs",
+    "skips_reported_by_caller",
     "take_recent_choice",
     "tuning_key",
     "tuning_path",
@@ -43,8 +49,9 @@ tuning_stats = {"trials": 0, "cached_choices": 0, "tunings": 0}
 _tuning_log = logging.getLogger("jt_core.tuning")
 
 #: The configuration `choose_config` chose last for each tuning problem (by `tuning_key` without a
-#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk.
-_recent: dict[str, int] = {}
+#: device), so that trials run on scratch buffers tell their winner even when records are not kept on disk: bounded
+#: and emptied by ``jax.clear_caches()`` (`jt_core.memory`).
+_recent: memory.BoundedStore[str, int] = memory.BoundedStore("recent autotuning choices")
 
 
 def autotune_key_values(call: KernelCall) -> dict[str, Any]:
@@ -60,11 +67,11 @@ def autotune_key_values(call: KernelCall) -> dict[str, Any]:
             aval = call.out_avals[slot.index]
             values[slot.name] = [list(aval.shape), str(aval.dtype)]
         else:
-            values[slot.name] = repr(slot.value)
+            values[slot.name] = exact_form(slot.value)  # by type and bits: every NaN's repr is "nan"
     constexprs = call.configs[0].constexpr_dict
     for name in call.autotune_keys:
         if name not in values and name in constexprs:
-            values[name] = repr(constexprs[name])
+            values[name] = exact_form(constexprs[name])
     return values
 
 
@@ -75,7 +82,7 @@ def tuning_key(call: KernelCall, device_name: str) -> str:
         "name": call.name,
         "keys": autotune_key_values(call),
         "device": device_name,
-        "configs": [config.label for config in call.configs],
+        "configs": [exact_form((config.constexprs, config.options)) for config in call.configs],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -114,8 +121,9 @@ HANDLER_PREFIX = "jt_"
 def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
     """A tuning record: one written here carries its integrity record (`jt_core.integrity.write_record`); one a
     GPU launch handler wrote after tuning at run time (``"tuned_by": "jt_cuda_launch"``, no SHA-256 at hand there)
-    must agree with itself instead: a timing for every candidate, and the index of the fastest (the first of
-    equals, as the handler picks). A record that fails is deleted, with a warning."""
+    must agree with itself instead: a timing for every candidate (``null`` for one it set aside, whose reason is
+    under ``"skipped"``), and the index of the fastest (the first of equals, as the handler picks). A record that
+    fails is deleted, with a warning."""
     data = files.read_file(path)
     if data is None:
         return None
@@ -130,13 +138,48 @@ def _read_record(path: pathlib.Path, num_configs: int) -> dict[str, Any] | None:
     seconds, index = raw.get("seconds"), raw.get("index")
     timings = seconds if isinstance(seconds, list) else []
     numbers = [t for t in timings if isinstance(t, (int, float)) and t == t and t >= 0]
-    if len(numbers) != num_configs or len(timings) != num_configs:
+    skipped = [t for t in timings if t is None]
+    if len(numbers) + len(skipped) != num_configs or len(timings) != num_configs or not numbers:
         files.unusable(path, f"it holds {len(numbers)} timings for {num_configs} configurations")
         return None
-    if index != numbers.index(min(numbers)):
+    fastest = min(numbers)
+    if index != next(i for i, t in enumerate(timings) if t == fastest and t is not None):
         files.unusable(path, f"its index {index!r} is not that of its fastest timing")
         return None
     return raw
+
+
+_reporting = threading.local()
+
+
+@contextlib.contextmanager
+def skips_reported_by_caller() -> Iterator[None]:
+    """While lowering in this thread, the configurations a launch handler sets aside as it tunes are reported by the
+    caller (which reads them from the record: `skipped_configs`), not by the handler itself."""
+    previous = getattr(_reporting, "caller", False)
+    _reporting.caller = True
+    try:
+        yield
+    finally:
+        _reporting.caller = previous
+
+
+def caller_reports_skips() -> bool:
+    """Whether a lowering in this thread is inside `skips_reported_by_caller`."""
+    return bool(getattr(_reporting, "caller", False))
+
+
+def skipped_configs(key: str, num_configs: int) -> list[tuple[int, str]]:
+    """The configurations a GPU launch handler set aside when it tuned problem ``key``, with why (it wrote them
+    into its record): ``[(index, reason), ...]``."""
+    path = record_path(key)
+    record = None if path is None or not cache.enabled() else _read_record(path, num_configs)
+    skipped = record.get("skipped") if record is not None else None
+    found = []
+    for entry in skipped if isinstance(skipped, list) else []:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and 0 <= entry[0] < num_configs:
+            found.append((entry[0], str(entry[1])))
+    return found
 
 
 def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> None:
@@ -150,16 +193,26 @@ def save_choice(key: str, index: int, label: str, timings: Sequence[float]) -> N
         integrity.write_record(path, record)
 
 
-def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], float]) -> int:
+def choose_config(
+    call: KernelCall,
+    device_name: str,
+    trial: Callable[[int], float],
+    none_usable: Callable[[], Exception] | None = None,
+) -> int:
     """Picks the fastest configuration of an autotuned call, or the remembered one.
 
     Args:
         call: The call; ``call.configs`` are the candidates.
         device_name: Names the device the timings hold for (part of the remembered key).
-        trial: Runs configuration ``i`` once on scratch copies of the buffers and returns its time in seconds.
+        trial: Runs configuration ``i`` once on scratch copies of the buffers and returns its time in seconds;
+            infinity for a configuration set aside (one that leaves part of an output unwritten, say).
+        none_usable: Makes the error raised when every configuration is set aside.
 
     Returns:
         The index of the chosen configuration.
+
+    Raises:
+        Exception: ``none_usable()``, when every trial gave infinity (nothing is remembered then).
     """
     if len(call.configs) == 1:
         return 0
@@ -168,7 +221,7 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
     if remembered is not None:
         tuning_stats["cached_choices"] += 1
         _tuning_log.info("triton_call %r: using remembered config [%s]", call.name, call.configs[remembered].label)
-        _recent[tuning_key(call, "")] = remembered
+        _recent.put(tuning_key(call, ""), remembered)
         return remembered
     start = time.perf_counter()
     timings = []
@@ -185,6 +238,8 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
                 elapsed,
             )
     best = min(range(len(timings)), key=timings.__getitem__)
+    if timings[best] == float("inf"):
+        raise (none_usable or (lambda: RuntimeError(f"triton_call {call.name!r}: no config could run")))()
     tuning_stats["tunings"] += 1
     _tuning_log.info(
         "triton_call %r: config [%s] won (%.3f ms) after tuning %d configs in %.2f s",
@@ -195,14 +250,14 @@ def choose_config(call: KernelCall, device_name: str, trial: Callable[[int], flo
         time.perf_counter() - start,
     )
     save_choice(key, best, call.configs[best].label, timings)
-    _recent[tuning_key(call, "")] = best
+    _recent.put(tuning_key(call, ""), best)
     return best
 
 
 def take_recent_choice(call: KernelCall) -> int | None:
     """The configuration `choose_config` chose last in this process for the tuning problem of ``call`` (on
     any device), or ``None``; taken, so that a later question gets only a later choice."""
-    index = _recent.pop(tuning_key(call, ""), None)
+    index = _recent.pop(tuning_key(call, ""))
     return index if index is not None and 0 <= index < len(call.configs) else None
 
 

@@ -12,6 +12,7 @@ from jt_core.plugin import (
     CompileOptions,
     CompileRequest,
     KernelCallValueError,
+    OutOfResourcesError,
     Target,
     TritonOptions,
     plain_metadata,
@@ -71,6 +72,22 @@ def _target_for(value: Any, source: str, name: str) -> Target:
         return Target(platform="cuda", arch=parse_compute_capability(value, source), warp_size=32)
     except ValueError as exc:
         raise KernelCallValueError(f"triton_call {name!r}: {exc}") from None
+
+
+def _check_shared_memory(request: CompileRequest, kernel_name: str, shared: int) -> None:
+    """Refuses a kernel that needs more shared memory per block than the target allows.
+
+    Raises:
+        OutOfResourcesError: Naming the call, kernel, configuration and both figures.
+    """
+    limits = limits_for(int(request.target.arch))
+    if shared > limits.max_shared_mem:
+        raise OutOfResourcesError(
+            f"triton_call {request.call.name!r} (kernel {kernel_name}) config [{request.config.label}] needs {shared} "
+            f"bytes of shared memory per block, above the {limits.max_shared_mem} bytes "
+            f"({limits.max_shared_mem // 1024} KiB) that {limits.name} allows (opt-in maximum); use smaller blocks or "
+            "fewer num_stages"
+        )
 
 
 class CudaBackend(Backend):
@@ -135,7 +152,13 @@ class CudaBackend(Backend):
         assert isinstance(request.options, CudaOptions), request.options
         options = request.options.triton_options()
         if dependent_launch.applies(arch, options):
-            compiled = dependent_launch.compile_waiting(source, _compat.gpu_target(arch), options)
+
+            def check_shared(metadata: Mapping[str, Any]) -> None:
+                # Before ptxas, the longest stage, spends its time on a kernel that cannot run.
+                name = str(metadata.get("name") or getattr(source, "name", ""))
+                _check_shared_memory(request, name, int(metadata.get("shared", 0) or 0))
+
+            compiled = dependent_launch.compile_waiting(source, _compat.gpu_target(arch), options, check_shared)
         else:
             compiled = triton.compile(source, target=_compat.gpu_target(arch), options=options)
         return self.restore(self._to_compiled_kernel(compiled, request.target), request)
@@ -166,20 +189,16 @@ class CudaBackend(Backend):
 
     @staticmethod
     def _check_limits(kernel: CompiledKernel, request: CompileRequest) -> None:
+        """Refuses a kernel the target cannot launch (`OutOfResourcesError`: an autotuned call runs without that
+        configuration, as Triton's autotuner skips one whose launch raises ``OutOfResources``)."""
         cc = int(request.target.arch)
         limits = limits_for(cc)
         name = request.call.name
         label = request.config.label
-        if kernel.shared_mem > limits.max_shared_mem:
-            raise KernelCallValueError(
-                f"triton_call {name!r} (kernel {kernel.name}) config [{label}] needs {kernel.shared_mem} bytes of "
-                f"shared memory per block, above the {limits.max_shared_mem} bytes "
-                f"({limits.max_shared_mem // 1024} KiB) that {limits.name} allows (opt-in maximum); use smaller "
-                "blocks or fewer num_stages"
-            )
+        _check_shared_memory(request, kernel.name, kernel.shared_mem)
         tmem = int(kernel.metadata.get("tmem_size", 0) or 0)
         if tmem > limits.tensor_memory_columns:
-            raise KernelCallValueError(
+            raise OutOfResourcesError(
                 f"triton_call {name!r} (kernel {kernel.name}) config [{label}] needs {tmem} columns of tensor "
                 f"memory, above the {limits.tensor_memory_columns} that {limits.name} has; use smaller blocks"
             )
@@ -190,7 +209,7 @@ class CudaBackend(Backend):
             )
         block = kernel.num_warps * 32
         if block > 1024:
-            raise KernelCallValueError(
+            raise OutOfResourcesError(
                 f"triton_call {name!r} (kernel {kernel.name}) config [{label}] runs {kernel.num_warps} warps "
                 f"({block} threads) per block, above the 1024 threads a CUDA block may have; lower num_warps"
             )

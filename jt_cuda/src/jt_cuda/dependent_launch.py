@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jt_core.gpu import ENTRY_WAIT
@@ -96,12 +96,19 @@ class Compiled:
     metadata: Mapping[str, Any]
 
 
-def compile_waiting(source: Any, target: Any, options: Mapping[str, Any]) -> Compiled:
+def compile_waiting(
+    source: Any,
+    target: Any,
+    options: Mapping[str, Any],
+    before_ptx: Callable[[Mapping[str, Any]], None] | None = None,
+) -> Compiled:
     """Compiles ``source`` for ``target`` through the stages Triton's backend lists for the source's language, with
     the entry wait inserted into the PTX before ``ptxas`` runs.
 
     The steps are those of ``triton.compile`` (options parsed by the backend, the IR made by the source, every
-    stage from the source's own), without Triton's cache: jt's caches keep the result.
+    stage from the source's own), without Triton's cache: jt's caches keep the result. ``before_ptx`` is given the
+    metadata once the LLVM IR is made (its shared memory is known then), and may raise to stop the compile before
+    the costlier stages.
     """
     import triton
     from triton.compiler.compiler import get_cache_invalidating_env_vars, ir, make_backend
@@ -123,6 +130,8 @@ def compile_waiting(source: Any, target: Any, options: Mapping[str, Any]) -> Com
     make_ptx = stages["ptx"]
 
     def ptx_waiting_at_entry(module: Any, meta: dict[str, Any]) -> str:
+        if before_ptx is not None:
+            before_ptx(meta)
         meta[ENTRY_WAIT] = True
         return insert_entry_wait(make_ptx(module, meta))
 

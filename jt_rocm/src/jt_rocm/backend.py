@@ -13,6 +13,7 @@ from jt_core.plugin import (
     CompileRequest,
     KernelCallTypeError,
     KernelCallValueError,
+    OutOfResourcesError,
     Target,
     TritonOptions,
     plain_metadata,
@@ -129,7 +130,7 @@ class RocmBackend(Backend):
         metadata = _compat.metadata_dict(compiled.metadata)
         shared = int(metadata.get("shared") or 0)
         if shared > arch.lds_bytes:
-            raise KernelCallValueError(
+            raise OutOfResourcesError(
                 f"triton_call {request.call.name!r} with config [{request.config.label}] needs {shared} bytes of "
                 f"shared memory (LDS) but {arch.name} offers {arch.lds_bytes} per workgroup; use smaller blocks or "
                 "fewer num_stages"

@@ -5,6 +5,7 @@ the interpreter too, which runs what the compiled path cannot."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,8 +27,9 @@ CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
-#: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it).
-PROGRAM_FORMAT = 2
+#: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it, from the front
+#: end as `jt_core.frontend.build` runs it, where ``tl.dot``'s default input precision is ``"ieee"``).
+PROGRAM_FORMAT = 6
 
 
 def compile_check_enabled() -> bool:
@@ -58,12 +60,14 @@ class CpuKernel:
         checks: The checks a run makes.
         program: The kernel's TTIR, which the compiled path runs (``None`` when the front end did not give it).
         why_not: Why there is no program, when there is none.
+        why_not_at: The kernel source line (``FILE:LINE``) of what ``why_not`` names, where it has one.
     """
 
     fn: Any
     checks: CpuChecks
     program: Program | None = dataclasses.field(default=None, compare=False)
     why_not: str | None = None
+    why_not_at: str | None = None
 
 
 def _interpreter_chosen(request: CompileRequest) -> bool:
@@ -79,6 +83,10 @@ class CpuBackend(Backend):
 
     def target(self, *, backend_arguments: Mapping[str, Any], device: Any | None, name: str) -> Target:
         return CPU_TARGET
+
+    def target_label(self, target: Target) -> str:
+        # One target, whichever launcher runs the kernel: a compile is Triton's front end, for either path.
+        return "cpu"
 
     def parse_options(
         self, *, options: CompileOptions, backend_arguments: Mapping[str, Any], target: Target, name: str, label: str
@@ -99,25 +107,34 @@ class CpuBackend(Backend):
         return True
 
     def cache_tag(self) -> str:
-        return f"{'checked' if compile_check_enabled() else 'unchecked'}-program{PROGRAM_FORMAT}"
+        # TRITON_F32_DEFAULT, where set, is tl.dot's default input precision (the front end writes it in the TTIR).
+        dot = os.environ.get("TRITON_F32_DEFAULT", "")
+        checked = "checked" if compile_check_enabled() else "unchecked"
+        return f"{checked}-program{PROGRAM_FORMAT}" + (f"-{dot}" if dot else "")
 
     def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
         program, why_not = None, str(cached.metadata.get("why_not") or "") or None
+        at = str(cached.metadata.get("why_not_at") or "") or None
         if cached.binary:
             try:
                 program = Program.from_bytes(cached.binary)
             except ValueError as exc:
-                program, why_not = None, str(exc)
-        return self._compiled(request, program, why_not)
+                program, why_not, at = None, str(exc), None
+        return self._compiled(request, program, why_not, at)
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
         """Runs Triton's front end on the kernel (about 6 ms per configuration for a vector add, 15 to 35 ms for a
         matrix product) and keeps the TTIR it gives. Unless ``JT_CPU_COMPILE_CHECK=0``, what the front end refuses
         (a block size that is not a power of two, a pointer used as a number, an unknown name) fails the call when
         it is lowered, with Triton's message, rather than in the middle of a run."""
-        runner.interpreted(request.kernel.fn)  # rewrite now: a kernel without source fails at lowering, not at run
-        if not compile_check_enabled() and _interpreter_chosen(request):
-            return self._compiled(request, None, "the call runs in the interpreter, without the front end's checks")
+        if _interpreter_chosen(request):
+            # Rewritten now, so that a kernel without source fails at lowering, not at run. A call on the compiled
+            # path has it rewritten only if it ends in the interpreter: the front end reads the same source, and the
+            # rewrite takes as long as the front end does (seconds for a kernel with thousands of stores).
+            runner.interpreted(request.kernel.fn)
+            if not compile_check_enabled():
+                skipped = "a kernel compiled without Triton's front end (JT_CPU_COMPILE_CHECK=0, for the interpreter)"
+                return self._compiled(request, None, skipped)
         source = request.dialect.make_source(request.kernel, request.specialization, request.target)
         names = enum_names()
 
@@ -125,26 +142,34 @@ class CpuBackend(Backend):
             try:
                 return extract(module, names), None
             except Exception as exc:  # a module this jt cannot read runs in the interpreter
-                return None, f"its Triton IR could not be read ({type(exc).__name__}: {exc})"
+                return None, f"a kernel whose Triton IR jt could not read ({type(exc).__name__}: {exc})"
 
+        stops: list[str] = []
         try:
-            program, why_not = frontend.build(source, read)
+            program, why_not = frontend.build(source, read, stops)
         except Exception as exc:
             if compile_check_enabled():
                 raise
             lines = str(exc).strip().splitlines() or [""]
-            program, why_not = None, f"Triton's front end refused it ({type(exc).__name__}: {lines[-1]})"
-        return self._compiled(request, program, why_not)
+            program, why_not = None, f"a kernel Triton's front end refused ({type(exc).__name__}: {lines[-1]})"
+        at = None
+        if stops:  # Python's debugger stops only where the kernel runs as Python: in the interpreter
+            program, why_not, at = None, "breakpoint() (Python's debugger)", stops[0]
+        if program is None:
+            runner.interpreted(request.kernel.fn)  # it runs in the interpreter: fails now where it cannot
+        return self._compiled(request, program, why_not, at)
 
     @staticmethod
-    def _compiled(request: CompileRequest, program: Program | None, why_not: str | None) -> CompiledKernel:
+    def _compiled(
+        request: CompileRequest, program: Program | None, why_not: str | None, at: str | None = None
+    ) -> CompiledKernel:
         options = request.options
         assert isinstance(options, CpuOptions), options
         return CompiledKernel(
             name=request.call.name,
             target=request.target,
             binary=program.to_bytes() if program is not None else b"",
-            metadata={"why_not": why_not} if why_not else {},
+            metadata=({"why_not": why_not} if why_not else {}) | ({"why_not_at": at} if at else {}),
             num_warps=options.num_warps,
-            payload=CpuKernel(request.kernel.fn, options.checks, program, why_not),
+            payload=CpuKernel(request.kernel.fn, options.checks, program, why_not, at),
         )

@@ -26,6 +26,7 @@ unless the FFI launcher was asked for by name, which is then an error. ``JT_LAUN
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import dataclasses
 import hashlib
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from jt_core import _compat, distributed
+from jt_core import _compat, distributed, memory
 from jt_core.call import KernelCall
 from jt_core.cpu.lowered import LoweredCall
 from jt_core.errors import OutOfBoundsAccessError, UnsupportedKernelError
@@ -50,8 +51,10 @@ __all__ = [
     "ABI_VERSION",
     "CHECK_TARGET_NAME",
     "TARGET_NAME",
+    "ZERO_TARGET_NAME",
     "CallRegistry",
     "CpuFfiLauncher",
+    "HostFunction",
     "RegisteredCall",
     "ensure_registered",
     "registry",
@@ -66,8 +69,12 @@ TARGET_NAME = "triton_kernel_call_jt_cpu"
 #: ``jt_cpu_kernel_check``), in the same library: on a stray access it runs the call again in the interpreter,
 #: through `_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
 CHECK_TARGET_NAME = "triton_kernel_call_jt_cpu_compiled"
+#: The custom-call target that gives a compiled CPU kernel a zero XLA cannot see (handler symbol
+#: ``jt_cpu_opaque_zero``; `jt_core.cpu.compiled.checking.opaque_zero`): one per compiled call whose kernel has
+#: float constants, named as every target jt registers is.
+ZERO_TARGET_NAME = "triton_kernel_call_jt_cpu_zero"
 #: The calling convention between the handlers and `_dispatch`; the library reports the one it implements.
-ABI_VERSION = 2
+ABI_VERSION = 3
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
 #: message and of its line in ``python -m jt_core plugins``).
 WITHOUT_HANDLER = (
@@ -111,6 +118,39 @@ class RegisteredCall(LoweredCall):
 
     call_id: int = 0
 
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    @property
+    def operand_avals(self) -> Sequence[Any]:
+        return self.call.operand_avals
+
+    @property
+    def out_avals(self) -> Sequence[Any]:
+        return self.call.out_avals
+
+
+@dataclasses.dataclass
+class HostFunction:
+    """A function of host arrays the handler runs in place of a kernel (the comparison of
+    ``JT_CPU_DIFFERENTIAL``): its errors reach the caller as a kernel's do, type and message, with no traceback.
+
+    Attributes:
+        name: The call it serves, for messages.
+        operand_avals: What the custom call passes.
+        out_avals: What it returns.
+        function: ``function(operands, outputs)`` on NumPy arrays, writing ``outputs``.
+    """
+
+    name: str
+    operand_avals: tuple[Any, ...]
+    out_avals: tuple[Any, ...]
+    function: Any
+
+    def run(self, operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        self.function(operands, outputs)
+
 
 class CallRegistry:
     """Process-wide map from call ids to lowered calls. Thread-safe.
@@ -125,31 +165,55 @@ class CallRegistry:
     still running are waited for first. An executable kept past ``jax.clear_caches()`` (a ``Compiled`` object the
     program holds) then fails with an error that says to lower it again, never runs another call: an id released
     for one kernel object is given again to that kernel object only, never to another with the same source. What
-    stays of a released call is that pairing (its id and a weak reference to its kernel, about 100 bytes).
+    stays of a released call is that pairing (its id and a weak reference to its kernel, about 100 bytes), for the
+    ``JT_MEMORY_CACHE_ENTRIES`` most recently released calls (`jt_core.memory`).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[KernelCall, int] = {}  # calls compare by value, each scalar by its type and bits
-        self._calls: dict[int, RegisteredCall] = {}
-        #: The ids released by jax.clear_caches(), each with its kernel (held weakly; None once unknown).
-        self._released: dict[int, weakref.ReferenceType[Any] | None] = {}
+        self._ids: dict[tuple[KernelCall, bool], int] = {}  # calls compare by value, each scalar by its type and bits
+        self._calls: dict[int, RegisteredCall | HostFunction] = {}
+        self._functions: dict[str, int] = {}
+        #: The ids released by jax.clear_caches(), each with its kernel (held weakly; None once unknown), the most
+        #: recently released last.
+        self._released: collections.OrderedDict[int, weakref.ReferenceType[Any] | None] = collections.OrderedDict()
         _compat.on_clear_caches(self, "jt: calls lowered for the CPU ffi launcher")
 
-    def register(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
-        """The id of ``call``, registering it (with ``kernels``) the first time its content is seen."""
+    def register(self, call: KernelCall, kernels: Sequence[CompiledKernel], keep_subnormals: bool = True) -> int:
+        """The id of ``call``, registering it (with ``kernels``) the first time its content is seen.
+
+        Args:
+            keep_subnormals: Whether the interpreter keeps subnormal floats (`LoweredCall`); ``False`` is a
+                separate entry, under its own id.
+        """
         with self._lock:
-            call_id = self._ids.get(call)
+            call_id = self._ids.get((call, keep_subnormals))
             if call_id is None:
-                digest = distributed.call_digest(call)
+                digest = distributed.call_digest(call) + ("" if keep_subnormals else "/flushing")
                 taken = 0
                 call_id = _call_id(digest, 0)
                 while call_id in self._calls or not self._free_for(call_id, call.fn):
                     taken += 1
                     call_id = _call_id(digest, taken)
                 self._released.pop(call_id, None)
-                self._ids[call] = call_id
-                self._calls[call_id] = RegisteredCall(call, tuple(kernels), call_id=call_id)
+                self._ids[(call, keep_subnormals)] = call_id
+                entry = RegisteredCall(call, tuple(kernels), keep_subnormals=keep_subnormals, call_id=call_id)
+                self._calls[call_id] = entry
+            return call_id
+
+    def register_function(self, key: str, entry: HostFunction) -> int:
+        """The id of the host function named ``key`` (computed from it: equal keys, equal ids), registering
+        ``entry`` under it."""
+        with self._lock:
+            call_id = self._functions.get(key)
+            if call_id is None:
+                taken = 0
+                call_id = _call_id(key, 0)
+                while call_id in self._calls or call_id in self._released:
+                    taken += 1
+                    call_id = _call_id(key, taken)
+                self._functions[key] = call_id
+            self._calls[call_id] = entry
             return call_id
 
     def _free_for(self, call_id: int, kernel: Any) -> bool:
@@ -160,7 +224,7 @@ class CallRegistry:
         owner = self._released[call_id]
         return owner is not None and owner() is kernel
 
-    def get(self, call_id: int) -> RegisteredCall | None:
+    def get(self, call_id: int) -> RegisteredCall | HostFunction | None:
         """The registered call with this id, or ``None``."""
         return self._calls.get(call_id)
 
@@ -183,12 +247,16 @@ class CallRegistry:
         _compat.wait_for_running_computations("cpu")
         with self._lock:
             for call_id, entry in self._calls.items():
+                self._released.pop(call_id, None)
                 try:
-                    self._released[call_id] = weakref.ref(entry.call.fn)
+                    self._released[call_id] = weakref.ref(entry.call.fn) if isinstance(entry, RegisteredCall) else None
                 except TypeError:
                     self._released[call_id] = None
+            while len(self._released) > memory.entries_limit():
+                self._released.popitem(last=False)
             self._calls.clear()
             self._ids.clear()
+            self._functions.clear()
 
 
 def _call_id(digest: str, taken: int) -> int:
@@ -238,19 +306,18 @@ def _dispatch_call(
             f"jt CPU launcher: no triton_call is registered under id {call_id} in this process; calls are "
             "registered when they are lowered, so a serialized module must be lowered again in this process"
         )
-    call = entry.call
-    if num_inputs != len(call.operand_avals) or num_outputs != len(call.out_avals):
+    if num_inputs != len(entry.operand_avals) or num_outputs != len(entry.out_avals):
         raise RuntimeError(
-            f"triton_call {call.name!r}: the custom call has {num_inputs} operands and {num_outputs} results, "
-            f"expected {len(call.operand_avals)} and {len(call.out_avals)}"
+            f"triton_call {entry.name!r}: the custom call has {num_inputs} operands and {num_outputs} results, "
+            f"expected {len(entry.operand_avals)} and {len(entry.out_avals)}"
         )
     operand_arrays = [
-        _wrap(inputs[i], input_bytes[i], aval, f"operand {i} of {call.name!r}", writable=False)
-        for i, aval in enumerate(call.operand_avals)
+        _wrap(inputs[i], input_bytes[i], aval, f"operand {i} of {entry.name!r}", writable=False)
+        for i, aval in enumerate(entry.operand_avals)
     ]
     output_arrays = [
-        _wrap(outputs[i], output_bytes[i], aval, f"result {i} of {call.name!r}", writable=True)
-        for i, aval in enumerate(call.out_avals)
+        _wrap(outputs[i], output_bytes[i], aval, f"result {i} of {entry.name!r}", writable=True)
+        for i, aval in enumerate(entry.out_avals)
     ]
     entry.run(operand_arrays, output_arrays)
 
@@ -328,6 +395,7 @@ def _load() -> ctypes.CDLL:
     lib.jt_cpu_interpreter_set_dispatcher(_dispatcher)
     _compat.register_host_ffi_target(TARGET_NAME, lib.jt_cpu_interpreter_callback)
     _compat.register_host_ffi_target(CHECK_TARGET_NAME, lib.jt_cpu_kernel_check)
+    _compat.register_host_ffi_target(ZERO_TARGET_NAME, lib.jt_cpu_opaque_zero)
     atexit.register(_detach, lib)
     return lib
 
@@ -372,6 +440,12 @@ class CpuFfiLauncher(Launcher):
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
         return True
 
+    def unexportable_reason(self, call: KernelCall) -> str | None:
+        return (
+            f"runs it in Triton's interpreter through jt's handler ({TARGET_NAME}), by an id registered in the process "
+            "that lowered it, which a process loading the artifact does not have"
+        )
+
     def unavailable_reason(self) -> str | None:
         try:
             ensure_registered()
@@ -391,24 +465,47 @@ class CpuFfiLauncher(Launcher):
         operands: Sequence[Any],
         device: Any | None,
     ) -> Sequence[Any]:
-        from jax._src.interpreters import mlir
-        from jax._src.lib.mlir import ir
 
         ensure_registered()
         call_id = _registry.register(call, kernels)
-        out_avals = list(call.out_avals)
+        return self.emit(
+            ctx,
+            call_id,
+            call.name,
+            operands,
+            call.operand_avals,
+            call.out_avals,
+            dict(call.aliases),
+            call.launch.has_side_effect,
+        )
+
+    def emit(
+        self,
+        ctx: Any,
+        call_id: int,
+        name: str,
+        operands: Sequence[Any],
+        operand_avals: Sequence[Any],
+        out_avals: Sequence[Any],
+        aliases: dict[int, int],
+        has_side_effect: bool,
+    ) -> list[Any]:
+        """The custom call of the handler that runs what is registered under ``call_id``; returns its results."""
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir
+
         op = mlir.custom_call(
             TARGET_NAME,
             result_types=[mlir.aval_to_ir_type(ctx.module_context, aval) for aval in out_avals],
             operands=list(operands),
             backend_config={
                 "call_id": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), call_id),
-                "name": ir.StringAttr.get(call.name),
+                "name": ir.StringAttr.get(name),
             },
-            has_side_effect=call.launch.has_side_effect,
+            has_side_effect=has_side_effect,
             api_version=4,
-            operand_output_aliases=dict(call.aliases),
-            operand_layouts=[self.row_major(aval) for aval in call.operand_avals],
+            operand_output_aliases=aliases,
+            operand_layouts=[self.row_major(aval) for aval in operand_avals],
             result_layouts=[self.row_major(aval) for aval in out_avals],
         )
         return list(op.results)

@@ -1,5 +1,5 @@
 """A lowered call as jt's CPU launchers run it (`LoweredCall`): the configuration is chosen at the first run,
-by trials under ``JT_CPU_AUTOTUNE=1``."""
+by trials under ``JT_CPU_AUTOTUNE=1``, among those that write every element of the outputs (`jt_core.coverage`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jt_core import settings, tuning
+from jt_core import coverage, settings, tuning
 from jt_core.call import KernelCall
 from jt_core.interpreter.execute import execute, execute_into
 from jt_core.plugin.values import CompiledKernel
@@ -22,7 +22,8 @@ CPU_DEVICE_NAME = "cpu-triton-interpreter"
 
 
 def cpu_autotune_enabled() -> bool:
-    """Whether autotuned kernels are tuned on the CPU (``JT_CPU_AUTOTUNE=1``); otherwise the first config runs."""
+    """Whether autotuned kernels are tuned on the CPU (``JT_CPU_AUTOTUNE=1``); otherwise the first config runs (the
+    first that covers the outputs, for configurations that launch the same grid)."""
     return settings.flag("JT_CPU_AUTOTUNE")
 
 
@@ -30,46 +31,101 @@ def cpu_autotune_enabled() -> bool:
 class LoweredCall:
     """A lowered call as the CPU launchers run it: the call, its compiled configurations and the one chosen.
 
-    The configuration is chosen on the first run (by trials when ``JT_CPU_AUTOTUNE=1``, else the first) and then
-    kept: the devices running their shards of the call at the same time wait for that one choice, so every device
-    runs the same configuration.
+    The configuration is chosen on the first run (by trials when ``JT_CPU_AUTOTUNE=1``, else the first; among those
+    that write every element of the outputs where the configurations launch the same grid) and then kept: the
+    devices running their shards of the call at the same time wait for that one choice, so every device runs the
+    same configuration.
 
     Attributes:
         call: The bound call.
         kernels: One compiled kernel per ``call.configs`` entry.
         chosen: The configuration that runs (``None`` before the first run).
+        keep_subnormals: Whether the interpreter keeps subnormal floats, as a GPU does (``False``: it flushes them,
+            as XLA's threads do, for the comparison with the compiled path that ``JT_CPU_DIFFERENTIAL`` makes).
     """
 
     call: KernelCall
     kernels: tuple[CompiledKernel, ...]
+    keep_subnormals: bool = True
     chosen: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
     def run(self, operands: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Runs the chosen configuration on host arrays, writing into ``outputs`` (choosing it on the first run)."""
-        call, kernels = self.call, self.kernels
         index = self.chosen
         if index is None:
             with self.lock:
                 index = self.chosen
                 if index is None:
-                    if len(kernels) == 1 or not cpu_autotune_enabled():
-                        index = 0
-                    else:
-                        # Trials run on copies (execute() allocates its outputs), so the buffers XLA handed over,
-                        # an aliased operand's included, are untouched until the chosen configuration's results land.
-                        results: dict[int, list[np.ndarray]] = {}
-
-                        def trial(i: int) -> float:
-                            start = time.perf_counter()
-                            results[i] = execute(call, kernels[i], operands, i)
-                            return time.perf_counter() - start
-
-                        index = tuning.choose_config(call, CPU_DEVICE_NAME, trial)
-                        self.chosen = index
-                        if index in results:
-                            for out, value in zip(outputs, results[index]):
-                                np.copyto(out, value)
-                            return
+                    index, results = self._choose(operands)
                     self.chosen = index
-        execute_into(call, kernels[index], operands, outputs, index)
+                    if results is not None:
+                        for out, value in zip(outputs, results):
+                            np.copyto(out, value)
+                        return
+        execute_into(self.call, self.kernels[index], operands, outputs, index, keep_subnormals=self.keep_subnormals)
+
+    def _choose(self, operands: Sequence[np.ndarray]) -> tuple[int, list[np.ndarray] | None]:
+        """The configuration that runs, and its outputs when choosing it ran it on ``operands``.
+
+        Without ``JT_CPU_AUTOTUNE=1`` the first configuration runs, or, for a call whose configurations launch the
+        same grid (`jt_core.coverage`), the first that writes every element of the outputs. Under it, the
+        fastest of those. Trials and checks run on copies (execute() allocates its outputs), so the buffers XLA
+        handed over, an aliased operand's included, are untouched until the chosen configuration's results land.
+
+        Raises:
+            NoUsableConfigError: When every configuration leaves part of an output unwritten.
+        """
+        call, kernels, kept = self.call, self.kernels, self.keep_subnormals
+        if len(kernels) == 1:
+            return 0, None
+        checked = coverage.applies(call)
+        reasons: dict[int, str] = {}
+
+        def run_checked(index: int) -> list[np.ndarray] | None:
+            """Runs configuration ``index`` twice into sentinel-filled outputs; its outputs, or ``None`` when it
+            left elements unwritten (why is kept in ``reasons``)."""
+            first = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 0), kept)
+            second = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 1), kept)
+            counts = {
+                out: coverage.unwritten(first[out], second[out])
+                for out in coverage.checked_outputs(call, call.configs[index])
+            }
+            counts = {out: count for out, count in counts.items() if count}
+            if not counts:
+                return first
+            reasons[index] = coverage.unwritten_message(call, counts)
+            return None
+
+        def chosen(index: int, results: list[np.ndarray] | None) -> tuple[int, list[np.ndarray] | None]:
+            for skipped, why in sorted(reasons.items()):
+                coverage.config_skipped(call, call.configs[skipped], why)
+            return index, results
+
+        def none_usable() -> Exception:
+            labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
+            return coverage.no_usable_config(call, labels, unwritten_only=True)
+
+        if not cpu_autotune_enabled():
+            if not checked:
+                return 0, None
+            for index in range(len(kernels)):
+                covered = run_checked(index)
+                if covered is not None:
+                    return chosen(index, covered)
+            raise none_usable()
+        results: dict[int, list[np.ndarray]] = {}
+
+        def trial(index: int) -> float:
+            start = time.perf_counter()
+            if checked:
+                covered = run_checked(index)
+                if covered is None:
+                    return float("inf")
+                results[index] = covered
+                return (time.perf_counter() - start) / 2
+            results[index] = execute(call, kernels[index], operands, index, keep_subnormals=kept)
+            return time.perf_counter() - start
+
+        index = tuning.choose_config(call, CPU_DEVICE_NAME, trial, none_usable)
+        return chosen(index, results.get(index))

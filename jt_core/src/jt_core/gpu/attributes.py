@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from jt_core import cache, tuning
+from jt_core import cache, coverage, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall, ParamSlot
 from jt_core.errors import KernelCallValueError
 from jt_core.plugin.values import CompiledKernel
@@ -298,6 +298,11 @@ def ffi_attributes(
         attributes[f"zeroed_{c}"] = _ir_ints(config.zeroed_outputs)
         if tensor_maps[c]:
             attributes[f"tensormaps_{c}"] = _ir_ints(tensor_maps[c])
+    checked = coverage.checked_outputs(call)
+    if checked:
+        attributes["coverage"] = _ir_ints(checked)
+    if len(kernels) > 1 and tuning.caller_reports_skips():
+        attributes["report_skipped"] = _ir_int(0)
     remembered = tuning_file(call, device, platform)
     if remembered:
         attributes["tuning_file"] = _ir_str(remembered)

@@ -1,12 +1,14 @@
 """jt's GPU launch handler: the shared C++ handler, built per runtime, and its registration with XLA.
 
 jt_core ships the runtime-neutral handler as headers (``csrc/jt_launch_state.h``: the call's state, the
-attribute schema, remembered tuning winners; ``csrc/jt_launch_common.h``: module loading, launching, autotuning
-and the XLA FFI stages; ``csrc/jt_launch_record.h``: the record stage, which makes each call one kernel node of
-XLA's command buffers). A GPU plugin ships one C++ file that supplies its runtime's driver (entry points loaded
-with ``dlopen``, so no toolkit is needed to build it) and includes them; `LaunchHandlerLibrary` builds that
-file with `jt_core.native.build_shared_library` against ``jax.ffi.include_dir()`` and registers the handler
-with XLA, with the command-buffer trait so that chains of launches are captured into CUDA graphs.
+attribute schema, remembered tuning winners; ``csrc/jt_launch_tune.h``: choosing among the configurations, with
+the coverage check and the configurations the driver will not launch set aside; ``csrc/jt_launch_common.h``: module
+loading, launching, tuning on XLA's buffers and the XLA FFI stages; ``csrc/jt_launch_record.h``: the record stage,
+which makes each call one kernel node of XLA's command buffers). A GPU plugin ships one C++ file that supplies its
+runtime's driver (entry points loaded with ``dlopen``, so no toolkit is needed to build it) and includes them;
+`LaunchHandlerLibrary` builds that file with `jt_core.native.build_shared_library` against
+``jax.ffi.include_dir()`` and registers the handler with XLA, with the command-buffer trait so that chains of
+launches are captured into CUDA graphs.
 """
 
 from __future__ import annotations

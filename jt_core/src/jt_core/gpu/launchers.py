@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from jt_core import coverage, settings
 from jt_core.call import INPUT, OUTPUT, SCALAR, KernelCall, LaunchConfig, ParamSlot
 from jt_core.errors import KernelCallTypeError, KernelCallValueError
 from jt_core.gpu import jaxlib_call
@@ -26,6 +27,7 @@ from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
+    "TUNE_AHEAD",
     "BufferPlan",
     "HandlerLauncher",
     "JaxlibLauncher",
@@ -35,6 +37,11 @@ __all__ = [
     "source_avals",
     "source_values",
 ]
+
+
+#: The switch that keeps an autotuned call's every configuration in its lowering, for the handler to choose among
+#: when the call runs (``JT_TUNE_AHEAD=0``), instead of tuning it before lowering.
+TUNE_AHEAD = "JT_TUNE_AHEAD"
 
 
 @functools.cache
@@ -105,6 +112,12 @@ class HandlerLauncher(Launcher):
     def descriptor_params(self) -> DescriptorParams | None:
         """How host-side tensor descriptors become kernel parameters; ``None``: the runtime cannot pass them."""
         return None
+
+    def tunes_ahead(self, call: KernelCall) -> bool:
+        """Yes, where the lowering has a device (``JT_TUNE_AHEAD=0`` says no): the handler times the candidates on
+        scratch buffers before lowering, and the call lowered holds the winner alone, with no initialize stage and
+        no choice left for run time, as that configuration called fixed."""
+        return settings.flag(TUNE_AHEAD, default=True) and devices_present(self.platform)
 
     def check(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> None:
         """Refuses what the runtime cannot launch (raises ``KernelCallValueError``); the default accepts all."""
@@ -254,6 +267,12 @@ class JaxlibLauncher(Launcher):
     def custom_call_target(self) -> tuple[str, int]:
         """The custom-call target and its API version (4: typed FFI with a dictionary backend config)."""
         return "triton_kernel_call_ffi", 4
+
+    def needs_tuning_ahead(self, call: KernelCall) -> bool:
+        """For configurations that launch the same grid into outputs that start as garbage: jaxlib's handler would
+        time them without checking that each writes every element of those outputs (`jt_core.coverage`), so jt's
+        handler tunes them first."""
+        return bool(coverage.checked_outputs(call))
 
     def kernel_spec(self, call: KernelCall, config: LaunchConfig, kernel: CompiledKernel) -> jaxlib_call.KernelSpec:
         """The ``TritonKernel`` message of one compiled configuration (raises ``KernelCallValueError`` for one

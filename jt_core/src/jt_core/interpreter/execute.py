@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,11 +43,17 @@ def poison(array: np.ndarray) -> None:
 
 
 def execute(
-    call: KernelCall, kernel: InterpretedKernel, operands: Sequence[np.ndarray], config_index: int = 0
+    call: KernelCall,
+    kernel: InterpretedKernel,
+    operands: Sequence[np.ndarray],
+    config_index: int = 0,
+    fill: Callable[[np.ndarray], None] | None = None,
+    keep_subnormals: bool = True,
 ) -> list[np.ndarray]:
-    """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated)."""
+    """Runs one configuration of a call on host buffers and returns its outputs (freshly allocated; ``fill`` and
+    ``keep_subnormals`` as for `execute_into`)."""
     outputs = [np.empty(aval.shape, dtype=aval.dtype) for aval in call.out_avals]
-    execute_into(call, kernel, operands, outputs, config_index)
+    execute_into(call, kernel, operands, outputs, config_index, fill, keep_subnormals)
     return outputs
 
 
@@ -57,6 +63,8 @@ def execute_into(
     operands: Sequence[np.ndarray],
     outputs: Sequence[np.ndarray],
     config_index: int = 0,
+    fill: Callable[[np.ndarray], None] | None = None,
+    keep_subnormals: bool = True,
 ) -> None:
     """Runs one configuration of a call writing into caller-provided outputs (XLA's result buffers, say).
 
@@ -70,6 +78,11 @@ def execute_into(
         operands: The array operands, in ``call.operand_avals`` order.
         outputs: Writable C-contiguous arrays of ``call.out_avals``' shapes and dtypes.
         config_index: Which of ``call.configs`` runs.
+        fill: What fills an output that is neither aliased nor zeroed before the kernel runs: `poison`, or for
+            the coverage check of an autotuned call the sentinels it counts unwritten elements by
+            (`jt_core.coverage`), which then reports them itself instead of the race check.
+        keep_subnormals: Whether subnormal floats are kept (``False``: the calling thread's floating-point mode,
+            which on XLA's threads flushes them).
     """
     config = call.configs[config_index]
     aliased = dict(call.aliases)
@@ -87,15 +100,36 @@ def execute_into(
         elif index in zeroed:
             out[...] = 0
         else:
-            poison(out)
+            (fill or poison)(out)
 
     buffers: list[runner.Buffer] = []
+    held_arrays: list[np.ndarray] = []
     must_write: list[tuple[runner.Buffer, int]] = []
-    leaves: dict[int, list[Any]] = {}
-    for slot in call.slots:
+    slots = call.slots_for(config)
+    for slot in slots:
         if slot.kind == INPUT:
             out_index = aliased.get(slot.index)
             array = outputs[out_index] if out_index is not None else operands[slot.index]
+            held = None if out_index is None else array.shape
+            buffers.append(_buffer(slot.name, array, out_index is not None, out_index, held))
+            held_arrays.append(array)
+        elif slot.kind == OUTPUT:
+            array = outputs[slot.index]
+            buffers.append(_buffer(slot.name, array, True, slot.index, array.shape))
+            held_arrays.append(array)
+            if slot.index not in zeroed and slot.index not in source_of:
+                must_write.append((buffers[-1], slot.index))
+
+    interpreted = kernel.payload
+    checks = interpreted.checks
+    checked = checks.bounds or checks.races
+    # A checked run gives each argument's pointer an address of its own region (`jt_core.interpreter.access`).
+    places: list[int | None] = list(runner.addresses(buffers)) if checked else [None] * len(buffers)
+    leaves: dict[int, list[Any]] = {}
+    pointers = iter(zip(held_arrays, places, strict=True))
+    for slot in slots:
+        if slot.kind in (INPUT, OUTPUT):
+            array, address = next(pointers)
             desc = slot.descriptor
             if desc is not None:
                 arg = runner.descriptor_argument(
@@ -106,17 +140,10 @@ def execute_into(
                     desc.block_shape,
                     desc.padding,
                     desc.round_f32_to_tf32,
+                    address,
                 )
             else:
-                arg = runner.pointer_argument(slot.type_str, array)
-            held = None if out_index is None else array.shape
-            buffers.append(_buffer(slot.name, array, out_index is not None, out_index, held))
-        elif slot.kind == OUTPUT:
-            array = outputs[slot.index]
-            arg = runner.pointer_argument(slot.type_str, array)
-            buffers.append(_buffer(slot.name, array, True, slot.index, array.shape))
-            if slot.index not in zeroed and slot.index not in source_of:
-                must_write.append((buffers[-1], slot.index))
+                arg = runner.pointer_argument(slot.type_str, array, address)
         else:
             arg = runner.scalar_argument(slot.type_str, slot.value)
         leaves.setdefault(slot.path[0], []).append(arg)
@@ -132,18 +159,17 @@ def execute_into(
             values = leaves[param.index]
             arguments[param.name] = values[0] if tree is None else tree_util.tree_unflatten(tree, values)
 
-    interpreted = kernel.payload
-    checks = interpreted.checks
     races = runner.run(
         interpreted.fn,
         call.name,
         arguments,
         config.grid,
-        buffers if checks.bounds or checks.races else None,
+        buffers if checked else None,
         debug=config.options.debug,
         race_check=checks.races,
+        keep_subnormals=keep_subnormals,
     )
-    if races is not None and checks.unwritten != "ignore":
+    if races is not None and checks.unwritten != "ignore" and fill is None:
         _report_unwritten(call, races, must_write, checks.unwritten)
 
 

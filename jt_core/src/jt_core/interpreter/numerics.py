@@ -1,4 +1,6 @@
-"""Floating-point types the stock interpreter gets wrong: bfloat16 and the float8 types.
+"""What the stock interpreter computes differently from compiled Triton, and how a run corrects it: bfloat16 and the
+float8 types, conversions to integers, selections of bits, ``tl.dot``'s input precisions, the order of
+reductions, and the thread's floating-point mode.
 
 Triton's interpreter holds bfloat16 and float8 values as their bits (``uint16``, ``uint8``) and then computes on
 those bits as integers, and its own conversion to float8 drops the carry when rounding reaches the next power of two
@@ -9,11 +11,24 @@ those bits as integers, and its own conversion to float8 drops the carry when ro
   kernel asks for it) and saturating to the largest finite value, as NVIDIA GPUs convert (``cvt.rn.satfinite``);
 * refuses arithmetic, comparisons and other math on float8 values, as Triton's GPU compilers do (neither the
   CUDA nor the ROCm backend can lower ``x + y`` on float8 tensors): the kernel must widen them first. Loads,
-  stores, ``tl.where``, ``tl.abs``, ``tl.dot`` and conversions are what float8 values support.
+  stores, ``tl.where``, ``tl.abs``, ``tl.dot`` and conversions are what float8 values support;
+* converts floats to integers saturating, NaN to zero, as PTX's ``cvt`` and the compiled path do (NumPy gives
+  the smallest integer);
+* selects (``tl.where``) the bits of its operands in the result's type (Triton 3.6 builds a float atomic
+  minimum from a select of an ``int64`` and a ``uint64``, which NumPy would convert as numbers to float64);
+* rounds ``tl.dot``'s float32 operands to TF32 with ``input_precision="tf32"``, and splits them into three TF32
+  products with ``"tf32x3"``, as the device and the compiled path do (the stock interpreter multiplies in
+  float32 whatever is asked);
+* reduces in the order the compiled path reduces (`ReductionOrder`);
+* runs with the thread's flushing of subnormal floats off (`subnormals_kept`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import ml_dtypes
@@ -21,7 +36,7 @@ import numpy as np
 
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["FloatFixes"]
+__all__ = ["FloatFixes", "ReductionOrder", "saturating_int", "subnormals_kept", "tf32_rna"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -78,7 +93,7 @@ class FloatFixes:
 
     def patches(self) -> dict[str, Any]:
         """The builder methods to replace for the run, by name."""
-        return {
+        patches = {
             "cast_impl": self.cast_impl,
             "create_fp_to_fp": self.fp_to_fp,
             "binary_op": self.binary_op,
@@ -87,6 +102,13 @@ class FloatFixes:
             "create_fma": self.fma,
             "create_dot": self.dot,
         }
+        if not hasattr(type(self.builder), "get_bf16"):
+            patches["get_bf16"] = self.bf16_constant  # Triton 3.6's interpreter has none: x * 0.5 on bfloat16 fails
+        return patches
+
+    def bf16_constant(self, value: float) -> Any:
+        """A bfloat16 constant, rounded from float32 as Triton rounds it."""
+        return self.interp.TensorHandle(np.array([value], np.float32).astype(_BF16), self.tl.bfloat16)
 
     def get_np_dtype(self, tt_dtype: Any) -> Any:
         """The NumPy type holding values of a Triton type: bfloat16 as ``ml_dtypes.bfloat16``."""
@@ -130,6 +152,9 @@ class FloatFixes:
         return _is_fp8(s) or _is_fp8(d), s == self.tl.bfloat16 or d == self.tl.bfloat16
 
     def cast_impl(self, src: Any, dst_type: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s.is_floating() and d.is_int() and not d.is_bool():
+            return self.interp.TensorHandle(saturating_int(self._values(src.data, s), self.get_np_dtype(d)), d)
         fp8, bf16 = self._involves(src, dst_type)
         if fp8 or bf16:
             return self._convert(src, dst_type, None)
@@ -164,16 +189,228 @@ class FloatFixes:
     def ternary_op(self, lhs: Any, rhs: Any, other: Any, op: Any) -> Any:
         if op is not np.where:  # tl.where only picks values; clamping computes on them
             self._refuse(getattr(op, "__name__", "an operation"), lhs, rhs, other)
-        return self.class_ternary(self.builder, lhs, rhs, other, op)
+            return self.class_ternary(self.builder, lhs, rhs, other, op)
+        # A selection picks bits: both sides are taken as the result's type, never converted as numbers.
+        dtype = np.dtype(self.get_np_dtype(other.dtype.scalar))
+        picked = [
+            self.interp.TensorHandle(np.asarray(side.data).view(dtype), side.dtype)
+            if np.asarray(side.data).dtype != dtype and np.asarray(side.data).dtype.itemsize == dtype.itemsize
+            else side
+            for side in (rhs, other)
+        ]
+        return self.class_ternary(self.builder, lhs, picked[0], picked[1], op)
 
     def fma(self, x: Any, y: Any, z: Any) -> Any:
         self._refuse("fma", x, y, z)
         return self.class_fma(self.builder, x, y, z)
 
-    def dot(self, a: Any, b: Any, d: Any, *rest: Any) -> Any:
-        """``tl.dot``: float8 operands are widened to float16 (which holds every float8 value exactly)."""
+    def dot(self, a: Any, b: Any, d: Any, precision: Any = None, *rest: Any) -> Any:
+        """``tl.dot``: float8 operands are widened to float16 (which holds every float8 value exactly); float32
+        operands are rounded to TF32 as ``input_precision`` asks."""
         widened = [
             self._convert(operand, self.tl.float16, None) if _is_fp8(operand.dtype.scalar) else operand
             for operand in (a, b)
         ]
-        return self.class_dot(self.builder, *widened, d, *rest)
+        name = str(getattr(precision, "name", precision)).upper()
+        floats = all(operand.dtype.scalar == self.tl.float32 for operand in widened)
+        if name not in ("TF32", "TF32X3") or not floats:
+            return self.class_dot(self.builder, *widened, d, precision, *rest)
+        x, y = (np.asarray(operand.data, np.float32) for operand in widened)
+        acc = np.asarray(d.data)
+        if name == "TF32":
+            acc = _tf32_product(x, y, acc)
+        else:  # as Triton's GPU compiler rewrites it: a TF32 part and the rest, three products, smallest first
+            x_big, y_big = tf32_rna(x), tf32_rna(y)
+            acc = _tf32_product(x - x_big, y_big, acc)
+            acc = _tf32_product(x_big, y - y_big, acc)
+            acc = _tf32_product(x_big, y_big, acc)
+        return self.interp.TensorHandle(acc, d.dtype.scalar)
+
+
+def _tf32_product(x: np.ndarray, y: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    return np.matmul(tf32_rna(x), tf32_rna(y), dtype=acc.dtype) + acc
+
+
+def tf32_rna(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TensorFloat-32 (10 mantissa bits), to nearest with ties away from zero, as the
+    compiled path rounds ``tl.dot``'s operands (`jt_core.cpu.compiled.lang.round_to_tf32`); infinities and NaNs
+    are kept."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    return np.where(finite, rounded, bits).view(np.float32)
+
+
+def saturating_int(values: np.ndarray, dtype: Any) -> np.ndarray:
+    """Floats converted to the integer type ``dtype`` toward zero, saturating at its limits, NaN to zero: what
+    PTX's ``cvt.rzi`` gives for 32-bit integers and XLA for every width (NumPy gives the smallest integer)."""
+    info = np.iinfo(dtype)
+    wide = np.trunc(np.asarray(values).astype(np.float64))
+    nan = np.isnan(wide)
+    high = wide >= float(info.max) + 1  # a power of two, exact in float64
+    low = wide < float(info.min)
+    out = np.where(nan | high | low, 0, wide).astype(dtype)
+    out[np.broadcast_to(high, out.shape)] = info.max
+    out[np.broadcast_to(low, out.shape)] = info.min
+    return out
+
+
+# -- the order of reductions -----------------------------------------------------------------------------------
+
+
+def _halves(values: list[np.ndarray], axis: int, combine: Callable[[list[Any], list[Any]], list[np.ndarray]]) -> list:
+    """``values`` reduced along ``axis`` as the compiled path reduces (`jt_core.cpu.compiled.reductions`): element
+    ``i`` of the first half combined with element ``i`` of the second, first half on the left, until one is left."""
+    while values[0].shape[axis] > 1:
+        size = values[0].shape[axis]
+        half = size // 2
+        left = [np.take(v, np.arange(half), axis=axis) for v in values]
+        right = [np.take(v, np.arange(half, 2 * half), axis=axis) for v in values]
+        combined = combine(left, right)
+        if size % 2:
+            last = [np.take(v, [size - 1], axis=axis) for v in values]
+            combined = [np.concatenate([c, odd], axis=axis) for c, odd in zip(combined, last, strict=True)]
+        values = combined
+    return [np.squeeze(v, axis=axis) for v in values]
+
+
+class ReductionOrder:
+    """The interpreter's ``tl.reduce`` made to combine in the compiled path's order, for one run.
+
+    The stock interpreter sums floats with ``np.sum`` (pairwise in NumPy's own blocks, float16 in float32) and
+    applies any other combining function element after element, left to right. The compiled path combines the
+    halves of the block pairwise (XLA's own order depends on the shape it sees). So that a result does not depend
+    on the path, a run combines as the compiled path does: float sums and any other combining function as halves
+    (the function called once per level on half blocks), ``tl.argmin``/``tl.argmax`` through Triton's own
+    combining function where NaNs or ties could make the order matter. Integer sums, ``tl.max`` and ``tl.min``
+    (which give the same whatever the order) keep NumPy's.
+
+    Args:
+        tl: ``triton.language``.
+        interp: ``triton.runtime.interpreter``.
+    """
+
+    def __init__(self, tl: Any, interp: Any) -> None:
+        self.tl = tl
+        self.stock = interp.ReduceOps.apply_impl
+        standard = tl.standard
+        self.tie_left = {
+            getattr(standard, "_argmin_combine_tie_break_left", None),
+            getattr(standard, "_argmax_combine_tie_break_left", None),
+        } - {None}
+        self.arg = self.tie_left | {
+            getattr(standard, "_argmin_combine_tie_break_fast", None),
+            getattr(standard, "_argmax_combine_tie_break_fast", None),
+        } - {None}
+        self.order_free = {getattr(standard, "_elementwise_max", None), getattr(standard, "_elementwise_min", None)}
+        self.sum = getattr(standard, "_sum_combine", None)
+
+    def patches(self) -> list[tuple[Any, str, Any]]:
+        """``(object, name, value)`` for each attribute to replace for the run."""
+        from triton.runtime import interpreter as interp
+
+        order = self
+
+        def apply_impl(reduce: Any, inputs: Sequence[Any]) -> Any:
+            return order.apply(reduce, inputs)
+
+        return [(interp.ReduceOps, "apply_impl", apply_impl)]
+
+    def apply(self, reduce: Any, inputs: Sequence[Any]) -> Any:
+        fn = reduce.combine_fn
+        data = np.asarray(inputs[0].handle.data)
+        floating = data.dtype.kind == "f" or data.dtype == np.dtype(ml_dtypes.bfloat16)
+        if fn in self.order_free or (fn is self.sum and not floating):
+            return self.stock(reduce, inputs)
+        if fn in self.tie_left and not (floating and np.isnan(data.astype(np.float32)).any()):
+            return self.stock(reduce, inputs)  # NumPy's first extreme is what the halves give
+        return self._halves(reduce, inputs)
+
+    def _halves(self, reduce: Any, inputs: Sequence[Any]) -> list[Any]:
+        original_axis = reduce.axis
+        inputs, axis = reduce.unravel(tuple(inputs), reduce.axis)
+        shape = inputs[0].handle.data.shape
+        fn = reduce.combine_fn
+        if fn is self.sum:
+
+            def combine(left: list[Any], right: list[Any]) -> list[np.ndarray]:
+                return [np.add(left[0], right[0])]
+
+        else:
+
+            def combine(left: list[Any], right: list[Any]) -> list[np.ndarray]:
+                halves = [reduce.to_tensor(v, t.dtype) for v, t in zip([*left, *right], [*inputs, *inputs])]
+                results = fn(*halves)
+                results = results if isinstance(results, tuple) else (results,)
+                out = []
+                for result, like in zip(results, left):
+                    value = result.handle.data if isinstance(result, self.tl.core.tensor) else result
+                    out.append(np.broadcast_to(np.asarray(value).astype(like.dtype), like.shape))
+                return out
+
+        reduced = _halves([np.asarray(i.handle.data) for i in inputs], axis, combine)
+        ret = []
+        for data, tensor in zip(reduced, inputs):
+            if reduce.keep_dims:
+                if original_axis is not None:
+                    data = np.expand_dims(data, axis)
+                else:
+                    for _ in range(len(shape)):
+                        data = np.expand_dims(data, 0)
+            elif original_axis is None:
+                data = data.item() if data.ndim == 0 else data
+            ret.append(reduce.to_tensor(data, tensor.dtype))
+        return ret
+
+
+# -- the thread's floating-point mode --------------------------------------------------------------------------
+
+
+@contextmanager
+def subnormals_kept() -> Iterator[None]:
+    """Runs the body with the thread's floating-point environment at its defaults (subnormal floats kept, as a GPU
+    keeps them outside its ``ftz`` instructions), and restores it after.
+
+    XLA runs its CPU threads, and so the interpreter inside its custom calls and host callbacks, with subnormal
+    inputs read as zero and subnormal results flushed to zero (x86's MXCSR DAZ and FTZ bits, AArch64's FPCR FZ).
+    C's ``fesetenv(FE_DFL_ENV)`` clears them; where the C library cannot be reached, the body runs as it is.
+    """
+    env = _fenv()
+    if env is None:
+        yield
+        return
+    libc, default = env
+    saved = (ctypes.c_byte * 1024)()
+    if libc.fegetenv(saved) != 0:
+        yield
+        return
+    libc.fesetenv(default)
+    try:
+        yield
+    finally:
+        libc.fesetenv(saved)
+
+
+_FENV: list[Any] = []
+
+
+def _fenv() -> tuple[Any, Any] | None:
+    """The C library and its ``FE_DFL_ENV``, or ``None`` where they cannot be found."""
+    if not _FENV:
+        found: tuple[Any, Any] | None = None
+        try:
+            libc = ctypes.CDLL(None)
+            if sys.platform == "darwin":
+                default: Any = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(libc, "_FE_DFL_ENV")))
+            elif sys.platform.startswith("linux"):
+                default = ctypes.c_void_p(-1)  # glibc and musl: ((const fenv_t *) -1)
+            else:
+                default = None
+            if default is not None:
+                libc.fegetenv.argtypes = (ctypes.c_void_p,)
+                libc.fesetenv.argtypes = (ctypes.c_void_p,)
+                found = (libc, default)
+        except (OSError, AttributeError, ValueError):
+            found = None
+        _FENV.append(found)
+    return _FENV[0]

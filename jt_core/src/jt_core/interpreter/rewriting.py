@@ -14,10 +14,11 @@ syntax tree is rewritten so that:
 * ``not t`` on a tensor is the elementwise logical not (``t.__not__()``, as the code generator calls it), and
   Python's ``not`` on anything else;
 * a name bound outside the kernel (a module global or a closure variable) to a member of ``triton.language``
-  (``exp = tl.exp``, ``from triton.language import exp as e``) reads that member when it runs, as ``tl.exp`` would:
-  the interpreter replaces the members of ``triton.language`` for the run, and the code generator resolves such a
-  name to the same builtin. Without this the name keeps the builtin itself, which refuses to run outside a compile
-  (``_semantic`` argument must be provided).
+  (``exp = tl.exp``, ``from triton.language import exp as e``) or of a libdevice module (``from
+  triton.language.extra.libdevice import tanh``) reads that member when it runs, as ``tl.exp`` would: the
+  interpreter replaces those members for the run, and the code generator resolves such a name to the same builtin.
+  Without this the name keeps the builtin itself, which refuses to run outside a compile (``_semantic`` argument
+  must be provided), or libdevice's empty stand-in, which returns ``None``.
 
 The same rewrite applies to the ``@triton.jit`` helpers a kernel calls, in whichever module they live. The
 rewritten function runs in a namespace made of Triton's interpreter module, the kernel's module globals and its
@@ -29,14 +30,15 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import linecache
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from jt_core import _compat, frontend
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["BooleanChain", "logical_not", "rewrite"]
+__all__ = ["BooleanChain", "failing_line", "logical_not", "rewrite", "source_line"]
 
 #: The names the rewritten source uses for its helpers and for the language modules it reads aliases from.
 _CHAIN = "_jt_boolean_chain"
@@ -45,6 +47,9 @@ _MODULES = {
     "_jt_language": "triton.language",
     "_jt_language_math": "triton.language.math",
     "_jt_language_core": "triton.language.core",
+    "_jt_libdevice": "triton.language.extra.libdevice",
+    "_jt_libdevice_cuda": "triton.language.extra.cuda.libdevice",
+    "_jt_libdevice_hip": "triton.language.extra.hip.libdevice",
 }
 
 
@@ -158,14 +163,18 @@ def _located(new: ast.AST, old: ast.AST) -> ast.AST:
 
 @functools.cache
 def _language_members() -> dict[int, tuple[str, str]]:
-    """Where each callable member of ``triton.language`` (then ``.math``, then ``.core``) lives, by identity.
+    """Where each callable member of ``triton.language`` (then ``.math``, then ``.core``, then the libdevice
+    modules) lives, by identity.
 
     Read once, while no interpreter run has the members replaced (`frontend.compiling` excludes runs).
     """
     index: dict[int, tuple[str, str]] = {}
     with frontend.compiling():
         for variable, module_name in _MODULES.items():
-            module = importlib.import_module(module_name)
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # a Triton built without one of the backends' libraries
+                continue
             for attr, value in vars(module).items():
                 if attr.startswith("__") or isinstance(value, types.ModuleType) or not callable(value):
                     continue
@@ -245,3 +254,29 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
             f"kernel {py_fn.__name__!r} has no readable source, so Triton's interpreter cannot run it on the CPU"
         )
     return rewritten
+
+
+def source_line(path: str, number: int) -> str:
+    """``FILE:LINE: TEXT``, a line of a kernel's source (``FILE:LINE`` where the text cannot be read)."""
+    text = linecache.getline(path, number).strip()
+    return f"{path}:{number}: {text}" if text else f"{path}:{number}"
+
+
+def failing_line(error: BaseException, codes: Container[Any]) -> str | None:
+    """Where in a kernel ``error`` was raised: the `source_line` of the innermost frame of the rewritten kernels and
+    helpers (their code objects, ``codes``) in its traceback or its causes', or ``None``."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for raised in reversed(chain):  # the innermost first
+        found = None
+        tb = raised.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            tb = tb.tb_next
+        if found is not None:
+            return source_line(*found)
+    return None

@@ -12,16 +12,24 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
   only) and does not write into the kernel's module globals;
 * holds ``bfloat16`` values as ``ml_dtypes.bfloat16`` (the stock interpreter stores their bits as ``uint16`` and
   then does integer arithmetic on them);
+* computes what compiled Triton computes where the stock interpreter does not (`jt_core.interpreter.numerics`:
+  conversions to integers, selections, ``tl.dot``'s input precisions, the order of reductions, subnormal floats);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
+* computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call, and
+  reductions through tensor descriptors (`jt_core.interpreter.descriptors`), which it has no way to make;
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
-* checks every load, store and atomic address against the buffers passed to the kernel, turning an
-  out-of-bounds access (which would crash the process) into `OutOfBoundsAccessError`.
+* checks every load, store and atomic address against the argument it came from (each argument's pointer is an
+  address of its own region, moved to the real buffer after the check: `jt_core.interpreter.access`), turning an
+  out-of-bounds access (which would crash the process, or reach a neighbouring buffer) into
+  `OutOfBoundsAccessError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,14 +40,15 @@ import numpy as np
 
 from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter import rewriting
-from jt_core.interpreter.access import AccessChecker, Buffer
-from jt_core.interpreter.numerics import FloatFixes
+from jt_core.interpreter import descriptors, extern, rewriting
+from jt_core.interpreter.access import AccessChecker, Buffer, addresses
+from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
     "AccessChecker",
     "Buffer",
+    "addresses",
     "descriptor_argument",
     "interpreted",
     "pointer_argument",
@@ -107,16 +116,18 @@ class _CheckedLibrary:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lib, name)
 
-    def _check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> None:
+    def _check(self, ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int, op: str) -> np.ndarray:
+        """The real addresses of ``ptrs`` (those of a checked run are their arguments' regions), after the check."""
         if self._checker is None:
-            return
-        located = self._checker.check(ptrs, mask, itemsize, op)
+            return ptrs
+        real, located = self._checker.check(ptrs, mask, itemsize, op)
         if self._races is not None and located is not None:
             self._races.record(located, itemsize, op)
+        return real
 
     def load(self, ptrs: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
-        self._check(ptrs, mask, dtype.itemsize, LOAD)
+        ptrs = self._check(ptrs, mask, dtype.itemsize, LOAD)
         if dtype == np.dtype(ml_dtypes.bfloat16):
             other16 = np.asarray(other).astype(ml_dtypes.bfloat16).view(np.uint16)
             return self._lib.load(ptrs, mask, other16, np.dtype(np.uint16)).view(ml_dtypes.bfloat16)
@@ -124,17 +135,17 @@ class _CheckedLibrary:
 
     def store(self, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray) -> Any:
         value = np.asarray(value)
-        self._check(ptrs, mask, value.dtype.itemsize, STORE)
+        ptrs = self._check(ptrs, mask, value.dtype.itemsize, STORE)
         if value.dtype == np.dtype(ml_dtypes.bfloat16):
             value = value.view(np.uint16)
         return self._lib.store(ptrs, value, mask)
 
     def atomic_rmw(self, op: Any, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray, sem: Any) -> Any:
-        self._check(ptrs, mask, np.asarray(value).dtype.itemsize, ATOMIC)
+        ptrs = self._check(ptrs, mask, np.asarray(value).dtype.itemsize, ATOMIC)
         return self._lib.atomic_rmw(op, ptrs, value, mask, sem)
 
     def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, *rest: Any) -> Any:
-        self._check(ptrs, None, np.asarray(val).dtype.itemsize, ATOMIC)
+        ptrs = self._check(ptrs, None, np.asarray(val).dtype.itemsize, ATOMIC)
         return self._lib.atomic_cas(ptrs, cmp, val, *rest)
 
 
@@ -181,21 +192,26 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
 
     Triton rebuilds every patched member with ``inspect.getmembers`` on each run, which costs about a
     millisecond; the patched members only depend on which language modules the kernel sees, so they are
-    recorded (once per attribute) the first time and re-applied afterwards. Returns a scope whose ``restore()``
-    undoes them.
+    recorded (once per attribute) and re-applied afterwards. They are recorded for every combination of the two
+    modules at once, before anything is patched: recorded while a kernel's patches are on (for a helper that sees
+    other modules), they would leave out every member already patched, and a later kernel seeing those modules would
+    run with ``tl.arange`` unpatched. Returns a scope whose ``restore()`` undoes them.
     """
+    import triton.language as tl
     from triton.runtime import interpreter as interp
 
-    key = _lang_key(fn)
-    cached = _lang_patches.get(key)
-    if cached is None:
-        scope = interp._patch_lang(fn)
-        final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
-        for obj, name, _ in scope._changes:
-            final[(id(obj), name)] = (obj, name, getattr(obj, name))
-        _lang_patches[key] = list(final.values())
-        return scope
-    return _PatchScope(cached)
+    if not _lang_patches:
+        for modules in ((tl,), (tl.core,), (tl, tl.core)):
+            scope = interp._patch_lang(types.FunctionType(_NOTHING, {f"_{i}": m for i, m in enumerate(modules)}))
+            final: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+            for obj, name, _ in scope._changes:
+                final[(id(obj), name)] = (obj, name, getattr(obj, name))
+            scope.restore()
+            _lang_patches[tuple(sorted(id(m) for m in modules))] = list(final.values())
+    return _PatchScope(_lang_patches[_lang_key(fn)])
+
+
+_NOTHING = (lambda: None).__code__
 
 
 def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -252,6 +268,9 @@ def _patched(
     builder_scope = _PatchScope(
         [(builder, name, method) for name, method in floats.patches().items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
+        + extern.patches(interp)
+        + descriptors.patches(interp)
+        + ReductionOrder(tl, interp).patches()
     )
     builder.options = dataclasses.replace(original_options, sanitize_overflow=debug, debug=debug)
     JITFunction.__call__ = call_helper  # type: ignore[method-assign]
@@ -280,13 +299,15 @@ def scalar_argument(type_str: str, value: Any) -> Any:
     return tl.tensor(interp.TensorHandle(data, ty), ty)
 
 
-def pointer_argument(type_str: str, array: np.ndarray) -> Any:
-    """A pointer kernel argument to ``array`` as the interpreter's ``tl.tensor``."""
+def pointer_argument(type_str: str, array: np.ndarray, address: int | None = None) -> Any:
+    """A pointer kernel argument to ``array`` as the interpreter's ``tl.tensor``: ``array``'s address, or in a
+    checked run the ``address`` `jt_core.interpreter.access.addresses` gives it."""
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
     ty = triton_type(type_str)
-    return tl.tensor(interp.TensorHandle(np.array([array.ctypes.data], dtype=np.uint64), ty), ty)
+    value = array.ctypes.data if address is None else address
+    return tl.tensor(interp.TensorHandle(np.array([value], dtype=np.uint64), ty), ty)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,14 +365,15 @@ def descriptor_argument(
     block_shape: Sequence[int],
     padding: str,
     round_f32_to_tf32: bool = False,
+    address: int | None = None,
 ) -> DescriptorArgument:
     """A tensor descriptor argument over ``array`` (its element type as a Triton type string, ``"fp16"``).
 
     ``shape`` and ``strides`` (in elements) describe the tensor, which may be a view of ``array`` starting at its
-    first element; every access is still checked against the whole buffer.
+    first element; every access is still checked against the whole buffer. ``address`` as for `pointer_argument`.
     """
     return DescriptorArgument(
-        pointer_argument("*" + element_type, array),
+        pointer_argument("*" + element_type, array, address),
         tuple(shape),
         tuple(strides),
         tuple(block_shape),
@@ -375,6 +397,12 @@ def _in_kernel(kernel_name: str, exc: Exception) -> str:
     return text if text.startswith(f"kernel {kernel_name!r}") else f"kernel {kernel_name!r}: {text}"
 
 
+def _at(error: BaseException) -> str:
+    """`` at FILE:LINE: TEXT``, the kernel line ``error`` was raised at, or nothing."""
+    line = rewriting.failing_line(error, _kernel_codes)
+    return f" at {line}" if line else ""
+
+
 def run(
     py_fn: Callable[..., Any],
     kernel_name: str,
@@ -383,11 +411,13 @@ def run(
     buffers: Sequence[Buffer] | None,
     debug: bool,
     race_check: bool = False,
+    keep_subnormals: bool = True,
 ) -> RaceTracker | None:
     """Runs every program of ``grid``. ``buffers=None`` skips the address checks.
 
     Args:
         race_check: Watch for data races between the programs (needs ``buffers``).
+        keep_subnormals: Run with subnormal floats kept (else in the calling thread's floating-point mode).
 
     Returns:
         With ``race_check``, the race tracker of the run (which outputs' elements were written); else ``None``.
@@ -405,7 +435,12 @@ def run(
     if 0 in grid:
         return races
     fn = interpreted(py_fn)
-    with frontend.interpreting(), _patched(checker, races, debug) as patched_langs:
+    with (
+        frontend.interpreting(),
+        frontend.cpu_dot_precision(),
+        subnormals_kept() if keep_subnormals else contextlib.nullcontext(),
+        _patched(checker, races, debug) as patched_langs,
+    ):
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
         try:
@@ -423,12 +458,14 @@ def run(
                         fn(**arguments)
         except DataRaceError:
             raise  # names both programs already
-        except (OutOfBoundsAccessError, UnsupportedKernelError) as exc:
+        except OutOfBoundsAccessError as exc:
             raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}]") from None
+        except UnsupportedKernelError as exc:
+            raise type(exc)(f"{_in_kernel(kernel_name, exc)}{_at(exc)} [program_id {program}]") from None
         except NotImplementedError as exc:
             raise UnsupportedKernelError(
-                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}); run it on "
-                "a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
+                f"kernel {kernel_name!r} uses something Triton's interpreter cannot run on the CPU ({exc}){_at(exc)}; "
+                "run it on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
             ) from exc
         except Exception as exc:
             cause: BaseException = exc
@@ -436,10 +473,12 @@ def run(
                 cause = cause.__cause__
             if isinstance(cause, DataRaceError):
                 raise DataRaceError(str(cause)) from None
-            if isinstance(cause, (OutOfBoundsAccessError, UnsupportedKernelError)):
+            if isinstance(cause, OutOfBoundsAccessError):
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
+            if isinstance(cause, UnsupportedKernelError):
+                raise type(cause)(f"{_in_kernel(kernel_name, cause)}{_at(exc)} [program_id {program}]") from None
             raise KernelRuntimeError(
-                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}: "
+                f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}{_at(exc)}: "
                 f"{type(cause).__name__}: {cause}"
             ) from exc
     return races

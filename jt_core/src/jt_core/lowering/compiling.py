@@ -1,4 +1,5 @@
-"""Compiling a call's configurations: in parallel threads, and ahead of a native build that would hold them up.
+"""Compiling a call's configurations: in parallel threads, and ahead of a native build that would hold them up;
+setting aside those the target cannot run (`compile_usable`).
 
 Triton's compiler spends its time in native code that releases the GIL, so threads overlap the configurations of
 an autotuned kernel. The first call on a machine also builds a launcher's native library (seconds of C++), which
@@ -10,15 +11,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 
-from jt_core import native, settings
+from jt_core import coverage, native, settings
+from jt_core.call import KernelCall
+from jt_core.errors import KernelCompileError, OutOfResourcesError
 from jt_core.plugin import facade
 from jt_core.plugin.roles import CompileRequest
 from jt_core.plugin.values import CompiledKernel
 
-__all__ = ["ahead_of_native_builds", "compile_all", "compile_workers"]
+__all__ = ["ahead_of_native_builds", "compile_all", "compile_usable", "compile_workers"]
 
 
 def compile_workers(count: int) -> int:
@@ -36,6 +40,74 @@ def compile_all(requests: Sequence[CompileRequest]) -> list[CompiledKernel]:
         return [facade.compile_kernel(request) for request in requests]
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jt-compile") as pool:
         return list(pool.map(facade.compile_kernel, requests))
+
+
+def _compile_each(requests: Sequence[CompileRequest]) -> list[CompiledKernel | Exception]:
+    """`compile_all`, with each request's exception in its place instead of raised."""
+
+    def one(request: CompileRequest) -> CompiledKernel | Exception:
+        try:
+            return facade.compile_kernel(request)
+        except Exception as exc:
+            return exc
+
+    workers = compile_workers(len(requests))
+    if workers == 1:
+        return [one(request) for request in requests]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jt-compile") as pool:
+        return list(pool.map(one, requests))
+
+
+def skipped_because(error: Exception) -> str | None:
+    """Why a configuration that failed to compile with ``error`` is skipped, as Triton's autotuner skips it; ``None``
+    for an error that fails the call: it needs more of a resource than the target has (jt's `OutOfResourcesError`,
+    Triton's ``OutOfResources``), ``ptxas`` refused it, or a ``tl.static_assert`` failed for its values."""
+    if isinstance(error, OutOfResourcesError):
+        return str(error)
+    cause = error.__cause__ if isinstance(error, KernelCompileError) else None
+    if cause is None:
+        return None
+    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    if isinstance(cause, (OutOfResources, PTXASError, CompileTimeAssertionFailure)):
+        text = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {text[-1] if text else ''}"
+    return None
+
+
+def compile_usable(
+    call: KernelCall, requests: Callable[[KernelCall], Sequence[CompileRequest]]
+) -> tuple[KernelCall, list[CompiledKernel]]:
+    """Compiles every configuration of a call, and sets aside those that cannot run on the target (`skipped_because`)
+    with one warning each; the call returned holds the others.
+
+    Raises:
+        NoUsableConfigError: When every configuration is set aside, listing each and why.
+        Exception: A configuration's compile error of any other kind (or the only configuration's).
+    """
+    if len(call.configs) == 1:
+        return call, compile_all(requests(call))
+    results = _compile_each(requests(call))
+    kept: list[int] = []
+    reasons: list[tuple[str, str]] = []
+    for index, (config, result) in enumerate(zip(call.configs, results, strict=True)):
+        if not isinstance(result, Exception):
+            kept.append(index)
+            continue
+        why = skipped_because(result)
+        if why is None:
+            raise result
+        reasons.append((config.label, why))
+    if not kept:
+        raise coverage.no_usable_config(call, reasons, unwritten_only=False)
+    for label, why in reasons:
+        config = next(c for c in call.configs if c.label == label)
+        coverage.config_skipped(call, config, f"it cannot run on the target: {why}")
+    kernels = [results[index] for index in kept]
+    if len(kept) < len(call.configs):
+        call = dataclasses.replace(call, configs=tuple(call.configs[index] for index in kept))
+    return call, [kernel for kernel in kernels if not isinstance(kernel, Exception)]
 
 
 #: The platforms whose launchers' libraries `native_build_due` has asked about (the answer is then known).

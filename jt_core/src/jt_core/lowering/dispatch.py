@@ -15,7 +15,7 @@ from jt_core.errors import UnsupportedKernelError
 from jt_core.lowering import compiling
 from jt_core.lowering.devices import computation_devices, lowering_device
 from jt_core.lowering.fallback import lower_with
-from jt_core.lowering.tune_ahead import tune_ahead
+from jt_core.lowering.tune_ahead import in_scratch_run, tune_ahead
 from jt_core.plugin import facade
 from jt_core.plugin.roles import CompileRequest
 from jt_core.primitive import kernel_side_effect, triton_kernel_call_p
@@ -86,12 +86,16 @@ def _lower(
 
     with compiling.ahead_of_native_builds(platform, device, lambda: requests(call)):
         launcher = facade.launcher_for(platform, call.launch.launcher)
-    if len(call.configs) > 1:
+    call, kernels = compiling.compile_usable(call, requests)
+    if len(call.configs) > 1 and not in_scratch_run(call):
         named = facade.requested(platform, launcher, call.launch.launcher)
         ahead = facade.ask(launcher, "needs_tuning_ahead", otherwise=False, needed=named, call=call)
-        if ahead or exchange is not None:
-            call = tune_ahead(call, platform, device, launcher, exchange, through_next_launcher=ahead)
-    kernels = compiling.compile_all(requests(call))
+        itself = not ahead and facade.ask(launcher, "tunes_ahead", otherwise=False, needed=named, call=call)
+        if ahead or itself or exchange is not None:
+            tuned = tune_ahead(call, platform, device, launcher, exchange, through_next_launcher=ahead)
+            if tuned is not call:
+                call = tuned
+                kernels = compiling.compile_all(requests(call))  # kept in memory: the chosen one's at once
     return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from jax._src.interpreters import mlir
 
-from jt_core import distributed
+from jt_core import _compat, distributed
 from jt_core.call import KernelCall
 from jt_core.errors import KernelCallValueError, UnsupportedKernelError
 from jt_core.lowering.agreement import agree_on_lowering
@@ -36,14 +36,21 @@ def lower_with(
     In a ``jax.distributed`` job the processes agree on the launcher before it emits the call (``exchange``); a
     launcher that then raises fails the call instead of handing it on, which would make this process differ.
 
+    Lowered for ``jax.export``, a launcher whose operation cannot go into the artifact (``unexportable_reason``)
+    fails the export, with why the launchers before it could not express the call.
+
     Raises:
-        UnsupportedKernelError: When no launcher of the platform can express the call.
+        UnsupportedKernelError: When no launcher of the platform can express the call, or the one that can cannot
+            be exported.
         PluginFaultError: When the launcher the call names raises.
     """
     refused: dict[str, str] = {}
+    exporting = _compat.lowering_for_export(ctx)
     while True:
         needed = facade.requested(platform, launcher, call.launch.launcher)
         reason = facade.serve(launcher, "fallback_reason", call=call, kernels=kernels, device=device, needed=needed)
+        if reason is None and exporting:
+            _refuse_export(call, platform, launcher, refused, needed)
         if reason is None:
             if exchange is not None:
                 agree_on_lowering(exchange, call, platform, launcher, refused)
@@ -67,6 +74,29 @@ def lower_with(
             )
         report(call, f"launcher {launcher.name!r} on {platform} cannot express it ({reason}); using {fallback.name!r}")
         launcher = fallback
+
+
+def _refuse_export(
+    call: KernelCall, platform: str, launcher: Launcher, refused: dict[str, str], needed: str | None
+) -> None:
+    """Fails an export whose call ``launcher`` would lower to what an artifact cannot carry (its
+    ``unexportable_reason``, or a host callback), saying why and why the launchers before it (``refused``) could not
+    express the call: where the kernel's source line is known, their reason names it."""
+    why = facade.ask(launcher, "unexportable_reason", otherwise=None, needed=needed, call=call)
+    if why is None and facade.ask(launcher, "runs_through_host_callback", otherwise=False, needed=needed, call=call):
+        why = "runs it through a JAX host callback, which lives only in the process that lowered it"
+    if why is None:
+        return
+    before = "".join(f"launcher {name!r} cannot express it ({reason}), and " for name, reason in refused.items())
+    if refused:
+        fix = "change what the first launcher cannot express, or lower the computation in the process that runs it"
+    else:
+        fix = f"export it without naming launcher {launcher.name!r} (launcher= or JT_LAUNCHER_{platform.upper()})"
+    raise UnsupportedKernelError(
+        f"triton_call {call.name!r} (kernel {call.signature_text()}) cannot be exported for platform {platform!r}: "
+        f"{before}launcher {launcher.name!r} {why}. An artifact of jax.export holds only operations that run "
+        f"wherever it is loaded; {fix}"
+    )
 
 
 class _EmittedOperations:

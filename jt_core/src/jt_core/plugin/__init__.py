@@ -1,15 +1,17 @@
 """What a plugin builds on: the one jt-core module a plugin author imports (with `jt_core.gpu` for a GPU
 runtime's launchers, and `jt_core.testing` in tests). Nothing else in jt-core is an interface.
 
-A plugin module declares the API version it is written for, and implements hooks::
+A plugin module declares the API version it is written for, and implements hooks:
 
-    from jt_core.plugin import API_VERSION, Backend, hookimpl
+```python
+from jt_core.plugin import API_VERSION, Backend, hookimpl
 
-    JT_PLUGIN_API = 1  # the loader refuses a plugin that declares none, or another version
+JT_PLUGIN_API = 1  # the loader refuses a plugin that declares none, or another version
 
-    @hookimpl
-    def jt_register_backends(platform):
-        ...
+@hookimpl
+def jt_register_backends(platform):
+    ...
+```
 
 What is here:
 
@@ -81,6 +83,7 @@ from jt_core.errors import (
     KernelCompileError,
     KernelRuntimeError,
     NoDeviceError,
+    OutOfResourcesError,
     UnsupportedKernelError,
 )
 from jt_core.native import LibrarySpec, NativeBuildError
@@ -115,6 +118,7 @@ __all__ = [
     "LibrarySpec",
     "NativeBuildError",
     "NoDeviceError",
+    "OutOfResourcesError",
     "ParamSlot",
     "Specialization",
     "Target",

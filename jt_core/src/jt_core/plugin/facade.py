@@ -13,7 +13,7 @@ from jt_core.call import SCALAR, KernelCall
 from jt_core.errors import JtError, KernelCompileError
 from jt_core.plugin.records import BROKEN
 from jt_core.plugin.registry import SET_ASIDE, get_registry
-from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher
+from jt_core.plugin.roles import Backend, CompileRequest, Dialect, Launcher, invoke
 from jt_core.plugin.values import CompiledKernel
 
 __all__ = [
@@ -94,7 +94,11 @@ def dialect_for(kernel: Any) -> Dialect:
 
 def _placement_hint(call: KernelCall) -> str:
     """Where a scalar went to a parameter named as a pointer (``*_ptr``): how values reach parameters."""
-    misplaced = [slot.name for slot in call.slots if slot.kind == SCALAR and slot.name.endswith("_ptr")]
+    misplaced = [
+        slot.name
+        for slot in call.slots
+        if slot.kind == SCALAR and slot.value is not None and slot.name.endswith("_ptr")
+    ]
     if not misplaced:
         return ""
     return (
@@ -102,6 +106,16 @@ def _placement_hint(call: KernelCall) -> str:
         "outputs take the parameters left over, so pass scalars by keyword (e.g. n_elements=x.size) to put them "
         "where they belong"
     )
+
+
+def _target_text(request: CompileRequest) -> str:
+    """The platform and the backend's label of the target (``"cuda sm90"``, ``"rocm gfx942"``, ``"cpu"``)."""
+    platform = request.target.platform
+    try:
+        label = str(invoke(request.backend, "target_label", target=request.target))
+    except Exception:  # a message is being made for another error: the target's fields do
+        label = str(request.target.arch)
+    return label if label == platform or label.startswith(f"{platform} ") else f"{platform} {label}"
 
 
 def compile_kernel(request: CompileRequest) -> CompiledKernel:
@@ -115,7 +129,8 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
     registry = get_registry()
     while True:
         try:
-            with frontend.compiling():  # never beside an interpreter run, which patches triton.language
+            # Never beside an interpreter run, which patches triton.language; Triton's front end in linear time.
+            with frontend.compiling(), frontend.linear_front_end(request.kernel):
                 result = registry.compile_hook()(request=request)
             break
         except JtError as exc:
@@ -129,7 +144,7 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
                 raise
             raise KernelCompileError(
                 f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
-                f"{request.target.platform} {request.target.arch} with config [{request.config.label}] failed:\n"
+                f"{_target_text(request)} with config [{request.config.label}] failed:\n"
                 f"{type(exc).__name__}: {exc}\nThe call gave the kernel's parameters: {request.call.binding_text()}"
                 f"{_placement_hint(request.call)}"
             ) from exc

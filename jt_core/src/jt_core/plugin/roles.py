@@ -308,6 +308,24 @@ class Launcher(ABC):
         """
         return False
 
+    def unexportable_reason(self, call: KernelCall) -> str | None:
+        """Why what it lowers ``call`` to cannot go into a ``jax.export`` artifact, or ``None`` when it can.
+
+        Asked when a call is lowered for ``jax.export``, of the launcher about to lower it: a reason fails the export
+        with an error naming it, and why the launchers before it could not express the call, instead of JAX's
+        generic refusal of an unknown custom call (or an artifact that fails where it is loaded). Answer with a
+        reason where the operation depends on this process (a host callback, an id registered at lowering). The
+        default is ``None``: the artifact carries the launcher's custom calls, which the exporter allows with
+        ``jax.export.DisabledSafetyCheck.custom_call(target)``.
+
+        Args:
+            call: The bound call.
+
+        Returns:
+            The reason, or ``None``.
+        """
+        return None
+
     def needs_tuning_ahead(self, call: KernelCall) -> bool:
         """Whether an autotuned ``call`` must be tuned before it is lowered: the launcher lowers one configuration
         and cannot run the candidates itself.
@@ -319,6 +337,25 @@ class Launcher(ABC):
         the launcher gets every configuration all the same, and runs the first or says why it cannot express the
         call. The default (``False``) hands the launcher every configuration, and it chooses among them when the
         call runs.
+
+        Args:
+            call: The bound call, with its configurations.
+
+        Returns:
+            Whether the call is tuned before lowering.
+        """
+        return False
+
+    def tunes_ahead(self, call: KernelCall) -> bool:
+        """Whether an autotuned ``call`` is tuned before it is lowered, through this launcher itself, where the
+        lowering has a device: the launcher can run every candidate, and the call it then lowers holds the winner
+        alone, which runs exactly as that configuration called fixed.
+
+        Asked when a call with several configurations is lowered and `needs_tuning_ahead` said no. On ``True`` jt
+        chooses the configuration first (the winner remembered for the device kind, else the winner of the
+        candidates run on scratch buffers through this launcher, whose lowering of that run keeps every
+        configuration); where no winner can be had (no device, tuning records disabled, scratch buffers too large
+        for the device) the launcher gets every configuration, as with ``False``, the default.
 
         Args:
             call: The bound call, with its configurations.

@@ -172,6 +172,9 @@ struct CudaDriver {
   CUresult MemsetD8Async(void* pointer, size_t bytes, CUstream stream) const {
     return cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pointer), 0, bytes, stream);
   }
+  CUresult FillD8Async(void* pointer, unsigned char value, size_t bytes, CUstream stream) const {
+    return cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pointer), value, bytes, stream);
+  }
   CUresult CopyToHostAsync(void* host, const void* device, size_t bytes, CUstream stream) const {
     return cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(device), bytes, stream);
   }

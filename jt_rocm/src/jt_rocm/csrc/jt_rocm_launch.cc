@@ -109,6 +109,9 @@ struct HipDriver {
   hipError_t MemsetD8Async(void* pointer, size_t bytes, hipStream_t stream) const {
     return hipMemsetD8Async(pointer, 0, bytes, stream);
   }
+  hipError_t FillD8Async(void* pointer, unsigned char value, size_t bytes, hipStream_t stream) const {
+    return hipMemsetD8Async(pointer, value, bytes, stream);
+  }
   hipError_t CopyToHostAsync(void* host, const void* device, size_t bytes, hipStream_t stream) const {
     return hipMemcpyDtoHAsync(host, const_cast<void*>(device), bytes, stream);
   }

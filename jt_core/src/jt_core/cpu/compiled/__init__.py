@@ -11,6 +11,8 @@
 * `kernel` -- tracing operations, calls; `tracer` -- what the
   handlers use of the kernel they trace;
 * `grid` -- every program of the grid, in order or side by side;
+* `side_by_side` -- programs side by side in boxes, one ``jax.vmap`` per grid axis; `blocks` -- their block
+  accesses as slices of the buffers;
 * `checking` -- raising a kernel's out-of-bounds error after it ran;
 * `launcher` -- the ``compiled`` launcher.
 """

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -36,15 +37,42 @@ def _addptr(k: Tracer, op: Operation, state: State) -> State:
         new: Any = int(pointer.offset) + int(offset)
     else:
         step = k.array(op.operands[1])
-        base = pointer.offset
-        if lang.is_static(base) and -(2**31) <= int(base) < 2**31:
-            new = step if int(base) == 0 else step + np.asarray(base, step.dtype)
-        else:
-            base = jnp.asarray(base, jnp.int64) if lang.is_static(base) else base
-            wide = jnp.int64 if jnp.int64 in (step.dtype, base.dtype) else jnp.int32
-            new = base.astype(wide) + step.astype(wide)
+        if step.dtype.itemsize < 4:
+            step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
+        bounds = pointer.affine.bounds(k.grid) if pointer.affine is not None else None
+        new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
     k.env[op.results[0]] = Pointer(pointer.buffer, new, pointer.pointee, affine)
     return state
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _offset_sum(base: Any, step: jax.Array, size: int, bounds: tuple[int, int] | None = None) -> jax.Array:
+    """A pointer's offset ``base`` moved by ``step``, as Triton moves a pointer: the offset sign-extended and added to
+    the 64-bit address, so offsets that are each in range never wrap in their sum (what wrapped in the kernel's own
+    int32 arithmetic before stays wrapped).
+
+    Within a buffer of fewer than 2**31 elements the sum is kept in int32 (cheaper to gather with), and a lane whose
+    sum leaves int32's range, which lies outside the buffer, is given int32's smallest value: outside it too, where
+    the wrapped sum might have come back inside. A base known (``bounds``, over the grid) to lie in ``[0, 2**31)``
+    needs no such care: its sum can only wrap past int32's largest value, to a negative offset, outside too.
+    """
+    if lang.is_static(base) and int(base) == 0:
+        return step
+    wide = size > _INT32.max or step.dtype == jnp.int64
+    if lang.is_static(base):
+        wide = wide or not _INT32.min <= int(base) <= _INT32.max
+        base = jnp.asarray(base, jnp.int64 if wide else jnp.int32)
+    elif base.dtype == jnp.int64:
+        wide = True
+    if wide:
+        return base.astype(jnp.int64) + step.astype(jnp.int64)
+    total = base + step
+    if bounds is not None and bounds[0] >= 0 and bounds[1] <= _INT32.max:
+        return total
+    overflow = ((base ^ total) & (step ^ total)) < 0
+    return jnp.where(overflow, jnp.int32(_INT32.min), total)
 
 
 def _ptr_bitcast(k: Tracer, op: Operation, state: State) -> State:

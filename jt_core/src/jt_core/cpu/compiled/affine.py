@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["Affine", "disjoint"]
 
@@ -27,6 +28,8 @@ class Affine:
         shape: The block's shape (``()`` for a scalar).
         base_known: Whether ``const`` and ``pids`` are known; when not, the value is some run-time scalar (a loop's
             counter, say) plus the lanes' terms, which still bound the block's spread.
+        dynamic: Where ``base_known`` is false and the run-time scalar is known as a traced value: that scalar, so
+            that the value is ``dynamic + const + sum(pid[k] * pids[k]) + sum(lanes[d] * i_d)``; else ``None``.
     """
 
     const: int
@@ -34,11 +37,12 @@ class Affine:
     lanes: tuple[int, ...] = ()
     shape: tuple[int, ...] = ()
     base_known: bool = True
+    dynamic: Any = dataclasses.field(default=None, compare=False)
 
     @staticmethod
-    def unknown_scalar() -> Affine:
-        """A scalar known only at run time."""
-        return Affine(0, (0, 0, 0), (), (), base_known=False)
+    def unknown_scalar(value: Any = None) -> Affine:
+        """A scalar known only at run time: ``value`` (traced), where that is known."""
+        return Affine(0, (0, 0, 0), (), (), base_known=False, dynamic=value)
 
     @staticmethod
     def constant(value: int, shape: tuple[int, ...] = ()) -> Affine:
@@ -82,6 +86,7 @@ class Affine:
             tuple(x + sign * y for x, y in zip(a.lanes, b.lanes, strict=True)),
             shape,
             a.base_known and b.base_known,
+            _dynamic_sum(a, b, sign),
         )
 
     def times(self, factor: int) -> Affine:
@@ -91,7 +96,19 @@ class Affine:
             tuple(c * factor for c in self.lanes),
             self.shape,
             self.base_known,
+            None if self.dynamic is None else self.dynamic * factor,
         )
+
+    def bounds(self, grid: tuple[int, int, int]) -> tuple[int, int] | None:
+        """The smallest and largest value over every program of ``grid`` and every lane, or ``None`` where the base is
+        known only at run time."""
+        if not self.base_known:
+            return None
+        low, high = self.spread()
+        for coefficient, size in zip(self.pids, grid, strict=True):
+            low += min(0, coefficient * (size - 1))
+            high += max(0, coefficient * (size - 1))
+        return self.const + low, self.const + high
 
     def spread(self) -> tuple[int, int]:
         """How far below and above its first lane (all lane indices zero) the block's values reach."""
@@ -100,6 +117,15 @@ class Affine:
             low += min(0, c * (n - 1))
             high += max(0, c * (n - 1))
         return low, high
+
+
+def _dynamic_sum(a: Affine, b: Affine, sign: int) -> Any:
+    """The run-time scalar of ``a + sign * b``: ``None`` unless each is known or absent."""
+    if (not a.base_known and a.dynamic is None) or (not b.base_known and b.dynamic is None):
+        return None
+    if a.dynamic is None:
+        return None if b.dynamic is None else sign * b.dynamic
+    return a.dynamic if b.dynamic is None else a.dynamic + sign * b.dynamic
 
 
 def disjoint(stores: Sequence[Affine], grid: tuple[int, int, int]) -> bool:

@@ -5,7 +5,9 @@ instead). After the kernel, one custom call of jt's CPU handler library takes th
 untouched: aliased) and the operands. When the flag is set, it runs the same call again in Triton's interpreter, on
 the same operands: the interpreter stops at the first stray access, in program order, and names the kernel, the
 argument, the element and the program, as it does for a call it runs itself. No host callback is involved, so the
-check works inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job.
+check works inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. A kernel whose
+accesses were all proven inside their buffers when it was traced has no check, and neither has a call lowered for
+``jax.export`` (`jt_core.cpu.compiled.launcher`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from jt_core.call import KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.plugin.values import CompiledKernel
 
-__all__ = ["checked", "handler_ready", "register"]
+__all__ = ["checked", "handler_ready", "opaque_zero", "register"]
 
 
 def handler_ready() -> None:
@@ -36,6 +38,13 @@ def register(call: KernelCall, kernel: CompiledKernel, config_index: int) -> int
     access; returns the id its check carries."""
     one = dataclasses.replace(call, configs=(call.configs[config_index],))
     return ffi_launcher.registry().register(one, (kernel,))
+
+
+def opaque_zero() -> jax.Array:
+    """A float64 zero XLA cannot see (the result of a custom call of jt's CPU handler library), for
+    `jt_core.cpu.compiled.floats.opaque_constants`."""
+    handler_ready()
+    return jax.ffi.ffi_call(ffi_launcher.ZERO_TARGET_NAME, jax.ShapeDtypeStruct((), jax.numpy.float64))()
 
 
 def checked(

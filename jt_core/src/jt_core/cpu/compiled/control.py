@@ -1,4 +1,5 @@
-"""``scf.for``, ``scf.if`` and ``scf.while`` as JAX's ``fori_loop``, ``cond`` and ``while_loop``.
+"""``scf.for``, ``scf.if`` and ``scf.while`` as JAX's ``fori_loop``, ``cond`` and ``while_loop``; the branches of an
+early ``return`` (``cf.br``, ``cf.cond_br``) as ``cond``.
 
 What a loop or branch carries must be arrays of fixed types: numbers are carried as their TTIR type, pointers as
 their offsets (int64) with the buffer they point into kept aside, since it cannot change from one iteration to the
@@ -13,15 +14,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled.descriptors import Descriptor
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, TensorType
 from jt_core.cpu.compiled.tracer import Tracer
 from jt_core.cpu.compiled.values import BlockPointer, Unsupported
 
-__all__ = ["scf_for", "scf_if", "scf_while"]
+__all__ = ["BRANCHES", "cf_branch", "scf_for", "scf_if", "scf_while"]
 
 _WRITES = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas"}
 
@@ -34,6 +37,8 @@ def _pack(value: Any, ty: TensorType) -> Any:
     if isinstance(value, BlockPointer):
         fields = (value.base, *value.shape, *value.strides, *value.offsets)
         return tuple(jnp.asarray(f, jnp.int64) for f in fields)
+    if isinstance(value, Descriptor):
+        return tuple(jnp.asarray(f, jnp.int64) for f in (value.base, *value.shape, *value.strides))
     return lang.as_array(value, ty)
 
 
@@ -52,16 +57,22 @@ def _unpack(template: Any, carried: Any) -> Any:
             strides=tuple(rest[rank : 2 * rank]),
             offsets=tuple(rest[2 * rank :]),
         )
+    if isinstance(template, Descriptor):
+        rank = len(template.block)
+        rest = carried[1:]
+        return dataclasses.replace(template, base=carried[0], shape=tuple(rest[:rank]), strides=tuple(rest[rank:]))
     return carried
 
 
 def _same_target(template: Any, value: Any, line: str | None) -> None:
 
-    for kind in (Pointer, BlockPointer):
+    for kind in (Pointer, BlockPointer, Descriptor):
         if isinstance(template, kind) != isinstance(value, kind):
             raise Unsupported("a loop or branch value that is a pointer on one path only", line)
-    if isinstance(template, (Pointer, BlockPointer)) and template.buffer != value.buffer:
+    if isinstance(template, (Pointer, BlockPointer, Descriptor)) and template.buffer != value.buffer:
         raise Unsupported("a pointer moved to another argument inside a loop or branch", line)
+    if isinstance(template, Descriptor) and (template.block, template.nan_padding) != (value.block, value.nan_padding):
+        raise Unsupported("tensor descriptors of different blocks or paddings on two paths", line)
 
 
 def _packed(
@@ -99,6 +110,8 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
             for value, init in zip(op.results, inits, strict=True):
                 k.env[value] = init
             return state
+        if k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS:
+            return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
     iv_dtype = lang.dtype_of(iv_type.element)
 
     def iteration(i: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
@@ -123,6 +136,47 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
     for value, template, array in zip(op.results, inits, arrays, strict=True):
         k.env[value] = _unpack(template, array)
     return state
+
+
+#: How many operations a loop of programs side by side, with a trip count known when tracing, may have in all
+#: to be traced iteration after iteration: its counter is then known in each, its loads are slices at known
+#: offsets (moved pointers too), and XLA fuses its steps with one another.
+_UNROLLED_OPERATIONS = 256
+
+
+def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -> State:
+    """``scf.for`` traced once per iteration, the counter a known int in each."""
+    body = op.regions[0][0]
+    iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
+    defined = _defined(body)
+    values = [k.get(v) for v in op.operands[3:]]
+    for counter in counters:
+        for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
+            k.affine.pop(value, None)
+        iv = int(np.asarray(counter).astype(iv_dtype))
+        values, state = _nested(k, body, [iv, *values], state)
+    for value, result in zip(op.results, values, strict=True):
+        k.env[value] = result
+    return state
+
+
+def _defined(block: Block) -> list[int]:
+    """The values a block defines: its arguments and its operations' results, nested ones included."""
+    found = list(block.arguments)
+    for op in block.operations:
+        found.extend(op.results)
+        for region in op.regions:
+            for inner in region:
+                found.extend(_defined(inner))
+    return found
+
+
+def _size(block: Block, used: set[int]) -> int:
+    """How many operations a block holds that compute what something uses, nested ones included."""
+    return sum(
+        (not op.results or any(r in used for r in op.results)) + sum(_size(b, used) for r in op.regions for b in r)
+        for op in block.operations
+    )
 
 
 def scf_if(k: Tracer, op: Operation, state: State) -> State:
@@ -207,3 +261,50 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
     for value, result in zip(op.results, values, strict=True):
         k.env[value] = result
     return state
+
+
+#: The terminators of a block that continue in another block of its region (what an early ``return`` makes).
+BRANCHES = ("cf.br", "cf.cond_br")
+
+#: How many blocks the branches of one function may run, counting each time a block is traced: an early ``return``
+#: inside an ``if`` traces what follows that ``if`` on both of its sides.
+_MAX_BRANCHED_BLOCKS = 256
+
+
+def cf_branch(k: Tracer, op: Operation, region: Sequence[Block], state: State) -> tuple[list[Any], State]:
+    """``cf.br`` and ``cf.cond_br``, which Triton makes of an early ``return`` (never of a loop: Triton refuses a
+    ``return`` inside one, so the blocks of a function branch forward only): the target block runs on to the
+    function's ``tt.return``, whose values it returns. A condition known when traced picks its side; else both sides
+    run to the end inside a ``lax.cond``.
+    """
+    targets = op.attr("successors")
+    if not targets or any(t >= len(region) for t in targets):
+        raise Unsupported("a branch whose target blocks cannot be read", op.line)
+    k.branched_blocks += 1
+    if k.branched_blocks > _MAX_BRANCHED_BLOCKS:
+        raise Unsupported(f"more than {_MAX_BRANCHED_BLOCKS} blocks reached through early returns", op.line)
+    if op.name == "cf.br":
+        return k.run_block(region[targets[0]], [k.get(v) for v in op.operands], state)
+    sides = [region[t] for t in targets]
+    split = 1 + len(sides[0].arguments)
+    arguments = [[k.get(v) for v in op.operands[1:split]], [k.get(v) for v in op.operands[split:]]]
+    condition = k.get(op.operands[0])
+    if lang.is_static(condition):
+        chosen = 0 if condition else 1
+        return k.run_block(sides[chosen], arguments[chosen], state)
+    returned = next((o for b in region for o in b.operations if o.name == "tt.return"), None)
+    types = [k.type(v) for v in returned.operands] if returned is not None else []
+    templates: dict[int, list[Any]] = {}
+
+    def side(index: int) -> Any:
+        def run(st: State) -> tuple[list[Any], State]:
+            results, st = _nested(k, sides[index], arguments[index], st)
+            templates[index] = results
+            return _packed(results, types, results, op.line), st
+
+        return run
+
+    arrays, state = lax.cond(jnp.asarray(k.array(op.operands[0])).astype(bool), side(0), side(1), state)
+    for mine, theirs in zip(templates[0], templates[1], strict=True):
+        _same_target(mine, theirs, op.line)
+    return [_unpack(t, a) for t, a in zip(templates[0], arrays, strict=True)], state

@@ -1,14 +1,15 @@
 """Running every call through both CPU paths and comparing them: ``JT_CPU_DIFFERENTIAL=1``.
 
 With the switch on, a call the compiled path takes also runs in Triton's interpreter (through jt's FFI handler, with
-the checks the call was made with: the race check too), and a host callback compares the two results before the
-computation goes on with the compiled ones. They must be equal bit for bit (a NaN where the other has a NaN),
-unless the kernel sums or calls transcendental functions in floating point (``tl.dot``, reductions and scans,
-``math`` functions, external library functions), where the order of the sums and the functions' last bits may
-differ: there they must agree to `TOLERANCE` of their type; a ``tl.dot`` with ``input_precision="tf32"``, which
-the interpreter computes in float32, to `TF32_TOLERANCE`. Products and sums are not fused into multiply-adds
-while comparing, as the interpreter fuses none. A call lowered for several devices or processes is not compared
-(the comparison is a host callback, which JAX keeps out of those).
+the checks the call was made with: the race check too; subnormal floats flushed, as XLA's threads flush them for
+the compiled path), and a custom call of the same handler compares the two
+results before the computation goes on with the compiled ones; a difference fails the call with
+`jt_core.errors.DifferentialMismatchError`, which `jt_core.errors.from_runtime_error` rebuilds. They must be equal
+bit for bit (a NaN where the other has a NaN), unless the kernel sums or calls transcendental
+functions in floating point (``tl.dot``, reductions and scans, ``math`` functions, external library functions),
+where the order of the sums and the functions' last bits may differ: there they must agree to `TOLERANCE` of their
+type. Products and sums are not fused into multiply-adds while comparing, as the interpreter fuses none. A call
+lowered for several devices or processes is not compared.
 
 The test suite, the examples and the docs' code run with the switch on in CI, so every kernel they hold is compared.
 """
@@ -22,9 +23,9 @@ import numpy as np
 
 from jt_core import settings
 from jt_core.cpu.compiled.program import Program
-from jt_core.errors import KernelRuntimeError
+from jt_core.errors import DifferentialMismatchError
 
-__all__ = ["TF32_TOLERANCE", "TOLERANCE", "DifferentialMismatchError", "compare", "enabled", "tolerance"]
+__all__ = ["TOLERANCE", "DifferentialMismatchError", "compare", "enabled", "tolerance"]
 
 #: Relative and absolute tolerance by element size in bytes, where the results may differ in rounding.
 TOLERANCE = {2: (1e-2, 1e-3), 4: (2e-5, 1e-6), 8: (1e-12, 1e-14)}
@@ -46,29 +47,16 @@ _EXACT_MATH = {
 }
 
 
-class DifferentialMismatchError(KernelRuntimeError):
-    """The compiled CPU path and Triton's interpreter computed different results for one call."""
-
-
 def enabled() -> bool:
     """Whether ``JT_CPU_DIFFERENTIAL`` is on."""
     return settings.flag("JT_CPU_DIFFERENTIAL")
-
-
-#: The tolerance for a kernel whose ``tl.dot`` takes ``input_precision="tf32"``: the compiled path rounds the
-#: operands to 10 mantissa bits, as the device does; the interpreter multiplies them in float32.
-TF32_TOLERANCE = (1e-2, 1e-2)
 
 
 def tolerance(program: Program) -> tuple[float, float] | None:
     """How close the two paths' results of ``program`` must be: ``None`` for bit for bit (it neither sums nor calls
     transcendental functions in floating point), else ``(rtol, atol)``, which `compare` loosens to
     `TOLERANCE`'s entry for types narrower than float32."""
-    inexact = False
-    for op in program.operations():
-        if op.name == "tt.dot" and op.attr("inputPrecision") == "TF32":
-            return TF32_TOLERANCE
-        inexact = inexact or _inexact(program, op)
+    inexact = any(_inexact(program, op) for op in program.operations())
     return TOLERANCE[4] if inexact else None
 
 

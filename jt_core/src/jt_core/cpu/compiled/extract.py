@@ -1,10 +1,13 @@
 """Copying a kernel's TTIR module out of Triton's native objects into a `Program`.
 
 Triton's Python bindings walk a module's operations (innermost first) and answer, for each, its name, operands,
-results, regions and the attributes that are integers, booleans, strings or symbol references. The few attributes
-they cannot read (a transposition's order, a block pointer's boundary check) and each operation's source line are
-read from the module's printed text, whose operations appear in the same order as a walk that visits every
-operation before its regions; the two are matched name by name, and when they do not match no text is used.
+results, regions and the attributes that are integers, booleans, strings or symbol references (Triton 3.6's bindings
+read no integers, and no version's reads a float constant). What they cannot read (a float constant's value, a
+transposition's order, a block pointer's boundary check, a branch's target blocks) and each operation's source line
+are read from the module's printed text, whose operations appear in the same order as a walk that visits every
+operation before its regions. The two are matched name by name; MLIR leaves out the empty ``scf.yield`` that ends
+the regions of an ``scf.for`` or ``scf.if`` without results, so such a yield matches no line. When they do not match
+otherwise, no text is used.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ _ATTRS: dict[str, tuple[tuple[str, str], ...]] = {
     "tt.clampf": (("propagateNan", "int"),),
     "tt.reshape": (("allow_reorder", "bool"), ("efficient_layout", "bool")),
     "tt.load": (("padding", "int"), ("isVolatile", "bool")),
+    "tt.make_tensor_descriptor": (("padding", "int"),),
     "tt.assert": (("message", "str"),),
     "tt.print": (("prefix", "str"), ("hex", "bool")),
     "tt.elementwise_inline_asm": (("asm_string", "str"),),
@@ -191,11 +195,11 @@ def _with_text(program: Program, functions: list[Operation], text: str) -> Progr
         match = _OP_LINE.match(stripped)
         if match:
             printed.append((match.group(1), stripped))
-    ordered = _preorder(functions)
-    if [name for name, _ in printed] != [op.name for op in ordered]:
+    matched = _matched(_preorder(functions), printed)
+    if matched is None:
         return program  # the printer and the walk disagree: no text, rather than the wrong text
     replaced: dict[int, Operation] = {}
-    for op, (_, line) in zip(ordered, printed):
+    for op, line in matched:
         extra: list[tuple[str, Any]] = [
             (attr, _numbers(m.group(1)))
             for attr, pattern in _TEXT_ATTRS.get(op.name, ())
@@ -205,6 +209,8 @@ def _with_text(program: Program, functions: list[Operation], text: str) -> Progr
             value = _constant(line)
             if value is not None:
                 extra.append(("text", value))
+        if op.name in _BRANCHES:
+            extra.append(("successors", tuple(int(n) for n in _SUCCESSOR.findall(line))))
         known = {name for name, _ in op.attrs}
         extra += [(name, value) for name, value in _printed_attributes(op.name, line) if name not in known]
         source = _source_line(line, aliases)
@@ -217,6 +223,31 @@ def _with_text(program: Program, functions: list[Operation], text: str) -> Progr
         functions={name: Function(name, _replace(f.body, replaced)) for name, f in program.functions.items()},
         types=program.types,
     )
+
+
+_BRANCHES = ("cf.br", "cf.cond_br")
+_SUCCESSOR = re.compile(r"\^bb(\d+)")
+
+
+def _matched(ordered: list[Operation], printed: list[tuple[str, str]]) -> list[tuple[Operation, str]] | None:
+    """Each walked operation with its printed line; an empty ``scf.yield`` the printer left out has none. ``None``
+    when the two disagree otherwise."""
+    matched: list[tuple[Operation, str]] = []
+    position = 0
+    for op in ordered:
+        if position < len(printed):
+            name, line = printed[position]
+            if name == op.name and (name != "scf.yield" or _yields_values(line) == bool(op.operands)):
+                matched.append((op, line))
+                position += 1
+                continue
+        if op.name != "scf.yield" or op.operands:
+            return None
+    return matched if position == len(printed) else None
+
+
+def _yields_values(line: str) -> bool:
+    return "%" in line.split("scf.yield", 1)[-1]
 
 
 def _replace(blocks: tuple[Block, ...], replaced: dict[int, Operation]) -> tuple[Block, ...]:
@@ -273,17 +304,21 @@ def _printed_attributes(name: str, line: str) -> list[tuple[str, Any]]:
         found += [("atomic_rmw_op", _ATOMIC.get(words[0], words[0].upper())), ("sem", _MEMORY_ORDER.get(words[1]))]
     elif name == "tt.atomic_cas" and words:
         found.append(("sem", _MEMORY_ORDER.get(words[0])))
+    elif name == "tt.descriptor_reduce" and words:
+        found.append(("reduce_kind", words[0]))
     if name == "tt.dot" and not any(key == "inputPrecision" for key, _ in found):
         found.append(("inputPrecision", "IEEE"))  # the attribute's default, which the printer leaves out
     return found
 
 
 _CONSTANT = re.compile(r"arith\.constant\s+(.*?)\s*:\s*[^:]*?(?:\s+loc\(.*)?$")
+#: A boolean constant, which MLIR prints without its type (``%false = arith.constant false``).
+_BOOLEAN = re.compile(r"arith\.constant\s+(true|false)\b")
 
 
 def _constant(line: str) -> str | None:
-    """The value text of an ``arith.constant`` line: ``2.000000e+00``, ``0x7FC00000``, ``dense<[1, 2]>``."""
-    match = _CONSTANT.search(line)
+    """The value text of an ``arith.constant`` line: ``2.000000e+00``, ``0x7FC00000``, ``dense<[1, 2]>``, ``true``."""
+    match = _CONSTANT.search(line) or _BOOLEAN.search(line)
     return match.group(1).strip() if match else None
 
 
@@ -295,7 +330,7 @@ def _source_line(line: str, aliases: dict[str, str]) -> str | None:
     use = _LOC_USE.search(line)
     if not use:
         inline = _FILE_LINE.search(line.rsplit("loc(", 1)[-1]) if "loc(" in line else None
-        return f"{inline.group(1).rsplit('/', 1)[-1]}:{inline.group(2)}" if inline else None
+        return f"{inline.group(1)}:{inline.group(2)}" if inline else None
     seen: set[str] = set()
     pending = [use.group(1)]
     while pending:

@@ -10,6 +10,10 @@ Two ways give the same result:
   when the kernel's TTIR proves it: no atomics; no buffer both loaded and stored; every store outside loops and
   branches, through offsets affine in the program ids whose steps keep the programs' elements apart
   (`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
+
+Side by side runs in boxes of programs first (`jt_core.cpu.compiled.side_by_side`: one ``jax.vmap`` per grid
+axis, block accesses as slices of their buffers, in-place kernels too); the flat chunks here take the grids whose
+planes of programs do not fit in a box.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from jax import lax
 
 from jt_core import settings
-from jt_core.cpu.compiled import affine
+from jt_core.cpu.compiled import affine, side_by_side
 from jt_core.cpu.compiled.kernel import Kernel
 from jt_core.cpu.compiled.memory import Memory, State
 from jt_core.cpu.compiled.program import Program, parse_type
@@ -36,13 +40,19 @@ __all__ = ["chunk_size", "run_grid"]
 SIDE_BY_SIDE_BYTES = 16 << 20
 
 
+def _linear_type(grid: tuple[int, int, int]) -> Any:
+    """The integer type numbering the programs of ``grid``: int64 from 2**31 programs on (each id stays int32)."""
+    return jnp.int32 if math.prod(grid) <= np.iinfo(np.int32).max else jnp.int64
+
+
 def _program_ids(linear: Any, grid: tuple[int, int, int]) -> tuple[Any, Any, Any]:
-    """The program ids of program number ``linear`` (z varies fastest)."""
+    """The program ids (int32) of program number ``linear`` (z varies fastest)."""
+    kind = np.dtype(_linear_type(grid)).type
     inner = grid[1] * grid[2]
-    x = linear if inner == 1 else lax.div(linear, np.int32(inner))
-    y = 0 if grid[1] == 1 else (linear if grid[2] == 1 else lax.div(linear, np.int32(grid[2]))) % np.int32(grid[1])
-    z = 0 if grid[2] == 1 else lax.rem(linear, np.int32(grid[2]))
-    return x, y, z
+    x = linear if inner == 1 else lax.div(linear, kind(inner))
+    y = 0 if grid[1] == 1 else (linear if grid[2] == 1 else lax.div(linear, kind(grid[2]))) % kind(grid[1])
+    z = 0 if grid[2] == 1 else lax.rem(linear, kind(grid[2]))
+    return tuple(i if isinstance(i, int) else i.astype(jnp.int32) for i in (x, y, z))  # type: ignore[return-value]
 
 
 def run_grid(
@@ -70,7 +80,8 @@ def run_grid(
         return state
     if total > 1 and settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
         try:
-            return _side_by_side(program, memory, grid, arguments, state, fuse)
+            boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk_size(program, total))
+            return _side_by_side(program, memory, grid, arguments, state, fuse) if boxed is None else boxed
         except NotVectorizable:
             pass
     return _in_order(program, memory, grid, arguments, state, fuse)
@@ -91,7 +102,8 @@ def _in_order(
     total = math.prod(grid)
     if total == 1:
         return one(0, state)
-    return lax.fori_loop(0, total, lambda i, s: one(i.astype(jnp.int32), s), state)
+    linear = _linear_type(grid)
+    return lax.fori_loop(linear(0), linear(total), lambda i, s: one(i, s), state)
 
 
 def chunk_size(program: Program, total: int) -> int:
@@ -138,7 +150,7 @@ def _side_by_side(
             recorded[:] = [buffer for buffer, _, _ in deferred]
             return [i for _, i, _ in deferred], [v for _, _, v in deferred], after.strayed
 
-        linear = first + lax.iota(jnp.int32, chunk)
+        linear = first + lax.iota(_linear_type(grid), chunk)
         index, values, strayed = jax.vmap(one)(linear)
         valid = linear < total
         index = [jnp.where(valid.reshape((-1,) + (1,) * (i.ndim - 1)), i, np.iinfo(i.dtype).max) for i in index]
@@ -151,6 +163,7 @@ def _side_by_side(
         return State(carried.buffers, carried.strayed | strayed)
 
     chunks = -(-total // chunk)
+    kind = _linear_type(grid)
     if chunks == 1:
-        return chunk_of(jnp.int32(0), state)
-    return lax.fori_loop(0, chunks, lambda c, s: chunk_of(c.astype(jnp.int32) * chunk, s), state)
+        return chunk_of(kind(0), state)
+    return lax.fori_loop(kind(0), kind(chunks), lambda c, s: chunk_of(c * kind(chunk), s), state)

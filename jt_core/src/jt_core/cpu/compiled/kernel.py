@@ -17,12 +17,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jt_core.cpu.compiled import accesses, control, extern, lang, reductions, shapes
+from jt_core.cpu.compiled import accesses, control, descriptors, extern, lang, reductions, shapes
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
-from jt_core.cpu.compiled.values import BlockPointer, Unsupported
+from jt_core.cpu.compiled.values import BlockPointer, NotVectorizable, Unsupported
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter.libdevice import libdevice_name
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
 
@@ -35,15 +36,13 @@ _REFUSED = {
     "tt.int_to_ptr": "an integer turned into a pointer",
     "tt.ptr_to_int": "a pointer turned into an integer",
     "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
-    "cf.br": "a branch (an early return)",
-    "cf.cond_br": "a branch (an early return)",
 }
 
 #: Operations whose effect is more than their results.
 _EFFECTS = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.call", "tt.load"}
 
 #: Operations with no effect on the CPU.
-_NO_EFFECT = {"gpu.barrier", "tt.debug_barrier"}
+_NO_EFFECT = {"gpu.barrier", "ttg.barrier", "tt.debug_barrier"}
 
 #: The integer operations that keep an affine form.
 _AFFINE_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.extsi", "arith.trunci", "arith.index_cast"}
@@ -87,6 +86,10 @@ class Kernel:
         self.stores: list[tuple[int, Affine]] = []
         self.used = _used_values(program)
         self.depth = 0
+        #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).
+        self.branched_blocks = 0
+        #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
+        self._regions = _regions(program)
 
     # -- values ------------------------------------------------------------------------------------------------
 
@@ -97,7 +100,10 @@ class Kernel:
         return self.env[value]
 
     def affine_of(self, value: int) -> Affine | None:
-        """The affine form of an integer value, where it is known."""
+        """The affine form of an integer value, where it is known: never for integers narrower than 32 bits, whose
+        arithmetic wraps where the form, whose sums and products are modulo 2**32 at most, would not."""
+        if _narrow(self.type(value)):
+            return None
         known = self.affine.get(value)
         if known is not None:
             return known
@@ -106,7 +112,8 @@ class Kernel:
             return Affine.constant(found).broadcast(self.type(value).shape)
         ty = self.type(value)
         if not ty.shape and ty.element.startswith("i") and ty.element != "i1":
-            return Affine.unknown_scalar()  # a run-time scalar (a loop's counter): affine, with an unknown base
+            # A run-time scalar (a loop's counter): affine, with a base known only as a traced value.
+            return Affine.unknown_scalar(None if found is None else jnp.asarray(found, jnp.int64))
         return None
 
     def array(self, value: int) -> jax.Array:
@@ -125,6 +132,8 @@ class Kernel:
         for op in block.operations:
             if op.name in ("scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"):
                 return [self.env[v] for v in op.operands], state
+            if op.name in control.BRANCHES:
+                return control.cf_branch(self, op, self._regions[id(block)], state)
             try:
                 state = self.operation(op, state)
             except Unsupported as exc:
@@ -133,6 +142,10 @@ class Kernel:
                 raise
             except UnsupportedKernelError as exc:
                 raise Unsupported(str(exc), op.line) from None
+            except NotVectorizable:
+                raise
+            except Exception as exc:  # a construct this jt cannot trace: named with the line it comes from
+                raise Unsupported(f"what it failed to trace ({type(exc).__name__}: {exc})", op.line) from exc
         return [], state
 
     def operation(self, op: Operation, state: State) -> State:
@@ -158,7 +171,7 @@ class Kernel:
             attr = op.attr("rounding", op.attr("roundingmode"))
         if op.name == "tt.clampf":
             attr = op.attr("propagateNan")
-        if any(isinstance(a, (Pointer, BlockPointer)) for a in args):
+        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor)) for a in args):
             self.pointer_arithmetic(op, args)
             return
         self._track(op)
@@ -169,10 +182,10 @@ class Kernel:
                 return
         arrays = [lang.as_array(a, t) for a, t in zip(args, types, strict=True)]
         if op.name == "tt.extern_elementwise":
-            fn = extern.extern_function(str(op.attr("symbol", "")))
-            if fn is None:
-                raise Unsupported(f"the external function {op.attr('symbol')!r}", op.line)
-            out = fn(*arrays).astype(lang.dtype_of(result.element))
+            symbol = str(op.attr("symbol", ""))
+            if not extern.computes(symbol):
+                raise Unsupported(f"{libdevice_name(symbol)} (the external function {symbol!r})", op.line)
+            out = extern.extern_call(symbol, arrays, lang.dtype_of(result.element))
         else:
             out = lang.elementwise(op.name, arrays, result, attr)
             if op.name == "arith.mulf" and not self.fuse:
@@ -183,7 +196,7 @@ class Kernel:
 
     def _track(self, op: Operation) -> None:
         """Keeps the affine form of a sum, difference or product with a constant of affine integers."""
-        if op.name not in _AFFINE_OPS:
+        if op.name not in _AFFINE_OPS or _narrow(self.type(op.results[0])):
             return
         known = [self.affine_of(v) for v in op.operands]
         if any(a is None for a in known):
@@ -247,6 +260,7 @@ def _call(k: Kernel, op: Operation, state: State) -> State:
 HANDLERS = {
     **shapes.HANDLERS,
     **accesses.HANDLERS,
+    **descriptors.HANDLERS,
     **reductions.HANDLERS,
     "tt.call": _call,
     "scf.for": control.scf_for,
@@ -255,7 +269,27 @@ HANDLERS = {
 }
 
 
+def _narrow(ty: TensorType) -> bool:
+    """Whether ``ty`` is an integer type narrower than 32 bits."""
+    return ty.element in ("i1", "i8", "i16")
+
+
 _TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"}
+
+
+def _regions(program: Program) -> dict[int, tuple[Block, ...]]:
+    found: dict[int, tuple[Block, ...]] = {}
+
+    def visit(blocks: tuple[Block, ...]) -> None:
+        for block in blocks:
+            found[id(block)] = blocks
+            for op in block.operations:
+                for region in op.regions:
+                    visit(region)
+
+    for function in program.functions.values():
+        visit(function.body)
+    return found
 
 
 def _used_values(program: Program) -> set[int]:

@@ -21,10 +21,20 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
+from jt_core.cpu.compiled import floats
 from jt_core.cpu.compiled.program import TensorType
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import libdevice
 
-__all__ = ["ELEMENTWISE", "as_array", "constant", "convert_float", "dtype_of", "fold", "is_static"]
+__all__ = [
+    "ELEMENTWISE",
+    "as_array",
+    "constant",
+    "convert_float",
+    "dtype_of",
+    "fold",
+    "is_static",
+]
 
 _DTYPES: dict[str, Any] = {
     "i1": np.bool_,
@@ -83,7 +93,7 @@ def as_array(value: Any, ty: TensorType) -> jax.Array:
     if is_static(value):
         if ty.element.startswith("i"):
             value = _wrap(int(value), ty.element)
-        array = jnp.asarray(np.asarray(value, dtype=dtype))
+        array = floats.constant(np.asarray(value, dtype=dtype))
         return jnp.broadcast_to(array, ty.shape) if ty.shape else array
     array = jnp.asarray(value)
     if array.dtype != dtype:
@@ -106,14 +116,14 @@ def constant(text: str | None, value: Any, ty: TensorType) -> Any:
             body = body[len("dense<") : -1]
         if body.startswith("["):
             items = [_scalar(part, ty.element, dtype) for part in body.replace("[", " ").replace("]", " ").split(",")]
-            return jnp.asarray(np.asarray(items, dtype=dtype).reshape(ty.shape))
+            return floats.constant(np.asarray(items, dtype=dtype).reshape(ty.shape))
         scalar = _scalar(body, ty.element, dtype)
     elif value is not None:
         scalar = _wrap(int(value), ty.element) if ty.element.startswith("i") else value
     else:
         raise UnsupportedKernelError(f"a constant of type {ty.text} whose value cannot be read")
-    if ty.shape:
-        return jnp.full(ty.shape, np.asarray(scalar, dtype=dtype))
+    if ty.shape:  # one broadcast of the typed scalar (jnp.full takes ten times as long to trace)
+        return lax.broadcast_in_dim(floats.constant(np.asarray(scalar, dtype=dtype)), ty.shape, ())
     return scalar
 
 
@@ -366,6 +376,8 @@ def _bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
 
 
 def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
+    if x.dtype.itemsize == 8:  # no wider integer type: from 32-bit halves
+        return libdevice.umulhi(libdevice.jax_arrays(), x, y)
     wide = {4: jnp.uint64, 2: jnp.uint32, 1: jnp.uint16}[x.dtype.itemsize]
     product = _as_unsigned(x).astype(wide) * _as_unsigned(y).astype(wide)
     high = (product >> (x.dtype.itemsize * 8)).astype(_UNSIGNED[x.dtype.itemsize * 8])
@@ -382,7 +394,7 @@ def _rsqrt(x: jax.Array) -> jax.Array:
 
 
 def round_half_away(x: jax.Array) -> jax.Array:
-    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
+    return libdevice.round_half_away(libdevice.jax_arrays(), x)
 
 
 def _clz(x: jax.Array) -> jax.Array:
@@ -412,7 +424,7 @@ ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
     "arith.addf": (lax.add, False),
     "arith.subf": (lax.sub, False),
     "arith.mulf": (lax.mul, False),
-    "arith.divf": (lax.div, False),
+    "arith.divf": (floats.divide, False),
     "arith.remf": (lax.rem, False),
     "arith.negf": (lax.neg, False),
     "arith.addi": (lax.add, False),
@@ -451,7 +463,7 @@ ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
     "tt.bitcast": (_bitcast, True),
     "tt.mulhiui": (mulhi, False),
     "tt.precise_sqrt": (lax.sqrt, False),
-    "tt.precise_divf": (lax.div, False),
+    "tt.precise_divf": (floats.divide, False),
     "math.exp": (jnp.exp, False),
     "math.exp2": (jnp.exp2, False),
     "math.expm1": (jnp.expm1, False),
@@ -518,7 +530,9 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
     if entry is None:
         raise UnsupportedKernelError(f"the operation {name}")
     fn, takes_dtype = entry
-    return fn(out, *args) if takes_dtype else fn(*args)
+    if takes_dtype:
+        return fn(out, *args)
+    return floats.round_bfloat16(fn(*args))
 
 
 #: Operations that take float8 values: conversions, and picking values without computing on them.

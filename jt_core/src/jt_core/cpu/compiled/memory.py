@@ -82,6 +82,13 @@ def _storage(spec: BufferSpec) -> np.dtype:
     return np.dtype(np.int8) if spec.dtype == np.bool_ else spec.dtype
 
 
+def _flat(array: jax.Array, storage: np.dtype) -> jax.Array:
+    """``array`` flattened, as its buffer holds it (a kernel with thousands of outputs flattens each)."""
+    if array.ndim != 1:
+        array = lax.reshape(array, (array.size,))
+    return array if array.dtype == storage else lax.convert_element_type(array, storage)
+
+
 def _to_value(array: jax.Array, storage: np.dtype, value: np.dtype) -> jax.Array:
     if storage == value:
         return array
@@ -116,6 +123,8 @@ class Memory:
         self.constants = tuple(constants)
         self.bounds_check = bounds_check
         self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
+        #: Each writable buffer's place in the state (a kernel with thousands of outputs stores into each).
+        self._slots = {buffer: slot for slot, buffer in enumerate(self.writable)}
         #: In a vectorised run: the stores recorded, as (buffer, indices, values), instead of made.
         self.deferred: list[tuple[int, jax.Array, jax.Array]] | None = None
         #: The buffers loaded from (a vectorised run may not load what it stores).
@@ -125,7 +134,7 @@ class Memory:
 
     def initial(self, arrays: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
         """The writable buffers as the state holds them, from the arrays of `writable`."""
-        return tuple(jnp.ravel(a).astype(_storage(self.specs[i])) for i, a in zip(self.writable, arrays, strict=True))
+        return tuple(_flat(a, _storage(self.specs[i])) for i, a in zip(self.writable, arrays, strict=True))
 
     def final(self, state: State) -> list[jax.Array]:
         """The writable buffers' arrays (their shapes and types) after the kernel ran."""
@@ -133,19 +142,41 @@ class Memory:
         for i, flat in zip(self.writable, state.buffers, strict=True):
             spec = self.specs[i]
             array = flat != 0 if spec.dtype == np.bool_ else flat
-            out.append(array.reshape(spec.shape))
+            out.append(array if array.shape == spec.shape else lax.reshape(array, spec.shape))
         return out
 
     def _array(self, state: State, buffer: int) -> jax.Array:
         constant = self.constants[buffer]
         if constant is not None:
             return constant
-        return state.buffers[self.writable.index(buffer)]
+        return state.buffers[self._slots[buffer]]
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
-        slot = self.writable.index(buffer)
-        buffers = (*state.buffers[:slot], array, *state.buffers[slot + 1 :])
-        return State(buffers, state.strayed)
+        buffers = list(state.buffers)
+        buffers[self._slots[buffer]] = array
+        return State(tuple(buffers), state.strayed)
+
+    def _inside(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[int, int] | None:
+        """``(first, last)`` offsets of an access whose lanes are known, when the kernel is traced, to lie inside
+        its buffer: its affine form has a known base that does not depend on the program id (each lane's offset is
+        then a number), else ``None``."""
+        known = pointer.affine
+        if known is None or known.shape != shape or not known.base_known or any(known.pids):
+            return None
+        low, high = known.spread()
+        first, last = known.const + low, known.const + high
+        # Below 2**31 the offsets are what the kernel's int32 arithmetic gives too (it wraps only past that).
+        limit = min(self.specs[pointer.buffer].size, np.iinfo(np.int32).max + 1)
+        return (first, last) if first >= 0 and last < limit else None
+
+    def _contiguous(self, pointer: Pointer, shape: tuple[int, ...]) -> int | None:
+        """The first offset of an access to consecutive elements (one axis, step one) known to lie inside its
+        buffer: a slice of it, not a gather or scatter."""
+        known = pointer.affine
+        if len(shape) != 1 or known is None or known.lanes != (1,):
+            return None
+        inside = self._inside(pointer, shape)
+        return None if inside is None else inside[0]
 
     # -- checks ------------------------------------------------------------------------------------------------
 
@@ -159,13 +190,21 @@ class Memory:
         lanes outside the buffer are clamped or dropped), recording the lanes that stray."""
         spec = self.specs[pointer.buffer]
         offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
+        large = spec.size > np.iinfo(np.int32).max
+        if large:
+            offsets = offsets.astype(jnp.int64)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if op != "load" and not spec.writable:
             refused = jnp.ones(shape, bool) if wanted is None else wanted
             return offsets, jnp.zeros(shape, bool), self._record(state, refused)
         if wanted is None and not self.bounds_check:
             return offsets, None, state
-        spread = pointer.affine.spread() if pointer.affine is not None and pointer.affine.shape == shape else None
+        if wanted is None and self._inside(pointer, shape) is not None:
+            return offsets, None, state  # every lane is known to lie inside: nothing to check
+        # The affine form is exact where the kernel's int32 arithmetic may wrap; the offsets it predicts are the
+        # actual ones modulo 2**32, so inside a buffer of fewer than 2**31 elements they are the actual ones.
+        affine = pointer.affine
+        spread = affine.spread() if affine is not None and affine.shape == shape and not large else None
         if wanted is None and spread is not None:
             # The lanes lie within a known spread of the first: two comparisons check the whole block.
             first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
@@ -190,6 +229,10 @@ class Memory:
         if spec.size == 0:  # nothing to read: every lane is masked off or out of bounds
             return jnp.broadcast_to(fill, shape), state
         array = self._array(state, pointer.buffer)
+        start = self._contiguous(pointer, shape) if active is None else None
+        if start is not None:
+            piece = array if shape[0] == array.shape[0] else lax.slice(array, (start,), (start + shape[0],))
+            return _to_value(piece, _storage(spec), value_type), state
         if active is None:  # a lane outside the buffer reads its nearest element (the bounds check reports it)
             return _to_value(_gather(array, offsets, lax.GatherScatterMode.CLIP), _storage(spec), value_type), state
         gathered = _gather(array, jnp.where(active, offsets, 0), lax.GatherScatterMode.PROMISE_IN_BOUNDS)
@@ -202,7 +245,13 @@ class Memory:
         if not spec.writable or spec.size == 0:
             return state
         array = self._array(state, pointer.buffer)
-        values = jnp.broadcast_to(_to_storage(jnp.asarray(value).astype(dtype_of(pointer.pointee)), array.dtype), shape)
+        value = jnp.asarray(value)
+        pointee = dtype_of(pointer.pointee)
+        values = _to_storage(value if value.dtype == pointee else value.astype(pointee), array.dtype)
+        values = values if values.shape == shape else jnp.broadcast_to(values, shape)
+        start = self._contiguous(pointer, shape) if active is None and self.deferred is None else None
+        if start is not None:
+            return self._replace(state, pointer.buffer, _updated(array, values, start))
         index = offsets if active is None else jnp.where(active, offsets, spec.size)
         if self.deferred is not None:
             self.deferred.append((pointer.buffer, index, values))
@@ -238,9 +287,11 @@ class Memory:
             active = (offsets >= 0) & (offsets < spec.size)
         scatter = _SCATTER.get(kind)
         if not result_used and scatter is not None:
+            # Combined as the pointer's type reads the memory (a signed maximum through an int32 pointer to
+            # uint32 memory, an integer sum of a float's bits), whatever the buffer holds.
             index = jnp.where(active, offsets, spec.size)
-            updated = scatter(array, index, _to_storage(operands[0], storage))
-            return jnp.zeros(shape, value_type), self._replace(state, pointer.buffer, updated)
+            updated = scatter(_to_value(array, storage, value_type), index, operands[0])
+            return jnp.zeros(shape, value_type), self._replace(state, pointer.buffer, _to_storage(updated, storage))
         combine = _COMBINE[kind]
         flat_offsets = jnp.ravel(offsets)
         flat_active = jnp.ravel(active)
@@ -265,6 +316,16 @@ _GATHER = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), 
 _SCATTER_DIMS = lax.ScatterDimensionNumbers(
     update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
 )
+
+
+def _updated(array: jax.Array, values: jax.Array, start: int) -> jax.Array:
+    """``array`` with ``values`` written from element ``start`` on (known to fit): the values themselves where they
+    cover it, else one update of a slice at a constant index (`lax.dynamic_update_slice` would first check the
+    index's sign and type, as for one given at run time)."""
+    if start == 0 and values.shape == array.shape:
+        return values
+    index = np.asarray(start, np.int32 if array.size < 2**31 else np.int64)
+    return lax.dynamic_update_slice_p.bind(array, values, index)
 
 
 def _gather(array: jax.Array, index: jax.Array, mode: lax.GatherScatterMode) -> jax.Array:
@@ -318,11 +379,27 @@ _COMBINE: dict[str, Callable[..., jax.Array]] = {
     "CAS": _cas,
 }
 
-#: Atomics whose final memory does not depend on the order of their lanes, when nobody reads what they return.
-_SCATTER = {
+
+def _flip_sign(x: jax.Array) -> jax.Array:
+    """Integers with their sign bit flipped: unsigned order becomes signed order (and back)."""
+    return x ^ jnp.asarray(np.iinfo(x.dtype).min, x.dtype)
+
+
+def _unsigned_scatter(op: Any) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    def apply(array: jax.Array, index: jax.Array, v: jax.Array) -> jax.Array:
+        return _flip_sign(_scatter(op, _flip_sign(array), index, _flip_sign(v)))
+
+    return apply
+
+
+#: Atomics whose final memory does not depend on the order of their lanes, when nobody reads what they return, on
+#: the buffer and the values as the pointer's type holds them (integers signed).
+_SCATTER: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
     "ADD": lambda array, index, v: _scatter(lax.scatter_add, array, index, v),
     "MAX": lambda array, index, v: _scatter(lax.scatter_max, array, index, v),
     "MIN": lambda array, index, v: _scatter(lax.scatter_min, array, index, v),
+    "UMAX": _unsigned_scatter(lax.scatter_max),
+    "UMIN": _unsigned_scatter(lax.scatter_min),
 }
 
 

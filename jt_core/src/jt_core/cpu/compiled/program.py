@@ -11,6 +11,7 @@ dataclasses here (`Program`), so that nothing of Triton's native objects outlive
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ _POINTER = re.compile(r"^!tt\.ptr<(.*?)(?:,\s*\d+)?>$")
 _TENSOR = re.compile(r"^tensor<(.*)>$")
 
 
+@functools.lru_cache(maxsize=4096)  # a kernel has few types, each read by thousands of operations
 def parse_type(text: str) -> TensorType:
     """Parses a type as Triton prints it."""
     text = text.strip()

@@ -1,6 +1,12 @@
 """``tl.dot``, reductions and scans: the common combining functions as XLA's own reductions and cumulative
 operations, any other as a pairwise tree (reductions) or an associative scan, with the kernel's combining region
-applied element by element."""
+applied element by element.
+
+A reduction whose result depends on the order it combines in (a floating-point sum or product, any combining
+region) combines in one fixed order: the halves of the block pairwise, first half on the left, until one element is
+left (`tree_reduce`). XLA's own reductions would pick their order by the shape they see, which changes with the
+number of programs run side by side (`jax.vmap` of a call, a larger grid). The interpreter combines in the same
+order (`jt_core.interpreter.numerics`)."""
 
 from __future__ import annotations
 
@@ -12,18 +18,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled import floats, lang
 from jt_core.cpu.compiled.memory import State
 from jt_core.cpu.compiled.program import Operation
 from jt_core.cpu.compiled.tracer import Handler, Tracer
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "tree_reduce"]
 
 
 _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
-    "arith.addf": lambda x, axis: jnp.sum(x, axis=axis),
+    "arith.addf": lambda x, axis: tree_reduce(_rounded(lax.add), [x], axis)[0],
     "arith.addi": lambda x, axis: jnp.sum(x, axis=axis, dtype=x.dtype),
-    "arith.mulf": lambda x, axis: jnp.prod(x, axis=axis),
+    "arith.mulf": lambda x, axis: tree_reduce(_rounded(lax.mul), [x], axis)[0],
     "arith.muli": lambda x, axis: jnp.prod(x, axis=axis, dtype=x.dtype),
     "arith.maximumf": lambda x, axis: jnp.max(x, axis=axis),
     "arith.minimumf": lambda x, axis: jnp.min(x, axis=axis),
@@ -35,6 +41,16 @@ _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "arith.maxnumf": lambda x, axis: _ignoring_nan(jnp.max, -jnp.inf, x, axis),
     "arith.minnumf": lambda x, axis: _ignoring_nan(jnp.min, jnp.inf, x, axis),
 }
+
+
+def _rounded(op: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[..., tuple[jax.Array]]:
+    """A float operation as a combining function, its bfloat16 results rounded as Triton rounds them."""
+
+    def combine(a: jax.Array, b: jax.Array) -> tuple[jax.Array]:
+        return (floats.round_bfloat16(op(a, b)),)
+
+    return combine
+
 
 _SCANNERS: dict[str, Callable[[jax.Array, int, bool], jax.Array]] = {
     "arith.addf": lambda x, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
@@ -62,6 +78,21 @@ def _dot(k: Tracer, op: Operation, state: State) -> State:
     a, b, acc = (k.array(v) for v in op.operands[:3])
     a, b = lang.widen_for_dot(a), lang.widen_for_dot(b)
     precision = op.attr("inputPrecision", "IEEE")
+    if precision == "TF32x3" and a.dtype == b.dtype == jnp.float32:
+        # As Triton's GPU compiler rewrites it: the operands split into a TF32 part and the rest, three TF32
+        # products summed smallest first.
+        a_big, b_big = lang.round_to_tf32(a), lang.round_to_tf32(b)
+        a_small, b_small = a - a_big, b - b_big
+        acc = _product(a_small, b_big, acc, "TF32")
+        acc = _product(a_big, b_small, acc, "TF32")
+        k.env[op.results[0]] = _product(a_big, b_big, acc, "TF32")
+        return state
+    k.env[op.results[0]] = _product(a, b, acc, precision)
+    return state
+
+
+def _product(a: jax.Array, b: jax.Array, acc: jax.Array, precision: str) -> jax.Array:
+    """``a @ b + acc`` (batched over leading axes), the operands rounded to TF32 where ``precision`` says so."""
     if precision == "TF32":
         a, b = lang.round_to_tf32(a), lang.round_to_tf32(b)
     product = lax.dot_general(
@@ -71,8 +102,7 @@ def _dot(k: Tracer, op: Operation, state: State) -> State:
         precision=lax.Precision.HIGHEST,
         preferred_element_type=acc.dtype,
     )
-    k.env[op.results[0]] = product + acc
-    return state
+    return product + acc
 
 
 def _combiner(k: Tracer, op: Operation) -> str | None:
@@ -113,21 +143,29 @@ def _reduce(k: Tracer, op: Operation, state: State) -> State:
     if combiner in _REDUCERS:
         out = [_REDUCERS[combiner](inputs[0], axis).astype(inputs[0].dtype)]
     else:
-        out = _tree_reduce(_region_function(k, op), inputs, axis)
+        out = tree_reduce(_region_function(k, op), inputs, axis)
     for value, array in zip(op.results, out, strict=True):
         k.env[value] = array
     return state
 
 
-def _tree_reduce(combine: Callable[..., Any], inputs: list[jax.Array], axis: int) -> list[jax.Array]:
-    """Reduces ``inputs`` along ``axis`` with any associative ``combine``: halves combined pairwise, first half on the
-    left, until one element is left (block sizes are powers of two)."""
+def tree_reduce(combine: Callable[..., Any], inputs: list[jax.Array], axis: int) -> list[jax.Array]:
+    """Reduces ``inputs`` along ``axis`` with ``combine``: element ``i`` of the first half combined with element ``i``
+    of the second (first half on the left), until one element is left. Triton's blocks have power-of-two sizes;
+    another size keeps its odd last element aside for a level."""
     values = inputs
     while values[0].shape[axis] > 1:
-        half = values[0].shape[axis] // 2
+        size = values[0].shape[axis]
+        half = size // 2
         left = [lax.slice_in_dim(v, 0, half, axis=axis) for v in values]
         right = [lax.slice_in_dim(v, half, 2 * half, axis=axis) for v in values]
-        values = [jnp.asarray(v) for v in combine(*left, *right)]
+        combined = [jnp.asarray(v) for v in combine(*left, *right)]
+        if size % 2:
+            combined = [
+                jnp.concatenate([c, lax.slice_in_dim(v, size - 1, size, axis=axis)], axis=axis)
+                for c, v in zip(combined, values, strict=True)
+            ]
+        values = combined
     return [jnp.squeeze(v, axis=axis) for v in values]
 
 
@@ -136,17 +174,13 @@ def _scan(k: Tracer, op: Operation, state: State) -> State:
     reverse = bool(op.attr("reverse", False))
     inputs = [k.array(v) for v in op.operands]
     combiner = _combiner(k, op) if len(inputs) == 1 else None
-    if combiner in _SCANNERS:
+    if combiner in _SCANNERS and inputs[0].dtype != jnp.bfloat16:
         out = [_SCANNERS[combiner](inputs[0], axis, reverse)]
     else:
+        # ``lax.associative_scan`` with ``reverse`` runs the combination from the end, the running value (of the
+        # elements after) on the left: element ``i`` is ``combine(result[i + 1], x[i])``, as Triton has it.
         fn = _region_function(k, op)
-        n = len(inputs)
-
-        def pairwise(a: Any, b: Any) -> Any:
-            return fn(*a, *b) if not reverse else fn(*b, *a)
-
-        out = list(lax.associative_scan(lambda a, b: tuple(pairwise(a, b)), tuple(inputs), reverse=reverse, axis=axis))
-        assert len(out) == n
+        out = list(lax.associative_scan(lambda a, b: tuple(fn(*a, *b)), tuple(inputs), reverse=reverse, axis=axis))
     for value, array in zip(op.results, out, strict=True):
         k.env[value] = array
     return state

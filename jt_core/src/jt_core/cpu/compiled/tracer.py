@@ -33,6 +33,7 @@ class Tracer(Protocol):
     region_depth: int
     stores: list[tuple[int, Affine]]
     used: set[int]
+    branched_blocks: int
 
     def type(self, value: int) -> TensorType:
         """The type of a value."""

@@ -20,7 +20,8 @@
 //   ffi::Error LoadFunctions(const KernelState<Driver>&, Context, std::vector<Function>*) const
 //                                  loads every configuration's module into a context, in configuration order
 //   ffi::Error LaunchKernel(const KernelState<Driver>&, const KernelConfig&, Function, Stream, void** params) const
-//   Result MemsetD8Async(void*, size_t, Stream) const;  CopyToHostAsync(void* host, const void* device, size_t,
+//   Result MemsetD8Async(void*, size_t, Stream) const;  FillD8Async(void*, unsigned char, size_t, Stream) const;
+//          CopyToHostAsync(void* host, const void* device, size_t,
 //          Stream) const;  CopyToDeviceAsync(void* device, const void* host, size_t, Stream) const;
 //          StreamSynchronize(Stream) const;  EventCreate(Event*) const;  EventRecord(Event, Stream) const;
 //          EventSynchronize(Event) const;  EventElapsedTime(float* ms, Event, Event) const;  EventDestroy(Event) const
@@ -31,7 +32,8 @@
 //   instantiate  parses the attributes into a KernelState (and, for the preloaded variant, loads the modules into
 //                every device's context, so that a single-config call needs no initialize stage);
 //   initialize   loads the modules for the stream's context and, for several configurations, times each on the
-//                real buffers and keeps the fastest (never under graph capture);
+//                real buffers and keeps the fastest that can launch and, for a call with `coverage`, writes every
+//                element of the checked results (never under graph capture);
 //   execute      zeroes the requested outputs and launches; cheap and safe to capture into a graph, which is why the
 //                handlers are registered as command-buffer compatible.
 //
@@ -42,6 +44,7 @@
 #define JT_LAUNCH_COMMON_H_
 
 #include "jt_launch_state.h"
+#include "jt_launch_tune.h"
 
 namespace jt_launch {
 namespace {
@@ -263,49 +266,45 @@ ffi::Error Launch(const Driver* d, KernelState<Driver>* s, int c, typename Drive
   return d->LaunchKernel(*s, config, function, stream, kernel_params.params);
 }
 
-// ---- autotuning ------------------------------------------------------------------------------------------------
+// ---- autotuning (the choice itself: jt_launch_tune.h) ---------------------------------------------------------
 
+// The trials of a call XLA runs: its configurations launched on XLA's buffers.
 template <typename Driver>
-ffi::ErrorOr<float> TimeConfig(const Driver* d, KernelState<Driver>* s, int c, typename Driver::Function function,
-                               typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
-                               int iterations) {
-  using Event = typename Driver::Event;
-  Event start, stop;
-  auto result = d->EventCreate(&start);
-  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventCreate, result));
-  result = d->EventCreate(&stop);
-  if (!Succeeded(d, result)) {
-    d->EventDestroy(start);
-    return ffi::Unexpected(Failure(d, s, Driver::kEventCreate, result));
-  }
-  struct Destroy {
-    const Driver* d;
-    Event a, b;
-    ~Destroy() {
-      d->EventDestroy(a);
-      d->EventDestroy(b);
-    }
-  } destroy{d, start, stop};
-  if (ffi::Error e = Launch(d, s, c, function, stream, args, rets); e.failure()) return ffi::Unexpected(e);
-  result = d->EventRecord(start, stream);
-  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventRecord, result));
-  for (int i = 0; i < iterations; ++i) {
-    if (ffi::Error e = Launch(d, s, c, function, stream, args, rets); e.failure()) return ffi::Unexpected(e);
-  }
-  result = d->EventRecord(stop, stream);
-  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventRecord, result));
-  result = d->EventSynchronize(stop);
-  if (!Succeeded(d, result)) {
-    return ffi::Unexpected(Failure(d, s, "running an autotuning trial", result, s->configs[c].label));
-  }
-  float ms = 0.0f;
-  result = d->EventElapsedTime(&ms, start, stop);
-  if (!Succeeded(d, result)) return ffi::Unexpected(Failure(d, s, Driver::kEventElapsedTime, result));
-  return ms / static_cast<float>(iterations);
-}
+class FrameTrials : public TrialRunner {
+ public:
+  FrameTrials(const Driver* d, KernelState<Driver>* s, ContextFunctions<Driver>* functions,
+              typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets)
+      : d_(d), s_(s), functions_(functions), stream_(stream), args_(args), rets_(rets) {}
 
-// Times every configuration on the real buffers and keeps the fastest. Buffers shared by an input and an output
-// are saved first and restored afterwards, since the trials overwrite them.
+  ffi::Error Launch(int c) override {
+    return jt_launch::Launch(d_, s_, c, functions_->functions[c], stream_, args_, rets_);
+  }
+
+  std::vector<CheckedBuffer> Checked(int c) override {
+    std::vector<CheckedBuffer> buffers;
+    const std::vector<int64_t>& zeroed = s_->configs[c].zeroed;
+    for (int64_t index : s_->coverage) {
+      if (std::find(zeroed.begin(), zeroed.end(), index) != zeroed.end()) continue;
+      auto buffer = rets_.get<ffi::AnyBuffer>(index);
+      if (!buffer.has_value()) continue;
+      const size_t count = (*buffer)->element_count();
+      const size_t bytes = (*buffer)->size_bytes();
+      buffers.push_back({index, (*buffer)->untyped_data(), bytes, count ? bytes / count : 1});
+    }
+    return buffers;
+  }
+
+ private:
+  const Driver* d_;
+  KernelState<Driver>* s_;
+  ContextFunctions<Driver>* functions_;
+  typename Driver::Stream stream_;
+  ffi::RemainingArgs& args_;
+  ffi::RemainingRets& rets_;
+};
+
+// Tunes on the real buffers and keeps the winner. Buffers shared by an input and an output are saved first and
+// restored afterwards, since the trials overwrite them.
 template <typename Driver>
 ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Driver>* functions,
                     typename Driver::Stream stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
@@ -324,30 +323,10 @@ ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Dr
     saved.emplace_back((*buffer)->untyped_data(), std::move(copy));
   }
   JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
-  const int n = static_cast<int>(s->configs.size());
-  std::vector<float> first(n, std::numeric_limits<float>::infinity());
-  float best_first = std::numeric_limits<float>::infinity();
-  for (int c = 0; c < n; ++c) {
-    auto t = TimeConfig(d, s, c, functions->functions[c], stream, args, rets, 1);
-    if (!t.has_value()) return t.error();
-    first[c] = *t;
-    best_first = std::min(best_first, *t);
-  }
-  // About 10 ms for the fastest candidate, between 1 and 100 launches.
-  int iterations = best_first > 0 ? static_cast<int>(10.0f / best_first) : 100;
-  iterations = std::clamp(iterations, 1, 100);
-  int best = 0;
-  float best_time = std::numeric_limits<float>::infinity();
-  std::vector<float> timings(n, std::numeric_limits<float>::infinity());
-  for (int c = 0; c < n; ++c) {
-    auto t = TimeConfig(d, s, c, functions->functions[c], stream, args, rets, iterations);
-    if (!t.has_value()) return t.error();
-    timings[c] = *t;
-    if (*t < best_time) {
-      best_time = *t;
-      best = c;
-    }
-  }
+  FrameTrials<Driver> trials(d, s, functions, stream, args, rets);
+  std::vector<float> timings;
+  std::vector<std::string> skipped;
+  auto best = Tune(d, s, stream, trials, &timings, &skipped);
   for (auto& [pointer, copy] : saved) {
     if (!copy.empty()) {
       JT_LAUNCH_CHECK(d->CopyToDeviceAsync(pointer, copy.data(), copy.size(), stream),
@@ -355,8 +334,9 @@ ffi::Error Autotune(const Driver* d, KernelState<Driver>* s, ContextFunctions<Dr
     }
   }
   JT_LAUNCH_CHECK(d->StreamSynchronize(stream), Driver::kStreamSynchronize, "");
-  s->chosen.store(best);
-  RememberConfig(Driver::kLibrary, s->tuning_file, best, timings);
+  if (!best.has_value()) return best.error();
+  s->chosen.store(*best);
+  RememberConfig(Driver::kLibrary, s->tuning_file, *best, timings, skipped);
   return ffi::Error::Success();
 }
 

@@ -24,6 +24,11 @@
 //                    record (jt_cuda.tensormaps: data type, rank, swizzle, OOB fill, dims[5], byte strides[4],
 //                    box[5], innermost first); the map is passed by value
 //   tuning_file      optional: where the winning configuration is read from and written to
+//   coverage         optional: result indices whose every element a configuration must write to be chosen (the
+//                    configurations launch the same grid: jt_core.coverage); each is checked, less those the
+//                    configuration zeroes, by running it into the result filled with two sentinels in turn
+//   report_skipped   optional: 0 when the configurations tuning sets aside are reported by jt-core (which reads
+//                    them from the record), not by a line on stderr
 //
 // Everything here has internal linkage (see jt_launch_common.h).
 
@@ -151,6 +156,8 @@ struct KernelState {
   std::vector<int64_t> restore;  // result indices of aliased buffers that autotuning must restore
   int64_t scratch_result = -1;
   std::string tuning_file;  // where the winning config of this tuning problem is remembered ("": nowhere)
+  std::vector<int64_t> coverage;  // result indices a chosen config must write entirely (jt_core.coverage)
+  bool report_skipped = true;     // whether tuning says on stderr which configs it set aside
 
   std::mutex mutex;
   std::vector<std::unique_ptr<ContextFunctions<Driver>>> contexts;
@@ -225,14 +232,47 @@ int ReadRememberedConfig(const std::string& path) {
   return static_cast<int>(value);
 }
 
-// Remembers the winner for later processes: written to a private temporary file, then renamed into place.
-void RememberConfig(const char* library, const std::string& path, int best, const std::vector<float>& milliseconds) {
+// Text as a JSON string.
+inline std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Remembers the winner for later processes: written to a private temporary file, then renamed into place. A
+// configuration set aside (skipped[c] not empty: it could not launch, or left part of an output unwritten) has no
+// timing (null) and its reason under "skipped".
+void RememberConfig(const char* library, const std::string& path, int best, const std::vector<float>& milliseconds,
+                    const std::vector<std::string>& skipped) {
   if (path.empty()) return;
   std::string json = "{\"index\": " + std::to_string(best) + ", \"seconds\": [";
   for (size_t i = 0; i < milliseconds.size(); ++i) {
+    if (i) json += ", ";
+    if (i < skipped.size() && !skipped[i].empty()) {
+      json += "null";
+      continue;
+    }
     char number[64];
-    std::snprintf(number, sizeof(number), "%s%.9g", i ? ", " : "", milliseconds[i] / 1000.0);
+    std::snprintf(number, sizeof(number), "%.9g", milliseconds[i] / 1000.0);
     json += number;
+  }
+  json += "], \"skipped\": [";
+  bool first = true;
+  for (size_t i = 0; i < skipped.size(); ++i) {
+    if (skipped[i].empty()) continue;
+    json += std::string(first ? "" : ", ") + "[" + std::to_string(i) + ", " + JsonString(skipped[i]) + "]";
+    first = false;
   }
   json += "], \"tuned_by\": \"" + std::string(library) + "\"}";
   const std::string temporary = path + ".tmp-" + std::to_string(getpid());
@@ -315,6 +355,10 @@ ffi::ErrorOr<std::unique_ptr<KernelState<Driver>>> Instantiate(ffi::Dictionary a
     }
     state->configs.push_back(std::move(config));
   }
+  if (auto coverage = attrs.get<ffi::Span<const int64_t>>("coverage"); coverage.has_value()) {
+    state->coverage.assign(coverage->begin(), coverage->end());
+  }
+  if (auto report = attrs.get<int64_t>("report_skipped"); report.has_value()) state->report_skipped = *report != 0;
   if (num_configs == 1) state->chosen.store(0);
   if (auto tuning_file = attrs.get<std::string_view>("tuning_file"); tuning_file.has_value()) {
     state->tuning_file = std::string(*tuning_file);

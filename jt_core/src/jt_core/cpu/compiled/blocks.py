@@ -1,0 +1,356 @@
+"""The block accesses of many programs at once as slices of their buffer, instead of gathers and scatters.
+
+A block access whose offsets are affine in the program ids and the block's lanes
+(`jt_core.cpu.compiled.affine`) reaches, over a box of programs, the elements ``begin + sum(steps[a] * index[a])``
+of its buffer, one axis ``a`` per grid axis and per block axis. When the steps, sorted by size, nest (each a multiple
+of the one below it, and at least as large as what that one spans), those elements are a reshaped slice of the
+flat buffer: ``x[p * 1024 + arange(1024)]`` over 977 programs is the buffer's first 1,000,448 elements as a 977 x
+1024 array, a 64 x 64 tile of a row-major matrix per program is the matrix seen as ``(4, 64, 4, 64)``. A `View`
+holds that; `read` takes its elements out of a flat buffer (zero where they lie outside it) and `write` puts values
+back where a mask is on, saying whether a lane that is on lies outside the buffer.
+
+`load` is how `jt_core.cpu.compiled.memory.Memory` loads a block inside programs run side by side
+(`jt_core.cpu.compiled.side_by_side`): the box's whole block is read once, outside the programs' ``jax.vmap``, and
+each program takes its own part; the ``vmap`` of that taking is the whole block again (`_peeled`), so what
+XLA compiles is one slice, not a gather.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.custom_batching import custom_vmap
+
+__all__ = ["Box", "View", "read", "write"]
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """Where the elements of an array of shape ``counts`` lie in a flat buffer, relative to its element 0: element
+    ``index`` at ``sum(steps[a] * index[a])``.
+
+    Attributes:
+        steps: The distance between neighbours along each axis (negative, zero: backwards, the same element).
+        counts: The array's shape.
+    """
+
+    steps: tuple[int, ...]
+    counts: tuple[int, ...]
+
+    @functools.cached_property
+    def low(self) -> int:
+        """The offset of the lowest element."""
+        return sum(min(0, s * (n - 1)) for s, n in zip(self.steps, self.counts, strict=True))
+
+    @functools.cached_property
+    def needed(self) -> int:
+        """How many elements, from the lowest to the highest, the view spans."""
+        return sum(abs(s) * (n - 1) for s, n in zip(self.steps, self.counts, strict=True)) + 1
+
+    @functools.cached_property
+    def size(self) -> int:
+        return math.prod(self.counts)
+
+    @functools.cached_property
+    def nest(self) -> _Nest | None:
+        """How the spanned elements reshape into an array that holds the view's as a slice, or ``None`` when the
+        steps do not nest."""
+        if self.size == 0:
+            return None
+        varying = sorted(
+            (abs(s), a) for a, (s, n) in enumerate(zip(self.steps, self.counts, strict=True)) if s and n > 1
+        )
+        for (step, axis), (above, _) in itertools.pairwise(varying):
+            if above % step or above < step * self.counts[axis]:
+                return None
+        order = tuple(a for _, a in reversed(varying))  # the outermost (largest step) first
+        if not varying:
+            return _Nest(order, (1,))
+        inner = [above // step for (step, _), (above, _) in itertools.pairwise(varying)]
+        dims = (self.counts[order[0]], *reversed(inner), varying[0][0])
+        return _Nest(order, dims)
+
+    @property
+    def extent(self) -> int:
+        nest = self.nest
+        assert nest is not None
+        return math.prod(nest.dims)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Nest:
+    """The reshape that makes a view a slice: the varying axes, outermost first, and the dimensions the spanned
+    elements reshape to (the outermost axis's count, then each step's ratio to the one below, then the smallest
+    step)."""
+
+    order: tuple[int, ...]
+    dims: tuple[int, ...]
+
+
+def _flipped(view: View) -> tuple[int, ...]:
+    return tuple(a for a, (s, n) in enumerate(zip(view.steps, view.counts, strict=True)) if s < 0 and n > 1)
+
+
+def _from_region(region: jax.Array, view: View) -> jax.Array:
+    """The view's elements from its region (its `View.extent` elements from the lowest one)."""
+    nest = view.nest
+    assert nest is not None
+    limits = (*(view.counts[a] for a in nest.order), 1)
+    picked = lax.slice(region.reshape(nest.dims), (0,) * len(nest.dims), limits)
+    picked = picked.reshape(tuple(view.counts[a] for a in nest.order))
+    ascending = sorted(nest.order)
+    picked = jnp.transpose(picked, tuple(nest.order.index(a) for a in ascending))
+    varying = set(nest.order)
+    picked = picked.reshape(tuple(n if a in varying else 1 for a, n in enumerate(view.counts)))
+    picked = jnp.broadcast_to(picked, view.counts)
+    flipped = _flipped(view)
+    return lax.rev(picked, flipped) if flipped else picked
+
+
+def _to_region(values: jax.Array, view: View, fill: Any) -> jax.Array:
+    """``values`` (of the view's shape) laid out as the view's region, ``fill`` between them. Every axis of more than
+    one element must vary (two lanes of one element have no single value)."""
+    nest = view.nest
+    assert nest is not None
+    flipped = _flipped(view)
+    if flipped:
+        values = lax.rev(values, flipped)
+    ascending = sorted(nest.order)
+    values = values.reshape(tuple(view.counts[a] for a in ascending))
+    values = jnp.transpose(values, tuple(ascending.index(a) for a in nest.order))
+    values = values.reshape((*(view.counts[a] for a in nest.order), 1))
+    config = [(0, d - n, 0) for d, n in zip(nest.dims, values.shape, strict=True)]
+    return lax.pad(values, jnp.asarray(fill, values.dtype), config).reshape(-1)
+
+
+def _slice_region(flat: jax.Array, begin: int, length: int, fill: Any = 0) -> jax.Array:
+    """``flat[begin : begin + length]``, ``fill`` where that lies outside ``flat``."""
+    size = flat.shape[0]
+    low, high = max(0, begin), min(size, begin + length)
+    if high <= low:
+        return jnp.full((length,), fill, flat.dtype)
+    part = lax.slice(flat, (low,), (high,))
+    if low == begin and high == begin + length:
+        return part
+    return lax.pad(part, jnp.asarray(fill, flat.dtype), [(low - begin, begin + length - high, 0)])
+
+
+def _offsets(view: View, begin: Any) -> jax.Array:
+    """Every element's offset in the buffer (int64), the view's lowest element at ``begin``."""
+    offsets = jnp.asarray(begin, jnp.int64) - view.low
+    for axis, (step, count) in enumerate(zip(view.steps, view.counts, strict=True)):
+        if step and count > 1:
+            shape = [1] * len(view.counts)
+            shape[axis] = count
+            offsets = offsets + lax.iota(jnp.int64, count).reshape(shape) * step
+    return jnp.broadcast_to(offsets, view.counts)
+
+
+def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
+    """The view's elements by a gather; its offsets wrap around in ``index_type`` as the kernel's would."""
+    index = _offsets(view, begin).astype(index_type)
+    dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+    return lax.gather(
+        flat, index[..., None], dims, slice_sizes=(1,), mode=lax.GatherScatterMode.FILL_OR_DROP, fill_value=0
+    )
+
+
+def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
+    """The view's elements of ``flat``, its lowest element at ``begin`` (an int, or a traced integer scalar); an
+    element outside ``flat`` reads zero. Where a traced ``begin`` puts the view partly outside ``flat``, it is
+    gathered, its offsets held in ``index_type`` (as the kernel holds them).
+
+    The view must nest (`View.nest`)."""
+    if isinstance(begin, int):
+        region = _slice_region(flat, begin, view.needed)
+        return _from_region(_padded(region, view.extent), view)
+    if view.needed > flat.shape[0]:
+        return _gathered(flat, view, begin, index_type)
+
+    def sliced(begin: jax.Array) -> jax.Array:
+        region = lax.dynamic_slice_in_dim(flat, begin, view.needed)
+        return _from_region(_padded(region, view.extent), view)
+
+    begin = jnp.asarray(begin, jnp.int64)
+    inside = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
+    return lax.cond(inside, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
+
+
+def _padded(region: jax.Array, length: int) -> jax.Array:
+    extra = length - region.shape[0]
+    return lax.pad(region, jnp.zeros((), region.dtype), [(0, extra, 0)]) if extra else region
+
+
+def write(
+    flat: jax.Array, view: View, begin: Any, values: jax.Array, mask: jax.Array | None
+) -> tuple[jax.Array, jax.Array | bool]:
+    """``flat`` with ``values`` (of the view's shape) written at the view's elements where ``mask`` is on (``None``:
+    everywhere), the view's lowest element at ``begin``; and whether a lane that is on lies outside ``flat`` (it
+    writes nothing).
+
+    The view must nest, and each of its axes of more than one element vary. A traced ``begin`` must keep the view
+    inside ``flat``."""
+    if not isinstance(begin, int):
+        lanes = None if mask is None else _to_region(mask, view, False)[: view.needed]
+        region = _to_region(values.astype(flat.dtype), view, 0)[: view.needed]
+        begin = jnp.asarray(begin, jnp.int64)
+        old = lax.dynamic_slice_in_dim(flat, begin, view.needed)
+        if lanes is not None:
+            region = jnp.where(lanes, region, old)
+        elif view.extent != view.size:
+            region = jnp.where(_to_region(jnp.ones(view.counts, bool), view, False)[: view.needed], region, old)
+        return lax.dynamic_update_slice_in_dim(flat, region, begin, 0), False
+    size, needed = flat.shape[0], view.needed
+    low, high = max(0, begin), min(size, begin + needed)
+    before, after = max(0, min(needed, low - begin)), max(0, high - begin)
+    lanes = None if mask is None else _to_region(mask, view, False)[:needed]
+    strayed = _outside(lanes, view, before, after)
+    if high <= low:
+        return flat, strayed
+    region = _to_region(values.astype(flat.dtype), view, 0)[before:after]
+    old = lax.slice(flat, (low,), (high,))
+    if lanes is not None:
+        new = jnp.where(lanes[before:after], region, old)
+    elif view.extent == view.size:
+        new = region  # the lanes fill their span: nothing of the old remains
+    else:
+        new = jnp.where(_to_region(jnp.ones(view.counts, bool), view, False)[before:after], region, old)
+    return lax.dynamic_update_slice(flat, new, (low,)), strayed
+
+
+def strays(size: int, view: View, begin: int, mask: jax.Array | None) -> jax.Array | bool:
+    """Whether a lane of the view that ``mask`` has on (``None``: every lane) lies outside a buffer of ``size``
+    elements, the view's lowest element at ``begin``."""
+    needed = view.needed
+    low, high = max(0, begin), min(size, begin + needed)
+    before, after = max(0, min(needed, low - begin)), max(0, high - begin)
+    if not before and after >= needed:
+        return False
+    return _outside(None if mask is None else _to_region(mask, view, False)[:needed], view, before, after)
+
+
+def _outside(lanes: jax.Array | None, view: View, before: int, after: int) -> jax.Array | bool:
+    """Whether a lane that is on lies in the first ``before`` or from the ``after``-th element of the view's span."""
+    if not before and after >= view.needed:
+        return False
+    if lanes is None:
+        spots = _static_lanes(view)
+        return bool(spots[:before].any() or spots[after:].any())
+    return jnp.any(lanes[:before]) | jnp.any(lanes[after:])
+
+
+@functools.lru_cache(maxsize=8)
+def _static_lanes(view: View) -> np.ndarray:
+    """Which elements of the view's span are lanes of it (the others lie between them)."""
+    offsets = np.zeros(view.counts, np.int64) - view.low
+    for axis, (step, count) in enumerate(zip(view.steps, view.counts, strict=True)):
+        shape = [1] * len(view.counts)
+        shape[axis] = count
+        offsets = offsets + np.arange(count, dtype=np.int64).reshape(shape) * step
+    lanes = np.zeros(view.needed, bool)
+    lanes[offsets.reshape(-1)] = True
+    return lanes
+
+
+# -- the box of programs side by side ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """The programs run side by side: ``counts[k]`` along grid axis ``k``, the first at program id
+    ``(first, 0, 0)``, each program's position in the box along the axes it varies over (``positions[k]``, the
+    index a ``jax.vmap`` maps, or ``None`` where the box has one program along axis ``k``).
+
+    Attributes:
+        counts: Programs per grid axis.
+        first: The program id along axis 0 of the box's first program (an int, or traced).
+        positions: Per grid axis, the mapped position, or ``None``.
+    """
+
+    counts: tuple[int, int, int]
+    first: Any
+    positions: tuple[Any, Any, Any]
+
+
+def box_view(box: Box, pids: Sequence[int], lanes: Sequence[int], shape: tuple[int, ...]) -> View:
+    """The view of an access whose offsets are ``c + pids . program_id + lanes . lane``, over the whole box."""
+    return View((*pids, *lanes), (*box.counts, *shape))
+
+
+def load(
+    flat: jax.Array,
+    box: Box,
+    pids: Sequence[int],
+    lanes: Sequence[int],
+    shape: tuple[int, ...],
+    base: Any,
+    index_type: Any = jnp.int64,
+) -> jax.Array:
+    """One program's block of ``flat``, inside the ``jax.vmap`` of the box's programs: element ``i`` at ``base +
+    pids . (program's position in the box) + lanes . i`` (``base`` the offset at the box's first program's first
+    lane: an int or an unmapped traced scalar).
+
+    The ``vmap`` of it over the box is one read of the box's view (`read`): each mapped axis's position is taken
+    to be the ``vmap``'s index, as `jt_core.cpu.compiled.side_by_side` maps it."""
+    view = box_view(box, pids, lanes, shape)
+    pending = tuple(k for k in range(3) if box.positions[k] is not None and pids[k] and box.counts[k] > 1)
+    positions = [box.positions[k] for k in pending]
+    if isinstance(base, int):  # kept out of the custom_vmap's operands, which would make it a traced value
+        return _peeled(view, base + view.low, (), pending, index_type)(flat, *positions)
+    return _peeled(view, None, (), pending, index_type)(flat, jnp.asarray(base, jnp.int64) + view.low, *positions)
+
+
+def _peeled(
+    view: View, begin: int | None, peeled: tuple[int, ...], pending: tuple[int, ...], index_type: Any
+) -> Callable[..., Any]:
+    """The block of the programs at ``positions`` (one per ``pending`` axis), for every program of the box along the
+    ``peeled`` axes (the leading axes of the result, the last peeled first), the box's lowest element at ``begin``
+    (or, where that is ``None``, at a traced operand after the buffer): a ``custom_vmap`` whose ``vmap`` along one
+    of the pending axes peels that one too, so that the programs' ``vmap`` reads the whole box at once."""
+    given = 1 if begin is None else 0  # how many operands the traced begin takes
+
+    def direct(flat: jax.Array, *operands: Any) -> jax.Array:
+        offset: Any = operands[0] if begin is None else begin
+        counts = list(view.counts)
+        for k, position in zip(pending, operands[given:], strict=True):
+            counts[k] = 1
+            offset = offset + jnp.asarray(position, jnp.int64) * view.steps[k]
+        for k in range(3):
+            if k not in peeled and k not in pending:
+                counts[k] = 1
+        part = View(view.steps, tuple(counts))
+        offset = offset + (part.low - view.low)
+        # With programs still to peel, this is only what a program alone reads (what a ``vmap`` that does not
+        # peel batches): a gather, cheap to trace; the box's whole view is read once all are peeled.
+        block = _gathered(flat, part, offset, index_type) if pending else read(flat, part, offset, index_type)
+        # The box's axes: the peeled ones first, the last peeled outermost; the others (one program each) dropped.
+        others = tuple(k for k in range(3) if k not in peeled)
+        block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))
+        return block.reshape((*(view.counts[k] for k in peeled), *view.counts[3:]))
+
+    if not pending:
+        return direct  # nothing left to peel: the whole box's view, read as it is
+
+    fn = custom_vmap(direct)
+
+    @fn.def_vmap
+    def _rule(axis_size: int, in_batched: Sequence[bool], flat: jax.Array, *operands: Any) -> Any:
+        mapped = [i for i, b in enumerate(in_batched[1 + given :]) if b]
+        if any(in_batched[: 1 + given]) or len(mapped) != 1 or axis_size != view.counts[pending[mapped[0]]]:
+            axes = [0 if b else None for b in in_batched]
+            return jax.vmap(direct, in_axes=axes)(flat, *operands), True
+        k = pending[mapped[0]]
+        rest = tuple(p for i, p in enumerate(operands[given:]) if i != mapped[0])
+        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k), index_type)
+        return taker(flat, *operands[:given], *rest), True
+
+    return fn

@@ -1,0 +1,83 @@
+"""Where XLA would round a kernel's floats otherwise than Triton does, and what the compiled path does about it.
+
+XLA's CPU compiler is free to do three things Triton's GPU compilers do not: compute bfloat16 arithmetic in float32
+and keep the excess precision into a following conversion (its ``--xla_allow_excess_precision``, on by default and
+read once, when JAX starts); turn a division by a broadcast value into a product with its rounded reciprocal; and
+simplify arithmetic with constants in ways that lose a zero's sign (``x + 0.0`` becomes ``x``). The compiled path
+rounds bfloat16 results explicitly (`round_bfloat16`), divides so that the quotient is correctly rounded
+(`divide`), and hides the kernel's zero constants from XLA's simplifier (`opaque_constants`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax import lax
+
+__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16"]
+
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+#: The zero a traced kernel's positive float zeros are made opaque with (`opaque_constants`).
+_ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_cpu_opaque_zero", default=None)
+
+
+@contextlib.contextmanager
+def opaque_constants(zero: jax.Array) -> Iterator[None]:
+    """While tracing a kernel: its float constants equal to ``+0.0`` are ``0.0 - zero``, for a ``zero`` XLA cannot
+    see (a custom call's result). XLA's simplifier turns ``x + 0.0`` into ``x``, which keeps ``x = -0.0`` negative
+    where IEEE arithmetic (the device's, the interpreter's) makes it positive: an accumulator started with
+    ``tl.zeros`` would keep the sign of a first ``-0.0``. Other constants stay constants XLA can fold: its rewrite of
+    a division by one is undone by `divide`, and hiding them costs time (a sixth of a softmax's)."""
+    token = _ZERO.set(zero)
+    try:
+        yield
+    finally:
+        _ZERO.reset(token)
+
+
+def constant(value: np.ndarray) -> jax.Array:
+    """A kernel's constant as an array: hidden from XLA's simplifier where it is ``+0.0`` (`opaque_constants`)."""
+    array = jnp.asarray(value)
+    zero = _ZERO.get()
+    floating = value.dtype.kind == "f" or value.dtype == _BFLOAT16
+    if zero is None or not floating or value.dtype.itemsize == 1:
+        return array
+    if not (value.size and (value == 0).all() and not np.signbit(value).any()):
+        return array
+    return lax.sub(array, zero.astype(array.dtype))
+
+
+def divide(x: jax.Array, y: jax.Array) -> jax.Array:
+    """``x / y`` correctly rounded, as the interpreter divides.
+
+    XLA rewrites a division by a broadcast value (``x / s`` for a scalar ``s``, a row's sum, a constant) into a
+    product with the divisor's rounded reciprocal, one ulp off in about a tenth of the cases. Narrower floats are
+    divided in float64, where that product is within 2**-52 of the quotient: closer than the quotient of two
+    float32 values ever comes to a point where float32's rounding changes (about 2**-49), so rounding it to float32
+    (and from there to a narrower type, for which float32 is as close again) gives the correctly rounded quotient.
+    Float64 divisors are kept from being seen as broadcasts (or, alone, as constants) instead.
+    """
+    if x.dtype == jnp.float64:
+        zero = _ZERO.get()
+        if y.ndim == 0 and zero is not None:
+            y = lax.sub(y, zero)  # a scalar constant, which the barrier alone would not hide
+        return lax.div(x, lax.optimization_barrier(y))
+    wide = lax.div(x.astype(jnp.float64), y.astype(jnp.float64)).astype(jnp.float32)
+    return wide.astype(x.dtype)
+
+
+def round_bfloat16(x: jax.Array) -> jax.Array:
+    """A bfloat16 result rounded to bfloat16 where XLA would skip it: XLA computes bfloat16 arithmetic in float32 and,
+    with its excess precision on (the default, which cannot be turned off once JAX has started), drops the rounding
+    between an operation and a following conversion to float32 (``(a + b).to(tl.float32)``). Triton rounds each."""
+    if x.dtype != _BFLOAT16:
+        return x
+    return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)

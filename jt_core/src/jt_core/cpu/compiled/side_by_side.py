@@ -1,0 +1,277 @@
+"""Running a grid's programs side by side in a box: one ``jax.vmap`` per grid axis, block accesses as slices.
+
+The programs of a box (every program along the grid's last two axes, as many along the first as `chunk` allows at
+a time) are traced once, under nested ``jax.vmap``\\ s, one per grid axis; a value that does not depend on a grid
+axis is not mapped over it (a matmul's tile of ``A`` depends on the row of tiles only), so a ``tl.dot`` of the
+programs side by side is one matrix product, not a batch of them. Loads and stores whose offsets are affine in
+the program ids and the lanes read and write the box's whole block at once as slices of the buffer
+(`jt_core.cpu.compiled.blocks`); the others gather and scatter as `jt_core.cpu.compiled.grid` does. Stores are
+recorded and made after the programs ran.
+
+That gives what the programs in order give when no program can see another's stores and no two programs store to
+one element: no atomics; every store outside loops and branches, through offsets affine in the program ids whose
+steps keep the programs' elements apart (`jt_core.cpu.compiled.affine.disjoint`); and a buffer both loaded and
+stored (an in-place kernel) only loaded before it is stored, each program loading the elements it stores. Anything
+else raises `NotVectorizable`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jt_core.cpu.compiled import affine, blocks
+from jt_core.cpu.compiled.affine import Affine
+from jt_core.cpu.compiled.kernel import Kernel
+from jt_core.cpu.compiled.lang import dtype_of
+from jt_core.cpu.compiled.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
+from jt_core.cpu.compiled.program import Program
+from jt_core.cpu.compiled.values import NotVectorizable
+
+__all__ = ["run"]
+
+#: How much larger than the block a view's span may be (elements between the lanes that a slice reads past).
+_SPAN_RATIO = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlockCheck:
+    """The bounds check of a load outside loops and branches whose lanes may stray, made on its mask after the
+    programs ran, where only the lanes that may stray are looked at."""
+
+    size: int
+    view: blocks.View
+    begin: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlockStore:
+    """A store recorded as a view of the box: made by `blocks.write` after the programs ran."""
+
+    buffer: int
+    view: blocks.View
+    begin: Any
+
+
+def _elements_of(view: blocks.View) -> bool:
+    """Whether slicing for ``view`` reads few enough elements besides its lanes to be worth it."""
+    return view.nest is not None and view.extent <= _SPAN_RATIO * view.size + 64
+
+
+class _BoxMemory(Memory):
+    """The buffers as the programs of a box see them: block accesses through views where their offsets allow it."""
+
+    def __init__(self, memory: Memory, box: blocks.Box, chunks: int, kernel: Kernel) -> None:
+        super().__init__(memory.specs, memory.constants, memory.bounds_check)
+        self.kernel = kernel
+        self.box = box
+        self.chunks = chunks
+        self.deferred = []
+        #: The accesses in program order: (a store?, buffer, the affine form of the offsets).
+        self.order: list[tuple[bool, int, Affine | None]] = []
+
+    def _view(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[blocks.View, int, int] | None:
+        """The access's view over the box, and the lowest and highest offsets it reaches over every box of the
+        grid; ``None`` where its offsets are not known affine forms, or the view does not nest."""
+        a = pointer.affine
+        if a is None or a.shape != shape or not self.specs[pointer.buffer].size:
+            return None
+        if not a.base_known and a.dynamic is None:
+            return None
+        view = blocks.box_view(self.box, a.pids, a.lanes, shape)
+        if not _elements_of(view):
+            return None
+        last_first = (self.chunks - 1) * self.box.counts[0]
+        low = a.const + view.low + min(0, a.pids[0] * last_first)
+        high = a.const + view.low + view.needed - 1 + max(0, a.pids[0] * last_first)
+        if max(abs(low), abs(high)) >= 2**31:
+            return None  # offsets that would wrap around in 32 bits: the gather computes them as the kernel does
+        return view, low, high
+
+    def _base(self, a: Affine) -> Any:
+        """The offset of the box's first program's first lane (an int where it is known when tracing)."""
+        first = self.box.first
+        base = a.const if isinstance(first, int) and not a.pids[0] * first else a.const + a.pids[0] * first
+        return base if a.base_known else a.dynamic + base
+
+    def load(
+        self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
+    ) -> tuple[jax.Array, State]:
+        self.order.append((False, pointer.buffer, pointer.affine))
+        found = self._view(pointer, shape)
+        spec = self.specs[pointer.buffer]
+        if found is None:
+            return super().load(state, pointer, mask, other, shape)
+        view, low, high = found
+        a = pointer.affine
+        assert a is not None
+        strays = not a.base_known or low < 0 or high >= spec.size
+        if strays and not self.bounds_check:
+            return super().load(state, pointer, mask, other, shape)  # a stray lane reads what the gather reads
+        value_type = dtype_of(pointer.pointee)
+        self.loaded.add(pointer.buffer)
+        flat = self._array(state, pointer.buffer)
+        base = self._base(a)
+        index_type = jnp.asarray(pointer.offset).dtype
+        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type)
+        value = _to_value(block, _storage(spec), value_type)
+        wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
+        if not strays:
+            pass
+        elif wanted is None:
+            _, _, state = self._lanes(state, "load", pointer, None, shape)  # two comparisons per program
+        elif isinstance(base, int) and not self.kernel.region_depth:
+            assert self.deferred is not None
+            self.deferred.append((_BlockCheck(spec.size, view, base + view.low), wanted, None))  # type: ignore[arg-type]
+        else:
+            offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
+            state = self._record(state, wanted & ((offsets < 0) | (offsets >= spec.size)))
+        if wanted is not None:
+            fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
+            value = jnp.where(wanted, value, fill)
+        return value, state
+
+    def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
+        self.order.append((True, pointer.buffer, pointer.affine))
+        spec = self.specs[pointer.buffer]
+        found = self._view(pointer, shape) if spec.writable else None
+        if found is not None and pointer.affine is not None and pointer.affine.base_known:
+            view, low, high = found
+            fits = isinstance(self.box.first, int) or (low >= 0 and high < spec.size)
+            varies = all(s or n == 1 for s, n in zip(view.steps, view.counts, strict=True))
+            if fits and varies:
+                a = pointer.affine
+                assert a is not None and self.deferred is not None
+                values = jnp.asarray(value).astype(dtype_of(pointer.pointee))
+                values = jnp.broadcast_to(_to_storage(values, _storage(spec)), shape)
+                wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
+                begin = self._base(a)
+                begin = begin + view.low if isinstance(begin, int) else jnp.asarray(begin, jnp.int64) + view.low
+                self.deferred.append((_BlockStore(pointer.buffer, view, begin), values, wanted))  # type: ignore[arg-type]
+                return state
+        return super().store(state, pointer, value, mask, shape)
+
+
+def _independent(memory: _BoxMemory, grid: tuple[int, int, int]) -> None:
+    """Raises `NotVectorizable` unless the programs' stores provably neither meet nor reach what another program
+    loads."""
+    stored = {buffer for is_store, buffer, _ in memory.order if is_store}
+    for buffer in stored:
+        stores = [a for is_store, b, a in memory.order if is_store and b == buffer]
+        if any(a is None for a in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
+            raise NotVectorizable("stores that may reach one element from two programs")
+        after_store = False
+        for is_store, b, a in memory.order:
+            if b != buffer:
+                continue
+            if is_store:
+                after_store = True
+            elif after_store or a != stores[0]:
+                raise NotVectorizable("a buffer loaded where another program, or a later store, may write it")
+
+
+def run(
+    program: Program,
+    memory: Memory,
+    grid: tuple[int, int, int],
+    arguments: Sequence[Any],
+    state: State,
+    fuse: bool,
+    chunk: int,
+) -> State | None:
+    """Runs every program of ``grid`` side by side, in boxes of up to ``chunk`` programs; ``None`` (nothing run)
+    when a box of whole planes of the last two grid axes would hold more.
+
+    Raises:
+        NotVectorizable: When that might not give what the programs in order give.
+    """
+    plane = grid[1] * grid[2]
+    if chunk < plane:
+        return None
+    along = min(grid[0], chunk // plane)
+    chunks = -(-grid[0] // along)
+    counts = (along, grid[1], grid[2])
+    mapped = tuple(k for k in range(3) if counts[k] > 1)
+    kernel = Kernel(program, memory, grid, fuse, vector=True)
+    entry = program.functions[program.entry].body[0]
+    recorded: list[Any] = []
+
+    def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[Any], jax.Array]:
+        def one(*positions: Any) -> tuple[list[Any], jax.Array]:
+            where = [None, None, None]
+            for k, position in zip(mapped, positions, strict=True):
+                where[k] = position
+            box = blocks.Box(counts, first, (where[0], where[1], where[2]))
+            local = _BoxMemory(memory, box, chunks, kernel)
+            kernel.memory = local
+            kernel.env, kernel.affine, kernel.stores = {}, {}, []
+            pid_x = first if where[0] is None else first + where[0]
+            kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
+            _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
+            _independent(local, grid)
+            assert local.deferred is not None
+            recorded[:] = [record for record, _, _ in local.deferred]
+            return [(i, v) for _, i, v in local.deferred], after.strayed
+
+        fn: Any = one
+        for k in reversed(range(len(mapped))):
+            fn = jax.vmap(fn, in_axes=tuple(0 if j == k else None for j in range(len(mapped))))
+        return fn(*(lax.iota(jnp.int32, counts[k]) for k in mapped))
+
+    def box_of(index: Any, carried: State) -> State:
+        first = 0 if chunks == 1 else index * along
+        arrays, strayed = programs(first, carried.buffers)
+        valid = None
+        if chunks > 1 and grid[0] % along:
+            valid = (first + lax.iota(jnp.int32, along)) < grid[0]
+        state = carried
+        for record, (index_or_values, values_or_mask) in zip(recorded, arrays, strict=True):
+            state = _apply(memory, state, record, index_or_values, values_or_mask, counts, valid)
+        if valid is not None and counts[0] > 1:
+            strayed = strayed & valid.reshape((-1,) + (1,) * (strayed.ndim - 1))
+        return State(state.buffers, state.strayed | jnp.any(strayed))
+
+    if chunks == 1:
+        return box_of(0, state)
+    return lax.fori_loop(0, chunks, lambda c, s: box_of(c.astype(jnp.int32), s), state)
+
+
+def _apply(
+    memory: Memory,
+    state: State,
+    record: Any,
+    first: jax.Array,
+    second: jax.Array | None,
+    counts: tuple[int, int, int],
+    valid: jax.Array | None,
+) -> State:
+    """Makes one recorded store of the box's programs."""
+    if isinstance(record, _BlockCheck):
+        wanted = first.reshape(record.view.counts)
+        if valid is not None:
+            wanted = wanted & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
+        return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, wanted))
+    if isinstance(record, _BlockStore):
+        view = record.view
+        values, mask = first.reshape(view.counts), second
+        if mask is not None:
+            mask = mask.reshape(view.counts)
+        if valid is not None:
+            keep = jnp.broadcast_to(valid.reshape((-1,) + (1,) * (len(view.counts) - 1)), view.counts)
+            mask = keep if mask is None else mask & keep
+        slot = memory.writable.index(record.buffer)
+        flat, strayed = blocks.write(state.buffers[slot], view, record.begin, values, mask)
+        buffers = (*state.buffers[:slot], flat, *state.buffers[slot + 1 :])
+        return State(buffers, state.strayed | strayed if memory.bounds_check else state.strayed)
+    index = first
+    assert second is not None
+    if valid is not None and counts[0] > 1:
+        keep = valid.reshape((-1,) + (1,) * (index.ndim - 1))
+        index = jnp.where(keep, index, np.iinfo(index.dtype).max)
+    return memory.apply(state, record, index, second)

@@ -1,0 +1,71 @@
+"""The views through which the compiled CPU path reads and writes the blocks of many programs at once as slices of
+their buffer: whatever the steps (negative, zero, nested or not, with gaps), a view that nests reads and writes
+exactly the elements a gather and a scatter at the same offsets would, and says when a lane lies outside."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jt_core.cpu.compiled.blocks import View, read, strays, write
+
+
+def _offsets(view: View, begin: int) -> np.ndarray:
+    """Every element's offset, enumerated the slow way (the lowest element at ``begin``)."""
+    out = np.zeros(view.counts, np.int64)
+    for index in itertools.product(*(range(n) for n in view.counts)):
+        out[index] = begin - view.low + sum(s * i for s, i in zip(view.steps, index, strict=True))
+    return out
+
+
+step = st.integers(min_value=-40, max_value=40)
+axis = st.tuples(step, st.integers(1, 5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(axes=st.lists(axis, min_size=1, max_size=4), size=st.integers(1, 300), shift=st.integers(-30, 30))
+def test_a_view_reads_what_a_gather_reads_and_writes_what_a_scatter_writes(
+    axes: list[tuple[int, int]], size: int, shift: int
+) -> None:
+    view = View(tuple(s for s, _ in axes), tuple(n for _, n in axes))
+    if view.nest is None or view.extent > 4000:
+        return
+    with jax.enable_x64(True):
+        _check(view, size, shift)
+
+
+def _check(view: View, size: int, shift: int) -> None:
+    rng = np.random.default_rng(size)
+    flat = rng.standard_normal(size).astype(np.float32)
+    begin = shift + (size - view.needed) // 2
+    offsets = _offsets(view, begin)
+    inside = (offsets >= 0) & (offsets < size)
+    want = np.where(inside, flat[np.clip(offsets, 0, size - 1)], 0)
+    np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, begin)), want)
+    np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, jnp.int64(begin))), want)
+
+    if any(s == 0 and n > 1 for s, n in zip(view.steps, view.counts, strict=True)):
+        return  # two lanes of one element: not a view one writes through
+    values = rng.standard_normal(view.counts).astype(np.float32)
+    mask = rng.random(view.counts) < 0.7
+    written, strayed = write(jnp.asarray(flat), view, begin, jnp.asarray(values), jnp.asarray(mask))
+    expected = flat.copy()
+    expected[offsets[mask & inside]] = values[mask & inside]
+    np.testing.assert_array_equal(np.asarray(written), expected)
+    assert bool(strayed) == bool((mask & ~inside).any())
+    assert bool(strays(size, view, begin, jnp.asarray(mask))) == bool((mask & ~inside).any())
+    _, unmasked = write(jnp.asarray(flat), view, begin, jnp.asarray(values), None)
+    assert bool(unmasked) == bool((~inside).any())
+
+
+def test_steps_that_do_not_nest_make_no_view() -> None:
+    assert View((1, 3), (4, 2)).nest is None  # 3 is no multiple of 1 * 4 lanes' reach
+    assert View((2, 3), (2, 2)).nest is None  # 3 is no multiple of 2
+    assert View((4, 4), (2, 2)).nest is None  # two axes of one step
+    assert View((1024, 0, 0, 1), (977, 1, 1, 1024)).nest is not None  # a block per program
+    assert View((64 * 256, 64, 0, 256, 1), (4, 4, 1, 64, 64)).extent == 256 * 256  # tiles of a matrix
