@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 import numpy as np
-from cpu_fuzz_grammar import Evaluator, Leaves, Node, Val, Writer, expressions, is_scalar
+from cpu_fuzz_grammar import FLUSHED, Evaluator, Leaves, Node, Val, Writer, expressions, flush_subnormals, is_scalar
 from cpu_fuzz_programs import Expected, Instance, Program, _module, random_array, references, stored
 from cpu_fuzz_semantics import DATA_TYPES, F32, I1, I32, PROMOTES_BF16, Ty, convert, largest, round_f64, ty, ulp
 from hypothesis import strategies as st
@@ -595,14 +595,22 @@ def shape_ops(draw: Any, avoid: frozenset[str]) -> Program:
     def make(rng: np.random.Generator) -> Instance:
         data = random_array(rng, t, (programs * rows, cols), avoid)
         initial = random_array(rng, t, programs * numel, avoid)
-        outs = []
-        for p in range(programs):
-            v = data[p * rows : (p + 1) * rows]
-            for kind, arg in steps:
-                v = _shape_step(kind, arg, v, t)
-            outs.append(np.ascontiguousarray(v).reshape(-1))
-        want = np.concatenate(outs).astype(t.np)
-        return Instance([data, initial], lambda slack: [Expected(want, np.zeros(want.shape))])
+        wants = []
+        for flush in (False, True):
+            outs = []
+            for p in range(programs):
+                v = data[p * rows : (p + 1) * rows]
+                for kind, arg in steps:
+                    v = _shape_step(kind, arg, v, t, flush)
+                outs.append(np.ascontiguousarray(v).reshape(-1))
+            wants.append(np.concatenate(outs).astype(t.np))
+        want, flushed = wants
+
+        def reference(slack: frozenset[str]) -> list[Expected]:
+            alternatives = [(flushed, np.zeros(want.shape))] if "ftz" in slack else []
+            return [Expected(want, np.zeros(want.shape), alternatives)]
+
+        return Instance([data, initial], reference)
 
     return Program(
         "shapes",
@@ -628,7 +636,11 @@ def _factorisation(draw: Any, numel: int) -> tuple[int, ...]:
     return (*dims, left)
 
 
-def _shape_step(kind: str, arg: Any, v: np.ndarray, t: Ty) -> np.ndarray:
+def _shape_step(kind: str, arg: Any, v: np.ndarray, t: Ty, flush: bool = False) -> np.ndarray:
+    """One step of `shape_ops` in NumPy; with ``flush``, its arithmetic flushes subnormal operands and results (moving
+    elements keeps them)."""
+    if flush and t.name in FLUSHED and kind in ("join", "interleave", "split"):
+        return flush_subnormals(_shape_step(kind, arg, flush_subnormals(v, t), t), t)
     if kind == "transpose":
         return np.transpose(v, arg)
     if kind == "reshape":

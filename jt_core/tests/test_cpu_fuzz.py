@@ -72,119 +72,18 @@ class Known:
 
 #: Divergences known and being fixed; the person who lands a fix deletes its entry, and the fuzzer then checks it.
 KNOWN_DIVERGENCES: dict[str, Known] = {
-    "bf16_excess_precision": Known(
-        "1. bf16 rounding skipped",
-        "the compiled path may keep a bfloat16 result in float32 (XLA's excess precision)",
-        ("compiled",),
-        slack=("bf16_excess",),
-    ),
     "subnormals_flushed": Known(
         "2. Subnormals flushed to zero",
-        "float32/float64 (and bfloat16) subnormal operands and results are flushed to zero on both paths",
-        ("compiled", "interpreter"),
-        avoid=("subnormals",),
+        "the compiled path flushes float32/float64 (and bfloat16) subnormal operands and results to zero, as XLA's "
+        "CPU threads run; the interpreter keeps them",
+        ("compiled",),
         slack=("ftz",),
-    ),
-    "reverse_scan_operand_order": Known(
-        "3. Reverse scans reorder operands",
-        "a reverse associative_scan with a non-commutative combine gives its operands in the opposite order",
-        ("compiled",),
-        avoid=("reverse_scan_noncommutative",),
-    ),
-    "atomics_pointer_type": Known(
-        "4. Atomics ignore the pointer's type when the return value is unused",
-        "an atomic through a pointer of another type than the buffer, or a float max/min over -NaN in memory",
-        ("compiled",),
-        avoid=("atomic_reinterpreted_pointer", "atomic_nan_in_memory"),
-    ),
-    "libdevice_round": Known(
-        "5. libdevice.round is wrong",
-        "libdevice.round rounds halves and values near them wrongly",
-        ("compiled",),
-        avoid=("libdevice_round",),
-    ),
-    "libdevice_mulhi_signed": Known(
-        "6. libdevice.mulhi on int32 is computed unsigned",
-        "libdevice.mulhi of int32 operands gives the unsigned high half",
-        ("compiled",),
-        avoid=("libdevice_mulhi",),
-    ),
-    "float_to_int_out_of_range": Known(
-        "9. Out-of-range float to int32 conversions",
-        "out-of-range floats and NaN converted to int32 give INT_MIN in the interpreter",
-        ("interpreter",),
-        avoid=("out_of_range_float_to_int",),
-    ),
-    "f64_atomic_min_max_return": Known(
-        "10. Float64 atomic min/max return garbage",
-        "float64 atomic_min/atomic_max return wrong old values in Triton 3.6's interpreter",
-        ("interpreter",),
-        avoid=("f64_atomic_min_max_return",),
-        before=(3, 7),
-    ),
-    "reduce_combine_order": Known(
-        "11. Order-sensitive tl.reduce combines",
-        "the two paths pair the elements of a reduction with an order-sensitive combine differently",
-        ("compiled", "interpreter"),
-        avoid=("order_sensitive_reduce",),
-    ),
-    "dot_default_precision": Known(
-        "tl.dot on float32 at the default precision",
-        "the compiled path rounds float32 dot operands to tf32 unless input_precision='ieee' is given",
-        ("compiled",),
-        avoid=("dot_default_precision",),
-    ),
-    "scalar_division": Known(
-        "Division by a scalar argument",
-        "x / s, s a kernel scalar or a constant, may be one rounding off on the compiled path (a multiplication by "
-        "the reciprocal)",
-        ("compiled",),
-        slack=("scalar_division",),
     ),
     "exp2_accuracy": Known(
         "new: tl.math.exp2 loses accuracy with its argument",
         "the compiled path's exp2 (XLA's, exp(x * ln 2)) is off by up to ~35 units in the last place near |x| = 100",
         ("compiled",),
         slack=("exp2_accuracy",),
-    ),
-    "libdevice_mul64hi": Known(
-        "new: libdevice.mulhi on 64-bit integers is not expressed by the compiled path",
-        "__nv_mul64hi and __nv_umul64hi are not in the compiled path's table of external functions: the call goes "
-        "to the interpreter, which cannot run libdevice either",
-        ("compiled",),
-        avoid=("libdevice_mul64hi",),
-    ),
-    "umulhi_64_bit": Known(
-        "new: tl.umulhi on 64-bit integers is not expressed by the compiled path",
-        "tracing fails with 'KeyError: 8' and the call runs in the interpreter",
-        ("compiled",),
-        avoid=("umulhi_64_bit",),
-    ),
-    "cas_compares_float_values": Known(
-        "new: atomic_cas on floats compares values instead of bits on the compiled path",
-        "memory -0.0 matches a compare value of +0.0 and a NaN never matches itself, where Triton (and the "
-        "interpreter) compare the bits",
-        ("compiled",),
-        avoid=("cas_float_values",),
-    ),
-    "fma_fused_with_next_add": Known(
-        "new: tl.fma followed by an addition rounds once on the compiled path",
-        "tl.fma(x, y, 0.0) + z comes out as one fused multiply-add of x, y and z, with enable_fp_fusion=False too",
-        ("compiled",),
-        slack=("fma_rounding",),
-    ),
-    "adding_zero_keeps_negative_zero": Known(
-        "new: adding a zero constant keeps -0.0 on the compiled path",
-        "x + 0.0 (a literal, or a kernel scalar, which the compiled path knows when it traces) is x for x = -0.0: "
-        "XLA drops the addition, where IEEE (and the GPU, and the interpreter) give +0.0",
-        ("compiled",),
-        slack=("add_zero",),
-    ),
-    "float_xchg_in_interpreter": Known(
-        "new: tl.atomic_xchg on floats fails in the interpreter",
-        "float32 and float64 atomic_xchg raise 'Unsupported data type' in the interpreter path",
-        ("interpreter",),
-        avoid=("float_xchg",),
     ),
     "scalar_and_block_mask": Known(
         "new: a mask that combines a block condition with a scalar one fails in the interpreter",
@@ -193,35 +92,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("interpreter",),
         avoid=("scalar_and_block_mask",),
         since=(3, 7),
-    ),
-    "tuple_reduce_all_axes": Known(
-        "new: tl.reduce of a tuple over all axes fails in the interpreter",
-        "tl.reduce((x, y), None, combine) raises 'can only convert an array of size 1 to a Python scalar' (Triton's "
-        "interpreter flattens only the first operand)",
-        ("interpreter",),
-        avoid=("tuple_reduce_all_axes",),
-    ),
-    "negative_zero_in_scans": Known(
-        "new: scans and sums lose -0.0",
-        "on the compiled path every scan turns -0.0 into +0.0, whatever its combine (even one returning its second "
-        "operand), and tl.sum of -0.0s is +0.0 on both paths; reductions are allowed either sign of a zero too",
-        ("compiled", "interpreter"),
-        slack=("zero_sign",),
-    ),
-    "zero_dimensional_output": Known(
-        "new: a 0-d integer output fails in the interpreter",
-        "out_shape=jax.ShapeDtypeStruct((), jnp.int32) fails in the interpreter path while it poisons the output "
-        "('Changing the dtype of a 0d array is only supported if the itemsize is unchanged')",
-        ("interpreter",),
-        avoid=("zero_dimensional_output",),
-    ),
-    "loop_carried_unchanged": Known(
-        "new: a loop that leaves its carried value unchanged is not expressed by the compiled path (Triton 3.6)",
-        "for i in range(0, n): acc = acc fails to trace ('int() argument must be ... not NoneType') and the call "
-        "runs in the interpreter",
-        ("compiled",),
-        avoid=("carried_unchanged",),
-        before=(3, 7),
     ),
     "invert_unsigned_in_interpreter": Known(
         "new: ~x on unsigned integers fails in the interpreter (Triton 3.6)",
@@ -246,20 +116,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("interpreter",),
         slack=("fma_rounding",),
         before=(3, 7),
-    ),
-    "bf16_literal_in_interpreter": Known(
-        "new: a Python literal meeting a bfloat16 tensor fails in the interpreter (Triton 3.6)",
-        "x_bf16 + 0.5 raises \"'InterpreterBuilder' object has no attribute 'get_bf16'\" in Triton 3.6's interpreter",
-        ("interpreter",),
-        avoid=("bf16_literal",),
-        before=(3, 7),
-    ),
-    "libdevice_in_interpreter": Known(
-        "new: libdevice functions do not run in the interpreter",
-        "a kernel calling libdevice fails in the interpreter path with 'cannot convert None of type NoneType to "
-        "tensor' (the stubs' bodies)",
-        ("interpreter",),
-        skip=("libdevice",),
     ),
 }
 

@@ -120,21 +120,11 @@ WIDE = np.array([-1, 2**40 + 3, 3, -(2**62), 2**63 - 1, -5, 12345678901, -(2**63
 OTHER = np.array([-1, 2**30, 5, 7, 2**63 - 1, -(2**40), -3, -(2**63)] * 2, np.int64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tracing tl.umulhi on int64 fails with 'KeyError: 8' (cpu/compiled/lang.py's mulhi widens 32-bit "
-    "operands only) and the call is handed to the interpreter",
-)
 def test_umulhi_of_64_bit_integers_runs_on_the_compiled_path() -> None:
     (got,) = run_compiled_alone(umulhi_kernel, WIDE, OTHER, out_shape=WIDE, grid=1, BLOCK=16)
     np.testing.assert_array_equal(got, _high_halves(WIDE, OTHER, signed=False))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="__nv_mul64hi (libdevice.mulhi on int64) is not in cpu/compiled/extern.py's table: the call is handed to "
-    "the interpreter, which cannot run libdevice either",
-)
 def test_libdevice_mulhi_of_64_bit_integers_runs_on_the_compiled_path() -> None:
     (got,) = run_compiled_alone(libdevice_mulhi_kernel, WIDE, OTHER, out_shape=WIDE, grid=1, BLOCK=16)
     np.testing.assert_array_equal(got, _high_halves(WIDE, OTHER, signed=True))
@@ -149,11 +139,6 @@ def libdevice_rint_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, libdevice.rint(tl.load(x_ptr + offs)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="libdevice's functions are stubs with no body to the interpreter: it fails with 'cannot convert None of "
-    "type NoneType to tensor' (jt_core/interpreter has no redirection for triton.language.extra.libdevice)",
-)
 def test_libdevice_functions_run_in_the_interpreter() -> None:
     x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, 3.7] * 2, np.float32)
     (got,) = run(libdevice_rint_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher="interpreter")
@@ -204,11 +189,6 @@ def tuple_reduce_kernel(x_ptr, sum_ptr, max_ptr, R: tl.constexpr, C: tl.constexp
     tl.store(max_ptr, largest)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's interpreter flattens only the first operand of a tuple reduced over all axes: 'can only "
-    "convert an array of size 1 to a Python scalar' (to correct in jt_core/interpreter); the compiled path runs it",
-)
 def test_reducing_a_tuple_over_all_axes_runs_in_the_interpreter() -> None:
     x = np.random.default_rng(0).integers(-50, 50, (4, 8)).astype(np.int32)
     scalar = jax.ShapeDtypeStruct((1,), jnp.int32)
@@ -222,16 +202,15 @@ def sum_to_scalar_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the interpreter path cannot poison a 0-d integer output: 'Changing the dtype of a 0d array is only "
-    "supported if the itemsize is unchanged' (jt_core/interpreter/execute.py's poison views it as bytes); the "
-    "compiled path runs it",
-)
 @pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64])
-def test_a_zero_dimensional_output_runs_in_the_interpreter(dtype: Any) -> None:
+def test_a_zero_dimensional_output_runs_in_the_interpreter(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreter poisons a 0-d integer output, as the race check fills it, through a 1-d view of its bytes."""
     x = np.arange(8).astype(dtype)
-    for launcher in ("compiled", "interpreter"):
+    for launcher in ("compiled", "interpreter", "checked"):
+        if launcher == "checked":
+            launcher = "interpreter"
+            monkeypatch.setenv("JT_CPU_RACE_CHECK", "1")
+            monkeypatch.setenv("JT_CPU_UNWRITTEN", "error")
         (got,) = run(
             sum_to_scalar_kernel, x, out_shape=jax.ShapeDtypeStruct((), dtype), grid=1, BLOCK=8, launcher=launcher
         )
@@ -247,22 +226,23 @@ def second(a, b):
 
 
 @triton.jit
-def scan_second_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+def scan_second_kernel(x_ptr, out_ptr, sum_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.associative_scan(tl.load(x_ptr + offs), 0, second))
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.associative_scan(x, 0, second))
+    tl.store(sum_ptr + offs, tl.cumsum(x, 0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the compiled path's scans turn -0.0 into +0.0 whatever the combine (cpu/compiled/reductions.py); "
-    "Triton combines the elements alone, and the interpreter keeps the sign",
-)
-def test_a_scan_keeps_negative_zeros_on_the_compiled_path() -> None:
-    x = np.array([-0.0, -3.0, 0.0, -0.0, 2.5, -0.0, -0.0, 1.0], np.float32)
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_a_scan_keeps_negative_zeros_on_the_compiled_path(dtype: Any) -> None:
+    """A scan combines the elements alone: nothing adds +0.0 to a -0.0 (``lax.associative_scan`` interleaves its
+    partial results by adding zeros, and XLA's cumulative sum starts from +0.0)."""
+    x = np.array([-0.0, -0.0, -0.0, -0.0, 2.5, -0.0, -2.5, -0.0], dtype)
+    sums = np.array([-0.0, -0.0, -0.0, -0.0, 2.5, 2.5, 0.0, 0.0], dtype)
     for launcher in ("interpreter", "compiled"):
-        (got,) = run(scan_second_kernel, x, out_shape=x, grid=1, BLOCK=8, launcher=launcher)
-        np.testing.assert_array_equal(np.signbit(got), np.signbit(x), err_msg=launcher)
-        np.testing.assert_array_equal(got, x, err_msg=launcher)
+        got, summed = run(scan_second_kernel, x, out_shape=[x, x], grid=1, BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8), err_msg=launcher)
+        np.testing.assert_array_equal(summed.view(np.uint8), sums.view(np.uint8), err_msg=launcher)
 
 
 # -- atomics ----------------------------------------------------------------------------------------------------------
@@ -275,11 +255,6 @@ def cas_kernel(c_ptr, v_ptr, init_ptr, out_ptr, old_ptr, BLOCK: tl.constexpr):
     tl.store(old_ptr + offs, old)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the compiled path's atomic_cas compares float values (memory -0.0 matches +0.0, a NaN never matches), "
-    "where Triton compares bits (atom.cas.b32) as the interpreter does",
-)
 def test_atomic_cas_on_floats_compares_bits() -> None:
     memory = np.array([-0.0, 0.0, np.nan, 1.0, 2.0, -0.0, 3.0, np.nan], np.float32)
     compare = np.array([0.0, -0.0, np.nan, 1.0, 2.5, -0.0, 3.0, 1.0], np.float32)
@@ -308,11 +283,6 @@ def xchg_kernel(v_ptr, init_ptr, out_ptr, old_ptr, BLOCK: tl.constexpr):
     tl.store(old_ptr + offs, tl.atomic_xchg(out_ptr + offs, tl.load(v_ptr + offs)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's interpreter exchanges integers only: a float atomic_xchg raises 'Unsupported data type' (to "
-    "correct in jt_core/interpreter, exchanging the bits); the compiled path runs it",
-)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_atomic_xchg_of_floats_runs_in_the_interpreter(dtype: Any) -> None:
     value = np.array([0.5, -1.0, np.inf, -0.0], dtype)
@@ -342,11 +312,6 @@ def fma_then_add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, x + tl.fma(x, x, 0.0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the compiled path computes tl.fma(x, x, 0.0) + x as one fused multiply-add (one rounding) although "
-    "the fma's result is rounded before the addition, with enable_fp_fusion=False too (cpu/compiled/lang.py's fma)",
-)
 def test_an_addition_after_fma_rounds_on_its_own_on_the_compiled_path() -> None:
     x = (np.random.default_rng(0).standard_normal(256) * 3e4).astype(np.float32)
     want = (x + (x.astype(np.float64) * x).astype(np.float32)).astype(np.float32)
@@ -361,11 +326,6 @@ def add_scalar_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on the compiled path x + 0.0 keeps x's -0.0: the scalar is a constant when the kernel is traced and "
-    "XLA's simplifier drops the addition; IEEE addition gives +0.0, as the interpreter and the GPU do",
-)
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_adding_a_zero_scalar_to_negative_zero_gives_positive_zero(dtype: Any) -> None:
     x = np.array([-0.0, 1.5, -0.0, -2.0] * 4, dtype)
@@ -434,12 +394,6 @@ def unchanged_loop_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, acc)
 
 
-@pytest.mark.xfail(
-    TRITON_3_6,
-    strict=True,
-    reason="with Triton 3.6, tracing a loop whose carried value is assigned to itself fails ('int() argument must be "
-    "... not NoneType') and the call is handed to the interpreter (cpu/compiled/control.py)",
-)
 def test_a_loop_that_keeps_its_carried_value_runs_on_the_compiled_path() -> None:
     x = np.arange(8, dtype=np.int32)
     (got,) = run_compiled_alone(unchanged_loop_kernel, x, 3, out_shape=x, grid=1, BLOCK=8)
@@ -473,12 +427,6 @@ def bf16_plus_literal_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 0.5)
 
 
-@pytest.mark.xfail(
-    TRITON_3_6,
-    strict=True,
-    reason="Triton 3.6's interpreter has no builder method for bfloat16 constants ('InterpreterBuilder' object has "
-    "no attribute 'get_bf16'; to add in jt_core/interpreter)",
-)
 def test_a_literal_meets_a_bfloat16_block_in_the_interpreter() -> None:
     x = np.linspace(-4, 4, 16).astype(ml_dtypes.bfloat16)
     for launcher in ("compiled", "interpreter"):

@@ -320,6 +320,8 @@ class ReductionOrder:
         fn = reduce.combine_fn
         data = np.asarray(inputs[0].handle.data)
         floating = data.dtype.kind == "f" or data.dtype == np.dtype(ml_dtypes.bfloat16)
+        if reduce.axis is None and len(inputs) > 1:
+            return self._halves(reduce, inputs)  # the stock interpreter flattens only the first of several
         if fn in self.order_free or (fn is self.sum and not floating):
             return self.stock(reduce, inputs)
         if fn in self.tie_left and not (floating and np.isnan(data.astype(np.float32)).any()):
@@ -328,7 +330,10 @@ class ReductionOrder:
 
     def _halves(self, reduce: Any, inputs: Sequence[Any]) -> list[Any]:
         original_axis = reduce.axis
-        inputs, axis = reduce.unravel(tuple(inputs), reduce.axis)
+        if original_axis is None:
+            inputs, axis = [reduce.to_tensor(i.handle.data.flatten(), i.dtype) for i in inputs], 0
+        else:
+            axis = original_axis
         shape = inputs[0].handle.data.shape
         fn = reduce.combine_fn
         if fn is self.sum:
