@@ -194,7 +194,9 @@ def _bitwise_scan(fn: Callable[..., Any], inputs: list[jax.Array], axis: int, re
         return _as_bits(x) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
     def combine(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-        values = [lax.bitcast_convert_type(v, t) if v.dtype != t else v for v, t in zip((*a, *b), types * 2, strict=True)]
+        values = [
+            lax.bitcast_convert_type(v, t) if v.dtype != t else v for v, t in zip((*a, *b), types * 2, strict=True)
+        ]
         return tuple(bits(jnp.asarray(r)) for r in fn(*values))
 
     scanned = lax.associative_scan(combine, tuple(bits(x) for x in inputs), reverse=reverse, axis=axis)
