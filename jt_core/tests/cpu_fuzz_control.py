@@ -99,7 +99,7 @@ def control_flow(draw: Any, avoid: frozenset[str]) -> Program:
             return [stored(initial, np.ones(block, bool), acc, t)]
 
         def reference(slack: frozenset[str]) -> list:
-            flush = [False, True] if "ftz" in slack else [False]
+            flush: list[bool | str] = [False, True, "use"] if "ftz" in slack else [False]
             results = [evaluate(lambda env, f=f: Evaluator(env, slack, flush=f))[0] for f in flush]
             return [Expected(results[0][0], results[0][1], [r for r in results[1:]])]
 

@@ -413,12 +413,14 @@ class Evaluator:
     * ``"scalar_division"``: a division by a scalar (an argument or a constant) may be one rounding off.
 
     With ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and
-    results to zero.
+    results to zero: every value (``True``), or, with ``"use"``, the operands and results of what computes (the
+    compiled path's loads, stores, ``tl.where``, bit casts, negations, absolute values and conversions to and from
+    narrower floats keep them).
     """
 
-    def __init__(self, env: dict[str, Val], slack: frozenset[str] = frozenset(), flush: bool = False) -> None:
+    def __init__(self, env: dict[str, Val], slack: frozenset[str] = frozenset(), flush: bool | str = False) -> None:
         self.flush = flush
-        self.env = {name: self.flushed(val) for name, val in env.items()}
+        self.env = env if flush == "use" else {name: self.flushed(val) for name, val in env.items()}
         self.slack = slack
         self.memo: dict[int, Val] = {}
 
@@ -443,8 +445,12 @@ class Evaluator:
         if op in ("load", "scalar"):
             return self.env[n.attr]
         args = [self(a) for a in n.args]
+        computes = self.flush != "use" or _computes(n, args)
+        if computes and self.flush == "use":
+            args = [self.flushed(a) for a in args]
         with np.errstate(all="ignore"):
-            return self.flushed(self._slacken(n, self._compute(n, args), args))
+            result = self._slacken(n, self._compute(n, args), args)
+        return self.flushed(result) if computes else result
 
     def _in(self, x: Val, t: Ty) -> np.ndarray:
         """``x`` converted to ``t`` as an operand (a literal's value rounded once to ``t``)."""
@@ -703,6 +709,15 @@ class Evaluator:
 
 
 FLUSHED = ("fp32", "fp64", "bf16")
+
+
+def _computes(n: Node, args: list[Val]) -> bool:
+    """Whether the compiled path's processor computes ``n`` in the floating-point unit (flushing subnormals)."""
+    if n.op in ("where", "bitcast", "neg", "abs"):
+        return False
+    if n.op == "cast":
+        return args[0].ty.name in ("fp32", "fp64") and n.ty.name in ("fp32", "fp64") and args[0].ty != n.ty
+    return True
 
 
 def is_scalar(node: Node) -> bool:

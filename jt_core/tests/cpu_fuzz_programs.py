@@ -136,7 +136,11 @@ def references(
     if "ftz" not in slack:
         return [Expected(v, e) for v, e in main]
     flushed = evaluate(Evaluator(env, slack, flush=True))
-    return [Expected(v, e, [(fv, fe)]) for (v, e), (fv, fe) in zip(main, flushed, strict=True)]
+    at_use = evaluate(Evaluator(env, slack, flush="use"))
+    return [
+        Expected(v, e, [(fv, fe), (uv, ue)])
+        for (v, e), (fv, fe), (uv, ue) in zip(main, flushed, at_use, strict=True)
+    ]
 
 
 def stored(initial: np.ndarray, where: np.ndarray, value: Val, target: Ty) -> tuple[np.ndarray, np.ndarray]:
@@ -313,7 +317,7 @@ def grids(draw: Any, avoid: frozenset[str]) -> Program:
         initial = random_array(rng, out_t, programs * block, avoid)
 
         def reference(slack: frozenset[str]) -> list[Expected]:
-            variants = [False, True] if "ftz" in slack else [False]
+            variants: list[bool | str] = [False, True, "use"] if "ftz" in slack else [False]
             found = []
             for flush in variants:
                 out, err = initial.copy(), np.zeros(initial.shape)

@@ -334,6 +334,22 @@ def test_adding_a_zero_scalar_to_negative_zero_gives_positive_zero(dtype: Any) -
         np.testing.assert_array_equal(np.signbit(got), np.signbit(x + dtype(0.0)), err_msg=launcher)
 
 
+@triton.jit
+def add_program_id_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.program_id(1) + tl.load(x_ptr + offs))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_adding_the_program_id_of_a_one_program_axis_to_negative_zero_gives_positive_zero(dtype: Any) -> None:
+    """``tl.program_id(1)`` is 0 for a grid of one axis: the compiled path knows it when tracing, and its
+    conversion to a float must not let XLA's simplifier drop the addition as ``x + 0.0``."""
+    x = np.array([-0.0, 1.5, -0.0, -2.0] * 8, dtype)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(add_program_id_kernel, x, out_shape=x, grid=(4,), BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), (x + dtype(0.0)).view(f"u{x.itemsize}"), launcher)
+
+
 # -- Triton 3.6 -------------------------------------------------------------------------------------------------------
 
 

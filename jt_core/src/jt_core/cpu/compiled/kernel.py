@@ -15,9 +15,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import accesses, control, descriptors, extern, lang, reductions, shapes
+from jt_core.cpu.compiled import accesses, control, descriptors, extern, floats, lang, reductions, shapes
 from jt_core.cpu.compiled.affine import Affine
 from jt_core.cpu.compiled.memory import Memory, Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
@@ -179,6 +180,11 @@ class Kernel:
             folded = lang.fold(op.name, args, types, result, attr)
             if folded is not None:
                 self.env[op.results[0]] = folded
+                return
+            if op.name in ("arith.sitofp", "arith.uitofp") and not result.shape and int(args[0]) == 0:
+                # A zero known when tracing (a program id along an axis of one program) is hidden from XLA's
+                # simplifier as a zero constant is: x + 0.0 must give +0.0 for x = -0.0.
+                self.env[op.results[0]] = floats.constant(np.zeros((), lang.dtype_of(result.element)))
                 return
         arrays = [lang.as_array(a, t) for a, t in zip(args, types, strict=True)]
         if op.name == "tt.extern_elementwise":
