@@ -149,8 +149,10 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
             if op in ("argmax", "argmin") and vt.is_float:
                 values = np.where(np.isnan(values.astype(np.float64)), np.zeros((), vt.np), values)
             outs = _reduce(op, combine, values, errs, vt, None if axis is None else axis + 1)
-            if "zero_sign" in ev.slack and op not in ("argmax", "argmin"):
-                outs = [(r, _any_zero_sign(r, e)) for r, e in outs]
+            if "minnum_nan" in ev.slack and (combine in ("max", "min") or op == "pair") and vt.is_float:
+                nan = np.isnan(values.astype(np.float64))
+                nan = nan.reshape(nan.shape[0], -1).any(axis=1) if axis is None else nan.any(axis=axis + 1)
+                outs = [(r, np.where(nan, np.inf, e)) for r, e in outs]
             results = []
             for (r, e), rt in zip(outs, result_types, strict=True):
                 out, err = stored(
@@ -178,13 +180,6 @@ def reductions(draw: Any, avoid: frozenset[str]) -> Program:
         {"enable_fp_fusion": False},
         features=frozenset({"libdevice"} if write.uses_libdevice else ()),
     )
-
-
-def _any_zero_sign(r: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``e`` allowing either sign where a float result is zero."""
-    if r.dtype.kind != "f" and "float" not in r.dtype.name:
-        return e
-    return np.where(r.astype(np.float64) == 0, np.maximum(e, 5e-324), e)
 
 
 def _reduced_shape(rows: int, cols: int, axis: int | None, keep: bool) -> tuple[int, ...]:
@@ -293,6 +288,8 @@ def _unknown(errs: np.ndarray, axis: int) -> np.ndarray:
 
 def _float_sum(x: np.ndarray, errs: np.ndarray, axis: int, t: Ty) -> tuple[np.ndarray, np.ndarray]:
     exact = np.apply_along_axis(lambda v: math.fsum(v) if np.all(np.isfinite(v)) else np.sum(v), axis, x)
+    # IEEE sums of zeros are -0.0 only where every addend is (math.fsum gives +0.0).
+    exact = np.where(np.all((x == 0) & np.signbit(x), axis=axis), -0.0, exact)
     bound = _sum_bound(x, errs, axis, t)
     finite_magnitude = np.abs(np.where(np.isfinite(x), x, 0.0)).sum(axis=axis)
     bound = np.where(finite_magnitude > largest(t) / 2, np.inf, bound)
@@ -350,8 +347,13 @@ def scans(draw: Any, avoid: frozenset[str]) -> Program:
             values = convert(np.broadcast_to(val.v, block.shape), vt, out_t)
             errs = np.broadcast_to(val.err, block.shape)
             r, e = _scan(op if op != "scan" else combine, values, errs, out_t, axis + 1, reverse)
-            if "zero_sign" in ev.slack:
-                e = _any_zero_sign(r, e)
+            if "minnum_nan" in ev.slack and combine in ("max", "min") and out_t.is_float:
+                nan = np.isnan(values.astype(np.float64))
+                if reverse:
+                    nan = np.flip(np.logical_or.accumulate(np.flip(nan, axis + 1), axis=axis + 1), axis + 1)
+                else:
+                    nan = np.logical_or.accumulate(nan, axis=axis + 1)
+                e = np.where(nan, np.inf, e)
             return [
                 stored(
                     np.zeros(size, out_t.np),

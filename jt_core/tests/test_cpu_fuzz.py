@@ -122,16 +122,16 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
 PATHS = {"compiled": "compiled", "interpreter": "interpreter"}
 #: Kernels per category in CI.
 CI_EXAMPLES = {
-    "elementwise": 48,
-    "masked": 20,
-    "reductions": 20,
-    "scans": 12,
-    "dot": 10,
-    "shapes": 16,
-    "control_flow": 16,
-    "atomics": 20,
-    "random_numbers": 10,
-    "grids": 12,
+    "elementwise": 26,
+    "masked": 12,
+    "reductions": 12,
+    "scans": 8,
+    "dot": 6,
+    "shapes": 8,
+    "control_flow": 10,
+    "atomics": 12,
+    "random_numbers": 6,
+    "grids": 8,
 }
 #: Fresh data per kernel: the kernel is compiled once and run on each.
 DATA_DRAWS = 3
