@@ -202,7 +202,7 @@ def sum_to_scalar_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0))
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64])
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
 def test_a_zero_dimensional_output_runs_in_the_interpreter(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The interpreter poisons a 0-d integer output, as the race check fills it, through a 1-d view of its bytes."""
     x = np.arange(8).astype(dtype)
