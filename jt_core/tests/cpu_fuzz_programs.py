@@ -138,8 +138,7 @@ def references(
     flushed = evaluate(Evaluator(env, slack, flush=True))
     at_use = evaluate(Evaluator(env, slack, flush="use"))
     return [
-        Expected(v, e, [(fv, fe), (uv, ue)])
-        for (v, e), (fv, fe), (uv, ue) in zip(main, flushed, at_use, strict=True)
+        Expected(v, e, [(fv, fe), (uv, ue)]) for (v, e), (fv, fe), (uv, ue) in zip(main, flushed, at_use, strict=True)
     ]
 
 
