@@ -412,7 +412,7 @@ class Evaluator:
     * ``"exp2_accuracy"``: ``exp2`` may lose bits in proportion to its argument;
     * ``"minnum_nan"``: ``tl.minimum``, ``tl.maximum`` and ``tl.clamp`` may give NaN for a NaN operand;
     * ``"fma_rounding"``: an ``fma`` may round its product before the sum;
-    * ``"add_zero"``: ``x + 0`` may keep ``x``'s sign of zero;
+    * ``"add_zero"``: ``x + 0`` may keep ``x``'s sign of zero where the zero is a scalar or a block of zeros;
     * ``"scalar_division"``: a division by a scalar (an argument or a constant) may be one rounding off.
 
     With ``flush``, it computes as a processor that flushes subnormal float32, float64 and bfloat16 operands and
@@ -596,7 +596,8 @@ class Evaluator:
         if op == "+":
             out = x + y
             err = a.err + b.err
-            if "add_zero" in self.slack and any(is_scalar(node) for node in n.args):
+            zeros = [is_scalar(node) or not np.any(v) for node, v in zip(n.args, (x, y), strict=True)]
+            if "add_zero" in self.slack and any(zeros):
                 zero = np.broadcast_to((x == 0) | (y == 0), np.shape(out))
                 err = np.where(zero & (np.asarray(out) == 0), np.maximum(err, 5e-324), err)
         elif op == "-":

@@ -93,6 +93,30 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         avoid=("scalar_and_block_mask",),
         since=(3, 7),
     ),
+    "loop_index_is_a_python_int": Known(
+        "new: a for loop's index is a Python int in the interpreter",
+        "Triton's interpreter runs for i in range(a, n, b) with Python ints, so i.to(tl.int32) or (i == 0).to(...) "
+        "raise AttributeError ('int' or 'bool' object has no attribute 'to'), where the compiled path and the GPU "
+        "have an int32 tensor",
+        ("interpreter",),
+        avoid=("loop_index_methods",),
+    ),
+    "adding_a_zero_xla_proves": Known(
+        "new: adding an integer XLA proves zero to -0.0 keeps -0.0 on the compiled path",
+        "x + v with v an integer expression of values known when tracing that XLA folds to 0 (num_programs(1) "
+        "bit-cast and converted, and-ed into v) is x for x = -0.0: XLA's simplifier drops the addition of the "
+        "converted 0.0; a zero jt itself knows when tracing (a program id, a scalar argument) is hidden from it",
+        ("compiled",),
+        slack=("add_zero",),
+    ),
+    "while_loop_bound_one": Known(
+        "new: a while loop whose bound is an argument equal to 1 runs no trip on the compiled path (Triton 3.6)",
+        "i = tl.full([], 0, tl.int32); while i < n: acc = -acc; i += 2 leaves acc unchanged for n = 1 (which Triton "
+        "3.6 specialises as a constant) on the compiled path; the interpreter and Triton 3.9 run it once",
+        ("compiled",),
+        avoid=("while_bound_one",),
+        before=(3, 7),
+    ),
     "invert_unsigned_in_interpreter": Known(
         "new: ~x on unsigned integers fails in the interpreter (Triton 3.6)",
         "Triton 3.6's interpreter makes the all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "
@@ -273,7 +297,7 @@ def _is_float(a: np.ndarray) -> bool:
 
 def _matches(got: np.ndarray, want: np.ndarray, err: np.ndarray) -> np.ndarray:
     err = np.broadcast_to(np.asarray(err, np.float64), got.shape)
-    anything = np.isinf(err)
+    anything = np.isinf(err) | np.isnan(err)  # a bound of inf * 0 is unknown too
     if not _is_float(got):
         return (got == want.astype(got.dtype)) | anything
     same = _bits(got) == _bits(want.astype(got.dtype))

@@ -217,6 +217,24 @@ def test_a_zero_dimensional_output_runs_in_the_interpreter(dtype: Any, monkeypat
         assert got.shape == () and got == 28, launcher
 
 
+@triton.jit
+def int_sum_kernel(x_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(out_ptr, tl.sum(x, axis=None))
+    tl.store(out_ptr + 1 + tl.arange(0, C), tl.sum(x, axis=0))
+
+
+def test_an_integer_sum_wraps_in_its_type_in_the_interpreter() -> None:
+    """Triton 3.6's interpreter summed with ``np.sum``, which widens int32, and failed to convert the total."""
+    x = np.random.default_rng(2).integers(2**29, 2**31 - 1, (4, 8)).astype(np.int32)
+    want = np.array([x.sum(dtype=np.int64), *x.sum(axis=0, dtype=np.int64)]).astype(np.int32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(
+            int_sum_kernel, x, out_shape=jax.ShapeDtypeStruct((9,), jnp.int32), grid=1, R=4, C=8, launcher=launcher
+        )
+        np.testing.assert_array_equal(got, want, err_msg=launcher)
+
+
 # -- scans ------------------------------------------------------------------------------------------------------------
 
 
@@ -350,6 +368,28 @@ def test_adding_the_program_id_of_a_one_program_axis_to_negative_zero_gives_posi
         np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), (x + dtype(0.0)).view(f"u{x.itemsize}"), launcher)
 
 
+@triton.jit
+def loop_index_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for i in range(0, n, 1):
+        acc = acc + i.to(tl.int32) + (i == 0).to(tl.int32)
+    tl.store(out_ptr + offs, acc)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton's interpreter runs a for loop over range() with Python ints: the index has no tensor methods "
+    "(\"'int' object has no attribute 'to'\"), where the compiled path and the GPU give an int32 tensor (to correct "
+    "in jt_core/interpreter/rewriting.py)",
+)
+def test_a_loop_index_is_a_tensor_in_the_interpreter() -> None:
+    x = np.arange(8, dtype=np.int32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(loop_index_kernel, x, 3, out_shape=x, grid=1, BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(got, x + 4, err_msg=launcher)
+
+
 # -- Triton 3.6 -------------------------------------------------------------------------------------------------------
 
 
@@ -414,6 +454,30 @@ def test_a_loop_that_keeps_its_carried_value_runs_on_the_compiled_path() -> None
     x = np.arange(8, dtype=np.int32)
     (got,) = run_compiled_alone(unchanged_loop_kernel, x, 3, out_shape=x, grid=1, BLOCK=8)
     np.testing.assert_array_equal(got, x)
+
+
+@triton.jit
+def while_negate_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    i = tl.full([], 0, tl.int32)
+    while i < n:
+        acc = -acc
+        i += 2
+    tl.store(out_ptr + offs, acc)
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="with Triton 3.6, which specialises an integer argument equal to 1 as a constant, the compiled path runs "
+    "no trip of a while loop bounded by it (cpu/compiled/control.py's scf_while); silently wrong",
+)
+def test_a_while_loop_bounded_by_one_runs_once_on_the_compiled_path() -> None:
+    x = np.arange(1, 9, dtype=np.int8)
+    for n, want in ((1, -x), (3, x), (5, -x)):
+        (got,) = run_compiled_alone(while_negate_kernel, x, n, out_shape=x, grid=1, BLOCK=8)
+        np.testing.assert_array_equal(got, want, err_msg=f"n = {n}")
 
 
 @triton.jit

@@ -282,8 +282,9 @@ class ReductionOrder:
     halves of the block pairwise (XLA's own order depends on the shape it sees). So that a result does not depend
     on the path, a run combines as the compiled path does: float sums and any other combining function as halves
     (the function called once per level on half blocks), ``tl.argmin``/``tl.argmax`` through Triton's own
-    combining function where NaNs or ties could make the order matter. Integer sums, ``tl.max`` and ``tl.min``
-    (which give the same whatever the order) keep NumPy's.
+    combining function where NaNs or ties could make the order matter. Integer sums go by halves too, wrapping in
+    their type (Triton 3.6's ``np.sum`` widens them and then fails to convert a total outside their range);
+    ``tl.max`` and ``tl.min`` (which give the same whatever the order) keep NumPy's.
 
     Args:
         tl: ``triton.language``.
@@ -322,7 +323,7 @@ class ReductionOrder:
         floating = data.dtype.kind == "f" or data.dtype == np.dtype(ml_dtypes.bfloat16)
         if reduce.axis is None and len(inputs) > 1:
             return self._halves(reduce, inputs)  # the stock interpreter flattens only the first of several
-        if fn in self.order_free or (fn is self.sum and not floating):
+        if fn in self.order_free:
             return self.stock(reduce, inputs)
         if fn in self.tie_left and not (floating and np.isnan(data.astype(np.float32)).any()):
             return self.stock(reduce, inputs)  # NumPy's first extreme is what the halves give
