@@ -87,11 +87,11 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
     ),
     "scalar_and_block_mask": Known(
         "new: a mask that combines a block condition with a scalar one fails in the interpreter",
-        "tl.store(p + offs, v, mask=(offs < n) & (s != 0)) raises 'mask has unsupported dtype' (the mask is int32) "
-        "with Triton 3.9's interpreter",
+        "tl.store(p + offs, v, mask=(offs < n) & c), c a scalar condition: Triton 3.9's interpreter makes the mask "
+        "int32 and refuses it ('mask has unsupported dtype'); Triton 3.6's fails with \"ufunc 'bitwise_and' not "
+        'supported" where c compares a float (s.to(tl.float32, bitcast=True) != 0)',
         ("interpreter",),
         avoid=("scalar_and_block_mask",),
-        since=(3, 7),
     ),
     "loop_index_is_a_python_int": Known(
         "new: a for loop's index is a Python int in the interpreter",
