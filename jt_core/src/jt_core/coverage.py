@@ -61,7 +61,7 @@ def checked_outputs(call: KernelCall, config: LaunchConfig | None = None) -> lis
 
 def fill(array: np.ndarray, run: int) -> None:
     """Fills an output with the sentinel of run ``run`` (0 or 1) before the configuration runs into it."""
-    array.view(np.uint8).fill(SENTINELS[run])
+    (array.reshape(1) if array.ndim == 0 else array).view(np.uint8).fill(SENTINELS[run])
 
 
 def unwritten(first: np.ndarray, second: np.ndarray) -> int:

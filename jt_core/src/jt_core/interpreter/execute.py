@@ -39,7 +39,8 @@ def poison(array: np.ndarray) -> None:
             return
         except (ValueError, TypeError):
             pass
-    array.view(np.uint8).fill(0xA5)
+    # NumPy views a 0-d array as bytes only through a 1-d view of it.
+    (array.reshape(1) if array.ndim == 0 else array).view(np.uint8).fill(0xA5)
 
 
 def execute(

@@ -282,8 +282,9 @@ class ReductionOrder:
     halves of the block pairwise (XLA's own order depends on the shape it sees). So that a result does not depend
     on the path, a run combines as the compiled path does: float sums and any other combining function as halves
     (the function called once per level on half blocks), ``tl.argmin``/``tl.argmax`` through Triton's own
-    combining function where NaNs or ties could make the order matter. Integer sums, ``tl.max`` and ``tl.min``
-    (which give the same whatever the order) keep NumPy's.
+    combining function where NaNs or ties could make the order matter. Integer sums go by halves too, wrapping in
+    their type (Triton 3.6's ``np.sum`` widens them and then fails to convert a total outside their range);
+    ``tl.max`` and ``tl.min`` (which give the same whatever the order) keep NumPy's.
 
     Args:
         tl: ``triton.language``.
@@ -320,7 +321,9 @@ class ReductionOrder:
         fn = reduce.combine_fn
         data = np.asarray(inputs[0].handle.data)
         floating = data.dtype.kind == "f" or data.dtype == np.dtype(ml_dtypes.bfloat16)
-        if fn in self.order_free or (fn is self.sum and not floating):
+        if reduce.axis is None and len(inputs) > 1:
+            return self._halves(reduce, inputs)  # the stock interpreter flattens only the first of several
+        if fn in self.order_free:
             return self.stock(reduce, inputs)
         if fn in self.tie_left and not (floating and np.isnan(data.astype(np.float32)).any()):
             return self.stock(reduce, inputs)  # NumPy's first extreme is what the halves give
@@ -328,7 +331,10 @@ class ReductionOrder:
 
     def _halves(self, reduce: Any, inputs: Sequence[Any]) -> list[Any]:
         original_axis = reduce.axis
-        inputs, axis = reduce.unravel(tuple(inputs), reduce.axis)
+        if original_axis is None:
+            inputs, axis = [reduce.to_tensor(i.handle.data.flatten(), i.dtype) for i in inputs], 0
+        else:
+            axis = original_axis
         shape = inputs[0].handle.data.shape
         fn = reduce.combine_fn
         if fn is self.sum:

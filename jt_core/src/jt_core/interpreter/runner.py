@@ -141,7 +141,12 @@ class _CheckedLibrary:
         return self._lib.store(ptrs, value, mask)
 
     def atomic_rmw(self, op: Any, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray, sem: Any) -> Any:
-        ptrs = self._check(ptrs, mask, np.asarray(value).dtype.itemsize, ATOMIC)
+        value = np.asarray(value)
+        ptrs = self._check(ptrs, mask, value.dtype.itemsize, ATOMIC)
+        if op == self._lib.RMW_OP.XCHG and value.dtype.kind not in "biu":
+            # Triton's library exchanges integers only; an exchange moves bits, whatever they mean.
+            bits = np.dtype(f"u{value.dtype.itemsize}")
+            return self._lib.atomic_rmw(op, ptrs, value.view(bits), mask, sem).view(value.dtype)
         return self._lib.atomic_rmw(op, ptrs, value, mask, sem)
 
     def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, *rest: Any) -> Any:

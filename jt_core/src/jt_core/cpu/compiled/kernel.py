@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jt_core.cpu.compiled import accesses, control, descriptors, extern, floats, lang, reductions, shapes
@@ -181,6 +182,11 @@ class Kernel:
             folded = lang.fold(op.name, args, types, result, attr)
             if folded is not None:
                 self.env[op.results[0]] = folded
+                return
+            if op.name in ("arith.sitofp", "arith.uitofp") and not result.shape and int(args[0]) == 0:
+                # A zero known when tracing (a program id along an axis of one program) is hidden from XLA's
+                # simplifier as a zero constant is: x + 0.0 must give +0.0 for x = -0.0.
+                self.env[op.results[0]] = floats.constant(np.zeros((), lang.dtype_of(result.element)))
                 return
         arrays = [
             lang.as_array(a, t, not floats.sign_safe_use(op.name, i))

@@ -362,7 +362,9 @@ def _umin(old: jax.Array, value: jax.Array) -> jax.Array:
 
 
 def _cas(old: jax.Array, compare: jax.Array, value: jax.Array) -> jax.Array:
-    return jnp.where(old == compare, value, old)
+    # A GPU compares the bits (atom.cas.b32): -0.0 is not +0.0, and a NaN matches the same NaN.
+    same = _unsigned(old) == _unsigned(compare) if jnp.issubdtype(old.dtype, jnp.floating) else old == compare
+    return jnp.where(same, value, old)
 
 
 _COMBINE: dict[str, Callable[..., jax.Array]] = {

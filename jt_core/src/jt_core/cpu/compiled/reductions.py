@@ -53,7 +53,7 @@ def _rounded(op: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[..., t
 
 
 _SCANNERS: dict[str, Callable[[jax.Array, int, bool], jax.Array]] = {
-    "arith.addf": lambda x, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
+    # Not float sums: XLA's cumulative sum starts from +0.0, so a prefix of -0.0s would sum to +0.0.
     "arith.addi": lambda x, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
     "arith.mulf": lambda x, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
     "arith.muli": lambda x, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
@@ -179,11 +179,32 @@ def _scan(k: Tracer, op: Operation, state: State) -> State:
     else:
         # ``lax.associative_scan`` with ``reverse`` runs the combination from the end, the running value (of the
         # elements after) on the left: element ``i`` is ``combine(result[i + 1], x[i])``, as Triton has it.
-        fn = _region_function(k, op)
-        out = list(lax.associative_scan(lambda a, b: tuple(fn(*a, *b)), tuple(inputs), reverse=reverse, axis=axis))
+        out = _bitwise_scan(_region_function(k, op), inputs, axis, reverse)
     for value, array in zip(op.results, out, strict=True):
         k.env[value] = array
     return state
+
+
+def _bitwise_scan(fn: Callable[..., Any], inputs: list[jax.Array], axis: int, reverse: bool) -> list[jax.Array]:
+    """``lax.associative_scan`` of ``fn`` over ``inputs``, the floats carried as their bits: the scan interleaves its
+    partial results by adding zeros, which would turn a -0.0 the combine returns into +0.0."""
+    types = [x.dtype for x in inputs]
+
+    def bits(x: jax.Array) -> jax.Array:
+        return _as_bits(x) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    def combine(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+        values = [
+            lax.bitcast_convert_type(v, t) if v.dtype != t else v for v, t in zip((*a, *b), types * 2, strict=True)
+        ]
+        return tuple(bits(jnp.asarray(r)) for r in fn(*values))
+
+    scanned = lax.associative_scan(combine, tuple(bits(x) for x in inputs), reverse=reverse, axis=axis)
+    return [lax.bitcast_convert_type(v, t) if v.dtype != t else v for v, t in zip(scanned, types, strict=True)]
+
+
+def _as_bits(x: jax.Array) -> jax.Array:
+    return lax.bitcast_convert_type(x, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize])
 
 
 HANDLERS: dict[str, Handler] = {"tt.dot": _dot, "tt.reduce": _reduce, "tt.scan": _scan}

@@ -1,0 +1,515 @@
+"""What the CPU paths' differential fuzzer (`test_cpu_fuzz`) found, each reduced to one small kernel: the compiled
+path and the interpreter must compute what Triton means, or say clearly why they cannot.
+
+A test marked ``xfail(strict=True)`` shows a divergence not fixed yet: it starts passing (and so failing as an
+unexpected pass) once the fix lands; then drop the mark and the matching entry of
+`test_cpu_fuzz.KNOWN_DIVERGENCES`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from cpu_fuzz_semantics import fma32
+from triton.language.extra import libdevice
+
+import jt_core as jt
+
+TRITON_3_6 = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7)
+
+
+@pytest.fixture(autouse=True)
+def each_path_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call runs on the path it names (CI's second run turns on switches that would send compiled calls to
+    the interpreter)."""
+    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(kernel: Any, *args: Any, launcher: str, **kwargs: Any) -> list[np.ndarray]:
+    """The call's outputs under ``jax.jit``, its arrays traced and its scalars passed as they are."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+
+    def call(*traced: Any) -> Any:
+        given = iter(traced)
+        operands = [next(given) if isinstance(a, np.ndarray) else a for a in args]
+        return jt.triton_call(*operands, kernel=kernel, launcher=launcher, **kwargs)
+
+    with jax.enable_x64(True):
+        out = jax.jit(call)(*arrays)
+        return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def run_compiled_alone(kernel: Any, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+    """The compiled path's results; fails if it handed the kernel to the interpreter."""
+    said: list[str] = []
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = logging.getLogger("jt_core.lowering")
+    watch = Watch(logging.INFO)
+    level = logger.level
+    logger.addHandler(watch)
+    logger.setLevel(logging.INFO)
+    try:
+        results = run(kernel, *args, launcher="compiled", **kwargs)
+    finally:
+        logger.removeHandler(watch)
+        logger.setLevel(level)
+    handed = [m for m in said if "cannot express" in m]
+    assert not handed, handed
+    return results
+
+
+# -- tl.math.exp2 ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def exp2_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.math.exp2(tl.load(x_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiled path computes tl.math.exp2 as XLA does, exp(x * ln 2), which is up to ~35 ulp off near "
+    "|x| = 100 (cpu/compiled/lang.py maps math.exp2 to jnp.exp2; libdevice.exp2 splits off the whole part)",
+)
+def test_exp2_is_accurate_to_a_few_units_in_the_last_place_on_the_compiled_path() -> None:
+    x = np.array([-63, 47, 115, -120.5, 100.25, 3.0, 0.5, -1.25] * 2, np.float32)
+    (got,) = run_compiled_alone(exp2_kernel, x, out_shape=x, grid=1, BLOCK=16)
+    want = np.exp2(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2, dict(zip(x.tolist(), ulps.tolist(), strict=True))
+
+
+# -- 64-bit high halves of products ---------------------------------------------------------------------------------
+
+
+@triton.jit
+def umulhi_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.umulhi(tl.load(x_ptr + offs), tl.load(y_ptr + offs)))
+
+
+@triton.jit
+def libdevice_mulhi_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, libdevice.mulhi(tl.load(x_ptr + offs), tl.load(y_ptr + offs)))
+
+
+def _high_halves(x: np.ndarray, y: np.ndarray, signed: bool) -> np.ndarray:
+    def as_int(v: Any) -> int:
+        return int(v) if signed else int(v) % 2**64
+
+    high = [(as_int(a) * as_int(b)) >> 64 for a, b in zip(x, y, strict=True)]
+    return np.array([h % 2**64 for h in high], np.uint64).view(x.dtype)
+
+
+WIDE = np.array([-1, 2**40 + 3, 3, -(2**62), 2**63 - 1, -5, 12345678901, -(2**63)] * 2, np.int64)
+OTHER = np.array([-1, 2**30, 5, 7, 2**63 - 1, -(2**40), -3, -(2**63)] * 2, np.int64)
+
+
+def test_umulhi_of_64_bit_integers_runs_on_the_compiled_path() -> None:
+    (got,) = run_compiled_alone(umulhi_kernel, WIDE, OTHER, out_shape=WIDE, grid=1, BLOCK=16)
+    np.testing.assert_array_equal(got, _high_halves(WIDE, OTHER, signed=False))
+
+
+def test_libdevice_mulhi_of_64_bit_integers_runs_on_the_compiled_path() -> None:
+    (got,) = run_compiled_alone(libdevice_mulhi_kernel, WIDE, OTHER, out_shape=WIDE, grid=1, BLOCK=16)
+    np.testing.assert_array_equal(got, _high_halves(WIDE, OTHER, signed=True))
+
+
+# -- the interpreter --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def libdevice_rint_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, libdevice.rint(tl.load(x_ptr + offs)))
+
+
+def test_libdevice_functions_run_in_the_interpreter() -> None:
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, 3.7] * 2, np.float32)
+    (got,) = run(libdevice_rint_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher="interpreter")
+    np.testing.assert_array_equal(got, np.rint(x))
+
+
+@triton.jit
+def scalar_masked_store_kernel(init_ptr, s, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs, mask=(offs < n) & (s != 0))
+
+
+@pytest.mark.xfail(
+    not TRITON_3_6,
+    strict=True,
+    reason="in Triton 3.9's interpreter, a block condition and-ed with a scalar condition gives an int32 mask, which "
+    "its store refuses ('mask has unsupported dtype'); the compiled path runs it",
+)
+@pytest.mark.parametrize("s", [0, 2])
+def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s: int) -> None:
+    init = np.full(16, -7, np.int32)
+    want = np.where((np.arange(16) < 11) & (s != 0), np.arange(16), -7).astype(np.int32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(
+            scalar_masked_store_kernel,
+            init,
+            s,
+            11,
+            out_shape=init,
+            input_output_aliases={0: 0},
+            grid=1,
+            BLOCK=16,
+            launcher=launcher,
+        )
+        np.testing.assert_array_equal(got, want, err_msg=launcher)
+
+
+@triton.jit
+def pair_combine(a0, a1, b0, b1):
+    return a0 + b0, tl.maximum(a1, b1)
+
+
+@triton.jit
+def tuple_reduce_kernel(x_ptr, sum_ptr, max_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    total, largest = tl.reduce((x, x * 2), None, pair_combine)
+    tl.store(sum_ptr, total)
+    tl.store(max_ptr, largest)
+
+
+def test_reducing_a_tuple_over_all_axes_runs_in_the_interpreter() -> None:
+    x = np.random.default_rng(0).integers(-50, 50, (4, 8)).astype(np.int32)
+    scalar = jax.ShapeDtypeStruct((1,), jnp.int32)
+    for launcher in ("compiled", "interpreter"):
+        total, largest = run(tuple_reduce_kernel, x, out_shape=[scalar, scalar], grid=1, R=4, C=8, launcher=launcher)
+        assert (int(total[0]), int(largest[0])) == (int(x.sum()), int(2 * x.max())), launcher
+
+
+@triton.jit
+def sum_to_scalar_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_a_zero_dimensional_output_runs_in_the_interpreter(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreter poisons a 0-d integer output, as the race check fills it, through a 1-d view of its bytes."""
+    x = np.arange(8).astype(dtype)
+    for launcher in ("compiled", "interpreter", "checked"):
+        if launcher == "checked":
+            launcher = "interpreter"
+            monkeypatch.setenv("JT_CPU_RACE_CHECK", "1")
+            monkeypatch.setenv("JT_CPU_UNWRITTEN", "error")
+        (got,) = run(
+            sum_to_scalar_kernel, x, out_shape=jax.ShapeDtypeStruct((), dtype), grid=1, BLOCK=8, launcher=launcher
+        )
+        assert got.shape == () and got == 28, launcher
+
+
+@triton.jit
+def int_sum_kernel(x_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(out_ptr, tl.sum(x, axis=None))
+    tl.store(out_ptr + 1 + tl.arange(0, C), tl.sum(x, axis=0))
+
+
+def test_an_integer_sum_wraps_in_its_type_in_the_interpreter() -> None:
+    """Triton 3.6's interpreter summed with ``np.sum``, which widens int32, and failed to convert the total."""
+    x = np.random.default_rng(2).integers(2**29, 2**31 - 1, (4, 8)).astype(np.int32)
+    want = np.array([x.sum(dtype=np.int64), *x.sum(axis=0, dtype=np.int64)]).astype(np.int32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(
+            int_sum_kernel, x, out_shape=jax.ShapeDtypeStruct((9,), jnp.int32), grid=1, R=4, C=8, launcher=launcher
+        )
+        np.testing.assert_array_equal(got, want, err_msg=launcher)
+
+
+# -- scans ------------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def second(a, b):
+    return b
+
+
+@triton.jit
+def scan_second_kernel(x_ptr, out_ptr, sum_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.associative_scan(x, 0, second))
+    tl.store(sum_ptr + offs, tl.cumsum(x, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_a_scan_keeps_negative_zeros_on_the_compiled_path(dtype: Any) -> None:
+    """A scan combines the elements alone: nothing adds +0.0 to a -0.0 (``lax.associative_scan`` interleaves its
+    partial results by adding zeros, and XLA's cumulative sum starts from +0.0)."""
+    x = np.array([-0.0, -0.0, -0.0, -0.0, 2.5, -0.0, -2.5, -0.0], dtype)
+    sums = np.array([-0.0, -0.0, -0.0, -0.0, 2.5, 2.5, 0.0, 0.0], dtype)
+    for launcher in ("interpreter", "compiled"):
+        got, summed = run(scan_second_kernel, x, out_shape=[x, x], grid=1, BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8), err_msg=launcher)
+        np.testing.assert_array_equal(summed.view(np.uint8), sums.view(np.uint8), err_msg=launcher)
+
+
+# -- atomics ----------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def cas_kernel(c_ptr, v_ptr, init_ptr, out_ptr, old_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    old = tl.atomic_cas(out_ptr + offs, tl.load(c_ptr + offs), tl.load(v_ptr + offs))
+    tl.store(old_ptr + offs, old)
+
+
+def test_atomic_cas_on_floats_compares_bits() -> None:
+    memory = np.array([-0.0, 0.0, np.nan, 1.0, 2.0, -0.0, 3.0, np.nan], np.float32)
+    compare = np.array([0.0, -0.0, np.nan, 1.0, 2.5, -0.0, 3.0, 1.0], np.float32)
+    value = np.arange(5, 13).astype(np.float32)
+    swapped = memory.view(np.uint32) == compare.view(np.uint32)
+    for launcher in ("interpreter", "compiled"):
+        final, old = run(
+            cas_kernel,
+            compare,
+            value,
+            memory,
+            out_shape=[memory, memory],
+            input_output_aliases={2: 0},
+            grid=1,
+            BLOCK=8,
+            launcher=launcher,
+        )
+        np.testing.assert_array_equal(old.view(np.uint32), memory.view(np.uint32), err_msg=launcher)
+        want = np.where(swapped, value, memory)
+        np.testing.assert_array_equal(final.view(np.uint32), want.view(np.uint32), err_msg=launcher)
+
+
+@triton.jit
+def xchg_kernel(v_ptr, init_ptr, out_ptr, old_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(old_ptr + offs, tl.atomic_xchg(out_ptr + offs, tl.load(v_ptr + offs)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_atomic_xchg_of_floats_runs_in_the_interpreter(dtype: Any) -> None:
+    value = np.array([0.5, -1.0, np.inf, -0.0], dtype)
+    memory = np.array([10.0, np.nan, -3.25, 7.0], dtype)
+    for launcher in ("compiled", "interpreter"):
+        final, old = run(
+            xchg_kernel,
+            value,
+            memory,
+            out_shape=[memory, memory],
+            input_output_aliases={1: 0},
+            grid=1,
+            BLOCK=4,
+            launcher=launcher,
+        )
+        np.testing.assert_array_equal(final.view(f"u{final.itemsize}"), value.view(f"u{value.itemsize}"))
+        np.testing.assert_array_equal(old.view(f"u{old.itemsize}"), memory.view(f"u{memory.itemsize}"))
+
+
+# -- rounding -------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def fma_then_add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, x + tl.fma(x, x, 0.0))
+
+
+def test_an_addition_after_fma_rounds_on_its_own_on_the_compiled_path() -> None:
+    x = (np.random.default_rng(0).standard_normal(256) * 3e4).astype(np.float32)
+    want = (x + (x.astype(np.float64) * x).astype(np.float32)).astype(np.float32)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(fma_then_add_kernel, x, out_shape=x, grid=1, BLOCK=256, enable_fp_fusion=False, launcher=launcher)
+        np.testing.assert_array_equal(got, want, err_msg=launcher)
+
+
+@triton.jit
+def add_scalar_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + s)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_adding_a_zero_scalar_to_negative_zero_gives_positive_zero(dtype: Any) -> None:
+    x = np.array([-0.0, 1.5, -0.0, -2.0] * 4, dtype)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(add_scalar_kernel, x, 0.0, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x + dtype(0.0)), err_msg=launcher)
+
+
+@triton.jit
+def add_program_id_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.program_id(1) + tl.load(x_ptr + offs))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_adding_the_program_id_of_a_one_program_axis_to_negative_zero_gives_positive_zero(dtype: Any) -> None:
+    """``tl.program_id(1)`` is 0 for a grid of one axis: the compiled path knows it when tracing, and its
+    conversion to a float must not let XLA's simplifier drop the addition as ``x + 0.0``."""
+    x = np.array([-0.0, 1.5, -0.0, -2.0] * 8, dtype)
+    for launcher in ("interpreter", "compiled"):
+        (got,) = run(add_program_id_kernel, x, out_shape=x, grid=(4,), BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), (x + dtype(0.0)).view(f"u{x.itemsize}"), launcher)
+
+
+@triton.jit
+def loop_index_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for i in range(0, n, 1):
+        acc = acc + i.to(tl.int32) + (i == 0).to(tl.int32)
+    tl.store(out_ptr + offs, acc)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton's interpreter runs a for loop over range() with Python ints: the index has no tensor methods "
+    "(\"'int' object has no attribute 'to'\"), where the compiled path and the GPU give an int32 tensor (to correct "
+    "in jt_core/interpreter/rewriting.py)",
+)
+def test_a_loop_index_is_a_tensor_in_the_interpreter() -> None:
+    x = np.arange(8, dtype=np.int32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(loop_index_kernel, x, 3, out_shape=x, grid=1, BLOCK=8, launcher=launcher)
+        np.testing.assert_array_equal(got, x + 4, err_msg=launcher)
+
+
+# -- Triton 3.6 -------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def invert_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, ~tl.load(x_ptr + offs))
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter builds ~x's all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "
+    "(Triton's own, fixed in later releases)",
+)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32])
+def test_inverting_unsigned_integers_runs_in_the_interpreter(dtype: Any) -> None:
+    x = np.arange(16).astype(dtype) * 7
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(invert_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(got, ~x, err_msg=launcher)
+
+
+@triton.jit
+def minimum_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.minimum(tl.load(x_ptr + offs), tl.load(y_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter computes minnumf (tl.minimum's default, propagate_nan=NONE) with np.minimum "
+    "and clampf with np.clip, which propagate NaN (Triton's own, fixed in later releases)",
+)
+def test_minimum_ignores_a_nan_operand_in_the_interpreter() -> None:
+    x = np.array([np.nan, 1.0, np.nan, -2.0] * 4, np.float32)
+    y = np.array([3.0, np.nan, np.nan, 5.0] * 4, np.float32)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(minimum_kernel, x, y, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(got, np.fmin(x, y), err_msg=launcher)
+        (clamped,) = run(clamp_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        np.testing.assert_array_equal(clamped, np.fmin(np.fmax(x, -1.0), 1.0), err_msg=launcher)
+
+
+@triton.jit
+def clamp_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.clamp(tl.load(x_ptr + offs), -1.0, 1.0))
+
+
+@triton.jit
+def unchanged_loop_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for _ in range(0, n):
+        acc = acc
+    tl.store(out_ptr + offs, acc)
+
+
+def test_a_loop_that_keeps_its_carried_value_runs_on_the_compiled_path() -> None:
+    x = np.arange(8, dtype=np.int32)
+    (got,) = run_compiled_alone(unchanged_loop_kernel, x, 3, out_shape=x, grid=1, BLOCK=8)
+    np.testing.assert_array_equal(got, x)
+
+
+@triton.jit
+def while_negate_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    i = tl.full([], 0, tl.int32)
+    while i < n:
+        acc = -acc
+        i += 2
+    tl.store(out_ptr + offs, acc)
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="with Triton 3.6, which specialises an integer argument equal to 1 as a constant, the compiled path runs "
+    "no trip of a while loop bounded by it (cpu/compiled/control.py's scf_while); silently wrong",
+)
+def test_a_while_loop_bounded_by_one_runs_once_on_the_compiled_path() -> None:
+    x = np.arange(1, 9, dtype=np.int8)
+    for n, want in ((1, -x), (3, x), (5, -x)):
+        (got,) = run_compiled_alone(while_negate_kernel, x, n, out_shape=x, grid=1, BLOCK=8)
+        np.testing.assert_array_equal(got, want, err_msg=f"n = {n}")
+
+
+@triton.jit
+def fma_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.fma(tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)))
+
+
+@pytest.mark.xfail(
+    TRITON_3_6,
+    strict=True,
+    reason="Triton 3.6's interpreter computes tl.fma as x * y + z, rounding twice (Triton's own, fixed in later "
+    "releases)",
+)
+def test_fma_rounds_once_in_the_interpreter() -> None:
+    rng = np.random.default_rng(1)
+    x, y, z = ((rng.standard_normal(256) * 3e4).astype(np.float32) for _ in range(3))
+    want = fma32(x, y, z)
+    assert (want != x * y + z).any()  # the data tell one rounding from two
+    (got,) = run(fma_kernel, x, y, z, out_shape=x, grid=1, BLOCK=256, launcher="interpreter")
+    np.testing.assert_array_equal(got, want)
+
+
+@triton.jit
+def bf16_plus_literal_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + 0.5)
+
+
+def test_a_literal_meets_a_bfloat16_block_in_the_interpreter() -> None:
+    x = np.linspace(-4, 4, 16).astype(ml_dtypes.bfloat16)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(bf16_plus_literal_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        want = (x.astype(np.float32) + 0.5).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=launcher)
