@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled.program import Program
+from jt_core.cpu.compiled.program import Operation, Program
 
 __all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_constants", "sign_safe_use"]
 
@@ -72,20 +72,50 @@ def sign_safe_use(name: str, operand: int) -> bool:
     return operands is None or operand in operands
 
 
+#: Operations that pass a value on unchanged but for its shape or type: a zero they make is as safe as its uses.
+_PASSING_ON = frozenset(
+    {
+        "tt.splat",
+        "tt.broadcast",
+        "tt.expand_dims",
+        "tt.reshape",
+        "tt.trans",
+        "arith.sitofp",
+        "arith.uitofp",
+        "arith.extf",
+        "arith.truncf",
+    }
+)
+
+
 def sign_safe_constants(program: Program) -> frozenset[int]:
-    """The results of the kernel's ``arith.constant`` operations whose every use is `sign_safe_use`: those stay
-    constants XLA sees, whatever their value; the others, where ``+0.0``, are hidden (`opaque_constants`)."""
+    """The values defined by the kernel's ``arith.constant`` operations and by the operations that pass a value on
+    (`_PASSING_ON`: a splat, a conversion of an integer zero known when traced) whose every use is `sign_safe_use`,
+    through such operations: those stay constants XLA sees, whatever their value; the others, where ``+0.0``, are
+    hidden (`opaque_constants`)."""
     operations = program.operations()
-    uses: dict[int, list[tuple[str, int]]] = {}
+    uses: dict[int, list[Operation]] = {}
     for op in operations:
-        for index, value in enumerate(op.operands):
-            uses.setdefault(value, []).append((op.name, index))
+        for value in op.operands:
+            uses.setdefault(value, []).append(op)
+    safe: dict[int, bool] = {}
+
+    def is_safe(value: int) -> bool:
+        if value not in safe:
+            safe[value] = all(
+                all(is_safe(result) for result in op.results)
+                if op.name in _PASSING_ON
+                else all(sign_safe_use(op.name, index) for index, used in enumerate(op.operands) if used == value)
+                for op in uses.get(value, ())
+            )
+        return safe[value]
+
     return frozenset(
         value
         for op in operations
-        if op.name == "arith.constant"
+        if op.name == "arith.constant" or op.name in _PASSING_ON
         for value in op.results
-        if all(sign_safe_use(name, index) for name, index in uses.get(value, ()))
+        if is_safe(value)
     )
 
 

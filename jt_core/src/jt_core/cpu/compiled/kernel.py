@@ -186,7 +186,8 @@ class Kernel:
             if op.name in ("arith.sitofp", "arith.uitofp") and not result.shape and int(args[0]) == 0:
                 # A zero known when tracing (a program id along an axis of one program) is hidden from XLA's
                 # simplifier as a zero constant is: x + 0.0 must give +0.0 for x = -0.0.
-                self.env[op.results[0]] = floats.constant(np.zeros((), lang.dtype_of(result.element)))
+                zero = np.zeros((), lang.dtype_of(result.element))
+                self.env[op.results[0]] = floats.constant(zero, op.results[0] not in self.sign_safe)
                 return
         arrays = [
             lang.as_array(a, t, not floats.sign_safe_use(op.name, i))
