@@ -109,14 +109,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("compiled",),
         slack=("add_zero",),
     ),
-    "while_loop_bound_one": Known(
-        "new: a while loop whose bound is an argument equal to 1 runs no trip on the compiled path (Triton 3.6)",
-        "i = tl.full([], 0, tl.int32); while i < n: acc = -acc; i += 2 leaves acc unchanged for n = 1 (which Triton "
-        "3.6 specialises as a constant) on the compiled path; the interpreter and Triton 3.9 run it once",
-        ("compiled",),
-        avoid=("while_bound_one",),
-        before=(3, 7),
-    ),
     "invert_unsigned_in_interpreter": Known(
         "new: ~x on unsigned integers fails in the interpreter (Triton 3.6)",
         "Triton 3.6's interpreter makes the all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "

@@ -256,7 +256,11 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
         yields, st = _nested(k, after, values, st)
         return _packed(yields, arg_types, inits, op.line), st
 
-    arrays, state = lax.while_loop(condition, body, (_packed(inits, arg_types, inits, op.line), state))
+    # The carried values start behind a barrier: XLA's loop analysis of jaxlib 0.11.2 counts the trips of a loop
+    # whose start, bound and step it sees as constants by rounding down, and removed the one trip of `i = 0;
+    # while i < 1: i += 2`.
+    start = lax.optimization_barrier(_packed(inits, arg_types, inits, op.line))
+    arrays, state = lax.while_loop(condition, body, (start, state))
     _, values, state = forwarded(arrays, state)
     for value, result in zip(op.results, values, strict=True):
         k.env[value] = result
