@@ -94,6 +94,15 @@ def _local_winner(
     index = tuning.load_choice(key, len(call.configs))
     if index is None and not through_next_launcher and (not cache.enabled() or tuning.record_path(key) is None):
         return None  # a launcher tuning for itself tells its winner through the record: it chooses when it runs
+    if index is None and _reads_integer_arrays(call):
+        # Scratch integers cannot stand for offsets (a variable-length batch's cu_seqlens, token ids): a kernel
+        # indexing memory with them strays on scratch data, and on a GPU that fails the whole process's context.
+        report(
+            call,
+            "not tuned before lowering: an integer array operand may hold offsets that scratch data cannot stand "
+            "for; the configurations are timed on the call's own operands when it runs",
+        )
+        return None
     if index is None:
         tuner = _tuner(call, platform, launcher) if through_next_launcher else launcher
         report(call, f"tuning {len(call.configs)} configurations with launcher {tuner.name!r} before lowering")
@@ -118,6 +127,11 @@ def _tuner(call: KernelCall, platform: str, launcher: Launcher) -> Launcher:
         if not facade.ask(other, "needs_tuning_ahead", otherwise=True, call=call):
             return other
     return facade.next_launcher(platform, launcher)
+
+
+def _reads_integer_arrays(call: KernelCall) -> bool:
+    """Whether an operand of the call is an array of integers (that the kernel may index memory with)."""
+    return any(np.dtype(aval.dtype).kind in "iu" and aval.shape for aval in call.operand_avals)
 
 
 def _scratch_operands(call: KernelCall, device: Any) -> list[Any]:
