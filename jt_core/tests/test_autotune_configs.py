@@ -450,6 +450,58 @@ def test_a_launcher_that_tunes_ahead_lowers_the_winner_alone(monkeypatch: pytest
     assert tuning.tuning_stats["tunings"] == before["tunings"] + 1
 
 
+@triton.jit
+def gather_scale_kernel(x_ptr, index_ptr, n, out_ptr, used_ptr, BLOCK: tl.constexpr):
+    """``out = 2 x[index]``, ``index`` offsets into ``x``; program 0 writes the ``BLOCK`` it ran with to ``used``."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    value = tl.load(x_ptr + tl.load(index_ptr + offsets, mask=mask, other=0), mask=mask)
+    tl.store(out_ptr + offsets, value + value, mask=mask)
+    if tl.program_id(0) == 0:
+        tl.store(used_ptr, BLOCK)
+
+
+def test_a_call_reading_integer_arrays_is_tuned_on_its_own_operands_not_ahead(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scratch integers cannot stand for offsets (a gather's indices, a variable-length batch's cu_seqlens): such a
+    call is not run on scratch data before lowering, which says so; every config is lowered and the call tunes
+    on its own operands when it runs."""
+    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
+    from jt_core.lowering import dispatch
+
+    monkeypatch.setenv("JT_CPU_AUTOTUNE", "1")
+    monkeypatch.setattr(CpuCompiledLauncher, "tunes_ahead", lambda self, call: True)
+    lowered: list[list[int]] = []
+    lower_with = dispatch.lower_with
+
+    def spy(ctx: Any, call: KernelCall, *args: Any, **kwargs: Any) -> Any:
+        lowered.append(blocks(call))
+        return lower_with(ctx, call, *args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "lower_with", spy)
+    kernel = triton.autotune(configs=configs(), key=["n"])(gather_scale_kernel)
+    x = rand(100)
+    index = jnp.asarray(RNG.permutation(100).astype(np.int32))
+    before = dict(tuning.tuning_stats)
+    name = fresh_name()
+
+    def call(x: jax.Array, index: jax.Array) -> Any:
+        return jt.triton_call(
+            x, index, x.size, kernel=kernel, out_shape=(x, jax.ShapeDtypeStruct((1,), jnp.int32)),
+            grid=lambda m: (triton.cdiv(x.size, m["BLOCK"]),), launcher="compiled", name=name,
+        )  # fmt: skip
+
+    with caplog.at_level("INFO", logger="jt_core.lowering"):
+        out, used = jax.jit(call)(x, index)
+    np.testing.assert_array_equal(out, np.asarray(x)[np.asarray(index)] * 2)
+    assert lowered == [list(BLOCKS)]  # lowered once, with every config: no run on scratch data
+    assert int(used[0]) in BLOCKS
+    assert tuning.tuning_stats["tunings"] == before["tunings"] + 1  # tuned when it ran
+    said = [r.getMessage() for r in caplog.records if name in r.getMessage()]
+    assert any("not tuned before lowering: an integer array operand" in m for m in said), said
+
+
 def test_the_gpu_launchers_say_who_tunes_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     from jt_core.gpu import launchers
 

@@ -455,3 +455,68 @@ def test_a_damaged_record_of_handed_over_kernels_fails_no_call(
     x = np.arange(4, dtype=np.float32)
     out = jax.jit(lambda x: jt.triton_call(x, kernel=printing_kernel, out_shape=x, grid=1, BLOCK=4))(x)
     np.testing.assert_array_equal(np.asarray(out), 2 * x)
+
+
+@triton.jit
+def k_loop_matmul_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    K,
+    SCALE_EACH_STEP: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UNROLL_TAG: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    ks = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rows[:, None] * K + (k + ks)[None, :])
+        b = tl.load(b_ptr + (k + ks)[:, None] * N + cols[None, :])
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if SCALE_EACH_STEP:  # the accumulator used by more than the next step's dot
+            acc = acc * 0.5
+    tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty))
+
+
+@pytest.mark.parametrize("scale_each_step", [False, True])
+@pytest.mark.parametrize(("dtype", "precision"), [(np.float32, "ieee"), (np.float32, "tf32"), (np.float16, "ieee")])
+def test_a_k_loop_of_dots_unrolled_gives_the_bits_of_the_loop_run_step_by_step(
+    monkeypatch: pytest.MonkeyPatch, dtype: type, precision: str, scale_each_step: bool
+) -> None:
+    """An unrolled loop of ``acc = tl.dot(a, b, acc)`` computes its products as one batched product and adds them
+    in the loop's order: the same bits as the loop traced as a loop (XLA's while), step by step."""
+    from jt_core.cpu.compiled import control
+
+    rng = np.random.default_rng(11)
+    m, n, k = 64, 48, 128
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+
+    def call(tag: int) -> jax.stages.Lowered:
+        def f(a: jax.Array, b: jax.Array) -> jax.Array:
+            return jt.triton_call(
+                a, b, kernel=k_loop_matmul_kernel, out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+                grid=(m // 32, n // 16), K=k, SCALE_EACH_STEP=scale_each_step, PRECISION=precision,
+                UNROLL_TAG=tag, BM=32, BN=16, BK=16, N=n, launcher="compiled",
+            )  # fmt: skip
+
+        return jax.jit(f).lower(a, b)
+
+    unrolled = call(0)
+    monkeypatch.setattr(control, "_UNROLLED_OPERATIONS", 0)
+    looped = call(1)
+    dots = unrolled.as_text().count("stablehlo.dot_general")
+    assert dots == (k // 16 if scale_each_step else 1)  # one batched product where the steps only accumulate
+    got, want = np.asarray(unrolled.compile()(a, b)), np.asarray(looped.compile()(a, b))
+    np.testing.assert_array_equal(got, want)
+    reference = np.zeros((m, n))
+    for start in range(0, k, 16):
+        reference = reference + a[:, start : start + 16].astype(np.float64) @ b[start : start + 16].astype(np.float64)
+        reference = reference * 0.5 if scale_each_step else reference
+    np.testing.assert_allclose(got, reference, rtol=2e-2 if precision == "tf32" else 1e-4, atol=1e-2)

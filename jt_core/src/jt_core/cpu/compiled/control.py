@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import lang
+from jt_core.cpu.compiled import lang, reductions
 from jt_core.cpu.compiled.descriptors import Descriptor
 from jt_core.cpu.compiled.memory import Pointer, State
 from jt_core.cpu.compiled.program import Block, Operation, TensorType
@@ -145,19 +145,58 @@ _UNROLLED_OPERATIONS = 256
 
 
 def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -> State:
-    """``scf.for`` traced once per iteration, the counter a known int in each."""
+    """``scf.for`` traced once per iteration, the counter a known int in each; the products the loop accumulates
+    (`_accumulating_dots`) are computed together after it."""
     body = op.regions[0][0]
     iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
     defined = _defined(body)
     values = [k.get(v) for v in op.operands[3:]]
-    for counter in counters:
-        for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
-            k.affine.pop(value, None)
-        iv = int(np.asarray(counter).astype(iv_dtype))
-        values, state = _nested(k, body, [iv, *values], state)
+    dots = _accumulating_dots(body) if len(counters) > 1 else {}
+    for dot in dots.values():
+        k.deferred_dots[dot.results[0]] = []
+    try:
+        for counter in counters:
+            for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
+                k.affine.pop(value, None)
+            iv = int(np.asarray(counter).astype(iv_dtype))
+            values, state = _nested(k, body, [iv, *values], state)
+        for index, dot in dots.items():
+            acc = lang.as_array(values[index], k.type(op.results[index]))
+            operands = k.deferred_dots[dot.results[0]]
+            values[index] = reductions.accumulated(acc, operands, dot.attr("inputPrecision", "IEEE"))
+    finally:
+        for dot in dots.values():
+            k.deferred_dots.pop(dot.results[0], None)
     for value, result in zip(op.results, values, strict=True):
         k.env[value] = result
     return state
+
+
+def _accumulating_dots(body: Block) -> dict[int, Operation]:
+    """The ``tl.dot`` operations of a loop's body that only accumulate into what the loop carries (``acc =
+    tl.dot(a, b, acc)``, ``acc`` used by nothing else), by the index of the carried value."""
+    uses: dict[int, int] = {}
+    _count_uses(body, uses)
+    carried = {value: index for index, value in enumerate(body.arguments[1:])}
+    yielded = body.operations[-1].operands
+    found = {}
+    for dot in body.operations:
+        if dot.name != "tt.dot" or dot.attr("inputPrecision", "IEEE") not in reductions.BATCHED_PRECISIONS:
+            continue
+        index = carried.get(dot.operands[2])
+        result = dot.results[0]
+        if index is not None and yielded[index] == result and uses[dot.operands[2]] == 1 and uses[result] == 1:
+            found[index] = dot
+    return found
+
+
+def _count_uses(block: Block, uses: dict[int, int]) -> None:
+    for op in block.operations:
+        for value in op.operands:
+            uses[value] = uses.get(value, 0) + 1
+        for region in op.regions:
+            for inner in region:
+                _count_uses(inner, uses)
 
 
 def _defined(block: Block) -> list[int]:

@@ -91,6 +91,8 @@ class Kernel:
         self.depth = 0
         #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).
         self.branched_blocks = 0
+        #: The operands of the products an unrolled loop accumulates, by the dot's result (`control._unrolled`).
+        self.deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
 

@@ -23,7 +23,7 @@ from jt_core.cpu.compiled.memory import State
 from jt_core.cpu.compiled.program import Operation
 from jt_core.cpu.compiled.tracer import Handler, Tracer
 
-__all__ = ["HANDLERS", "tree_reduce"]
+__all__ = ["HANDLERS", "accumulated", "tree_reduce"]
 
 
 _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
@@ -75,6 +75,11 @@ def _ignoring_nan(reduce: Callable[..., jax.Array], fill: float, x: jax.Array, a
 
 
 def _dot(k: Tracer, op: Operation, state: State) -> State:
+    deferred = k.deferred_dots.get(op.results[0])
+    if deferred is not None:  # an unrolled loop's accumulation: `accumulated` computes it after the loop
+        deferred.append((lang.widen_for_dot(k.array(op.operands[0])), lang.widen_for_dot(k.array(op.operands[1]))))
+        k.env[op.results[0]] = k.get(op.operands[2])
+        return state
     a, b, acc = (k.array(v) for v in op.operands[:3])
     a, b = lang.widen_for_dot(a), lang.widen_for_dot(b)
     precision = op.attr("inputPrecision", "IEEE")
@@ -93,16 +98,38 @@ def _dot(k: Tracer, op: Operation, state: State) -> State:
 
 def _product(a: jax.Array, b: jax.Array, acc: jax.Array, precision: str) -> jax.Array:
     """``a @ b + acc`` (batched over leading axes), the operands rounded to TF32 where ``precision`` says so."""
+    return _products(a, b, acc.dtype, precision) + acc
+
+
+def _products(a: jax.Array, b: jax.Array, dtype: Any, precision: str) -> jax.Array:
+    """``a @ b`` in ``dtype``, batched over leading axes, the operands rounded to TF32 where ``precision`` says so."""
     if precision == "TF32":
         a, b = lang.round_to_tf32(a), lang.round_to_tf32(b)
-    product = lax.dot_general(
+    return lax.dot_general(
         a,
         b,
         (((a.ndim - 1,), (b.ndim - 2,)), (tuple(range(a.ndim - 2)), tuple(range(b.ndim - 2)))),
         precision=lax.Precision.HIGHEST,
-        preferred_element_type=acc.dtype,
+        preferred_element_type=dtype,
     )
-    return product + acc
+
+
+#: The input precisions whose products `accumulated` may batch (TF32x3 sums three products per step).
+BATCHED_PRECISIONS = ("IEEE", "TF32")
+
+
+def accumulated(acc: jax.Array, operands: list[tuple[jax.Array, jax.Array]], precision: str) -> jax.Array:
+    """``acc`` plus the products of ``operands``' pairs, added one after another in their order, as a loop of
+    ``acc = tl.dot(a, b, acc)`` adds them: the same bits as that loop traced step by step, but the products are one
+    batched ``dot_general``, which XLA runs faster than as many small ones."""
+    if len(operands) < 2 or len({(a.shape, b.shape) for a, b in operands}) > 1:
+        for a, b in operands:
+            acc = _product(a, b, acc, precision)
+        return acc
+    products = _products(jnp.stack([a for a, _ in operands]), jnp.stack([b for _, b in operands]), acc.dtype, precision)
+    for index in range(len(operands)):
+        acc = products[index] + acc
+    return acc
 
 
 def _combiner(k: Tracer, op: Operation) -> str | None:

@@ -35,6 +35,7 @@ class Tracer(Protocol):
     used: set[int]
     sign_safe: frozenset[int]
     branched_blocks: int
+    deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]]
 
     def type(self, value: int) -> TensorType:
         """The type of a value."""
