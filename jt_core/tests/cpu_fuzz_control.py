@@ -42,10 +42,7 @@ def control_flow(draw: Any, avoid: frozenset[str]) -> Program:
         "    offs = tl.arange(0, BLOCK)",
         "    acc = tl.load(x_ptr + offs)",
     ]
-    # Triton's interpreter runs range() with Python ints: an index with no tensor methods, where that is avoided.
     loop = f"    for i in range({start}, n, {step}):"
-    if "loop_index_methods" in avoid:
-        loop = f"    for k in range({start}, n, {step}):\n        i = k + tl.zeros([], tl.int32)"
     if shape == "for":
         body += [loop, load, *update_lines, f"        acc = {u}"]
     elif shape == "static":

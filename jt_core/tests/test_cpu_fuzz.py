@@ -93,14 +93,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("interpreter",),
         avoid=("scalar_and_block_mask",),
     ),
-    "loop_index_is_a_python_int": Known(
-        "new: a for loop's index is a Python int in the interpreter",
-        "Triton's interpreter runs for i in range(a, n, b) with Python ints, so i.to(tl.int32) or (i == 0).to(...) "
-        "raise AttributeError ('int' or 'bool' object has no attribute 'to'), where the compiled path and the GPU "
-        "have an int32 tensor",
-        ("interpreter",),
-        avoid=("loop_index_methods",),
-    ),
     "adding_a_zero_xla_proves": Known(
         "new: adding an integer XLA proves zero to -0.0 keeps -0.0 on the compiled path",
         "x + v with v an integer expression of values known when tracing that XLA folds to 0 (num_programs(1) "

@@ -374,20 +374,41 @@ def loop_index_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
     acc = tl.load(x_ptr + offs)
     for i in range(0, n, 1):
         acc = acc + i.to(tl.int32) + (i == 0).to(tl.int32)
+    for j in tl.range(1, n, num_stages=1):  # a pipelining hint, as Triton's tutorials give it
+        acc = acc + j.to(tl.int32) * 10
+    for k in tl.static_range(2):  # unrolled with constants: k is a Python int to the code generator
+        acc = acc + tl.full((BLOCK,), k * 100, tl.int32)
     tl.store(out_ptr + offs, acc)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's interpreter runs a for loop over range() with Python ints: the index has no tensor methods "
-    "(\"'int' object has no attribute 'to'\"), where the compiled path and the GPU give an int32 tensor (to correct "
-    "in jt_core/interpreter/rewriting.py)",
-)
 def test_a_loop_index_is_a_tensor_in_the_interpreter() -> None:
+    """Compiled Triton's ``scf.for`` counter is an int32 tensor (``i.to(...)`` works); Triton's interpreter alone
+    gave a Python int. ``tl.static_range`` keeps a Python int."""
     x = np.arange(8, dtype=np.int32)
     for launcher in ("compiled", "interpreter"):
         (got,) = run(loop_index_kernel, x, 3, out_shape=x, grid=1, BLOCK=8, launcher=launcher)
-        np.testing.assert_array_equal(got, x + 4, err_msg=launcher)
+        np.testing.assert_array_equal(got, x + 4 + 30 + 100, err_msg=launcher)
+
+
+@triton.jit
+def loop_index_type_kernel(out_ptr, start):
+    # The counter's type shows in its arithmetic: a 32-bit counter wraps, a 64-bit one does not.
+    for i in range(start, start + 1):
+        tl.store(out_ptr, (i + 2_000_000_000).to(tl.int64))
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [(1_000_000_000, 3_000_000_000 - 2**32), (3_000_000_000, 5_000_000_000 - 2**32), (5_000_000_000, 7_000_000_000)],
+    ids=["int32", "uint32", "int64"],
+)
+def test_a_loop_counter_has_the_type_of_its_bounds_in_both_paths(start: int, expected: int) -> None:
+    """The counter has its bounds' type (a scalar argument's: int32, uint32 from 2**31, int64 from 2**32), whose sums
+    wrap at its width: the compiled path and the interpreter agree, as the code generator types ``scf.for``."""
+    out = jax.ShapeDtypeStruct((1,), jnp.int64)
+    for launcher in ("compiled", "interpreter"):
+        (got,) = run(loop_index_type_kernel, out_shape=out, grid=1, start=start, launcher=launcher)
+        assert int(got[0]) == expected, launcher
 
 
 # -- Triton 3.6 -------------------------------------------------------------------------------------------------------

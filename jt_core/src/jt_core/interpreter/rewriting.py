@@ -18,7 +18,11 @@ syntax tree is rewritten so that:
   triton.language.extra.libdevice import tanh``) reads that member when it runs, as ``tl.exp`` would: the
   interpreter replaces those members for the run, and the code generator resolves such a name to the same builtin.
   Without this the name keeps the builtin itself, which refuses to run outside a compile (``_semantic`` argument
-  must be provided), or libdevice's empty stand-in, which returns ``None``.
+  must be provided), or libdevice's empty stand-in, which returns ``None``;
+* the index of a ``for`` loop over ``range`` or ``tl.range`` is a scalar tensor of its bounds' type (int32 for
+  most loops), as the code generator's ``scf.for`` makes it, where the interpreter gave a Python int
+  (``i.to(tl.int64)`` failed, and its arithmetic did not wrap). ``tl.static_range`` keeps Python ints, as the code
+  generator unrolls it with constants.
 
 The same rewrite applies to the ``@triton.jit`` helpers a kernel calls, in whichever module they live. The
 rewritten function runs in a namespace made of Triton's interpreter module, the kernel's module globals and its
@@ -32,17 +36,18 @@ import functools
 import importlib
 import linecache
 import types
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Any
 
 from jt_core import _compat, frontend
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["BooleanChain", "failing_line", "logical_not", "rewrite", "source_line"]
+__all__ = ["BooleanChain", "failing_line", "logical_not", "loop_indices", "rewrite", "source_line"]
 
 #: The names the rewritten source uses for its helpers and for the language modules it reads aliases from.
 _CHAIN = "_jt_boolean_chain"
 _NOT = "_jt_logical_not"
+_INDICES = "_jt_loop_indices"
 _MODULES = {
     "_jt_language": "triton.language",
     "_jt_language_math": "triton.language.math",
@@ -121,11 +126,50 @@ def logical_not(value: Any) -> Any:
     return not value
 
 
+def loop_indices(make: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+    """The indices of a ``for`` loop over ``make(*args, **kwargs)`` (``range``, or ``tl.range`` as the interpreter
+    has it) as scalar tensors of the type compiled Triton gives the loop's counter: its bounds' and step's types
+    promoted (a number typed as a kernel's scalar argument would be: int32, uint32, int64, uint64)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    dtype = tl.int32  # the start and step a loop may leave out
+    for bound in args:
+        dtype = _promoted(dtype, _bound_type(bound))
+    np_dtype = np.dtype(f"{'i' if dtype.is_int_signed() else 'u'}{dtype.int_bitwidth // 8}")
+    for value in make(*args, **kwargs):
+        yield tl.tensor(TensorHandle(np.array([value]).astype(np_dtype), dtype), dtype)
+
+
+def _bound_type(bound: Any) -> Any:
+    import triton.language as tl
+
+    if isinstance(bound, tl.constexpr):
+        bound = bound.value
+    if isinstance(bound, tl.tensor):
+        return bound.dtype
+    value = int(bound)
+    for dtype, high in ((tl.int32, 2**31), (tl.uint32, 2**32), (tl.int64, 2**63)):
+        if -(2**31 if dtype is tl.int32 else 2**63) <= value < high:
+            return dtype
+    return tl.uint64
+
+
+def _promoted(a: Any, b: Any) -> Any:
+    """Triton's promotion of two integer types: the wider; of a signed and an unsigned one of the same width, the
+    unsigned."""
+    if a.int_bitwidth != b.int_bitwidth:
+        return a if a.int_bitwidth > b.int_bitwidth else b
+    return b if a.is_int_signed() else a
+
+
 class _CompiledMeaning(ast.NodeTransformer):
     """Rewrites ``and``/``or``/``not`` into calls of this module's helpers and reads language aliases at run time."""
 
-    def __init__(self, aliases: Mapping[str, tuple[str, str]]) -> None:
+    def __init__(self, aliases: Mapping[str, tuple[str, str]], shadowed: bool = False) -> None:
         self._aliases = aliases
+        self._shadowed = shadowed  # whether the name ``range`` is bound to something other than Python's
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
         self.generic_visit(node)  # rewrites the operands in place
@@ -144,12 +188,32 @@ class _CompiledMeaning(ast.NodeTransformer):
             return node
         return _located(_call(_NOT, node.operand), node)
 
+    def visit_For(self, node: ast.For) -> ast.AST:
+        self.generic_visit(node)  # aliases in the iterable are read as members by now (`visit_Name`)
+        call = node.iter
+        if isinstance(call, ast.Call) and _counted(call.func, self._shadowed):
+            node.iter = _located(
+                ast.Call(
+                    func=ast.Name(id=_INDICES, ctx=ast.Load()), args=[call.func, *call.args], keywords=call.keywords
+                ),
+                call,
+            )
+        return node
+
     def visit_Name(self, node: ast.Name) -> ast.AST:
         found = self._aliases.get(node.id)
         if found is None or not isinstance(node.ctx, ast.Load):
             return node
         module, attr = found
         return _located(ast.Attribute(value=ast.Name(id=module, ctx=ast.Load()), attr=attr, ctx=ast.Load()), node)
+
+
+def _counted(func: ast.expr, shadowed: bool) -> bool:
+    """Whether a loop over a call of ``func`` is an ``scf.for`` with a tensor counter: Python's ``range`` (unless the
+    name is bound to something else) or ``tl.range`` (any ``.range`` attribute: not ``.static_range``)."""
+    if isinstance(func, ast.Name):
+        return func.id == "range" and not shadowed
+    return isinstance(func, ast.Attribute) and func.attr == "range"
 
 
 def _call(name: str, *args: ast.expr) -> ast.Call:
@@ -224,7 +288,7 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
 
     outer = _outer_names(py_fn)
     aliases = _aliases(py_fn, outer)
-    ours = _CompiledMeaning(aliases)
+    ours = _CompiledMeaning(aliases, shadowed="range" in outer or "range" in py_fn.__code__.co_varnames)
 
     class _Passes:
         """Triton's own rewrite of the tree, then this module's."""
@@ -241,7 +305,7 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
             code = compile(transformed_ast, filename=self.filename, mode="exec")
             namespace = dict(vars(interp))
             namespace.update(outer)
-            namespace.update({_CHAIN: BooleanChain, _NOT: logical_not})
+            namespace.update({_CHAIN: BooleanChain, _NOT: logical_not, _INDICES: loop_indices})
             for variable in {module for module, _ in aliases.values()}:
                 namespace[variable] = importlib.import_module(_MODULES[variable])
             local: dict[str, Any] = {}
