@@ -192,12 +192,8 @@ class _CompiledMeaning(ast.NodeTransformer):
         self.generic_visit(node)  # aliases in the iterable are read as members by now (`visit_Name`)
         call = node.iter
         if isinstance(call, ast.Call) and _counted(call.func, self._shadowed):
-            node.iter = _located(
-                ast.Call(
-                    func=ast.Name(id=_INDICES, ctx=ast.Load()), args=[call.func, *call.args], keywords=call.keywords
-                ),
-                call,
-            )
+            indices = ast.Call(ast.Name(id=_INDICES, ctx=ast.Load()), [call.func, *call.args], call.keywords)
+            node.iter = ast.copy_location(indices, call)
         return node
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
