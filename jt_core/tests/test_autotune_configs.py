@@ -425,9 +425,9 @@ def test_a_handlers_record_with_skipped_configs_names_them_and_its_winner() -> N
 # -- tuning before lowering ------------------------------------------------------------------------------------------
 
 
-def test_a_launcher_that_tunes_ahead_lowers_the_winner_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The candidates run first, on scratch buffers, through the launcher itself (whose lowering of that run keeps
-    every config); the call is then lowered with the winner alone."""
+def lowerings_tuning_ahead(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """Makes the compiled CPU launcher tune ahead of lowering; returns the list that records, per lowering of a
+    call, the ``BLOCK`` of each config it keeps."""
     from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
     from jt_core.lowering import dispatch
 
@@ -441,6 +441,13 @@ def test_a_launcher_that_tunes_ahead_lowers_the_winner_alone(monkeypatch: pytest
         return lower_with(ctx, call, *args, **kwargs)
 
     monkeypatch.setattr(dispatch, "lower_with", spy)
+    return lowered
+
+
+def test_a_launcher_that_tunes_ahead_lowers_the_winner_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidates run first, on scratch buffers, through the launcher itself (whose lowering of that run keeps
+    every config); the call is then lowered with the winner alone."""
+    lowered = lowerings_tuning_ahead(monkeypatch)
     x = rand(100)
     before = dict(tuning.tuning_stats)
     name = fresh_name()
@@ -467,19 +474,7 @@ def test_a_call_reading_integer_arrays_is_tuned_on_its_own_operands_not_ahead(
     """Scratch integers cannot stand for offsets (a gather's indices, a variable-length batch's cu_seqlens): such a
     call is not run on scratch data before lowering, which says so; every config is lowered and the call tunes
     on its own operands when it runs."""
-    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
-    from jt_core.lowering import dispatch
-
-    monkeypatch.setenv("JT_CPU_AUTOTUNE", "1")
-    monkeypatch.setattr(CpuCompiledLauncher, "tunes_ahead", lambda self, call: True)
-    lowered: list[list[int]] = []
-    lower_with = dispatch.lower_with
-
-    def spy(ctx: Any, call: KernelCall, *args: Any, **kwargs: Any) -> Any:
-        lowered.append(blocks(call))
-        return lower_with(ctx, call, *args, **kwargs)
-
-    monkeypatch.setattr(dispatch, "lower_with", spy)
+    lowered = lowerings_tuning_ahead(monkeypatch)
     kernel = triton.autotune(configs=configs(), key=["n"])(gather_scale_kernel)
     x = rand(100)
     index = jnp.asarray(RNG.permutation(100).astype(np.int32))

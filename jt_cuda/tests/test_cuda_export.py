@@ -20,6 +20,7 @@ from jax import export
 
 import jt_core as jt
 from jt_core.testing import autotuned_scale_inplace_kernel
+from jt_core.testing.markers import has_platform
 
 N = 1024
 #: The targets the documentation tells users to allow (Transformations, jax.export).
@@ -28,13 +29,6 @@ DOCUMENTED_TARGETS = (
     "triton_kernel_call_jt_cuda_preloaded",
     "__gpu$xla.gpu.triton",
 )
-
-
-def _has_cuda_device() -> bool:
-    try:
-        return bool(jax.devices("cuda"))
-    except RuntimeError:
-        return False
 
 
 def _add(launcher: str) -> Any:
@@ -67,7 +61,7 @@ def test_an_export_for_cuda_needs_only_the_documented_targets_allowed(
     launcher: str, make: Any, target: str | tuple[str, str]
 ) -> None:
     if isinstance(target, tuple):
-        target = target[_has_cuda_device()]
+        target = target[has_platform("cuda")]
     f = jax.jit(make(launcher))
     with pytest.raises(ValueError, match=re.escape(f"custom_call @{target}")):
         export.export(f, platforms=["cuda"])(f32((N,)), f32((N,)))  # JAX's check refuses jt's targets
