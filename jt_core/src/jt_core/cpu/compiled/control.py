@@ -151,7 +151,7 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -
     iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
     defined = _defined(body)
     values = [k.get(v) for v in op.operands[3:]]
-    dots = _accumulating_dots(body) if len(counters) > 1 else {}
+    dots = _accumulating_dots(k, body) if len(counters) > 1 else {}
     for dot in dots.values():
         k.deferred_dots[dot.results[0]] = []
     try:
@@ -172,11 +172,10 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -
     return state
 
 
-def _accumulating_dots(body: Block) -> dict[int, Operation]:
+def _accumulating_dots(k: Tracer, body: Block) -> dict[int, Operation]:
     """The ``tl.dot`` operations of a loop's body that only accumulate into what the loop carries (``acc =
     tl.dot(a, b, acc)``, ``acc`` used by nothing else), by the index of the carried value."""
-    uses: dict[int, int] = {}
-    _count_uses(body, uses)
+    users = k.ir.users
     carried = {value: index for index, value in enumerate(body.arguments[1:])}
     yielded = body.operations[-1].operands
     found = {}
@@ -185,18 +184,9 @@ def _accumulating_dots(body: Block) -> dict[int, Operation]:
             continue
         index = carried.get(dot.operands[2])
         result = dot.results[0]
-        if index is not None and yielded[index] == result and uses[dot.operands[2]] == 1 and uses[result] == 1:
+        if index is not None and yielded[index] == result and len(users[dot.operands[2]]) == len(users[result]) == 1:
             found[index] = dot
     return found
-
-
-def _count_uses(block: Block, uses: dict[int, int]) -> None:
-    for op in block.operations:
-        for value in op.operands:
-            uses[value] = uses.get(value, 0) + 1
-        for region in op.regions:
-            for inner in region:
-                _count_uses(inner, uses)
 
 
 def _defined(block: Block) -> list[int]:

@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled.program import Operation, Program
+from jt_core.cpu.compiled.program import Program
 
 __all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_constants", "sign_safe_use"]
 
@@ -93,11 +93,7 @@ def sign_safe_constants(program: Program) -> frozenset[int]:
     (`_PASSING_ON`: a splat, a conversion of an integer zero known when traced) whose every use is `sign_safe_use`,
     through such operations: those stay constants XLA sees, whatever their value; the others, where ``+0.0``, are
     hidden (`opaque_constants`)."""
-    operations = program.operations()
-    uses: dict[int, list[Operation]] = {}
-    for op in operations:
-        for value in op.operands:
-            uses.setdefault(value, []).append(op)
+    uses = program.users
     safe: dict[int, bool] = {}
 
     def is_safe(value: int) -> bool:
@@ -112,7 +108,7 @@ def sign_safe_constants(program: Program) -> frozenset[int]:
 
     return frozenset(
         value
-        for op in operations
+        for op in program.operations()
         if op.name == "arith.constant" or op.name in _PASSING_ON
         for value in op.results
         if is_safe(value)

@@ -145,6 +145,15 @@ class Program:
             visit(function.body)
         return found
 
+    @functools.cached_property
+    def users(self) -> Mapping[int, list[Operation]]:
+        """The operations that read each value, nested ones included, one entry per operand the value fills."""
+        found: dict[int, list[Operation]] = {}
+        for op in self.operations():
+            for value in op.operands:
+                found.setdefault(value, []).append(op)
+        return found
+
     # -- keeping it on disk ------------------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
