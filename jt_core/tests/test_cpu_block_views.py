@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jt_core.cpu.compiled.blocks import View, read, strays, write
+from jt_core.translation.blocks import View, read, strays, write
 
 
 def _offsets(view: View, begin: int) -> np.ndarray:

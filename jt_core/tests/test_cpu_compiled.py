@@ -329,7 +329,7 @@ def test_every_call_through_both_paths_agrees(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_difference_between_the_two_paths_fails_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.cpu.compiled import lang
+    from jt_core.translation import lang
 
     monkeypatch.setenv("JT_CPU_DIFFERENTIAL", "1")
     monkeypatch.setitem(lang.ELEMENTWISE, "arith.mulf", (lambda a, b: a * b * 1.0000001, False))
@@ -400,7 +400,7 @@ def test_programs_whose_stores_overlap_run_in_order_as_the_interpreter_runs_them
 
 
 def test_programs_run_side_by_side_in_chunks_when_they_are_many(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.cpu.compiled import grid
+    from jt_core.translation import grid
 
     monkeypatch.setattr(grid, "SIDE_BY_SIDE_BYTES", 4 * 64 * 7)  # 7 programs of 64 floats at a time
     x = np.random.default_rng(9).standard_normal(1000).astype(np.float32)
@@ -491,7 +491,7 @@ def test_a_k_loop_of_dots_unrolled_gives_the_bits_of_the_loop_run_step_by_step(
 ) -> None:
     """An unrolled loop of ``acc = tl.dot(a, b, acc)`` computes its products as one batched product and adds them
     in the loop's order: the same bits as the loop traced as a loop (XLA's while), step by step."""
-    from jt_core.cpu.compiled import control
+    from jt_core.translation import control
 
     rng = np.random.default_rng(11)
     m, n, k = 64, 48, 128

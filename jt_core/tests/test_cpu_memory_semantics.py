@@ -16,9 +16,9 @@ import triton
 import triton.language as tl
 
 import jt_core as jt
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.memory import BufferSpec, Memory, Pointer, State, no_error
 from jt_core.errors import DifferentialMismatchError, KernelRuntimeError, OutOfBoundsAccessError
+from jt_core.translation.affine import Affine
+from jt_core.translation.memory import BufferSpec, Memory, Pointer, State, no_error
 
 PATHS = ["compiled", "ffi"]
 

@@ -120,7 +120,7 @@ def test_blocks_of_every_element_type_are_copied_bit_for_bit(dtype: Any) -> None
 
 
 def test_programs_side_by_side_in_boxes_with_a_partial_last_box_match_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.cpu.compiled import grid
+    from jt_core.translation import grid
 
     monkeypatch.setattr(grid, "SIDE_BY_SIDE_BYTES", 8 * 8 * 8 * 6)  # 6 programs of 8 x 8 at a time: 3 boxes of 2 x 3
     x = random((40, 24))

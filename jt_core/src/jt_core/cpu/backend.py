@@ -12,13 +12,13 @@ from typing import Any
 from jt_core import frontend, settings
 from jt_core.call import CPU_CHECKS, CompileOptions
 from jt_core.checks import CpuChecks
-from jt_core.cpu.compiled.extract import enum_names, extract
-from jt_core.cpu.compiled.program import Program
 from jt_core.interpreter import runner
 from jt_core.interpreter.execute import INTERPRETED_DIALECTS
 from jt_core.plugin import facade
 from jt_core.plugin.roles import Backend, CompileRequest, Dialect
 from jt_core.plugin.values import CompiledKernel, Target
+from jt_core.translation.extract import enum_names, extract
+from jt_core.translation.program import Program
 
 __all__ = ["CPU_TARGET", "PROGRAM_FORMAT", "CpuBackend", "CpuKernel", "CpuOptions", "compile_check_enabled"]
 

@@ -233,7 +233,7 @@ def _tf32_product(x: np.ndarray, y: np.ndarray, acc: np.ndarray) -> np.ndarray:
 
 def tf32_rna(values: np.ndarray) -> np.ndarray:
     """float32 values rounded to TensorFloat-32 (10 mantissa bits), to nearest with ties away from zero, as the
-    compiled path rounds ``tl.dot``'s operands (`jt_core.cpu.compiled.lang.round_to_tf32`); infinities and NaNs
+    compiled path rounds ``tl.dot``'s operands (`jt_core.translation.lang.round_to_tf32`); infinities and NaNs
     are kept."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
@@ -259,7 +259,7 @@ def saturating_int(values: np.ndarray, dtype: Any) -> np.ndarray:
 
 
 def _halves(values: list[np.ndarray], axis: int, combine: Callable[[list[Any], list[Any]], list[np.ndarray]]) -> list:
-    """``values`` reduced along ``axis`` as the compiled path reduces (`jt_core.cpu.compiled.reductions`): element
+    """``values`` reduced along ``axis`` as the compiled path reduces (`jt_core.translation.reductions`): element
     ``i`` of the first half combined with element ``i`` of the second, first half on the left, until one is left."""
     while values[0].shape[axis] > 1:
         size = values[0].shape[axis]

@@ -42,7 +42,7 @@ def register(call: KernelCall, kernel: CompiledKernel, config_index: int) -> int
 
 def opaque_zero() -> jax.Array:
     """A float64 zero XLA cannot see (the result of a custom call of jt's CPU handler library), for
-    `jt_core.cpu.compiled.floats.opaque_constants`."""
+    `jt_core.translation.floats.opaque_constants`."""
     handler_ready()
     return jax.ffi.ffi_call(ffi_launcher.ZERO_TARGET_NAME, jax.ShapeDtypeStruct((), jax.numpy.float64))()
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from jt_core import settings
-from jt_core.cpu.compiled.program import Program
 from jt_core.errors import DifferentialMismatchError
+from jt_core.translation.program import Program
 
 __all__ = ["TOLERANCE", "DifferentialMismatchError", "compare", "enabled", "tolerance"]
 

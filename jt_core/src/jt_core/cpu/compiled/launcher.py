@@ -34,19 +34,20 @@ from jax import lax
 from jt_core import _compat, coverage, distributed, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.cpu import ffi_launcher
-from jt_core.cpu.compiled import checking, differential, floats, handed_over
-from jt_core.cpu.compiled.accesses import pointer_argument
-from jt_core.cpu.compiled.descriptors import Descriptor, block_of
-from jt_core.cpu.compiled.grid import run_grid
-from jt_core.cpu.compiled.kernel import unsupported_operation
-from jt_core.cpu.compiled.memory import BufferSpec, Memory, State, no_error
-from jt_core.cpu.compiled.program import Program
-from jt_core.cpu.compiled.values import Unsupported
+from jt_core.cpu.compiled import checking, differential, handed_over
 from jt_core.cpu.ffi_launcher import CpuFfiLauncher
 from jt_core.cpu.lowered import cpu_autotune_enabled
 from jt_core.errors import CpuFallbackWarning, NoUsableConfigError, UnsupportedKernelError
 from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
+from jt_core.translation import floats
+from jt_core.translation.accesses import pointer_argument
+from jt_core.translation.descriptors import Descriptor, block_of
+from jt_core.translation.grid import run_grid
+from jt_core.translation.kernel import unsupported_operation
+from jt_core.translation.memory import BufferSpec, Memory, State, no_error
+from jt_core.translation.program import Program
+from jt_core.translation.values import Unsupported
 
 __all__ = ["CpuCompiledLauncher", "kernel_function"]
 
@@ -100,7 +101,7 @@ def kernel_function(
             (`jt_core.cpu.compiled.checking`); ``False`` returns the outputs unchecked, followed by the flag
             that says whether an access strayed, for the caller to act on.
         opaque_zeros: Whether the kernel's ``+0.0`` constants are hidden from XLA's simplifier
-            (`jt_core.cpu.compiled.floats.opaque_constants`, through a custom call of jt's CPU handler library);
+            (`jt_core.translation.floats.opaque_constants`, through a custom call of jt's CPU handler library);
             ``False`` for an exported artifact, which may hold no custom call: there XLA folds ``x + 0.0`` into ``x``.
 
     Raises:

@@ -5,7 +5,7 @@ An offset such as ``tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)`` is ``c + a 
 constant ``c``, ``a`` and ``c_d`` (``i_d`` the lane's index along axis ``d`` of the block). Tracking that form
 through ``make_range``, ``splat``, broadcasting, sums and products with constants is enough to show, for most
 kernels, that no two programs store to the same element; then running the programs side by side (vectorised)
-gives what running them one after the other gives (`jt_core.cpu.compiled.grid`).
+gives what running them one after the other gives (`jt_core.translation.grid`).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import floats
-from jt_core.cpu.compiled.program import TensorType
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter import libdevice
+from jt_core.translation import floats
+from jt_core.translation.program import TensorType
 
 __all__ = [
     "ELEMENTWISE",
@@ -89,7 +89,7 @@ def _unsigned(value: int, element: str) -> int:
 
 def as_array(value: Any, ty: TensorType, opaque: bool = True) -> jax.Array:
     """``value`` as a JAX array of type ``ty``'s element type (scalars broadcast to its shape); a static ``+0.0``
-    hidden from XLA's simplifier unless ``opaque`` is false (`jt_core.cpu.compiled.floats.constant`)."""
+    hidden from XLA's simplifier unless ``opaque`` is false (`jt_core.translation.floats.constant`)."""
     dtype = dtype_of(ty.element)
     if is_static(value):
         if ty.element.startswith("i"):
@@ -109,7 +109,7 @@ def constant(text: str | None, value: Any, ty: TensorType, opaque: bool = True) 
         text: The value as printed (``2.000000e+00``, ``0x7F800000``, ``dense<1.0>``, ``dense<[1, 2]>``).
         value: The value as Triton's bindings read it (``None`` where they cannot).
         ty: Its type.
-        opaque: Whether a tensor of ``+0.0`` is hidden from XLA's simplifier (`jt_core.cpu.compiled.floats`).
+        opaque: Whether a tensor of ``+0.0`` is hidden from XLA's simplifier (`jt_core.translation.floats`).
     """
     dtype = dtype_of(ty.element)
     if text is not None:

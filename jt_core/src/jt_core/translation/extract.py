@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from jt_core.cpu.compiled.program import Block, Function, Operation, Program
+from jt_core.translation.program import Block, Function, Operation, Program
 
 __all__ = ["extract"]
 

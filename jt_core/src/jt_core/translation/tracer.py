@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import jax
 
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.memory import Memory, State
-from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
+from jt_core.translation.affine import Affine
+from jt_core.translation.memory import Memory, State
+from jt_core.translation.program import Block, Operation, Program, TensorType
 
 __all__ = ["Handler", "Tracer"]
 

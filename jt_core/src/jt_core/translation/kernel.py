@@ -1,7 +1,7 @@
 """Tracing a kernel's TTIR with JAX: each operation as the JAX operations that compute it.
 
 A `Kernel` runs a block's operations on JAX values: element-wise ones here
-(`jt_core.cpu.compiled.lang`), the rest through the handlers of `shapes`,
+(`jt_core.translation.lang`), the rest through the handlers of `shapes`,
 `accesses`, `reductions` and
 `control`; ``tt.call`` is inlined. A construct it cannot express raises
 `Unsupported` while tracing, naming the operation and the kernel source line
@@ -18,13 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import accesses, control, descriptors, extern, floats, lang, reductions, shapes
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.memory import Memory, Pointer, State
-from jt_core.cpu.compiled.program import Block, Operation, Program, TensorType
-from jt_core.cpu.compiled.values import BlockPointer, NotVectorizable, Unsupported
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter.libdevice import libdevice_name
+from jt_core.translation import accesses, control, descriptors, extern, floats, lang, reductions, shapes
+from jt_core.translation.affine import Affine
+from jt_core.translation.memory import Memory, Pointer, State
+from jt_core.translation.program import Block, Operation, Program, TensorType
+from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
 
@@ -58,7 +58,7 @@ def unsupported_operation(program: Program) -> Unsupported | None:
 
 
 class Kernel:
-    """Traces the programs of a kernel: `jt_core.cpu.compiled.grid` runs its entry block once per program, or
+    """Traces the programs of a kernel: `jt_core.translation.grid` runs its entry block once per program, or
     once for many programs side by side.
 
     Args:
@@ -86,7 +86,7 @@ class Kernel:
         #: The stores of a vectorised run: the buffer and the affine form of the offsets.
         self.stores: list[tuple[int, Affine]] = []
         self.used = _used_values(program)
-        #: The constants XLA may see whatever their value (`jt_core.cpu.compiled.floats.sign_safe_constants`).
+        #: The constants XLA may see whatever their value (`jt_core.translation.floats.sign_safe_constants`).
         self.sign_safe = floats.sign_safe_constants(program)
         self.depth = 0
         #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).

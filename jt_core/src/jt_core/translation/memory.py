@@ -9,7 +9,7 @@ Unless the bounds check is off, every masked-in lane of every access is compared
 that strays is dropped: a load reads its ``other`` value, or zero, and a store writes nothing), and the state's flag
 says whether any strayed;
 after the kernel ran, a set flag makes the interpreter run the call again to name the access
-(`jt_core.cpu.compiled.checking`). A store into an input that is not an output sets it too.
+(`jt_core.cpu.compiled.checking` on the CPU). A store into an input that is not an output sets it too.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.lang import dtype_of, is_static
 from jt_core.errors import UnsupportedKernelError
+from jt_core.translation.affine import Affine
+from jt_core.translation.lang import dtype_of, is_static
 
 __all__ = ["BufferSpec", "Memory", "Pointer", "State", "no_error"]
 
@@ -56,7 +56,7 @@ class BufferSpec:
 @dataclasses.dataclass(frozen=True)
 class Pointer:
     """A pointer value: the buffer it points into, the offset (in elements of the buffer) of each lane, the type it
-    points to, and the offset's affine form where it is known (`jt_core.cpu.compiled.affine`)."""
+    points to, and the offset's affine form where it is known (`jt_core.translation.affine`)."""
 
     buffer: int
     offset: Any

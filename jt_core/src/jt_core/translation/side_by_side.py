@@ -5,12 +5,12 @@ a time) are traced once, under nested ``jax.vmap``\\ s, one per grid axis; a val
 axis is not mapped over it (a matmul's tile of ``A`` depends on the row of tiles only), so a ``tl.dot`` of the
 programs side by side is one matrix product, not a batch of them. Loads and stores whose offsets are affine in
 the program ids and the lanes read and write the box's whole block at once as slices of the buffer
-(`jt_core.cpu.compiled.blocks`); the others gather and scatter as `jt_core.cpu.compiled.grid` does. Stores are
+(`jt_core.translation.blocks`); the others gather and scatter as `jt_core.translation.grid` does. Stores are
 recorded and made after the programs ran.
 
 That gives what the programs in order give when no program can see another's stores and no two programs store to
 one element: no atomics; every store outside loops and branches, through offsets affine in the program ids whose
-steps keep the programs' elements apart (`jt_core.cpu.compiled.affine.disjoint`); and a buffer both loaded and
+steps keep the programs' elements apart (`jt_core.translation.affine.disjoint`); and a buffer both loaded and
 stored (an in-place kernel) only loaded before it is stored, each program loading the elements it stores. Anything
 else raises `NotVectorizable`.
 """
@@ -26,13 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import affine, blocks
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.kernel import Kernel
-from jt_core.cpu.compiled.lang import dtype_of
-from jt_core.cpu.compiled.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
-from jt_core.cpu.compiled.program import Program
-from jt_core.cpu.compiled.values import NotVectorizable
+from jt_core.translation import affine, blocks
+from jt_core.translation.affine import Affine
+from jt_core.translation.kernel import Kernel
+from jt_core.translation.lang import dtype_of
+from jt_core.translation.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
+from jt_core.translation.program import Program
+from jt_core.translation.values import NotVectorizable
 
 __all__ = ["run"]
 

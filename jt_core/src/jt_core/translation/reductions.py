@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import floats, lang
-from jt_core.cpu.compiled.memory import State
-from jt_core.cpu.compiled.program import Operation
-from jt_core.cpu.compiled.tracer import Handler, Tracer
+from jt_core.translation import floats, lang
+from jt_core.translation.memory import State
+from jt_core.translation.program import Operation
+from jt_core.translation.tracer import Handler, Tracer
 
 __all__ = ["HANDLERS", "accumulated", "tree_reduce"]
 

@@ -1,6 +1,6 @@
 """Operations that make values or move their elements around: constants, program ids, ranges, splats, broadcasts,
 reshapes, transpositions, concatenations, gathers; on numbers and on pointers alike, keeping what is known of an
-integer's affine form (`jt_core.cpu.compiled.affine`)."""
+integer's affine form (`jt_core.translation.affine`)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jt_core.cpu.compiled import lang
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.memory import Pointer, State
-from jt_core.cpu.compiled.program import Operation, TensorType
-from jt_core.cpu.compiled.tracer import Handler, Tracer
-from jt_core.cpu.compiled.values import Unsupported
+from jt_core.translation import lang
+from jt_core.translation.affine import Affine
+from jt_core.translation.memory import Pointer, State
+from jt_core.translation.program import Operation, TensorType
+from jt_core.translation.tracer import Handler, Tracer
+from jt_core.translation.values import Unsupported
 
 __all__ = ["HANDLERS"]
 

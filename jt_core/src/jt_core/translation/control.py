@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import lang, reductions
-from jt_core.cpu.compiled.descriptors import Descriptor
-from jt_core.cpu.compiled.memory import Pointer, State
-from jt_core.cpu.compiled.program import Block, Operation, TensorType
-from jt_core.cpu.compiled.tracer import Tracer
-from jt_core.cpu.compiled.values import BlockPointer, Unsupported
+from jt_core.translation import lang, reductions
+from jt_core.translation.descriptors import Descriptor
+from jt_core.translation.memory import Pointer, State
+from jt_core.translation.program import Block, Operation, TensorType
+from jt_core.translation.tracer import Tracer
+from jt_core.translation.values import BlockPointer, Unsupported
 
 __all__ = ["BRANCHES", "cf_branch", "scf_for", "scf_if", "scf_while"]
 

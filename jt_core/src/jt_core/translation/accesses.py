@@ -1,6 +1,6 @@
 """Pointers and memory: pointer arithmetic, loads, stores and atomics through pointers and block pointers.
 
-In a vectorised run (`jt_core.cpu.compiled.grid`) a store is only recorded, to be made after every program
+In a vectorised run (`jt_core.translation.grid`) a store is only recorded, to be made after every program
 ran; a store the vectorised run cannot prove safe (inside a loop or branch, through a pointer whose affine form is
 unknown) or an atomic stops it, and the programs run one after the other instead.
 """
@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import lang
-from jt_core.cpu.compiled.affine import Affine
-from jt_core.cpu.compiled.memory import Pointer, State
-from jt_core.cpu.compiled.program import Operation, parse_type
-from jt_core.cpu.compiled.tracer import Handler, Tracer
-from jt_core.cpu.compiled.values import BlockPointer, NotVectorizable, Unsupported
+from jt_core.translation import lang
+from jt_core.translation.affine import Affine
+from jt_core.translation.memory import Pointer, State
+from jt_core.translation.program import Operation, parse_type
+from jt_core.translation.tracer import Handler, Tracer
+from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS"]
 

@@ -1,7 +1,7 @@
 """The block accesses of many programs at once as slices of their buffer, instead of gathers and scatters.
 
 A block access whose offsets are affine in the program ids and the block's lanes
-(`jt_core.cpu.compiled.affine`) reaches, over a box of programs, the elements ``begin + sum(steps[a] * index[a])``
+(`jt_core.translation.affine`) reaches, over a box of programs, the elements ``begin + sum(steps[a] * index[a])``
 of its buffer, one axis ``a`` per grid axis and per block axis. When the steps, sorted by size, nest (each a multiple
 of the one below it, and at least as large as what that one spans), those elements are a reshaped slice of the
 flat buffer: ``x[p * 1024 + arange(1024)]`` over 977 programs is the buffer's first 1,000,448 elements as a 977 x
@@ -9,8 +9,8 @@ flat buffer: ``x[p * 1024 + arange(1024)]`` over 977 programs is the buffer's fi
 holds that; `read` takes its elements out of a flat buffer (zero where they lie outside it) and `write` puts values
 back where a mask is on, saying whether a lane that is on lies outside the buffer.
 
-`load` is how `jt_core.cpu.compiled.memory.Memory` loads a block inside programs run side by side
-(`jt_core.cpu.compiled.side_by_side`): the box's whole block is read once, outside the programs' ``jax.vmap``, and
+`load` is how `jt_core.translation.memory.Memory` loads a block inside programs run side by side
+(`jt_core.translation.side_by_side`): the box's whole block is read once, outside the programs' ``jax.vmap``, and
 each program takes its own part; the ``vmap`` of that taking is the whole block again (`_peeled`), so what
 XLA compiles is one slice, not a gather.
 """
@@ -300,7 +300,7 @@ def load(
     lane: an int or an unmapped traced scalar).
 
     The ``vmap`` of it over the box is one read of the box's view (`read`): each mapped axis's position is taken
-    to be the ``vmap``'s index, as `jt_core.cpu.compiled.side_by_side` maps it."""
+    to be the ``vmap``'s index, as `jt_core.translation.side_by_side` maps it."""
     view = box_view(box, pids, lanes, shape)
     pending = tuple(k for k in range(3) if box.positions[k] is not None and pids[k] and box.counts[k] > 1)
     positions = [box.positions[k] for k in pending]

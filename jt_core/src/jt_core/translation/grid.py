@@ -9,9 +9,9 @@ Two ways give the same result:
   only when no program can see another's stores and no two programs store to one element, and it is used only
   when the kernel's TTIR proves it: no atomics; no buffer both loaded and stored; every store outside loops and
   branches, through offsets affine in the program ids whose steps keep the programs' elements apart
-  (`jt_core.cpu.compiled.affine.disjoint`). Anything else runs in order.
+  (`jt_core.translation.affine.disjoint`). Anything else runs in order.
 
-Side by side runs in boxes of programs first (`jt_core.cpu.compiled.side_by_side`: one ``jax.vmap`` per grid
+Side by side runs in boxes of programs first (`jt_core.translation.side_by_side`: one ``jax.vmap`` per grid
 axis, block accesses as slices of their buffers, in-place kernels too); the flat chunks here take the grids whose
 planes of programs do not fit in a box.
 """
@@ -28,11 +28,11 @@ import numpy as np
 from jax import lax
 
 from jt_core import settings
-from jt_core.cpu.compiled import affine, side_by_side
-from jt_core.cpu.compiled.kernel import Kernel
-from jt_core.cpu.compiled.memory import Memory, State
-from jt_core.cpu.compiled.program import Program, parse_type
-from jt_core.cpu.compiled.values import NotVectorizable
+from jt_core.translation import affine, side_by_side
+from jt_core.translation.kernel import Kernel
+from jt_core.translation.memory import Memory, State
+from jt_core.translation.program import Program, parse_type
+from jt_core.translation.values import NotVectorizable
 
 __all__ = ["chunk_size", "run_grid"]
 

@@ -21,11 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.cpu.compiled import lang
-from jt_core.cpu.compiled.memory import Pointer, State
-from jt_core.cpu.compiled.program import Operation, parse_type
-from jt_core.cpu.compiled.tracer import Handler, Tracer
-from jt_core.cpu.compiled.values import NotVectorizable, Unsupported
+from jt_core.translation import lang
+from jt_core.translation.memory import Pointer, State
+from jt_core.translation.program import Operation, parse_type
+from jt_core.translation.tracer import Handler, Tracer
+from jt_core.translation.values import NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS", "Descriptor", "block_of"]
 

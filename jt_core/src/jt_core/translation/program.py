@@ -3,9 +3,9 @@
 Triton's front end turns a kernel into a module of the ``tt``, ``arith``, ``math`` and ``scf`` dialects (its TTIR),
 in which every Python-level construct of the kernel is already resolved the way compiled Triton resolves it:
 ``a and b`` on tensors is an ``arith.andi``, a module-level alias of a builtin is the builtin's operation, a helper
-``@triton.jit`` function is a ``tt.call``. `jt_core.cpu.compiled.extract` copies that module into the frozen
+``@triton.jit`` function is a ``tt.call``. `jt_core.translation.extract` copies that module into the frozen
 dataclasses here (`Program`), so that nothing of Triton's native objects outlives the front end's lock, and
-`jt_core.cpu.compiled.kernel` runs it with JAX.
+`jt_core.translation.kernel` runs it with JAX.
 """
 
 from __future__ import annotations
