@@ -530,3 +530,286 @@ def test_a_literal_meets_a_bfloat16_block_in_the_interpreter() -> None:
         (got,) = run(bf16_plus_literal_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
         want = (x.astype(np.float32) + 0.5).astype(ml_dtypes.bfloat16)
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=launcher)
+
+
+# -- rounding toward zero -------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def toward_zero_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.cast(x, out_ptr.dtype.element_ty, fp_downcast_rounding="rtz"))
+
+
+#: Each narrowing conversion between the float types, as (source, target).
+NARROWING = [
+    (np.float32, np.float16),
+    (np.float32, ml_dtypes.bfloat16),
+    (np.float64, np.float32),
+    (np.float64, np.float16),
+    (np.float64, ml_dtypes.bfloat16),
+]
+
+
+def _toward_zero(x: np.ndarray, target: Any) -> np.ndarray:
+    """``x`` rounded toward zero to ``target`` in float64, by the definition: whole multiples of the spacing of
+    ``target``'s values at ``|x|``, truncated, at most its largest finite value."""
+    info = ml_dtypes.finfo(target)
+    wide = np.abs(x.astype(np.float64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        _, exponent = np.frexp(wide)
+        binade = np.maximum(exponent - 1, int(info.minexp))
+        spacing = np.ldexp(1.0, binade - int(info.nmant))
+        truncated = np.floor(wide / spacing) * spacing
+    finite = np.where(np.isfinite(wide), np.minimum(truncated, float(info.max)), wide)
+    return np.copysign(finite, x.astype(np.float64)).astype(target)
+
+
+def _same_floats(got: np.ndarray, want: np.ndarray) -> bool:
+    bits = f"u{want.dtype.itemsize}"
+    same = got.view(bits) == want.view(bits)
+    return bool((same | (np.isnan(got.astype(np.float64)) & np.isnan(want.astype(np.float64)))).all())
+
+
+def _downcast(x: np.ndarray, target: Any, launcher: str) -> np.ndarray:
+    out = jax.ShapeDtypeStruct(x.shape, target)
+    runner = run_compiled_alone if launcher == "compiled" else lambda *a, **k: run(*a, launcher=launcher, **k)
+    (got,) = runner(toward_zero_kernel, x, out_shape=out, grid=1, BLOCK=x.size)
+    return got
+
+
+@pytest.mark.parametrize(("source", "target"), NARROWING, ids=lambda t: np.dtype(t).name)
+def test_rounding_toward_zero_gives_the_largest_finite_value_beyond_the_range(source: Any, target: Any) -> None:
+    """``cvt.rz`` (``fp_downcast_rounding="rtz"``): a finite value beyond the target's range becomes its largest
+    finite value, not an infinity or a NaN; infinities and NaN stay what they are."""
+    largest = float(ml_dtypes.finfo(target).max)
+    beyond = [min(largest * factor, float(np.finfo(source).max)) for factor in (1.0001, 1.5, 16, np.inf)]
+    x = np.array([*beyond, *(-b for b in beyond), np.inf, -np.inf, np.nan, largest, -largest, 1.0, -0.0, 0.0], source)
+    want = _toward_zero(x, target)
+    assert want[0] == largest and want[4] == -largest
+    for launcher in ("compiled", "interpreter"):
+        got = _downcast(x, target, launcher)
+        assert _same_floats(got, want), (launcher, got, want)
+
+
+@pytest.mark.parametrize(("source", "target"), NARROWING, ids=lambda t: np.dtype(t).name)
+def test_rounding_toward_zero_truncates_every_value(source: Any, target: Any) -> None:
+    """Toward zero, never to nearest: the target's value next to each, no larger in magnitude, zeros of both signs
+    and the target's subnormals included, bit for bit on both paths."""
+    rng = np.random.default_rng(11)
+    tiny = float(ml_dtypes.finfo(target).smallest_subnormal)
+    values = np.concatenate(
+        [
+            rng.standard_normal(40) * rng.choice([1.0, 1e3, 1e-3], 40),
+            rng.integers(-50, 50, 8) + 0.5,
+            rng.uniform(1, 2**24, 8) * tiny * rng.choice([-1, 1], 8),  # the target's subnormals and smallest normals
+            [0.0, -0.0, 1.0, -1.0, 1 / 3, -2 / 3, 65519.0, -65520.0],
+        ]
+    )
+    x = values.astype(source)
+    want = _toward_zero(x, target)
+    with np.errstate(over="ignore"):
+        nearest = x.astype(np.float64).astype(np.float32).astype(target)
+    assert (want.astype(np.float64) != nearest.astype(np.float64)).sum() > 8  # the data tell the two roundings apart
+    for launcher in ("compiled", "interpreter"):
+        got = _downcast(x, target, launcher)
+        assert _same_floats(got, want), (launcher, x[got.view(f"u{got.itemsize}") != want.view(f"u{got.itemsize}")])
+
+
+# -- arithmetic on int1 ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def int1_kernel(a_ptr, b_ptr, c_ptr, d_ptr, out_ptr, BLOCK: tl.constexpr, OP: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    p = tl.load(a_ptr + offs) > tl.load(b_ptr + offs)
+    q = tl.load(c_ptr + offs) > tl.load(d_ptr + offs)
+    if OP == "+":
+        r = p + q
+    elif OP == "-":
+        r = p - q
+    elif OP == "*":
+        r = p * q
+    elif OP == "//":
+        r = p // q
+    elif OP == "%":
+        r = p % q
+    elif OP == "<<":
+        r = p << q
+    elif OP == ">>":
+        r = p >> q
+    else:
+        r = -p
+    tl.store(out_ptr + offs, r)
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "//", "%", "<<", ">>", "neg"])
+def test_int1_arithmetic_wraps_modulo_two_on_both_paths(op: str) -> None:
+    """Triton keeps arithmetic on two ``int1`` blocks in ``int1`` (unsigned), where it wraps modulo 2: a sum or a
+    difference is an exclusive or, a product an and, ``-p`` is ``p``. A quotient is its dividend, a remainder zero and
+    a shift its shifted operand: what dividing by 1 and shifting by 0 (the only defined cases) give, and what LLVM
+    folds every ``i1`` division, remainder and shift to, so a GPU gives the same for a false divisor or a true shift."""
+    rng = np.random.default_rng(5)
+    a, b, c, d = (rng.integers(-3, 4, 64).astype(np.int32) for _ in range(4))
+    p, q = a > b, c > d
+    want = {"+": p ^ q, "-": p ^ q, "*": p & q, "//": p, "%": np.zeros_like(p), "<<": p, ">>": p, "neg": p}[op]
+    out = jax.ShapeDtypeStruct((64,), jnp.bool_)
+    (compiled,) = run_compiled_alone(int1_kernel, a, b, c, d, out_shape=out, grid=1, BLOCK=64, OP=op)
+    (interpreted,) = run(int1_kernel, a, b, c, d, out_shape=out, grid=1, BLOCK=64, OP=op, launcher="interpreter")
+    np.testing.assert_array_equal(compiled, want)
+    np.testing.assert_array_equal(interpreted, want)
+
+
+# -- tl.map_elementwise ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _larger_and_rest(x, y, k):
+    if x > y:
+        larger = x
+        rest = y + k
+    else:
+        larger = y * 2.0
+        rest = x - k
+    return larger, rest
+
+
+@triton.jit
+def map_elementwise_kernel(x_ptr, y_ptr, k_ptr, larger_ptr, rest_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    k = tl.load(k_ptr + offs)
+    larger, rest = tl.map_elementwise(_larger_and_rest, x, y, k)
+    tl.store(larger_ptr + offs, larger)
+    tl.store(rest_ptr + offs, rest)
+
+
+def test_map_elementwise_runs_a_branching_function_per_element_on_both_paths() -> None:
+    """``tl.map_elementwise`` (Triton 3.5 on) calls a scalar function on each element of its operands; a branch in it
+    takes its own side per element, and each of its results is a block."""
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    k = rng.integers(-100, 100, 64).astype(np.int32)
+    larger = np.where(x > y, x, y * np.float32(2.0))
+    rest = np.where(x > y, y + k.astype(np.float32), x - k.astype(np.float32))
+    outs = [x, x]
+    compiled = run_compiled_alone(map_elementwise_kernel, x, y, k, out_shape=outs, grid=1, BLOCK=64)
+    interpreted = run(map_elementwise_kernel, x, y, k, out_shape=outs, grid=1, BLOCK=64, launcher="interpreter")
+    for got in (compiled, interpreted):
+        np.testing.assert_array_equal(got[0], larger)
+        np.testing.assert_array_equal(got[1], rest)
+
+
+@triton.jit
+def _crossed(x0, x1, y0, y1):
+    return x0 - y1, x1 * y0
+
+
+@triton.jit
+def map_packed_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    (out,) = tl.map_elementwise(_crossed, tl.load(x_ptr + offs), tl.load(y_ptr + offs), pack=2)
+    tl.store(out_ptr + offs, out)
+
+
+def test_map_elementwise_packs_consecutive_elements_on_both_paths() -> None:
+    """With ``pack=2`` the function takes two consecutive elements of each operand and gives two of each result (a
+    GPU packs the elements one thread holds, consecutive ones in a row-major block like this one)."""
+    rng = np.random.default_rng(4)
+    x, y = (rng.standard_normal(32).astype(np.float32) for _ in range(2))
+    pairs_x, pairs_y = x.reshape(16, 2), y.reshape(16, 2)
+    want = np.stack([pairs_x[:, 0] - pairs_y[:, 1], pairs_x[:, 1] * pairs_y[:, 0]], axis=1).reshape(32)
+    (compiled,) = run_compiled_alone(map_packed_kernel, x, y, out_shape=x, grid=1, BLOCK=32)
+    (interpreted,) = run(map_packed_kernel, x, y, out_shape=x, grid=1, BLOCK=32, launcher="interpreter")
+    np.testing.assert_array_equal(compiled, want)
+    np.testing.assert_array_equal(interpreted, want)
+
+
+# -- subnormal arguments --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def subnormal_argument_kernel(x_ptr, s, stored_ptr, picked_ptr, summed_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(stored_ptr + offs, s)
+    tl.store(picked_ptr + offs, tl.where(offs % 2 == 0, s, x))
+    tl.store(summed_ptr + offs, x + s)
+
+
+SUBNORMAL = 1e-40  # a float32 subnormal, passed as a Python float
+
+
+def _subnormal_argument_run(launcher: str) -> list[np.ndarray]:
+    x = (np.random.default_rng(6).integers(-(2**20), 2**20, 16) * 2.0**-149).astype(np.float32)  # subnormals
+    outs = [x, x, x]
+    if launcher == "compiled":
+        return [x, *run_compiled_alone(subnormal_argument_kernel, x, SUBNORMAL, out_shape=outs, grid=1, BLOCK=16)]
+    return [x, *run(subnormal_argument_kernel, x, SUBNORMAL, out_shape=outs, grid=1, BLOCK=16, launcher=launcher)]
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_a_subnormal_float_argument_arrives_unflushed(launcher: str) -> None:
+    """A float32 parameter given 1e-40 receives the float32 subnormal nearest it, as on a GPU, on both paths: stored
+    as it is and picked by ``tl.where``. (The interpreter runs in a callback on XLA's threads, which flush
+    subnormals; the argument used to become 0.0 there.)"""
+    x, stored, picked, _ = _subnormal_argument_run(launcher)
+    s = np.float32(SUBNORMAL)
+    assert s != 0 and abs(s) < np.finfo(np.float32).smallest_normal
+    np.testing.assert_array_equal(stored.view(np.uint32), np.full(16, s).view(np.uint32))
+    np.testing.assert_array_equal(picked.view(np.uint32), np.where(np.arange(16) % 2 == 0, s, x).view(np.uint32))
+
+
+def test_arithmetic_on_a_subnormal_argument_keeps_subnormals_in_the_interpreter() -> None:
+    """The interpreter computes with subnormals as a GPU does (outside its ``ftz`` instructions); the compiled path's
+    arithmetic flushes them, as XLA's CPU threads run (docs: where the CPU differs from a GPU)."""
+    x, _, _, summed = _subnormal_argument_run("interpreter")
+    want = x + np.float32(SUBNORMAL)
+    assert (want != 0).all() and (np.abs(want) < np.finfo(np.float32).smallest_normal).any()
+    np.testing.assert_array_equal(summed.view(np.uint32), want.view(np.uint32))
+
+
+# -- float zeros computed from constants ----------------------------------------------------------------------------
+
+
+@triton.jit
+def floor_of_constant_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.floor(tl.full([BLOCK], 0.1, tl.float32)))
+
+
+@triton.jit
+def abs_of_constant_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.abs(tl.full([BLOCK], -0.0, tl.float32)))
+
+
+@triton.jit
+def scalar_times_zero_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + s * 0.0)
+
+
+@triton.jit
+def scalar_floor_kernel(x_ptr, s, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.floor(s))
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [floor_of_constant_kernel, abs_of_constant_kernel, scalar_times_zero_kernel, scalar_floor_kernel],
+    ids=["floor(0.1)", "abs(-0.0)", "s * 0.0", "floor(s)"],
+)
+def test_adding_a_zero_computed_from_constants_to_negative_zero_gives_positive_zero(kernel: Any) -> None:
+    """A float zero the compiled path computes from constants and scalar arguments alone is one XLA computes when it
+    compiles; its simplifier would then drop ``x + 0.0``, keeping ``x = -0.0`` negative. IEEE addition gives +0.0."""
+    x = np.random.default_rng(7).standard_normal(16).astype(np.float32)
+    x[::3] = -0.0
+    want = x + np.float32(0.0)
+    for launcher in ("interpreter", "compiled"):
+        runner = run_compiled_alone if launcher == "compiled" else lambda *a, **k: run(*a, launcher="interpreter", **k)
+        (got,) = runner(kernel, x, 0.25, out_shape=x, grid=1, BLOCK=16)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=launcher)

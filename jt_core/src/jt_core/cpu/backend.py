@@ -29,7 +29,7 @@ CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
 #: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it, from the front
 #: end as `jt_core.frontend.build` runs it, where ``tl.dot``'s default input precision is ``"ieee"``).
-PROGRAM_FORMAT = 6
+PROGRAM_FORMAT = 7
 
 
 def compile_check_enabled() -> bool:

@@ -5,5 +5,6 @@
 * `runner` -- the kernel in Triton's interpreter, without torch, under a process-wide lock;
 * `rewriting` -- the kernel's source made to mean what compiled Triton makes of it;
 * `access`, `races` -- the bounds check and the race check;
-* `numerics` -- where the interpreter's numbers differ from a GPU's, put right.
+* `numerics` -- where the interpreter's numbers differ from a GPU's, put right;
+* `mapped` -- ``tl.map_elementwise``, which the stock interpreter cannot run.
 """

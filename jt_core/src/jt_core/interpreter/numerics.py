@@ -36,7 +36,7 @@ import numpy as np
 
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["FloatFixes", "ReductionOrder", "saturating_int", "subnormals_kept", "tf32_rna"]
+__all__ = ["FloatFixes", "Int1Arithmetic", "ReductionOrder", "saturating_int", "subnormals_kept", "tf32_rna"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -84,7 +84,6 @@ class FloatFixes:
         self.rtz = interp._ir.ROUNDING_MODE.RTZ
         builder_class = type(builder)
         self.class_cast = builder_class.cast_impl
-        self.class_fp_to_fp = builder_class.create_fp_to_fp
         self.class_binary = builder_class.binary_op
         self.class_unary = builder_class.unary_op
         self.class_ternary = builder_class.ternary_op
@@ -131,7 +130,7 @@ class FloatFixes:
         s, d = src.dtype.scalar, dst_type.scalar
         values = self._values(src.data, s)
         if not _is_fp8(d):
-            return self.interp.TensorHandle(values.astype(self.get_np_dtype(d)), d)
+            return self.interp.TensorHandle(narrowed(values, self.get_np_dtype(d), rounding_mode == self.rtz), d)
         target = _fp8_dtype(d)
         limit = float(ml_dtypes.finfo(target).max)
         wide = values.astype(np.float64) if values.dtype.itemsize < 8 else values
@@ -161,10 +160,9 @@ class FloatFixes:
         return self.class_cast(self.builder, src, dst_type)
 
     def fp_to_fp(self, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
-        fp8, bf16 = self._involves(src, dst_type)
-        if fp8 or bf16:
-            return self._convert(src, dst_type, rounding_mode)
-        return self.class_fp_to_fp(self.builder, src, dst_type, rounding_mode)
+        # Every float conversion: the stock one rounds toward zero by dropping bits, which turns values past the
+        # target's range into NaN and misreads zeros and subnormals.
+        return self._convert(src, dst_type, rounding_mode)
 
     # -- arithmetic on float8 ----------------------------------------------------------------------------------
 
@@ -225,6 +223,104 @@ class FloatFixes:
             acc = _tf32_product(x_big, y - y_big, acc)
             acc = _tf32_product(x_big, y_big, acc)
         return self.interp.TensorHandle(acc, d.dtype.scalar)
+
+
+def narrowed(values: np.ndarray, dtype: np.dtype, toward_zero: bool = False) -> np.ndarray:
+    """Floats converted to the float type ``dtype``: rounded to nearest even, or toward zero (``cvt.rz``: the value
+    of ``dtype`` nearest each that is no larger in magnitude, the largest finite value past ``dtype``'s range).
+
+    float64 values become bfloat16 through float32 rounded to odd, which makes the second rounding a correct one
+    (``ml_dtypes`` rounds float64 to float32 and then to bfloat16, twice to nearest).
+    """
+    dtype = np.dtype(dtype)
+    values = np.asarray(values)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if values.dtype == np.float64 and dtype == _BF16:
+            converted = _to_odd_float32(values).astype(dtype)
+        else:
+            converted = values.astype(dtype)
+        if not toward_zero or dtype.itemsize >= values.dtype.itemsize:
+            return converted
+        # Rounded away from zero, or to an infinity from a finite value: one step down in magnitude (sign and
+        # magnitude bits), which from an infinity is the largest finite value. A NaN compares false.
+        over = np.abs(converted.astype(np.float64)) > np.abs(values.astype(np.float64))
+    bits = converted.view(f"u{dtype.itemsize}").copy()
+    bits[over] -= 1
+    return bits.view(dtype)
+
+
+def _to_odd_float32(values: np.ndarray) -> np.ndarray:
+    """float64 values rounded to float32 with an inexact result's last bit set (rounding to odd)."""
+    near = values.astype(np.float32)
+    bits = near.view(np.uint32).copy()
+    back = near.astype(np.float64)
+    inexact = np.isfinite(values) & np.isfinite(back) & (back != values)
+    toward = inexact & (np.abs(back) > np.abs(values))
+    bits[toward] -= 1  # toward zero first, then the last bit set
+    bits[inexact] |= 1
+    return bits.view(np.float32)
+
+
+class Int1Arithmetic:
+    """The interpreter's integer arithmetic on ``int1`` values made to wrap modulo 2, as compiled Triton's ``i1``
+    arithmetic does, for one run (`jt_core.translation.lang` computes the same).
+
+    NumPy computes on booleans as logic (``True + True`` is ``True``) or refuses to (subtraction, and Triton 3.6's
+    interpreter passes booleans to NumPy as they are). A sum or difference is an exclusive or, a product an and; a
+    quotient is its dividend, a remainder zero and a shift its shifted operand: what the divisor 1 and the shift 0,
+    the only ones defined, give, and what LLVM folds every ``i1`` division, remainder and shift to.
+
+    Args:
+        interp: ``triton.runtime.interpreter``.
+        builder: The interpreter's builder.
+        binary_op: The builder's ``binary_op`` for every other operand type.
+    """
+
+    def __init__(self, interp: Any, builder: Any, binary_op: Callable[[Any, Any, Any], Any]) -> None:
+        self.interp = interp
+        self.builder = builder
+        self.other_binary_op = binary_op
+        self.class_idiv = type(builder).create_idiv
+        self.class_ashr = type(builder).create_ashr
+
+    def patches(self) -> dict[str, Any]:
+        """The builder methods to replace for the run, by name."""
+        return {"binary_op": self.binary_op, "create_idiv": self.idiv, "create_ashr": self.ashr}
+
+    @staticmethod
+    def _both_int1(lhs: Any, rhs: Any) -> bool:
+        return np.asarray(lhs.data).dtype == np.bool_ and np.asarray(rhs.data).dtype == np.bool_
+
+    def _int1(self, lhs: Any, rhs: Any, op: Any) -> Any:
+        x, y = np.broadcast_arrays(np.asarray(lhs.data), np.asarray(rhs.data))
+        if op in (np.add, np.subtract):
+            data = x ^ y
+        elif op is np.multiply:
+            data = x & y
+        elif op is np.fmod:
+            data = np.zeros_like(x)
+        else:  # a quotient or a shift
+            data = x.copy()
+        return self.interp.TensorHandle(data, lhs.dtype.scalar)
+
+    def binary_op(self, lhs: Any, rhs: Any, op: Any) -> Any:
+        if self._both_int1(lhs, rhs) and op in _INT1_WRAPPED:
+            return self._int1(lhs, rhs, op)
+        return self.other_binary_op(lhs, rhs, op)
+
+    def idiv(self, lhs: Any, rhs: Any) -> Any:
+        if self._both_int1(lhs, rhs):
+            return self._int1(lhs, rhs, np.floor_divide)
+        return self.class_idiv(self.builder, lhs, rhs)
+
+    def ashr(self, lhs: Any, rhs: Any) -> Any:
+        if self._both_int1(lhs, rhs):
+            return self._int1(lhs, rhs, np.right_shift)
+        return self.class_ashr(self.builder, lhs, rhs)
+
+
+#: The NumPy functions the interpreter computes integer arithmetic with whose ``int1`` meaning `Int1Arithmetic` gives.
+_INT1_WRAPPED = (np.add, np.subtract, np.multiply, np.fmod, np.left_shift, np.right_shift)
 
 
 def _tf32_product(x: np.ndarray, y: np.ndarray, acc: np.ndarray) -> np.ndarray:

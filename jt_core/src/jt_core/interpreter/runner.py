@@ -16,8 +16,9 @@ compiles, and the global ``TRITON_INTERPRET`` switch is never touched. On top of
   conversions to integers, selections, ``tl.dot``'s input precisions, the order of reductions, subnormal floats);
 * converts one-element index tensors itself (``range(0, K, BK)`` with a runtime ``K`` fails on NumPy >= 2.4);
 * builds scalar arguments itself (Triton 3.6 rejects Python ``bool`` scalars);
-* computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call, and
-  reductions through tensor descriptors (`jt_core.interpreter.descriptors`), which it has no way to make;
+* computes libdevice's functions (`jt_core.interpreter.extern`), which the stock interpreter cannot call,
+  reductions through tensor descriptors (`jt_core.interpreter.descriptors`), which it has no way to make, and
+  ``tl.map_elementwise`` (`jt_core.interpreter.mapped`), whose builtin needs the code generator;
 * sanitises integer overflow only with ``debug=True`` (it doubles the run time);
 * checks every load, store and atomic address against the argument it came from (each argument's pointer is an
   address of its own region, moved to the real buffer after the check: `jt_core.interpreter.access`), turning an
@@ -40,9 +41,9 @@ import numpy as np
 
 from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter import descriptors, extern, rewriting
+from jt_core.interpreter import descriptors, extern, mapped, rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer, addresses
-from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, subnormals_kept
+from jt_core.interpreter.numerics import FloatFixes, Int1Arithmetic, ReductionOrder, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
@@ -212,6 +213,9 @@ def _apply_lang_patches(fn: Callable[..., Any]) -> Any:
             for obj, name, _ in scope._changes:
                 final[(id(obj), name)] = (obj, name, getattr(obj, name))
             scope.restore()
+            for module in modules:
+                if hasattr(module, "map_elementwise"):
+                    final[(id(module), "map_elementwise")] = (module, "map_elementwise", mapped.map_elementwise)
             _lang_patches[tuple(sorted(id(m) for m in modules))] = list(final.values())
     return _PatchScope(_lang_patches[_lang_key(fn)])
 
@@ -270,8 +274,9 @@ def _patched(
     interp._get_np_dtype = floats.get_np_dtype
     interp._interpreter = _CheckedLibrary(original_lib, checker, races)
     interp._patch_lang_tensor = patch_tensor
+    int1 = Int1Arithmetic(interp, builder, floats.binary_op)
     builder_scope = _PatchScope(
-        [(builder, name, method) for name, method in floats.patches().items()]
+        [(builder, name, method) for name, method in (floats.patches() | int1.patches()).items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
         + extern.patches(interp)
         + descriptors.patches(interp)
@@ -300,7 +305,10 @@ def scalar_argument(type_str: str, value: Any) -> Any:
     if type_str == "constexpr":
         return value
     ty = triton_type(type_str)
-    data = np.array([value], dtype=_SCALAR_NUMPY[type_str])
+    # Converted with subnormals kept: XLA's threads, which call the interpreter, would turn a float32 subnormal
+    # (1e-40 for a float32 parameter) into zero, where a GPU's kernel receives it as it is.
+    with subnormals_kept():
+        data = np.array([value], dtype=_SCALAR_NUMPY[type_str])
     return tl.tensor(interp.TensorHandle(data, ty), ty)
 
 

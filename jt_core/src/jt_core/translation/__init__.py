@@ -8,7 +8,7 @@ result is plain StableHLO.
 * `program` -- the TTIR as plain data, and its form on disk; `extract` -- copying it out of Triton's front end;
 * `lang` -- Triton's element-wise operations in JAX; `floats` -- where XLA would round otherwise than Triton;
 * `memory` -- buffers, pointers, loads, stores and atomics, and the bounds check;
-* `control` -- loops and branches;
+* `control` -- loops and branches; `mapped` -- a scalar function mapped over blocks (``tl.map_elementwise``);
 * `affine` -- integers affine in the program id, and what they prove about stores;
 * `shapes`, `accesses`, `reductions`, `descriptors`, `extern` -- the operations that make and move values, reach
   memory, reduce, and call libdevice;

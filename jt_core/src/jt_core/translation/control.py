@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import lang, reductions
+from jt_core.translation import lang, mapped, reductions
 from jt_core.translation.descriptors import Descriptor
 from jt_core.translation.memory import Pointer, State
 from jt_core.translation.program import Block, Operation, TensorType
@@ -325,7 +325,8 @@ def cf_branch(k: Tracer, op: Operation, region: Sequence[Block], state: State) -
     if lang.is_static(condition):
         chosen = 0 if condition else 1
         return k.run_block(sides[chosen], arguments[chosen], state)
-    returned = next((o for b in region for o in b.operations if o.name == "tt.return"), None)
+    # A function's blocks end in its return, those of the function tl.map_elementwise maps in the region's.
+    returned = next((o for b in region for o in b.operations if o.name in ("tt.return", mapped.RETURN)), None)
     types = [k.type(v) for v in returned.operands] if returned is not None else []
     templates: dict[int, list[Any]] = {}
 

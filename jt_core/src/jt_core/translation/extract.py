@@ -47,6 +47,7 @@ _ATTRS: dict[str, tuple[tuple[str, str], ...]] = {
     "tt.assert": (("message", "str"),),
     "tt.print": (("prefix", "str"), ("hex", "bool")),
     "tt.elementwise_inline_asm": (("asm_string", "str"),),
+    "tt.map_elementwise": (("pack", "int"),),
 }
 
 #: Operations whose attributes are read from the printed text: name -> the attributes' patterns.
@@ -282,7 +283,7 @@ _CMPF = (
 )
 _ATOMIC = {"exch": "XCHG"}
 _MEMORY_ORDER = {"relaxed": "RELAXED", "acquire": "ACQUIRE", "release": "RELEASE", "acq_rel": "ACQUIRE_RELEASE"}
-_INTEGER_ATTR = re.compile(r"\b(axis|start|end|padding|maxNumImpreciseAcc) = (-?\d+) : i\d+")
+_INTEGER_ATTR = re.compile(r"\b(axis|start|end|padding|maxNumImpreciseAcc|pack) = (-?\d+) : i\d+")
 _KEYWORD_ATTR = re.compile(r"\b(inputPrecision|rounding|propagateNan) = (\w+)")
 
 

@@ -22,7 +22,7 @@ from jax import lax
 
 from jt_core.translation.program import Program
 
-__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_constants", "sign_safe_use"]
+__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_use", "sign_safe_values"]
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -88,11 +88,11 @@ _PASSING_ON = frozenset(
 )
 
 
-def sign_safe_constants(program: Program) -> frozenset[int]:
-    """The values defined by the kernel's ``arith.constant`` operations and by the operations that pass a value on
-    (`_PASSING_ON`: a splat, a conversion of an integer zero known when traced) whose every use is `sign_safe_use`,
-    through such operations: those stay constants XLA sees, whatever their value; the others, where ``+0.0``, are
-    hidden (`opaque_constants`)."""
+def sign_safe_values(program: Program) -> frozenset[int]:
+    """The values whose every use is `sign_safe_use`, through the operations that pass a value on (`_PASSING_ON`: a
+    splat, a conversion): those stay constants XLA sees, whatever their value; the others, where they are ``+0.0``
+    when the kernel is traced (a zero constant, or what the compiled path computes from constants alone), are hidden
+    (`opaque_constants`)."""
     uses = program.users
     safe: dict[int, bool] = {}
 
@@ -106,13 +106,7 @@ def sign_safe_constants(program: Program) -> frozenset[int]:
             )
         return safe[value]
 
-    return frozenset(
-        value
-        for op in program.operations()
-        if op.name == "arith.constant" or op.name in _PASSING_ON
-        for value in op.results
-        if is_safe(value)
-    )
+    return frozenset(value for op in program.operations() for value in op.results if is_safe(value))
 
 
 def constant(value: np.ndarray, opaque: bool = True) -> jax.Array:

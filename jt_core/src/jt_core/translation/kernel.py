@@ -20,7 +20,7 @@ from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter.libdevice import libdevice_name
-from jt_core.translation import accesses, control, descriptors, extern, floats, lang, reductions, shapes
+from jt_core.translation import accesses, control, descriptors, extern, floats, lang, mapped, reductions, shapes
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
@@ -86,8 +86,11 @@ class Kernel:
         #: The stores of a vectorised run: the buffer and the affine form of the offsets.
         self.stores: list[tuple[int, Affine]] = []
         self.used = _used_values(program)
-        #: The constants XLA may see whatever their value (`jt_core.translation.floats.sign_safe_constants`).
-        self.sign_safe = floats.sign_safe_constants(program)
+        #: The values XLA may see as constants whatever their value (`jt_core.translation.floats.sign_safe_values`).
+        self.sign_safe = floats.sign_safe_values(program)
+        #: The one value each element of a value holds where it is known at trace time: a block constant or splat,
+        #: and what element-wise operations compute from those and static scalars alone (`known`).
+        self.uniform: dict[int, Any] = {}
         self.depth = 0
         #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).
         self.branched_blocks = 0
@@ -121,6 +124,11 @@ class Kernel:
             return Affine.unknown_scalar(None if found is None else jnp.asarray(found, jnp.int64))
         return None
 
+    def known(self, value: int) -> Any:
+        """The one value each element of ``value`` holds, where it is known at trace time (else ``None``)."""
+        found = self.env.get(value)
+        return found if lang.is_static(found) else self.uniform.get(value)
+
     def array(self, value: int) -> jax.Array:
         """A value as a JAX array of its type."""
         found = self.env[value]
@@ -135,7 +143,7 @@ class Kernel:
         for value, arg in zip(block.arguments, args, strict=True):
             self.env[value] = arg
         for op in block.operations:
-            if op.name in ("scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"):
+            if op.name in _TERMINATORS:
                 return [self.env[v] for v in op.operands], state
             if op.name in control.BRANCHES:
                 return control.cf_branch(self, op, self._regions[id(block)], state)
@@ -163,9 +171,31 @@ class Kernel:
             return state
         handler = HANDLERS.get(name)
         if handler is not None:
-            return handler(self, op, state)
+            state = handler(self, op, state)
+            if name in _UNIFORM_KEPT:
+                self._keep_uniform(op)
+            return state
         self.elementwise(op)
         return state
+
+    def _keep_uniform(self, op: Operation) -> None:
+        """Records the one value of a block constant, or of a block an operation fills from one known value."""
+        if op.name == "arith.constant":
+            text = op.attr("text")
+            ty = self.type(op.results[0])
+            if ty.shape and isinstance(text, str) and "[" not in text and ty.element != "ptr":
+                element = TensorType((), ty.element, None, ty.element)
+                value = lang.constant(text, op.attr("value"), element)
+                self._set_uniform(op.results[0], value if lang.is_static(value) else None)
+            return
+        self._set_uniform(op.results[0], self.known(op.operands[0]))
+
+    def _set_uniform(self, value: int, known: Any) -> None:
+        # A value traced again (a loop's body, iteration by iteration) may be known in one trace and not another.
+        if known is None:
+            self.uniform.pop(value, None)
+        else:
+            self.uniform[value] = known
 
     def elementwise(self, op: Operation) -> None:
         args = [self.env[v] for v in op.operands]
@@ -185,12 +215,16 @@ class Kernel:
             if folded is not None:
                 self.env[op.results[0]] = folded
                 return
-            if op.name in ("arith.sitofp", "arith.uitofp") and not result.shape and int(args[0]) == 0:
-                # A zero known when tracing (a program id along an axis of one program) is hidden from XLA's
-                # simplifier as a zero constant is: x + 0.0 must give +0.0 for x = -0.0.
-                zero = np.zeros((), lang.dtype_of(result.element))
-                self.env[op.results[0]] = floats.constant(zero, op.results[0] not in self.sign_safe)
-                return
+        known = [self.known(v) for v in op.operands]
+        value = None
+        if op.name != "tt.extern_elementwise" and all(k is not None for k in known):
+            value = lang.evaluate(op.name, known, types, result, attr)
+        self._set_uniform(op.results[0], value)
+        if value is not None and _positive_float_zero(value, result):
+            # XLA computes the same zero from the same constants when it compiles, and its simplifier then turns
+            # x + 0.0 into x, which keeps x = -0.0 negative: the zero is hidden from it as a zero constant is.
+            self.env[op.results[0]] = lang.as_array(0.0, result, op.results[0] not in self.sign_safe)
+            return
         arrays = [
             lang.as_array(a, t, not floats.sign_safe_use(op.name, i))
             for i, (a, t) in enumerate(zip(args, types, strict=True))
@@ -276,6 +310,7 @@ HANDLERS = {
     **accesses.HANDLERS,
     **descriptors.HANDLERS,
     **reductions.HANDLERS,
+    **mapped.HANDLERS,
     "tt.call": _call,
     "scf.for": control.scf_for,
     "scf.if": control.scf_if,
@@ -283,12 +318,24 @@ HANDLERS = {
 }
 
 
+#: Operations whose result holds one known value where their operand does: constants, splats, and what moves a
+#: block's elements around.
+_UNIFORM_KEPT = frozenset({"arith.constant", "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans"})
+
+
+def _positive_float_zero(value: Any, ty: TensorType) -> bool:
+    if not (ty.element.startswith("f") or ty.element == "bf16") or isinstance(value, bool):
+        return False
+    number = float(value)
+    return number == 0.0 and not np.signbit(number)
+
+
 def _narrow(ty: TensorType) -> bool:
     """Whether ``ty`` is an integer type narrower than 32 bits."""
     return ty.element in ("i1", "i8", "i16")
 
 
-_TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition"}
+_TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition", mapped.RETURN}
 
 
 def _regions(program: Program) -> dict[int, tuple[Block, ...]]:

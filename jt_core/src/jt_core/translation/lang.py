@@ -22,7 +22,7 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
-from jt_core.interpreter import libdevice
+from jt_core.interpreter import libdevice, numerics
 from jt_core.translation import floats
 from jt_core.translation.program import TensorType
 
@@ -32,6 +32,7 @@ __all__ = [
     "constant",
     "convert_float",
     "dtype_of",
+    "evaluate",
     "fold",
     "is_static",
 ]
@@ -53,6 +54,7 @@ _DTYPES: dict[str, Any] = {
     "f8E4M3B11FNUZ": ml_dtypes.float8_e4m3b11fnuz,
 }
 _UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 #: Float8 formats with a single zero, whose bits 0x80 are NaN.
 _UNSIGNED_ZERO = {np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)}
 
@@ -220,6 +222,127 @@ def fold(name: str, args: Sequence[Any], types: Sequence[TensorType], result: Te
     return None
 
 
+# -- the one value of a block known at trace time ---------------------------------------------------------------
+
+#: Element-wise float operations `evaluate` computes with NumPy, in float32 (float64 for float64 operands).
+_EVALUATED: dict[str, Callable[..., Any]] = {
+    "arith.addf": np.add,
+    "arith.subf": np.subtract,
+    "arith.mulf": np.multiply,
+    "arith.divf": np.divide,
+    "tt.precise_divf": np.divide,
+    "arith.remf": np.fmod,
+    "arith.negf": np.negative,
+    "arith.maxnumf": np.fmax,
+    "arith.minnumf": np.fmin,
+    "arith.maximumf": np.maximum,
+    "arith.minimumf": np.minimum,
+    "math.absf": np.abs,
+    "math.floor": np.floor,
+    "math.ceil": np.ceil,
+    "math.trunc": np.trunc,
+    "math.roundeven": np.rint,
+    "math.round": lambda x: np.copysign(np.trunc(x) + np.where(np.abs(x - np.trunc(x)) >= 0.5, np.sign(x), 0), x),
+    "math.sqrt": np.sqrt,
+    "tt.precise_sqrt": np.sqrt,
+    "math.copysign": np.copysign,
+    "math.fma": lambda x, y, z: x * y + z,
+    "math.exp": np.exp,
+    "math.exp2": np.exp2,
+    "math.expm1": np.expm1,
+    "math.log": np.log,
+    "math.log2": np.log2,
+    "math.log10": np.log10,
+    "math.log1p": np.log1p,
+    "math.sin": np.sin,
+    "math.cos": np.cos,
+    "math.tan": np.tan,
+    "math.sinh": np.sinh,
+    "math.cosh": np.cosh,
+    "math.tanh": np.tanh,
+    "math.asin": np.arcsin,
+    "math.acos": np.arccos,
+    "math.atan": np.arctan,
+    "math.asinh": np.arcsinh,
+    "math.acosh": np.arccosh,
+    "math.atanh": np.arctanh,
+    "math.atan2": np.arctan2,
+    "math.cbrt": np.cbrt,
+    "math.powf": np.power,
+}
+
+_CMPF_NUMPY: list[Callable[[Any, Any], Any]] = [
+    lambda a, b: False,
+    lambda a, b: a == b,
+    lambda a, b: a > b,
+    lambda a, b: a >= b,
+    lambda a, b: a < b,
+    lambda a, b: a <= b,
+    lambda a, b: (a != b) & ~(np.isnan(a) | np.isnan(b)),
+    lambda a, b: ~(np.isnan(a) | np.isnan(b)),
+    lambda a, b: (a == b) | np.isnan(a) | np.isnan(b),
+    lambda a, b: (a > b) | np.isnan(a) | np.isnan(b),
+    lambda a, b: (a >= b) | np.isnan(a) | np.isnan(b),
+    lambda a, b: (a < b) | np.isnan(a) | np.isnan(b),
+    lambda a, b: (a <= b) | np.isnan(a) | np.isnan(b),
+    lambda a, b: a != b,
+    lambda a, b: np.isnan(a) | np.isnan(b),
+    lambda a, b: True,
+]
+
+
+def evaluate(name: str, values: Sequence[Any], types: Sequence[TensorType], result: TensorType, attr: Any) -> Any:
+    """The one value an element-wise operation gives, each operand holding one value known at trace time (a scalar,
+    or a block of equal elements): `fold` for integers, NumPy for floats; ``None`` for what it does not compute.
+
+    What it gives for a float is what decides whether XLA, which computes the same from the same constants when it
+    compiles, sees a ``+0.0`` (`jt_core.translation.floats`): a transcendental function's last bits may differ
+    from XLA's, never where the result is a zero.
+    """
+    scalars = [TensorType((), t.element, None, t.element) for t in types]
+    element = TensorType((), result.element, None, result.element)
+    if all(t.element.startswith("i") for t in types) and result.element.startswith("i"):
+        return fold(name, values, scalars, element, attr)
+    if result.is_pointer or any(t.is_pointer for t in types):
+        return None
+    try:
+        dtypes = [dtype_of(t.element) for t in types]
+        out = dtype_of(result.element)
+    except UnsupportedKernelError:
+        return None
+    if any(_is_float8(d) for d in (*dtypes, out)):
+        return None
+    xs = [np.asarray(v).astype(d) if not isinstance(v, np.ndarray) else v.astype(d) for v, d in zip(values, dtypes)]
+    with np.errstate(all="ignore"):
+        return _evaluated(name, xs, out, attr)
+
+
+def _evaluated(name: str, xs: list[np.ndarray], out: np.dtype, attr: Any) -> Any:
+    if name == "arith.select":
+        return (xs[1] if bool(xs[0]) else xs[2]).astype(out)[()]
+    if name in ("arith.bitcast", "tt.bitcast"):
+        if xs[0].dtype == np.bool_ or out == np.bool_:
+            return None
+        return xs[0].view(out)[()]
+    if name in ("arith.sitofp", "arith.uitofp"):
+        unsigned = name == "arith.uitofp" and xs[0].dtype != np.bool_
+        return (xs[0].view(_UNSIGNED[xs[0].itemsize * 8]) if unsigned else xs[0]).astype(out)[()]
+    if name in ("arith.fptosi", "arith.fptoui"):
+        if out == np.bool_:
+            return None
+        target = out if name == "arith.fptosi" else np.dtype(_UNSIGNED[out.itemsize * 8])
+        return int(numerics.saturating_int(xs[0], target).view(out)[()])
+    if name in ("arith.extf", "arith.truncf", "tt.fp_to_fp"):
+        return numerics.narrowed(xs[0], out, attr == "RTZ")[()]
+    if name == "arith.cmpf":
+        return bool(_CMPF_NUMPY[int(attr)](*(x.astype(np.float64) for x in xs)))
+    fn = _EVALUATED.get(name)
+    if fn is None:
+        return None
+    wide = np.float64 if any(x.dtype == np.float64 for x in xs) else np.float32
+    return numerics.narrowed(np.asarray(fn(*(x.astype(wide) for x in xs))), out)[()]
+
+
 # -- element-wise operations on arrays --------------------------------------------------------------------------
 
 
@@ -324,13 +447,58 @@ def convert_float(x: jax.Array, dtype: np.dtype, rounding: str | None) -> jax.Ar
         if dtype in _UNSIGNED_ZERO:
             stepped = jnp.where(over & (stepped == 0x80), jnp.uint8(0), stepped)
         return lax.bitcast_convert_type(stepped, dtype)
-    converted = x.astype(dtype)
     if rounding == "RTZ" and dtype.itemsize < x.dtype.itemsize:
-        back = converted.astype(x.dtype)
-        over = jnp.isfinite(back) & (jnp.abs(back) > jnp.abs(x))
-        bits = lax.bitcast_convert_type(converted, _UNSIGNED[dtype.itemsize * 8])
-        converted = lax.bitcast_convert_type(jnp.where(over, bits - 1, bits), dtype)
-    return converted
+        return _toward_zero(x, dtype)
+    return x.astype(dtype)
+
+
+def _toward_zero(x: jax.Array, dtype: np.dtype) -> jax.Array:
+    """``x`` rounded toward zero to the narrower float type ``dtype`` (``cvt.rz``): the value of ``dtype`` nearest
+    ``x`` that is no larger in magnitude, the largest finite value where ``x`` is finite and larger than it.
+
+    The float64 and bfloat16 steps work on the bits, so that XLA's flushing of subnormal float32 values (which
+    reads a float32 subnormal as zero when it is compared or widened) cannot change them; float16 subnormals are
+    float32 normals, which the float32 step compares as they are. Every narrower type's values are float32 values,
+    so rounding toward zero to float32 first changes nothing.
+    """
+    if x.dtype == jnp.float64:
+        x = _float64_toward_zero(x)
+        if dtype == np.float32:
+            return x
+    if dtype == _BF16:
+        bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+        nan = (bits & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
+        high = (bits >> jnp.uint32(16)).astype(jnp.uint16)
+        return lax.bitcast_convert_type(jnp.where(nan, high | jnp.uint16(0x0040), high), dtype)
+    converted = x.astype(dtype)
+    back = converted.astype(x.dtype)
+    # Rounded away from zero, or to an infinity from a finite value: one step down in magnitude (sign and magnitude
+    # bits), which from an infinity is the largest finite value. A NaN compares false.
+    over = jnp.abs(back) > jnp.abs(x)
+    bits = lax.bitcast_convert_type(converted, _UNSIGNED[dtype.itemsize * 8])
+    return lax.bitcast_convert_type(jnp.where(over, bits - 1, bits), dtype)
+
+
+def _float64_toward_zero(x: jax.Array) -> jax.Array:
+    """float64 values rounded toward zero to float32, from their bits: the mantissa truncated (with the leading one,
+    shifted, for a subnormal result), the largest finite value past float32's range, a quiet NaN for a NaN."""
+    bits = lax.bitcast_convert_type(x, jnp.uint64)
+    sign = ((bits >> jnp.uint64(63)) << jnp.uint64(31)).astype(jnp.uint32)
+    exponent = ((bits >> jnp.uint64(52)) & jnp.uint64(0x7FF)).astype(jnp.int32)
+    mantissa = bits & jnp.uint64((1 << 52) - 1)
+    rebased = exponent - (1023 - 127)
+    normal = ((rebased.astype(jnp.uint32) << jnp.uint32(23)) | (mantissa >> jnp.uint64(29)).astype(jnp.uint32)).astype(
+        jnp.uint32
+    )
+    shift = jnp.clip(926 - exponent, 0, 63).astype(jnp.uint64)  # a float32 subnormal's count of 2**-149
+    tiny = jnp.where(exponent >= 926 - 63, ((mantissa | jnp.uint64(1 << 52)) >> shift), jnp.uint64(0))
+    magnitude = jnp.where(rebased >= 1, normal, tiny.astype(jnp.uint32))
+    magnitude = jnp.where(rebased > 254, jnp.uint32(0x7F7FFFFF), magnitude)
+    special = exponent == 0x7FF
+    magnitude = jnp.where(special & (mantissa == 0), jnp.uint32(0x7F800000), magnitude)
+    magnitude = jnp.where(special & (mantissa != 0), jnp.uint32(0x7FC00000), magnitude)
+    magnitude = jnp.where(exponent == 0, jnp.uint32(0), magnitude)
+    return lax.bitcast_convert_type(sign | magnitude, jnp.float32)
 
 
 def _widen_fp8(x: jax.Array) -> jax.Array:
@@ -528,6 +696,8 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
         return clamped if attr in ("ALL", 65535) else jnp.where(jnp.isnan(x), jnp.fmin(jnp.fmax(x, low), high), clamped)
     if name == "arith.truncf" or name == "tt.fp_to_fp":
         return convert_float(_widen_fp8_source(args[0], out), out, attr if isinstance(attr, str) else None)
+    if out == np.bool_ and name in _INT1_ARITHMETIC:
+        return _INT1_ARITHMETIC[name](*args)
     entry = ELEMENTWISE.get(name)
     if entry is None:
         raise UnsupportedKernelError(f"the operation {name}")
@@ -535,6 +705,34 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
     if takes_dtype:
         return fn(out, *args)
     return floats.round_bfloat16(fn(*args))
+
+
+def _left_operand(x: jax.Array, y: jax.Array) -> jax.Array:
+    return x
+
+
+def _zero_of(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.zeros_like(x)
+
+
+#: Integer arithmetic on ``i1`` (Triton's ``int1``, unsigned), which wraps modulo 2: a sum or difference is an
+#: exclusive or, a product an and. A quotient is its dividend, a remainder zero and a shift its shifted operand, which
+#: the divisor 1 and the shift 0 give, the only ones defined; LLVM folds every ``i1`` division, remainder and shift
+#: to those (what a GPU computes whatever the divisor or shift).
+_INT1_ARITHMETIC: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
+    "arith.addi": lax.bitwise_xor,
+    "arith.subi": lax.bitwise_xor,
+    "arith.muli": lax.bitwise_and,
+    "arith.divui": _left_operand,
+    "arith.divsi": _left_operand,
+    "arith.ceildivsi": _left_operand,
+    "arith.floordivsi": _left_operand,
+    "arith.remui": _zero_of,
+    "arith.remsi": _zero_of,
+    "arith.shli": _left_operand,
+    "arith.shrui": _left_operand,
+    "arith.shrsi": _left_operand,
+}
 
 
 #: Operations that take float8 values: conversions, and picking values without computing on them.
