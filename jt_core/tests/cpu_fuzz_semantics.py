@@ -70,6 +70,8 @@ _NP = {
     "fp16": np.float16,
     "fp32": np.float32,
     "fp64": np.float64,
+    "fp8e4nv": ml_dtypes.float8_e4m3fn,
+    "fp8e5": ml_dtypes.float8_e5m2,
 }
 TYPES = {
     t.name: t
@@ -87,6 +89,8 @@ TYPES = {
         Ty("bf16", FLOAT, 16, "tl.bfloat16"),
         Ty("fp32", FLOAT, 32, "tl.float32"),
         Ty("fp64", FLOAT, 64, "tl.float64"),
+        Ty("fp8e4nv", FLOAT, 8, "tl.float8e4nv"),
+        Ty("fp8e5", FLOAT, 8, "tl.float8e5"),
     ]
 }
 #: The nine element types the fuzzer's buffers hold.
@@ -233,6 +237,29 @@ def convert(x: np.ndarray, source: Ty, target: Ty) -> np.ndarray:
         if target.signed:
             return truncated.astype(np.int64).astype(target.np)
         return np.where(truncated < 0, 0, truncated).astype(np.uint64).astype(target.np)
+
+
+def narrow(x: np.ndarray, target: Ty, toward_zero: bool) -> np.ndarray:
+    """``x`` (a float array) converted to the narrower float type ``target`` as Triton's ``fp_downcast_rounding``
+    asks, by the definition: whole multiples of the spacing of ``target``'s values at ``|x|``, rounded to the even
+    multiple (``"rtne"``) or truncated (``"rtz"``, ``cvt.rz``). Past the largest finite value, rounding to nearest
+    gives an infinity and rounding toward zero the largest finite value; a float8 result saturates to it either way
+    (``cvt.rn.satfinite``, infinities included), as the CPU paths convert to float8."""
+    info = ml_dtypes.finfo(target.np)
+    wide = np.abs(np.asarray(x).astype(np.float64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        _, exponent = np.frexp(wide)
+        spacing = np.ldexp(1.0, np.maximum(exponent - 1, int(info.minexp)) - int(info.nmant))
+        whole = np.floor(wide / spacing) if toward_zero else np.rint(wide / spacing)
+        value = np.where(np.isfinite(wide), whole * spacing, wide)
+        largest = float(info.max)
+        if target.bits == 8:
+            value = np.minimum(value, largest)
+        elif toward_zero:
+            value = np.where(np.isfinite(wide), np.minimum(value, largest), value)
+        else:
+            value = np.where(value > largest, np.inf, value)
+        return np.copysign(value, np.asarray(x).astype(np.float64)).astype(target.np)
 
 
 def bitcast(x: np.ndarray, target: Ty) -> np.ndarray:

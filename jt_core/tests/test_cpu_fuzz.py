@@ -40,6 +40,7 @@ from typing import Any
 import cpu_fuzz_blocks as blocks
 import cpu_fuzz_control as control
 import cpu_fuzz_programs as programs
+import cpu_fuzz_rounding as rounding
 import jax
 import numpy as np
 import pytest
@@ -140,6 +141,7 @@ CI_EXAMPLES = {
     "atomics": 12,
     "random_numbers": 6,
     "grids": 8,
+    "roundings": 8,
 }
 #: Fresh data per kernel: the kernel is compiled once and run on each.
 DATA_DRAWS = 3
@@ -383,6 +385,7 @@ STRATEGIES = {
     "atomics": lambda: programs.atomics(AVOID),
     "random_numbers": lambda: programs.random_numbers(AVOID),
     "grids": lambda: programs.grids(AVOID),
+    "roundings": lambda: rounding.roundings(AVOID),
 }
 
 
@@ -411,3 +414,4 @@ test_control_flow = _fuzz("control_flow")
 test_atomics = _fuzz("atomics")
 test_random_numbers = _fuzz("random_numbers")
 test_grids = _fuzz("grids")
+test_roundings = _fuzz("roundings")
