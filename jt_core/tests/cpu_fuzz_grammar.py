@@ -145,6 +145,11 @@ def truthy(c: Node) -> Node:
     return Node("!=", (c, Node("lit", (), I32, True, 0)), I1)
 
 
+def where(a: Node, b: Node, cond: Node, draw: Any, avoid: frozenset[str]) -> Node:
+    """``tl.where(cond, a, b)``, its operands promoted as Triton promotes them."""
+    return _binary("where", a, b, draw, avoid, cond=cond)
+
+
 def _unary(op: str, a: Node) -> Node:
     return Node(op, (a,), a.ty)
 
@@ -340,6 +345,8 @@ class Writer:
             return self.emit(f"tl.abs({args[0]})")
         if op in COMPARE + ARITH + ("&", "|", "^", "/"):
             return self.emit(f"{args[0]} {op} {args[1]}")
+        if op in ("//", "%", "<<", ">>") and n.ty.name == "int1":
+            return self.emit(f"{args[0]} {op} {args[1]}")  # defined for every int1 divisor and shift (above)
         if op in ("//", "%") and n.ty.is_int:
             a, b = self._safe_division(n, args)
             return self.emit(f"{a} {op} {b}")
@@ -489,6 +496,11 @@ class Evaluator:
             result = np.where(high, info.max, np.where(low, info.min, inside)).astype(t.np)
             near = _near_integer_step(x.v.astype(np.float64), x.err)
             return Val(result, t, False, np.where(near & (x.err > 0), np.inf, 0.0))
+        if op in ("neg", "invert", "abs") and t.name == "int1":
+            # int1 is unsigned and wraps modulo 2: -p is 0 - p, which is p; abs keeps it; ~p is its logical not.
+            x = args[0]
+            v = np.asarray(x.v).astype(bool)
+            return Val(~v if op == "invert" else v.copy(), t, False, x.err.copy())
         if op in ("neg", "invert", "abs"):
             x = args[0]
             v = x.v.astype(t.np)
@@ -567,6 +579,8 @@ class Evaluator:
             comp = F32
         x, y = self._in(a, comp), self._in(b, comp)
         err = np.zeros(np.broadcast(x, y).shape)
+        if comp.name == "int1":
+            return Val(int1_arithmetic(op, x, y), comp, False, _unknown_where(a.err + b.err))
         if comp.is_int:
             if op == "+":
                 out = x + y
@@ -717,6 +731,26 @@ class Evaluator:
 FLUSHED = ("fp32", "fp64", "bf16")
 
 
+def int1_arithmetic(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x op y`` on int1 (unsigned, one bit): wrapping modulo 2, a sum or difference is an exclusive or and a product
+    an and; a quotient is its dividend, a remainder zero and a shift its shifted operand (what the divisor 1 and the
+    shift 0 give, and what LLVM folds every int1 division, remainder and shift to)."""
+    p, q = np.broadcast_arrays(np.asarray(x).astype(bool), np.asarray(y).astype(bool))
+    table = {
+        "+": lambda: p ^ q,
+        "-": lambda: p ^ q,
+        "*": lambda: p & q,
+        "&": lambda: p & q,
+        "|": lambda: p | q,
+        "^": lambda: p ^ q,
+        "//": lambda: p.copy(),
+        "%": lambda: np.zeros_like(p),
+        "<<": lambda: p.copy(),
+        ">>": lambda: p.copy(),
+    }
+    return table[op]()
+
+
 def _computes(n: Node, args: list[Val]) -> bool:
     """Whether the compiled path's processor computes ``n`` in the floating-point unit (flushing subnormals)."""
     if n.op in ("where", "bitcast", "neg", "abs"):
@@ -777,9 +811,11 @@ __all__ = [
     "FLOAT",
     "I64",
     "Evaluator",
+    "int1_arithmetic",
     "Leaves",
     "Node",
     "Val",
     "Writer",
     "expressions",
+    "where",
 ]

@@ -18,14 +18,16 @@ from cpu_fuzz_grammar import (
     FLUSHED,
     Evaluator,
     Leaves,
+    Node,
     Val,
     Writer,
     expressions,
     flush_subnormals,
     is_scalar,
     truthy,
+    where,
 )
-from cpu_fuzz_semantics import DATA_TYPES, F32, I32, I64, U32, Ty, convert, literal_type, philox, ty, uniform
+from cpu_fuzz_semantics import DATA_TYPES, F32, I1, I32, I64, U32, Ty, convert, literal_type, philox, ty, uniform
 from hypothesis import strategies as st
 
 HEADER = "import triton\nimport triton.language as tl\n"
@@ -56,7 +58,8 @@ class Program:
     """One generated kernel and its call: ``source`` defines ``kernel``, whose parameters are the array operands,
     then ``scalars`` (in order), then one pointer per output, then ``constexprs``. ``aliases`` maps an array
     operand to the output that starts with its contents; ``features`` names what may keep a path from running the
-    kernel (``"libdevice"``)."""
+    kernel (``"libdevice"``); ``may_hand_over`` lets the compiled path hand the kernel to the interpreter (which then
+    runs it for the compiled path's check) where it cannot take kernels of that kind yet."""
 
     category: str
     source: str
@@ -68,6 +71,7 @@ class Program:
     make: Callable[[np.random.Generator], Instance]
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     features: frozenset[str] = frozenset()
+    may_hand_over: bool = False
 
     def instance(self, seed: int) -> Instance:
         return self.make(np.random.default_rng(seed))
@@ -155,10 +159,47 @@ def stored(initial: np.ndarray, where: np.ndarray, value: Val, target: Ty) -> tu
 # -- element-wise expressions, masked loads and stores --------------------------------------------------------------
 
 
+#: What ``int1`` blocks are combined with, kept ``int1`` (`int1_values`).
+INT1_OPS = ("+", "-", "*", "//", "%", "<<", ">>", "&", "|", "^")
+
+
 @st.composite
-def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Program:
+def int1_values(draw: Any, leaves: Leaves, avoid: frozenset[str]) -> Node:
+    """Conditions on the data (``int1`` blocks and scalars) combined as ``int1`` with `INT1_OPS`, unary ``-``,
+    ``tl.abs`` and ``~`` and ``True``/``False`` literals, then kept, converted, compared or choosing between values."""
+    conditions = [
+        truthy(draw(expressions(leaves, draw(st.integers(0, 2)), avoid))) for _ in range(draw(st.integers(2, 3)))
+    ]
+    unary = ("neg", "abs") + (("invert",) if "invert_unsigned" not in avoid else ())
+
+    def tree(depth: int) -> Node:
+        if depth == 0 or draw(st.integers(0, 3)) == 0:
+            return draw(st.sampled_from(conditions))
+        if draw(st.integers(0, 4)) == 0:
+            return Node(draw(st.sampled_from(unary)), (tree(depth - 1),), I1)
+        a = tree(depth - 1)
+        b = Node("lit", (), I1, True, draw(st.booleans())) if draw(st.integers(0, 4)) == 0 else tree(depth - 1)
+        if draw(st.booleans()):
+            a, b = b, a
+        return Node(draw(st.sampled_from(INT1_OPS)), (a, b), I1)
+
+    value = tree(draw(st.integers(1, 3)))
+    use = draw(st.sampled_from(("keep", "keep", "convert", "choose", "compare")))
+    if use == "convert":
+        return Node("cast", (value,), ty(draw(st.sampled_from(("int8", "int32", "uint8", "fp16", "fp32")))))
+    if use == "choose":
+        a, b = (draw(expressions(leaves, 1, avoid)) for _ in range(2))
+        return where(a, b, value, draw, avoid)
+    if use == "compare":
+        return Node(draw(st.sampled_from(("==", "!=", "<", ">="))), (value, draw(st.sampled_from(conditions))), I1)
+    return value
+
+
+@st.composite
+def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False, int1: bool = False) -> Program:
     """Up to three expressions over up to three loaded blocks and two scalars, each stored to its own output; with
-    ``masked``, loads take masks and ``other=`` values and stores a mask that may depend on the data."""
+    ``masked``, loads take masks and ``other=`` values and stores a mask that may depend on the data; with ``int1``,
+    the expressions compute on ``int1`` blocks (`int1_values`)."""
     block = draw(st.sampled_from((16, 32)))
     programs = draw(st.integers(1, 3))
     size = block * programs - (draw(st.integers(0, block - 1)) if masked else 0)
@@ -169,7 +210,10 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
         tuple((f"x{i}", t) for i, t in enumerate(input_types)),
         tuple((name, literal_type(v) if not isinstance(v, float) else F32) for name, v in scalars.items()),
     )
-    outputs = draw(st.lists(expressions(leaves, draw(st.integers(1, 4)), avoid), min_size=1, max_size=3))
+    if int1:
+        outputs = draw(st.lists(int1_values(leaves, avoid), min_size=1, max_size=2))
+    else:
+        outputs = draw(st.lists(expressions(leaves, draw(st.integers(1, 4)), avoid), min_size=1, max_size=3))
     out_types = [
         e.ty if e.ty.name != "int1" and draw(st.integers(0, 5)) != 0 else draw(_widening(e.ty)) for e in outputs
     ]
@@ -242,7 +286,7 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False) -> Progr
         return Instance(data + initial, lambda slack: references(evaluate, env, slack))
 
     return Program(
-        "masked" if masked else "elementwise",
+        "int1_arithmetic" if int1 else "masked" if masked else "elementwise",
         source,
         {**scalars, "n": size},
         [((size,), t) for t in out_types],

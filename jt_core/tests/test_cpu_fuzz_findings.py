@@ -552,18 +552,26 @@ NARROWING = [
 ]
 
 
-def _toward_zero(x: np.ndarray, target: Any) -> np.ndarray:
-    """``x`` rounded toward zero to ``target`` in float64, by the definition: whole multiples of the spacing of
-    ``target``'s values at ``|x|``, truncated, at most its largest finite value."""
+def _rounded(x: np.ndarray, target: Any, toward_zero: bool) -> np.ndarray:
+    """``x`` rounded to ``target`` in float64, by the definition: whole multiples of the spacing of ``target``'s
+    values at ``|x|``, truncated (at most the largest finite value) or rounded to the even one (past the largest
+    finite value by half a spacing or more: an infinity)."""
     info = ml_dtypes.finfo(target)
     wide = np.abs(x.astype(np.float64))
     with np.errstate(invalid="ignore", over="ignore"):
         _, exponent = np.frexp(wide)
         binade = np.maximum(exponent - 1, int(info.minexp))
         spacing = np.ldexp(1.0, binade - int(info.nmant))
-        truncated = np.floor(wide / spacing) * spacing
-    finite = np.where(np.isfinite(wide), np.minimum(truncated, float(info.max)), wide)
+        whole = (np.floor if toward_zero else np.rint)(wide / spacing) * spacing
+    if toward_zero:
+        finite = np.where(np.isfinite(wide), np.minimum(whole, float(info.max)), wide)
+    else:
+        finite = np.where(np.isfinite(wide) & (whole > float(info.max)), np.inf, whole)
     return np.copysign(finite, x.astype(np.float64)).astype(target)
+
+
+def _toward_zero(x: np.ndarray, target: Any) -> np.ndarray:
+    return _rounded(x, target, toward_zero=True)
 
 
 def _same_floats(got: np.ndarray, want: np.ndarray) -> bool:
@@ -615,6 +623,31 @@ def test_rounding_toward_zero_truncates_every_value(source: Any, target: Any) ->
     for launcher in ("compiled", "interpreter"):
         got = _downcast(x, target, launcher)
         assert _same_floats(got, want), (launcher, x[got.view(f"u{got.itemsize}") != want.view(f"u{got.itemsize}")])
+
+
+@triton.jit
+def to_nearest_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs).to(out_ptr.dtype.element_ty))
+
+
+@pytest.mark.parametrize("target", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_narrowing_float64_rounds_once(target: Any) -> None:
+    """``x.to(tl.float16)`` of a float64 rounds to nearest once, as ``cvt.rn.f16.f64`` does: a value a little past
+    a midpoint of the target's neighbours goes to the farther one. XLA narrows float64 through float32, where such a
+    value becomes the midpoint itself and then goes to the even neighbour."""
+    rng = np.random.default_rng(12)
+    info = ml_dtypes.finfo(target)
+    mantissa = rng.integers(2 ** int(info.nmant), 2 ** (int(info.nmant) + 1), 32).astype(np.float64)
+    offset = rng.choice([0.5 + 2.0**-30, 0.5 - 2.0**-30], 32)
+    x = np.ldexp(mantissa + offset, rng.integers(-10, 10, 32) - int(info.nmant)) * rng.choice([-1.0, 1.0], 32)
+    want = _rounded(x, target, toward_zero=False)
+    twice = x.astype(np.float32).astype(target)
+    assert (want.view(np.uint16) != twice.view(np.uint16)).sum() >= 8  # rounding twice is wrong for these
+    out = jax.ShapeDtypeStruct(x.shape, target)
+    (compiled,) = run_compiled_alone(to_nearest_kernel, x, out_shape=out, grid=1, BLOCK=32)
+    (interpreted,) = run(to_nearest_kernel, x, out_shape=out, grid=1, BLOCK=32, launcher="interpreter")
+    assert _same_floats(compiled, want) and _same_floats(interpreted, want), (compiled, interpreted, want)
 
 
 # -- arithmetic on int1 ---------------------------------------------------------------------------------------------

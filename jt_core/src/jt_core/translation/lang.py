@@ -432,6 +432,10 @@ def convert_float(x: jax.Array, dtype: np.dtype, rounding: str | None) -> jax.Ar
     float8 results saturated to their largest finite value (``cvt.rn.satfinite``)."""
     if x.dtype == dtype:
         return x
+    if x.dtype == jnp.float64 and dtype.itemsize < 4 and rounding != "RTZ":
+        # XLA narrows float64 through float32, rounding twice (a float64 just past a tie of float16 lands on the tie
+        # and then rounds to even): rounded to odd, the float32 keeps what decides the second rounding.
+        x = _float64_to_float32(x, odd=True)
     is_fp8 = dtype.itemsize == 1
     if is_fp8:
         limit = float(ml_dtypes.finfo(dtype).max)
@@ -462,7 +466,7 @@ def _toward_zero(x: jax.Array, dtype: np.dtype) -> jax.Array:
     so rounding toward zero to float32 first changes nothing.
     """
     if x.dtype == jnp.float64:
-        x = _float64_toward_zero(x)
+        x = _float64_to_float32(x)
         if dtype == np.float32:
             return x
     if dtype == _BF16:
@@ -479,25 +483,36 @@ def _toward_zero(x: jax.Array, dtype: np.dtype) -> jax.Array:
     return lax.bitcast_convert_type(jnp.where(over, bits - 1, bits), dtype)
 
 
-def _float64_toward_zero(x: jax.Array) -> jax.Array:
+def _float64_to_float32(x: jax.Array, odd: bool = False) -> jax.Array:
     """float64 values rounded toward zero to float32, from their bits: the mantissa truncated (with the leading one,
-    shifted, for a subnormal result), the largest finite value past float32's range, a quiet NaN for a NaN."""
+    shifted, for a subnormal result), the largest finite value past float32's range, a quiet NaN for a NaN. With
+    ``odd``, rounded to odd instead: an inexact result's last bit set, which keeps what a later rounding to a type of
+    at most 22 bits of mantissa needs to round once."""
     bits = lax.bitcast_convert_type(x, jnp.uint64)
     sign = ((bits >> jnp.uint64(63)) << jnp.uint64(31)).astype(jnp.uint32)
     exponent = ((bits >> jnp.uint64(52)) & jnp.uint64(0x7FF)).astype(jnp.int32)
     mantissa = bits & jnp.uint64((1 << 52) - 1)
     rebased = exponent - (1023 - 127)
-    normal = ((rebased.astype(jnp.uint32) << jnp.uint32(23)) | (mantissa >> jnp.uint64(29)).astype(jnp.uint32)).astype(
-        jnp.uint32
-    )
-    shift = jnp.clip(926 - exponent, 0, 63).astype(jnp.uint64)  # a float32 subnormal's count of 2**-149
-    tiny = jnp.where(exponent >= 926 - 63, ((mantissa | jnp.uint64(1 << 52)) >> shift), jnp.uint64(0))
+    normal = (rebased.astype(jnp.uint32) << jnp.uint32(23)) | (mantissa >> jnp.uint64(29)).astype(jnp.uint32)
+    normal_dropped = (mantissa & jnp.uint64((1 << 29) - 1)) != 0
+    # A float32 subnormal counts 2**-149s: the mantissa with its leading one, shifted right by 926 - exponent.
+    shift = jnp.clip(926 - exponent, 0, 63).astype(jnp.uint64)
+    significand = mantissa | jnp.uint64(1 << 52)
+    reachable = exponent >= 926 - 63
+    tiny = jnp.where(reachable, significand >> shift, jnp.uint64(0))
+    tiny_dropped = jnp.where(reachable, (significand & ((jnp.uint64(1) << shift) - jnp.uint64(1))) != 0, True)
     magnitude = jnp.where(rebased >= 1, normal, tiny.astype(jnp.uint32))
+    dropped = jnp.where(rebased >= 1, normal_dropped, tiny_dropped)
     magnitude = jnp.where(rebased > 254, jnp.uint32(0x7F7FFFFF), magnitude)
+    dropped = dropped | (rebased > 254)
+    zero = exponent == 0
+    magnitude = jnp.where(zero, jnp.uint32(0), magnitude)
+    dropped = jnp.where(zero, mantissa != 0, dropped)
+    if odd:
+        magnitude = magnitude | dropped.astype(jnp.uint32)
     special = exponent == 0x7FF
     magnitude = jnp.where(special & (mantissa == 0), jnp.uint32(0x7F800000), magnitude)
     magnitude = jnp.where(special & (mantissa != 0), jnp.uint32(0x7FC00000), magnitude)
-    magnitude = jnp.where(exponent == 0, jnp.uint32(0), magnitude)
     return lax.bitcast_convert_type(sign | magnitude, jnp.float32)
 
 
