@@ -23,7 +23,6 @@ from cpu_fuzz_grammar import (
     Writer,
     expressions,
     flush_subnormals,
-    is_scalar,
     truthy,
     where,
 )
@@ -221,8 +220,6 @@ def elementwise(draw: Any, avoid: frozenset[str], masked: bool = False, int1: bo
     others = [draw(_other(t)) if masked else None for t in input_types]
     store_masks = [draw(st.sampled_from(("in", "in", "data"))) if masked else "in" for _ in outputs]
     conditions = [truthy(draw(expressions(leaves, 2, avoid))) if m == "data" else None for m in store_masks]
-    if "scalar_and_block_mask" in avoid:
-        conditions = [None if c is not None and is_scalar(c) else c for c in conditions]
 
     write = Writer()
     names = [write(e) for e in outputs]

@@ -88,14 +88,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("compiled",),
         slack=("exp2_accuracy",),
     ),
-    "scalar_and_block_mask": Known(
-        "new: a mask that combines a block condition with a scalar one fails in the interpreter",
-        "tl.store(p + offs, v, mask=(offs < n) & c), c a scalar condition: Triton 3.9's interpreter makes the mask "
-        "int32 and refuses it ('mask has unsupported dtype'); Triton 3.6's fails with \"ufunc 'bitwise_and' not "
-        'supported" where c compares a float (s.to(tl.float32, bitcast=True) != 0)',
-        ("interpreter",),
-        avoid=("scalar_and_block_mask",),
-    ),
     "adding_a_zero_xla_proves": Known(
         "new: adding an integer XLA proves zero to -0.0 keeps -0.0 on the compiled path",
         "x + v with v an integer expression of values known when tracing that XLA folds to 0 (num_programs(1) "

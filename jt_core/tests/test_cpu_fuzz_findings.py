@@ -146,19 +146,21 @@ def test_libdevice_functions_run_in_the_interpreter() -> None:
 
 
 @triton.jit
-def scalar_masked_store_kernel(init_ptr, s, n, out_ptr, BLOCK: tl.constexpr):
+def scalar_masked_store_kernel(init_ptr, s, n, out_ptr, BLOCK: tl.constexpr, FLOAT: tl.constexpr):
     offs = tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, offs, mask=(offs < n) & (s != 0))
+    if FLOAT:
+        condition = s.to(tl.float32, bitcast=True) != 0
+    else:
+        condition = s != 0
+    tl.store(out_ptr + offs, offs, mask=(offs < n) & condition)
 
 
-@pytest.mark.xfail(
-    not TRITON_3_6,
-    strict=True,
-    reason="in Triton 3.9's interpreter, a block condition and-ed with a scalar condition gives an int32 mask, which "
-    "its store refuses ('mask has unsupported dtype'); the compiled path runs it",
-)
+@pytest.mark.parametrize("compared", ["int", "float"])
 @pytest.mark.parametrize("s", [0, 2])
-def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s: int) -> None:
+def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s: int, compared: str) -> None:
+    """A scalar condition and-ed into a block one: the interpreter's comparisons kept their operands' type on the
+    result, which the splat of the scalar condition read (int32 ones: a mask Triton 3.9's store refuses; float32
+    ones: a bitwise and Triton 3.6's refuses)."""
     init = np.full(16, -7, np.int32)
     want = np.where((np.arange(16) < 11) & (s != 0), np.arange(16), -7).astype(np.int32)
     for launcher in ("compiled", "interpreter"):
@@ -171,6 +173,7 @@ def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s:
             input_output_aliases={0: 0},
             grid=1,
             BLOCK=16,
+            FLOAT=compared == "float",
             launcher=launcher,
         )
         np.testing.assert_array_equal(got, want, err_msg=launcher)

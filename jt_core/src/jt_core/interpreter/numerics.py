@@ -263,7 +263,7 @@ def _to_odd_float32(values: np.ndarray) -> np.ndarray:
 
 class Int1Arithmetic:
     """The interpreter's integer arithmetic on ``int1`` values made to wrap modulo 2, as compiled Triton's ``i1``
-    arithmetic does, for one run (`jt_core.translation.lang` computes the same).
+    arithmetic does, for one run (`jt_core.translation.lang` computes the same); comparisons typed ``int1``.
 
     NumPy computes on booleans as logic (``True + True`` is ``True``) or refuses to (subtraction, and Triton 3.6's
     interpreter passes booleans to NumPy as they are). A sum or difference is an exclusive or, a product an and; a
@@ -271,12 +271,14 @@ class Int1Arithmetic:
     the only ones defined, give, and what LLVM folds every ``i1`` division, remainder and shift to.
 
     Args:
+        tl: ``triton.language``.
         interp: ``triton.runtime.interpreter``.
         builder: The interpreter's builder.
         binary_op: The builder's ``binary_op`` for every other operand type.
     """
 
-    def __init__(self, interp: Any, builder: Any, binary_op: Callable[[Any, Any, Any], Any]) -> None:
+    def __init__(self, tl: Any, interp: Any, builder: Any, binary_op: Callable[[Any, Any, Any], Any]) -> None:
+        self.tl = tl
         self.interp = interp
         self.builder = builder
         self.other_binary_op = binary_op
@@ -306,7 +308,13 @@ class Int1Arithmetic:
     def binary_op(self, lhs: Any, rhs: Any, op: Any) -> Any:
         if self._both_int1(lhs, rhs) and op in _INT1_WRAPPED:
             return self._int1(lhs, rhs, op)
-        return self.other_binary_op(lhs, rhs, op)
+        result = self.other_binary_op(lhs, rhs, op)
+        if op in _COMPARISONS:
+            # The stock comparison keeps its operands' type on the result's handle, which a later splat of a scalar
+            # condition reads: (offs < n) & (s != 0) would splat s != 0 as int32 ones (a store then refuses the
+            # int32 mask; an int1 sum gives 2).
+            return self.interp.TensorHandle(result.data, self.tl.int1)
+        return result
 
     def idiv(self, lhs: Any, rhs: Any) -> Any:
         if self._both_int1(lhs, rhs):
@@ -319,6 +327,8 @@ class Int1Arithmetic:
         return self.class_ashr(self.builder, lhs, rhs)
 
 
+#: The NumPy functions the interpreter compares with.
+_COMPARISONS = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
 #: The NumPy functions the interpreter computes integer arithmetic with whose ``int1`` meaning `Int1Arithmetic` gives.
 _INT1_WRAPPED = (np.add, np.subtract, np.multiply, np.fmod, np.left_shift, np.right_shift)
 

@@ -274,7 +274,7 @@ def _patched(
     interp._get_np_dtype = floats.get_np_dtype
     interp._interpreter = _CheckedLibrary(original_lib, checker, races)
     interp._patch_lang_tensor = patch_tensor
-    int1 = Int1Arithmetic(interp, builder, floats.binary_op)
+    int1 = Int1Arithmetic(tl, interp, builder, floats.binary_op)
     builder_scope = _PatchScope(
         [(builder, name, method) for name, method in (floats.patches() | int1.patches()).items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
