@@ -3,8 +3,9 @@
 
 Each example is a kernel drawn by a `hypothesis` strategy of one category (element-wise expressions over nine element
 types, masked loads and stores, reductions and scans, ``tl.dot``, shape operations, control flow, atomics, random
-numbers, grids: `cpu_fuzz_programs`, `cpu_fuzz_blocks`, `cpu_fuzz_control`), compiled once and run on a few fresh
-draws of data. Both
+numbers, grids, arithmetic on ``int1``: `cpu_fuzz_programs`, `cpu_fuzz_blocks`, `cpu_fuzz_control`; conversions
+with each ``fp_downcast_rounding``: `cpu_fuzz_rounding`; ``tl.map_elementwise``: `cpu_fuzz_mapped`; spin locks:
+`cpu_fuzz_locks`), compiled once and run on a few fresh draws of data. Both
 paths must give the reference's results: bit for bit where Triton's meaning is exact (integers, correctly rounded
 float operations, loads and stores, shape operations), within a propagated bound where the order of sums or a
 transcendental function's last bits may differ (`cpu_fuzz_grammar`). A failure shows the kernel's source (shrunk by

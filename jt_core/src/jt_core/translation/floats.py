@@ -46,9 +46,10 @@ def opaque_constants(zero: jax.Array) -> Iterator[None]:
 
 
 #: The operations, and the operands of each (``None``: all), where XLA's simplifier cannot lose a zero's sign to a
-#: ``+0.0`` constant: a comparison, a choice, a product, a quotient, a maximum or minimum, a store, ``x - 0.0``
-#: (which is ``x`` exactly, as XLA makes it). A constant hidden there only costs time: compared with a value XLA
-#: cannot see, a masked leaky ReLU ran at 2.6 times its time.
+#: zero constant: a comparison, a choice, a product, a quotient, a maximum or minimum, a store. (A difference can:
+#: XLA makes ``x - c`` of a zero ``c`` into ``x``, which is right for ``+0.0`` but not for ``-0.0``, since
+#: ``-0.0 - -0.0`` is ``+0.0``.) A constant hidden there only costs time: compared with a value XLA cannot see, a
+#: masked leaky ReLU ran at 2.6 times its time.
 _SIGN_SAFE: dict[str, tuple[int, ...] | None] = {
     "arith.cmpf": None,
     "arith.select": None,
@@ -60,12 +61,11 @@ _SIGN_SAFE: dict[str, tuple[int, ...] | None] = {
     "arith.maxnumf": None,
     "arith.minnumf": None,
     "tt.store": None,
-    "arith.subf": (1,),
 }
 
 
 def sign_safe_use(name: str, operand: int) -> bool:
-    """Whether operand ``operand`` of an operation ``name`` may be a ``+0.0`` constant XLA sees (`_SIGN_SAFE`)."""
+    """Whether operand ``operand`` of an operation ``name`` may be a zero constant XLA sees (`_SIGN_SAFE`)."""
     if name not in _SIGN_SAFE:
         return False
     operands = _SIGN_SAFE[name]
@@ -110,14 +110,14 @@ def sign_safe_values(program: Program) -> frozenset[int]:
 
 
 def constant(value: np.ndarray, opaque: bool = True) -> jax.Array:
-    """A kernel's constant as an array: hidden from XLA's simplifier where it is ``+0.0`` (`opaque_constants`),
-    unless ``opaque`` is false (every use of it is `sign_safe_use`)."""
+    """A kernel's constant as an array: hidden from XLA's simplifier where it is a zero (`opaque_constants`; ``-0.0``
+    for a difference), unless ``opaque`` is false (every use of it is `sign_safe_use`)."""
     array = jnp.asarray(value)
     zero = _ZERO.get() if opaque else None
     floating = value.dtype.kind == "f" or value.dtype == _BFLOAT16
     if zero is None or not floating or value.dtype.itemsize == 1:
         return array
-    if not (value.size and (value == 0).all() and not np.signbit(value).any()):
+    if not (value.size and (value == 0).all()):
         return array
     return lax.sub(array, zero.astype(array.dtype))
 

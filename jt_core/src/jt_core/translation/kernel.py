@@ -220,10 +220,11 @@ class Kernel:
         if op.name != "tt.extern_elementwise" and all(k is not None for k in known):
             value = lang.evaluate(op.name, known, types, result, attr)
         self._set_uniform(op.results[0], value)
-        if value is not None and _positive_float_zero(value, result):
+        if value is not None and _float_zero(value, result):
             # XLA computes the same zero from the same constants when it compiles, and its simplifier then turns
             # x + 0.0 into x, which keeps x = -0.0 negative: the zero is hidden from it as a zero constant is.
-            self.env[op.results[0]] = lang.as_array(0.0, result, op.results[0] not in self.sign_safe)
+            zero = float(np.copysign(0.0, float(value)))
+            self.env[op.results[0]] = lang.as_array(zero, result, op.results[0] not in self.sign_safe)
             return
         arrays = [
             lang.as_array(a, t, not floats.sign_safe_use(op.name, i))
@@ -323,11 +324,8 @@ HANDLERS = {
 _UNIFORM_KEPT = frozenset({"arith.constant", "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans"})
 
 
-def _positive_float_zero(value: Any, ty: TensorType) -> bool:
-    if not (ty.element.startswith("f") or ty.element == "bf16") or isinstance(value, bool):
-        return False
-    number = float(value)
-    return number == 0.0 and not np.signbit(number)
+def _float_zero(value: Any, ty: TensorType) -> bool:
+    return (ty.element.startswith("f") or ty.element == "bf16") and not isinstance(value, bool) and float(value) == 0
 
 
 def _narrow(ty: TensorType) -> bool:
