@@ -697,6 +697,33 @@ def test_int1_arithmetic_wraps_modulo_two_on_both_paths(op: str) -> None:
     np.testing.assert_array_equal(interpreted, want)
 
 
+@triton.jit
+def shift_then_compare_kernel(x_ptr, y_ptr, shifted_ptr, same_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    shifted = x >> (tl.load(y_ptr + offs) & 7)
+    tl.store(shifted_ptr + offs, shifted)
+    tl.store(same_ptr + offs, x == shifted)
+
+
+def test_an_arithmetic_shift_promoted_to_unsigned_compares_as_unsigned_on_both_paths() -> None:
+    """``int8 >> uint8``: Triton picks the arithmetic shift by the left operand and computes it in the promoted type,
+    uint8, as are later comparisons with it. Triton's interpreter left its result held as int8 values, which then
+    compared as numbers with uint8 ones (-63 against 193)."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(-128, 128, 32).astype(np.int8)
+    y = rng.integers(0, 256, 32).astype(np.uint8)
+    shifted = (x >> (y & 7).astype(np.int8)).view(np.uint8)
+    same = x.view(np.uint8) == shifted
+    assert same.any() and not same.all() and (x < 0).any()
+    outs = [jax.ShapeDtypeStruct((32,), jnp.uint8), jax.ShapeDtypeStruct((32,), jnp.bool_)]
+    compiled = run_compiled_alone(shift_then_compare_kernel, x, y, out_shape=outs, grid=1, BLOCK=32)
+    interpreted = run(shift_then_compare_kernel, x, y, out_shape=outs, grid=1, BLOCK=32, launcher="interpreter")
+    for got in (compiled, interpreted):
+        np.testing.assert_array_equal(got[0], shifted)
+        np.testing.assert_array_equal(got[1], same)
+
+
 # -- tl.map_elementwise ---------------------------------------------------------------------------------------------
 
 

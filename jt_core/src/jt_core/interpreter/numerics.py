@@ -19,6 +19,8 @@ those bits as integers, and its own conversion to float8 drops the carry when ro
 * rounds ``tl.dot``'s float32 operands to TF32 with ``input_precision="tf32"``, and splits them into three TF32
   products with ``"tf32x3"``, as the device and the compiled path do (the stock interpreter multiplies in
   float32 whatever is asked);
+* computes on ``int1`` values as compiled Triton's ``i1`` arithmetic wraps, types comparisons ``int1`` and keeps
+  an arithmetic shift in an unsigned type in that type (`IntegerFixes`);
 * reduces in the order the compiled path reduces (`ReductionOrder`);
 * runs with the thread's flushing of subnormal floats off (`subnormals_kept`).
 """
@@ -36,7 +38,7 @@ import numpy as np
 
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["FloatFixes", "Int1Arithmetic", "ReductionOrder", "saturating_int", "subnormals_kept", "tf32_rna"]
+__all__ = ["FloatFixes", "IntegerFixes", "ReductionOrder", "saturating_int", "subnormals_kept", "tf32_rna"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -261,9 +263,10 @@ def _to_odd_float32(values: np.ndarray) -> np.ndarray:
     return bits.view(np.float32)
 
 
-class Int1Arithmetic:
-    """The interpreter's integer arithmetic on ``int1`` values made to wrap modulo 2, as compiled Triton's ``i1``
-    arithmetic does, for one run (`jt_core.translation.lang` computes the same); comparisons typed ``int1``.
+class IntegerFixes:
+    """The interpreter's integers as compiled Triton computes them, for one run: arithmetic on ``int1`` values wraps
+    modulo 2, as compiled Triton's ``i1`` arithmetic does (`jt_core.translation.lang` computes the same), comparisons
+    give ``int1`` values, and an arithmetic shift in an unsigned type gives values of that type.
 
     NumPy computes on booleans as logic (``True + True`` is ``True``) or refuses to (subtraction, and Triton 3.6's
     interpreter passes booleans to NumPy as they are). A sum or difference is an exclusive or, a product an and; a
@@ -324,12 +327,20 @@ class Int1Arithmetic:
     def ashr(self, lhs: Any, rhs: Any) -> Any:
         if self._both_int1(lhs, rhs):
             return self._int1(lhs, rhs, np.right_shift)
-        return self.class_ashr(self.builder, lhs, rhs)
+        result = self.class_ashr(self.builder, lhs, rhs)
+        # The stock shift computes on the operands' bits as signed integers and keeps them so, where the operands
+        # were promoted to an unsigned type (int8 >> uint8 shifts arithmetically in uint8): the result then compared
+        # as numbers with uint8 values (-63 against 193) where the bits are the same.
+        data = np.asarray(result.data)
+        dtype = np.dtype(self.interp._get_np_dtype(result.dtype))
+        if data.dtype != dtype and data.dtype.itemsize == dtype.itemsize:
+            return self.interp.TensorHandle(data.view(dtype), result.dtype)
+        return result
 
 
 #: The NumPy functions the interpreter compares with.
 _COMPARISONS = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
-#: The NumPy functions the interpreter computes integer arithmetic with whose ``int1`` meaning `Int1Arithmetic` gives.
+#: The NumPy functions the interpreter computes integer arithmetic with whose ``int1`` meaning `IntegerFixes` gives.
 _INT1_WRAPPED = (np.add, np.subtract, np.multiply, np.fmod, np.left_shift, np.right_shift)
 
 

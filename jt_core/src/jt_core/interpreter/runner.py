@@ -43,7 +43,7 @@ from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter import descriptors, extern, mapped, rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer, addresses
-from jt_core.interpreter.numerics import FloatFixes, Int1Arithmetic, ReductionOrder, subnormals_kept
+from jt_core.interpreter.numerics import FloatFixes, IntegerFixes, ReductionOrder, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
@@ -274,9 +274,9 @@ def _patched(
     interp._get_np_dtype = floats.get_np_dtype
     interp._interpreter = _CheckedLibrary(original_lib, checker, races)
     interp._patch_lang_tensor = patch_tensor
-    int1 = Int1Arithmetic(tl, interp, builder, floats.binary_op)
+    integers = IntegerFixes(tl, interp, builder, floats.binary_op)
     builder_scope = _PatchScope(
-        [(builder, name, method) for name, method in (floats.patches() | int1.patches()).items()]
+        [(builder, name, method) for name, method in (floats.patches() | integers.patches()).items()]
         + [(builder, "create_descriptor_load", descriptor_load)]
         + extern.patches(interp)
         + descriptors.patches(interp)
