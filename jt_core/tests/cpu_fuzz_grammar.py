@@ -753,7 +753,9 @@ def int1_arithmetic(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _computes(n: Node, args: list[Val]) -> bool:
     """Whether the compiled path's processor computes ``n`` in the floating-point unit (flushing subnormals)."""
-    if n.op in ("where", "bitcast", "neg", "abs"):
+    if n.op == "neg":
+        return NEGATES_BY_SUBTRACTION and n.ty.is_float  # Triton 3.6 negates a float as 0 - x
+    if n.op in ("where", "bitcast", "abs"):
         return False
     if n.op == "cast":
         return args[0].ty.name in ("fp32", "fp64") and n.ty.name in ("fp32", "fp64") and args[0].ty != n.ty

@@ -246,7 +246,7 @@ _EVALUATED: dict[str, Callable[..., Any]] = {
     "math.sqrt": np.sqrt,
     "tt.precise_sqrt": np.sqrt,
     "math.copysign": np.copysign,
-    "math.fma": lambda x, y, z: x * y + z,
+    "math.fma": lambda x, y, z: (x.astype(np.float64) * y + z).astype(x.dtype),
     "math.exp": np.exp,
     "math.exp2": np.exp2,
     "math.expm1": np.expm1,
@@ -295,9 +295,9 @@ def evaluate(name: str, values: Sequence[Any], types: Sequence[TensorType], resu
     """The one value an element-wise operation gives, each operand holding one value known at trace time (a scalar,
     or a block of equal elements): `fold` for integers, NumPy for floats; ``None`` for what it does not compute.
 
-    What it gives for a float is what decides whether XLA, which computes the same from the same constants when it
-    compiles, sees a ``+0.0`` (`jt_core.translation.floats`): a transcendental function's last bits may differ
-    from XLA's, never where the result is a zero.
+    What it gives for a float decides whether XLA, which computes the same from the same constants when it
+    compiles, sees a zero there (`jt_core.translation.floats`); a transcendental function's last bits may differ
+    from XLA's, which matters only for a result at zero.
     """
     scalars = [TensorType((), t.element, None, t.element) for t in types]
     element = TensorType((), result.element, None, result.element)
@@ -312,9 +312,12 @@ def evaluate(name: str, values: Sequence[Any], types: Sequence[TensorType], resu
         return None
     if any(_is_float8(d) for d in (*dtypes, out)):
         return None
-    xs = [np.asarray(v).astype(d) if not isinstance(v, np.ndarray) else v.astype(d) for v, d in zip(values, dtypes)]
-    with np.errstate(all="ignore"):
-        return _evaluated(name, xs, out, attr)
+    try:
+        xs = [np.asarray(v).astype(d) for v, d in zip(values, dtypes, strict=True)]
+        with np.errstate(all="ignore"):
+            return _evaluated(name, xs, out, attr)
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None  # not known, then: XLA computes it as it would
 
 
 def _evaluated(name: str, xs: list[np.ndarray], out: np.dtype, attr: Any) -> Any:
