@@ -28,13 +28,20 @@ _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 #: The zero a traced kernel's positive float zeros are made opaque with (`opaque_constants`).
-_ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_cpu_opaque_zero", default=None)
+_ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_opaque_zero", default=None)
+
+
+def opaque_zero() -> jax.Array:
+    """A float32 zero XLA's simplifier cannot see: a constant behind an optimisation barrier, which XLA removes only
+    after its simplifier ran. Plain StableHLO, so it stops no fusion and lowers for every platform (no custom call,
+    no float64)."""
+    return lax.optimization_barrier(jnp.zeros((), jnp.float32))
 
 
 @contextlib.contextmanager
 def opaque_constants(zero: jax.Array) -> Iterator[None]:
     """While tracing a kernel: its float constants equal to ``+0.0`` are ``0.0 - zero``, for a ``zero`` XLA cannot
-    see (a custom call's result). XLA's simplifier turns ``x + 0.0`` into ``x``, which keeps ``x = -0.0`` negative
+    see (`opaque_zero`). XLA's simplifier turns ``x + 0.0`` into ``x``, which keeps ``x = -0.0`` negative
     where IEEE arithmetic (the device's, the interpreter's) makes it positive: an accumulator started with
     ``tl.zeros`` would keep the sign of a first ``-0.0``. Other constants stay constants XLA can fold: its rewrite of
     a division by one is undone by `divide`, and hiding them costs time (a sixth of a softmax's)."""
@@ -141,7 +148,7 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
     if x.dtype == jnp.float64:
         zero = _ZERO.get()
         if y.ndim == 0 and zero is not None:
-            y = lax.sub(y, zero)  # a scalar constant, which the barrier alone would not hide
+            y = lax.sub(y, zero.astype(y.dtype))  # a scalar constant, which the barrier alone would not hide
         return lax.div(x, lax.optimization_barrier(y))
     wide = lax.div(x.astype(jnp.float64), y.astype(jnp.float64)).astype(jnp.float32)
     return wide.astype(x.dtype)

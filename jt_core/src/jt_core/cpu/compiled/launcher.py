@@ -18,7 +18,6 @@ strayed (`_poisoned_where_strayed`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import threading
 import time
@@ -85,7 +84,6 @@ def kernel_function(
     fuse: bool = True,
     sentinel_run: int | None = None,
     checked: bool = True,
-    opaque_zeros: bool = True,
 ) -> Callable[..., list[jax.Array]]:
     """The function of the call's operands that runs one configuration of it and returns its outputs.
 
@@ -100,9 +98,6 @@ def kernel_function(
         checked: Whether the outputs pass the check that raises an access's out-of-bounds error
             (`jt_core.cpu.compiled.checking`); ``False`` returns the outputs unchecked, followed by the flag
             that says whether an access strayed, for the caller to act on.
-        opaque_zeros: Whether the kernel's ``+0.0`` constants are hidden from XLA's simplifier
-            (`jt_core.translation.floats.opaque_constants`, through a custom call of jt's CPU handler library);
-            ``False`` for an exported artifact, which may hold no custom call: there XLA folds ``x + 0.0`` into ``x``.
 
     Raises:
         UnsupportedKernelError: When the kernel has no TTIR, or uses what the compiled path cannot express (before
@@ -207,7 +202,7 @@ def kernel_function(
         ]
         memory = Memory(specs, constants, checks.bounds)
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
-        with floats.opaque_constants(checking.opaque_zero()) if opaque_zeros else contextlib.nullcontext():
+        with floats.opaque_constants(floats.opaque_zero()):
             state = run_grid(program, memory, config.grid, arguments, state, config.options.enable_fp_fusion and fuse)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
@@ -226,13 +221,13 @@ class _Traced:
         self._lock = threading.Lock()
         self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 
-    def get(self, call: KernelCall, kernels: Sequence[CompiledKernel], exporting: bool = False) -> Any:
+    def get(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
         """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
         the compiled path cannot express. The jaxpr returns the outputs unchecked, then the flag that says whether
         an access strayed (`kernel_function` with ``checked=False``): the lowering adds the check, or, in an
-        exported artifact, what stands for it (``exporting``: no custom call at all)."""
+        exported artifact, what stands for it (no custom call at all)."""
         fuse = not differential.enabled()
-        key = (call, tuple(id(k) for k in kernels), fuse, exporting)
+        key = (call, tuple(id(k) for k in kernels), fuse)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -240,7 +235,7 @@ class _Traced:
         try:
             index = _chosen_config(call, kernels)
             with jax.enable_x64(True):
-                run = kernel_function(call, kernels[index], index, fuse, checked=False, opaque_zeros=not exporting)
+                run = kernel_function(call, kernels[index], index, fuse, checked=False)
                 jaxpr = _compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals))
             traced: Any = (index, _without_dead_code(jaxpr))
         except NoUsableConfigError:
@@ -474,7 +469,7 @@ class CpuCompiledLauncher(Launcher):
         from jax._src.interpreters import mlir
 
         exporting = _compat.lowering_for_export(ctx)
-        traced = _traced.get(call, kernels, exporting)
+        traced = _traced.get(call, kernels)
         if isinstance(traced, BaseException):
             raise traced
         index, jaxpr = traced
