@@ -54,13 +54,13 @@ ffi::ErrorOr<int32_t> Dispatch(JtCpuDispatcher dispatcher, int64_t call_id, ffi:
   std::vector<int64_t> sizes(num_inputs + num_outputs);
   for (size_t i = 0; i < num_inputs; ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(first_input + i);
-    if (buffer.has_error()) return buffer.error();
+    if (buffer.has_error()) return ffi::Unexpected<ffi::Error>(buffer.error());
     pointers[i] = buffer->untyped_data();
     sizes[i] = static_cast<int64_t>(buffer->size_bytes());
   }
   for (size_t i = 0; i < num_outputs; ++i) {
     ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> buffer = rets.get<ffi::AnyBuffer>(i);
-    if (buffer.has_error()) return buffer.error();
+    if (buffer.has_error()) return ffi::Unexpected<ffi::Error>(buffer.error());
     pointers[num_inputs + i] = (*buffer)->untyped_data();
     sizes[num_inputs + i] = static_cast<int64_t>((*buffer)->size_bytes());
   }
