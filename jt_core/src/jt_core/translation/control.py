@@ -110,7 +110,7 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
             for value, init in zip(op.results, inits, strict=True):
                 k.env[value] = init
             return state
-        if k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS:
+        if k.vector and _size(body, k.used) * count <= k.strategy.unrolled_operations:
             return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
     iv_dtype = lang.dtype_of(iv_type.element)
 
@@ -138,12 +138,6 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
     return state
 
 
-#: How many operations a loop of programs side by side, with a trip count known when tracing, may have in all
-#: to be traced iteration after iteration: its counter is then known in each, its loads are slices at known
-#: offsets (moved pointers too), and XLA fuses its steps with one another.
-_UNROLLED_OPERATIONS = 256
-
-
 def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -> State:
     """``scf.for`` traced once per iteration, the counter a known int in each; the products the loop accumulates
     (`_accumulating_dots`) are computed together after it."""
@@ -158,12 +152,15 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -
         for counter in counters:
             for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
                 k.affine.pop(value, None)
+                k.limits.pop(value, None)
             iv = int(np.asarray(counter).astype(iv_dtype))
             values, state = _nested(k, body, [iv, *values], state)
         for index, dot in dots.items():
             acc = lang.as_array(values[index], k.type(op.results[index]))
             operands = k.deferred_dots[dot.results[0]]
-            values[index] = reductions.accumulated(acc, operands, dot.attr("inputPrecision", "IEEE"))
+            values[index] = reductions.accumulated(
+                acc, operands, dot.attr("inputPrecision", "IEEE"), k.strategy.ordered_accumulation
+            )
     finally:
         for dot in dots.values():
             k.deferred_dots.pop(dot.results[0], None)

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
+from jt_core.translation import strategy as strategies
 from jt_core.translation.program import Program
 
 __all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_constants", "sign_safe_use"]
@@ -145,6 +146,11 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
     (and from there to a narrower type, for which float32 is as close again) gives the correctly rounded quotient.
     Float64 divisors are kept from being seen as broadcasts (or, alone, as constants) instead.
     """
+    if not strategies.active().float64:
+        # Without float64 (a TPU): the platform's own float32 quotient; narrower floats divided in float32.
+        if x.dtype.itemsize < 4:
+            return lax.div(x.astype(jnp.float32), y.astype(jnp.float32)).astype(x.dtype)
+        return lax.div(x, y)
     if x.dtype == jnp.float64:
         zero = _ZERO.get()
         if y.ndim == 0 and zero is not None:
@@ -158,6 +164,6 @@ def round_bfloat16(x: jax.Array) -> jax.Array:
     """A bfloat16 result rounded to bfloat16 where XLA would skip it: XLA computes bfloat16 arithmetic in float32 and,
     with its excess precision on (the default, which cannot be turned off once JAX has started), drops the rounding
     between an operation and a following conversion to float32 (``(a + b).to(tl.float32)``). Triton rounds each."""
-    if x.dtype != _BFLOAT16:
+    if x.dtype != _BFLOAT16 or not strategies.active().exact_rounding:
         return x
     return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)

@@ -32,6 +32,7 @@ from jt_core.translation.kernel import Kernel
 from jt_core.translation.lang import dtype_of
 from jt_core.translation.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
 from jt_core.translation.program import Program
+from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import NotVectorizable
 
 __all__ = ["run"]
@@ -184,6 +185,7 @@ def run(
     state: State,
     fuse: bool,
     chunk: int,
+    strategy: Strategy,
 ) -> State | None:
     """Runs every program of ``grid`` side by side, in boxes of up to ``chunk`` programs; ``None`` (nothing run)
     when a box of whole planes of the last two grid axes would hold more.
@@ -198,7 +200,7 @@ def run(
     chunks = -(-grid[0] // along)
     counts = (along, grid[1], grid[2])
     mapped = tuple(k for k in range(3) if counts[k] > 1)
-    kernel = Kernel(program, memory, grid, fuse, vector=True)
+    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
 
@@ -210,7 +212,7 @@ def run(
             box = blocks.Box(counts, first, (where[0], where[1], where[2]))
             local = _BoxMemory(memory, box, chunks, kernel)
             kernel.memory = local
-            kernel.env, kernel.affine, kernel.stores = {}, {}, []
+            kernel.start_program()
             pid_x = first if where[0] is None else first + where[0]
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
             _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
