@@ -194,14 +194,14 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
 
 
 def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:
-    if k.vector:
-        raise NotVectorizable("an atomic")
     pointer = _pointer_operand(k, op)
     shape = k.type(op.results[0]).shape
     value = k.array(op.operands[1])
     mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
     kind = str(op.attr("atomic_rmw_op"))
     used = op.results[0] in k.used
+    if k.vector and (k.region_depth or not k.memory.defers_atomic(kind, lang.dtype_of(pointer.pointee), used)):
+        raise NotVectorizable("an atomic")
     found, state = k.memory.atomic(state, kind, pointer, [value], mask, shape, used)
     k.env[op.results[0]] = found
     return state

@@ -154,7 +154,8 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -
                 k.affine.pop(value, None)
                 k.limits.pop(value, None)
             iv = int(np.asarray(counter).astype(iv_dtype))
-            values, state = _nested(k, body, [iv, *values], state)
+            # Straight-line code: the counter is known, so a store in the body is a store like any other.
+            values, state = k.run_block(body, [iv, *values], state)
         for index, dot in dots.items():
             acc = lang.as_array(values[index], k.type(op.results[index]))
             operands = k.deferred_dots[dot.results[0]]

@@ -30,7 +30,16 @@ from jt_core.translation import affine, blocks
 from jt_core.translation.affine import Affine
 from jt_core.translation.kernel import Kernel
 from jt_core.translation.lang import dtype_of
-from jt_core.translation.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
+from jt_core.translation.memory import (
+    ORDERLESS,
+    Memory,
+    Pointer,
+    State,
+    _storage,
+    _to_storage,
+    _to_value,
+    no_error,
+)
 from jt_core.translation.program import Program
 from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import NotVectorizable
@@ -60,6 +69,15 @@ class _BlockStore:
     begin: Any
 
 
+@dataclasses.dataclass(frozen=True)
+class _BlockAtomic:
+    """An atomic whose result nobody reads, with an order-independent combiner: recorded, and made by one scatter
+    that combines every program's lanes after the programs ran."""
+
+    buffer: int
+    kind: str
+
+
 def _elements_of(view: blocks.View) -> bool:
     """Whether slicing for ``view`` reads few enough elements besides its lanes to be worth it."""
     return view.nest is not None and view.extent <= _SPAN_RATIO * view.size + 64
@@ -76,6 +94,8 @@ class _BoxMemory(Memory):
         self.deferred = []
         #: The accesses in program order: (a store?, buffer, the affine form of the offsets).
         self.order: list[tuple[bool, int, Affine | None]] = []
+        #: The buffers updated by deferred atomics (`defers_atomic`).
+        self.atomics: set[int] = set()
 
     def _view(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[blocks.View, int, int] | None:
         """The access's view over the box, and the lowest and highest offsets it reaches over every box of the
@@ -138,6 +158,41 @@ class _BoxMemory(Memory):
             value = jnp.where(wanted, value, fill)
         return value, state
 
+    def defers_atomic(self, kind: str, dtype: np.dtype, result_used: bool) -> bool:
+        """Whether an atomic is made after the programs ran: nobody reads its result, and its combiner gives the same
+        memory whatever order the programs' lanes come in (integer sums, extremes and bit operations; float sums too
+        where the strategy leaves rounding to XLA, which sums in its own order)."""
+        if result_used or kind not in ORDERLESS:
+            return False
+        if np.issubdtype(dtype, np.integer):
+            return True
+        return kind == "FADD" and not self.kernel.strategy.exact_rounding
+
+    def atomic(
+        self,
+        state: State,
+        kind: str,
+        pointer: Pointer,
+        values: Sequence[Any],
+        mask: Any,
+        shape: tuple[int, ...],
+        result_used: bool,
+    ) -> tuple[jax.Array, State]:
+        value_type = dtype_of(pointer.pointee)
+        if not self.defers_atomic(kind, np.dtype(value_type), result_used):
+            return super().atomic(state, kind, pointer, values, mask, shape, result_used)
+        self.order.append((True, pointer.buffer, None))
+        self.atomics.add(pointer.buffer)
+        spec = self.specs[pointer.buffer]
+        offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape)
+        if active is None:
+            active = (offsets >= 0) & (offsets < spec.size)
+        index = jnp.where(active, offsets, spec.size)
+        operand = jnp.broadcast_to(jnp.asarray(values[0]).astype(value_type), shape)
+        assert self.deferred is not None
+        self.deferred.append((_BlockAtomic(pointer.buffer, kind), index, operand))  # type: ignore[arg-type]
+        return jnp.zeros(shape, value_type), state
+
     def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
         self.order.append((True, pointer.buffer, pointer.affine))
         spec = self.specs[pointer.buffer]
@@ -161,20 +216,33 @@ class _BoxMemory(Memory):
 
 def _independent(memory: _BoxMemory, grid: tuple[int, int, int]) -> None:
     """Raises `NotVectorizable` unless the programs' stores provably neither meet nor reach what another program
-    loads."""
+    loads, and no program loads what it stored itself earlier (the stores are made after every program ran)."""
     stored = {buffer for is_store, buffer, _ in memory.order if is_store}
-    for buffer in stored:
+    for buffer in memory.atomics:
+        # Atomics combine whatever order the lanes come in; nothing else may touch what they update.
+        if any(b == buffer for _, b, a in memory.order if a is not None) or buffer in memory.loaded:
+            raise NotVectorizable("a buffer updated by atomics and also loaded or stored")
+    for buffer in stored - memory.atomics:
         stores = [a for is_store, b, a in memory.order if is_store and b == buffer]
         if any(a is None for a in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
             raise NotVectorizable("stores that may reach one element from two programs")
-        after_store = False
-        for is_store, b, a in memory.order:
-            if b != buffer:
-                continue
+        accesses = [(is_store, a) for is_store, b, a in memory.order if b == buffer]
+        if all(is_store or a == stores[0] for is_store, a in accesses) and not any(
+            not is_store and any(s for s, _ in accesses[:i]) for i, (is_store, _) in enumerate(accesses)
+        ):
+            continue  # each program loads the elements it stores, before it stores them
+        forms = [a for _, a in accesses]
+        if any(a is None for a in forms) or not affine.apart_in_windows(forms, grid):  # type: ignore[arg-type]
+            raise NotVectorizable("a buffer loaded where another program may write it")
+        written: list[tuple[int, int]] = []
+        for is_store, a in accesses:
+            assert a is not None
+            low, high = a.spread()
+            span = (a.const + low, a.const + high)
             if is_store:
-                after_store = True
-            elif after_store or a != stores[0]:
-                raise NotVectorizable("a buffer loaded where another program, or a later store, may write it")
+                written.append(span)
+            elif any(span[0] <= w[1] and w[0] <= span[1] for w in written):
+                raise NotVectorizable("a program loading what it stored itself")
 
 
 def run(
@@ -259,6 +327,13 @@ def _apply(
         if valid is not None:
             wanted = wanted & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
         return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, wanted))
+    if isinstance(record, _BlockAtomic):
+        index = first
+        if valid is not None and counts[0] > 1:
+            keep = valid.reshape((-1,) + (1,) * (index.ndim - 1))
+            index = jnp.where(keep, index, np.iinfo(index.dtype).max)
+        assert second is not None
+        return memory.apply_atomic(state, record.buffer, record.kind, index, second)
     if isinstance(record, _BlockStore):
         view = record.view
         values, mask = first.reshape(view.counts), second
