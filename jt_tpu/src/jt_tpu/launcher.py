@@ -17,7 +17,8 @@ __all__ = ["TPU_STRATEGY", "TpuLauncher"]
 #: How a TPU runs a translated kernel: every program of the grid side by side while their largest value fits in
 #: 1 GiB (a v5e chip holds 16), no float64 (a TPU has none: quotients are float32's own), int32 addresses, products
 #: and sums rounded as XLA's TPU compiler computes them, loops of known trip count traced step by step up to 16,384
-#: operations (their loads slices), and a K-loop of ``tl.dot`` as one product.
+#: operations (their loads slices), block accesses as strided slices however far apart their rows lie, and a
+#: K-loop of ``tl.dot`` as one product.
 TPU_STRATEGY = Strategy(
     side_by_side_bytes=1 << 30,
     float64=False,
@@ -25,6 +26,7 @@ TPU_STRATEGY = Strategy(
     exact_rounding=False,
     ordered_accumulation=False,
     unrolled_operations=16384,
+    slice_span=1 << 20,
 )
 
 #: Element types a TPU has no arithmetic for: a call that passes or computes them is refused.

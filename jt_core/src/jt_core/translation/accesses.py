@@ -104,7 +104,7 @@ def _load(k: Tracer, op: Operation, state: State) -> State:
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
         padding = op.attr("padding")
         other: Any = jnp.nan if padding == 2 else None
-        value, state = k.memory.load(state, pointer, mask, other, ty.shape)
+        value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
         k.env[op.results[0]] = value
         return state
     pointer = _pointer_operand(k, op)
@@ -113,9 +113,18 @@ def _load(k: Tracer, op: Operation, state: State) -> State:
         return _load_lanes(k, op, pointer, lanes, state)
     mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
-    value, state = k.memory.load(state, pointer, mask, other, ty.shape)
+    value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
     k.env[op.results[0]] = value
     return state
+
+
+def guarded(k: Tracer, mask: Any, shape: tuple[int, ...]) -> Any:
+    """An access's mask, and-ed with the condition of the branch it runs in where branches are run both
+    (`jt_core.translation.control`, inside programs run side by side)."""
+    if k.predicate is None:
+        return mask
+    predicate = jnp.broadcast_to(k.predicate, shape)
+    return predicate if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & predicate
 
 
 def _within(pointer: Pointer, lanes: masks.Limits, shape: tuple[int, ...]) -> Pointer:
@@ -140,7 +149,7 @@ def _load_lanes(k: Tracer, op: Operation, pointer: Pointer, lanes: masks.Limits,
     dtype = lang.dtype_of(ty.element)
     other = k.get(op.operands[2]) if len(op.operands) > 2 else None
     if masks.is_full(lanes, ty.shape):
-        value, state = k.memory.load(state, pointer, None, None, ty.shape)
+        value, state = k.memory.load(state, pointer, guarded(k, None, ty.shape), None, ty.shape)
         k.env[op.results[0]] = value
         return state
     fill = jnp.zeros((), dtype) if other is None or not lang.is_static(other) else jnp.asarray(other, dtype)
@@ -148,7 +157,7 @@ def _load_lanes(k: Tracer, op: Operation, pointer: Pointer, lanes: masks.Limits,
         k.env[op.results[0]] = jnp.broadcast_to(k.array(op.operands[2]) if other is not None else fill, ty.shape)
         return state
     box = tuple(high - low for low, high in lanes)
-    value, state = k.memory.load(state, _within(pointer, lanes, ty.shape), None, None, box)
+    value, state = k.memory.load(state, _within(pointer, lanes, ty.shape), guarded(k, None, box), None, box)
     padded = lax.pad(value.astype(dtype), fill, [(low, n - high, 0) for (low, high), n in zip(lanes, ty.shape)])
     if other is not None and not lang.is_static(other):
         padded = jnp.where(_inside(lanes, ty.shape), padded, k.array(op.operands[2]))
@@ -172,7 +181,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if k.vector:
             raise NotVectorizable("a store through a block pointer")
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
-        return k.memory.store(state, pointer, value, mask, tuple(target.block))
+        return k.memory.store(state, pointer, value, guarded(k, mask, tuple(target.block)), tuple(target.block))
     pointer = _pointer_operand(k, op)
     shape = k.type(op.operands[1]).shape
     lanes = k.limits.get(op.operands[2]) if len(op.operands) > 2 else None
@@ -190,7 +199,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if pointer.affine is None:
             raise NotVectorizable("a store through a pointer whose offsets are not affine")
         k.stores.append((pointer.buffer, pointer.affine))
-    return k.memory.store(state, pointer, value, mask, shape)
+    return k.memory.store(state, pointer, value, guarded(k, mask, shape), shape)
 
 
 def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:
@@ -202,7 +211,7 @@ def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:
     used = op.results[0] in k.used
     if k.vector and (k.region_depth or not k.memory.defers_atomic(kind, lang.dtype_of(pointer.pointee), used)):
         raise NotVectorizable("an atomic")
-    found, state = k.memory.atomic(state, kind, pointer, [value], mask, shape, used)
+    found, state = k.memory.atomic(state, kind, pointer, [value], guarded(k, mask, shape), shape, used)
     k.env[op.results[0]] = found
     return state
 

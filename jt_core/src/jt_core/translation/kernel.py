@@ -50,7 +50,15 @@ _NO_EFFECT = {"gpu.barrier", "ttg.barrier", "tt.debug_barrier"}
 _LIMITED = frozenset({"arith.cmpi", "arith.andi", "tt.broadcast", "tt.expand_dims", "tt.splat", "arith.constant"})
 
 #: The integer operations that keep an affine form.
-_AFFINE_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.extsi", "arith.trunci", "arith.index_cast"}
+_AFFINE_OPS = {
+    "arith.addi",
+    "arith.subi",
+    "arith.muli",
+    "arith.extsi",
+    "arith.trunci",
+    "arith.index_cast",
+    "arith.bitcast",  # between integers of one width (Triton's front end casts a loop's bounds so)
+}
 
 
 def unsupported_operation(program: Program) -> Unsupported | None:
@@ -95,6 +103,11 @@ class Kernel:
         self.affine: dict[int, Affine] = {}
         #: The masks known to be boxes of lanes, the same in every program (`jt_core.translation.masks`).
         self.limits: dict[int, masks.Limits] = {}
+        #: Where both sides of a branch run (programs side by side), the condition of the side being traced: what
+        #: its loads, stores and atomics are masked with (`jt_core.translation.control`).
+        self.predicate: Any = None
+        #: The sides of the branches being traced that way, as (branch, side) pairs, outermost first.
+        self.path: tuple[tuple[int, bool], ...] = ()
         #: How deep inside loops and branches run as JAX's control flow the operation being traced is.
         self.region_depth = 0
         #: The stores of a vectorised run: the buffer and the affine form of the offsets.
@@ -187,6 +200,8 @@ class Kernel:
     def start_program(self) -> None:
         """Forgets what the program traced before knew: its values and what is known of them."""
         self.env, self.affine, self.limits, self.stores = {}, {}, {}, []
+        self.predicate = None
+        self.path = ()
 
     def _track_limits(self, op: Operation) -> None:
         """Keeps which lanes a mask has on, where that is a box the same in every program."""
@@ -270,7 +285,9 @@ class Kernel:
             return
         a = known[0]
         assert a is not None
-        if op.name in ("arith.extsi", "arith.trunci", "arith.index_cast"):
+        if op.name == "arith.bitcast" and self.type(op.operands[0]).element != self.type(op.results[0]).element:
+            return
+        if op.name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
             self.affine[op.results[0]] = a
             return
         b = known[1]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,9 +45,6 @@ from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import NotVectorizable
 
 __all__ = ["run"]
-
-#: How much larger than the block a view's span may be (elements between the lanes that a slice reads past).
-_SPAN_RATIO = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +75,10 @@ class _BlockAtomic:
     kind: str
 
 
-def _elements_of(view: blocks.View) -> bool:
-    """Whether slicing for ``view`` reads few enough elements besides its lanes to be worth it."""
-    return view.nest is not None and view.extent <= _SPAN_RATIO * view.size + 64
+def _elements_of(view: blocks.View, span: int) -> bool:
+    """Whether slicing for ``view`` reads few enough elements besides its lanes to be worth it (at most ``span``
+    times its own: the strategy's `Strategy.slice_span`)."""
+    return view.nest is not None and view.extent <= span * view.size + 64
 
 
 class _BoxMemory(Memory):
@@ -92,8 +90,8 @@ class _BoxMemory(Memory):
         self.box = box
         self.chunks = chunks
         self.deferred = []
-        #: The accesses in program order: (a store?, buffer, the affine form of the offsets).
-        self.order: list[tuple[bool, int, Affine | None]] = []
+        #: The accesses in program order.
+        self.order: list[_Access] = []
         #: The buffers updated by deferred atomics (`defers_atomic`).
         self.atomics: set[int] = set()
 
@@ -106,7 +104,7 @@ class _BoxMemory(Memory):
         if not a.base_known and a.dynamic is None:
             return None
         view = blocks.box_view(self.box, a.pids, a.lanes, shape)
-        if not _elements_of(view):
+        if not _elements_of(view, self.kernel.strategy.slice_span):
             return None
         last_first = (self.chunks - 1) * self.box.counts[0]
         low = a.const + view.low + min(0, a.pids[0] * last_first)
@@ -124,7 +122,7 @@ class _BoxMemory(Memory):
     def load(
         self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, State]:
-        self.order.append((False, pointer.buffer, pointer.affine))
+        self.order.append(_Access(False, pointer.buffer, pointer.affine, self.kernel.path))
         found = self._view(pointer, shape)
         spec = self.specs[pointer.buffer]
         if found is None:
@@ -181,7 +179,7 @@ class _BoxMemory(Memory):
         value_type = dtype_of(pointer.pointee)
         if not self.defers_atomic(kind, np.dtype(value_type), result_used):
             return super().atomic(state, kind, pointer, values, mask, shape, result_used)
-        self.order.append((True, pointer.buffer, None))
+        self.order.append(_Access(True, pointer.buffer, None, self.kernel.path))
         self.atomics.add(pointer.buffer)
         spec = self.specs[pointer.buffer]
         offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape)
@@ -194,7 +192,7 @@ class _BoxMemory(Memory):
         return jnp.zeros(shape, value_type), state
 
     def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
-        self.order.append((True, pointer.buffer, pointer.affine))
+        self.order.append(_Access(True, pointer.buffer, pointer.affine, self.kernel.path))
         spec = self.specs[pointer.buffer]
         found = self._view(pointer, shape) if spec.writable else None
         if found is not None and pointer.affine is not None and pointer.affine.base_known:
@@ -214,35 +212,63 @@ class _BoxMemory(Memory):
         return super().store(state, pointer, value, mask, shape)
 
 
+class _Access(NamedTuple):
+    """An access of a program, as `_independent` weighs it."""
+
+    store: bool
+    buffer: int
+    form: Affine | None  # the affine form of its offsets, where known
+    path: tuple[tuple[int, bool], ...]  # the sides of the branches it runs on (`Tracer.path`)
+
+
+def _exclusive(a: _Access, b: _Access) -> bool:
+    """Whether ``a`` and ``b`` lie on opposite sides of one branch (a program makes at most one of them)."""
+    sides = dict(a.path)
+    return any(branch in sides and sides[branch] != side for branch, side in b.path)
+
+
 def _independent(memory: _BoxMemory, grid: tuple[int, int, int]) -> None:
     """Raises `NotVectorizable` unless the programs' stores provably neither meet nor reach what another program
-    loads, and no program loads what it stored itself earlier (the stores are made after every program ran)."""
-    stored = {buffer for is_store, buffer, _ in memory.order if is_store}
+    loads, and no program loads what it stored itself earlier (the stores are made after every program ran).
+
+    A load through offsets known only when it runs (``x_ptr + label``) is let through where its program has stored
+    nothing to that buffer before it: it may then reach only what no program writes, what its own program writes
+    after it, or what another program writes, a data race whose result is undefined on a GPU (here it reads the
+    buffer as it was before the kernel)."""
+    order = memory.order
     for buffer in memory.atomics:
         # Atomics combine whatever order the lanes come in; nothing else may touch what they update.
-        if any(b == buffer for _, b, a in memory.order if a is not None) or buffer in memory.loaded:
+        if any(a.buffer == buffer and a.form is not None for a in order) or buffer in memory.loaded:
             raise NotVectorizable("a buffer updated by atomics and also loaded or stored")
-    for buffer in stored - memory.atomics:
-        stores = [a for is_store, b, a in memory.order if is_store and b == buffer]
-        if any(a is None for a in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
+    stored = {a.buffer for a in order if a.store} - memory.atomics
+    for buffer in stored:
+        # A form whose base is known only when it runs says no more than no form at all.
+        accesses = [
+            a if a.form is None or a.form.base_known else a._replace(form=None) for a in order if a.buffer == buffer
+        ]
+        stores = [a.form for a in accesses if a.store]
+        if any(form is None for form in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
             raise NotVectorizable("stores that may reach one element from two programs")
-        accesses = [(is_store, a) for is_store, b, a in memory.order if b == buffer]
-        if all(is_store or a == stores[0] for is_store, a in accesses) and not any(
-            not is_store and any(s for s, _ in accesses[:i]) for i, (is_store, _) in enumerate(accesses)
-        ):
-            continue  # each program loads the elements it stores, before it stores them
-        forms = [a for _, a in accesses]
-        if any(a is None for a in forms) or not affine.apart_in_windows(forms, grid):  # type: ignore[arg-type]
+        for index, access in enumerate(accesses):
+            if access.store:
+                continue
+            earlier = [a for a in accesses[:index] if a.store and not _exclusive(a, access)]
+            if access.form is None:
+                if earlier:
+                    raise NotVectorizable("a program loading, through offsets known when it runs, what it stored")
+                continue
+            low, high = access.form.spread()
+            span = (access.form.const + low, access.form.const + high)
+            for store in earlier:
+                assert store.form is not None
+                s_low, s_high = store.form.spread()
+                if span[0] <= store.form.const + s_high and store.form.const + s_low <= span[1]:
+                    raise NotVectorizable("a program loading what it stored itself")
+        known = [a.form for a in accesses if a.form is not None]
+        if all(form == stores[0] for form in known):
+            continue  # each program loads only the elements it stores
+        if not affine.apart_in_windows(known, grid):  # type: ignore[arg-type]
             raise NotVectorizable("a buffer loaded where another program may write it")
-        written: list[tuple[int, int]] = []
-        for is_store, a in accesses:
-            assert a is not None
-            low, high = a.spread()
-            span = (a.const + low, a.const + high)
-            if is_store:
-                written.append(span)
-            elif any(span[0] <= w[1] and w[0] <= span[1] for w in written):
-                raise NotVectorizable("a program loading what it stored itself")
 
 
 def run(

@@ -38,6 +38,9 @@ class Strategy:
         unrolled_operations: How many operations a loop of programs side by side, with a trip count known when
             tracing, may have in all to be traced iteration after iteration (its loads then become slices at known
             offsets, and a K-loop of ``tl.dot`` one product); a longer one is a loop of XLA.
+        slice_span: How many times its own elements a block access of programs side by side may span in its buffer
+            (the rows between the blocks of a column of tiles, say) to be read or written as a slice of the buffer
+            reshaped, rather than gathered or scattered.
     """
 
     side_by_side_bytes: int = 16 << 20
@@ -46,6 +49,7 @@ class Strategy:
     exact_rounding: bool = True
     ordered_accumulation: bool = True
     unrolled_operations: int = 256
+    slice_span: int = 4
 
 
 #: The CPU backend's choices.

@@ -34,6 +34,8 @@ class Tracer(Protocol):
     env: dict[int, Any]
     affine: dict[int, Affine]
     limits: dict[int, masks.Limits]
+    predicate: Any
+    path: tuple[tuple[int, bool], ...]
     region_depth: int
     stores: list[tuple[int, Affine]]
     used: set[int]
