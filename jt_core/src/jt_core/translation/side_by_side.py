@@ -41,6 +41,7 @@ from jt_core.translation.memory import (
     no_error,
 )
 from jt_core.translation.program import Program
+from jt_core.translation.relabeling import Relabeling
 from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import NotVectorizable
 
@@ -280,6 +281,7 @@ def run(
     fuse: bool,
     chunk: int,
     strategy: Strategy,
+    relabel: Relabeling | None = None,
 ) -> State | None:
     """Runs every program of ``grid`` side by side, in boxes of up to ``chunk`` programs; ``None`` (nothing run)
     when a box of whole planes of the last two grid axes would hold more.
@@ -287,6 +289,9 @@ def run(
     Raises:
         NotVectorizable: When that might not give what the programs in order give.
     """
+    launch = grid
+    if relabel is not None:
+        grid = relabel.grid
     plane = grid[1] * grid[2]
     if chunk < plane:
         return None
@@ -294,7 +299,7 @@ def run(
     chunks = -(-grid[0] // along)
     counts = (along, grid[1], grid[2])
     mapped = tuple(k for k in range(3) if counts[k] > 1)
-    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy)
+    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy, relabel=relabel, launch=launch)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
 
