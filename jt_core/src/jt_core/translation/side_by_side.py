@@ -302,6 +302,8 @@ def run(
     kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy, relabel=relabel, launch=launch)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
+    #: Whether no access of the programs could stray (their flag is the one they started with, untouched).
+    clean = [True]
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[Any], jax.Array]:
         def one(*positions: Any) -> tuple[list[Any], jax.Array]:
@@ -314,7 +316,9 @@ def run(
             kernel.start_program()
             pid_x = first if where[0] is None else first + where[0]
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
-            _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
+            start = no_error()
+            _, after = kernel.run_block(entry, list(arguments), State(buffers, start))
+            clean[0] = after.strayed is start
             _independent(local, grid)
             assert local.deferred is not None
             recorded[:] = [record for record, _, _ in local.deferred]
@@ -334,6 +338,8 @@ def run(
         state = carried
         for record, (index_or_values, values_or_mask) in zip(recorded, arrays, strict=True):
             state = _apply(memory, state, record, index_or_values, values_or_mask, counts, valid)
+        if clean[0]:
+            return state  # no access could stray: the flag stays what it was, a constant XLA and jt see
         if valid is not None and counts[0] > 1:
             strayed = strayed & valid.reshape((-1,) + (1,) * (strayed.ndim - 1))
         return State(state.buffers, state.strayed | jnp.any(strayed))
@@ -376,7 +382,9 @@ def _apply(
         slot = memory.writable.index(record.buffer)
         flat, strayed = blocks.write(state.buffers[slot], view, record.begin, values, mask)
         buffers = (*state.buffers[:slot], flat, *state.buffers[slot + 1 :])
-        return State(buffers, state.strayed | strayed if memory.bounds_check else state.strayed)
+        if strayed is False or not memory.bounds_check:
+            return State(buffers, state.strayed)
+        return State(buffers, state.strayed | strayed)
     index = first
     assert second is not None
     if valid is not None and counts[0] > 1:
