@@ -19,8 +19,20 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import libdevice
 from jt_core.interpreter.libdevice import libdevice_name
-from jt_core.translation import accesses, control, descriptors, extern, floats, lang, masks, reductions, shapes
+from jt_core.translation import (
+    accesses,
+    control,
+    descriptors,
+    extern,
+    floats,
+    lang,
+    masks,
+    products,
+    reductions,
+    shapes,
+)
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
@@ -138,6 +150,11 @@ class Kernel:
         self.dot_sources: dict[int, list[tuple[Pointer | None, Pointer | None]]] = {}
         #: The pointers of the blocks loaded whole (no mask), by the value loaded.
         self.loaded_from: dict[int, Pointer] = {}
+        #: Which products the kernel's sums fuse, and which round alone (`jt_core.translation.products`), where the
+        #: strategy rounds as a GPU does.
+        self.fusions = products.fusions(program) if strategy.exact_rounding else None
+        #: The factors of the products traced so far (a negated one's first factor negated), by value.
+        self.factors: dict[int, tuple[jax.Array, jax.Array]] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
 
@@ -213,6 +230,14 @@ class Kernel:
             self.elementwise(op)
         if name in _LIMITED:
             self._track_limits(op)
+        if name in products.PASSING_ON and op.operands and op.operands[0] in self.factors:
+            shape = self.type(op.results[0]).shape
+            a, b = self.factors[op.operands[0]]
+            if name == "tt.expand_dims":
+                axis = int(op.attr("axis"))
+                self.factors[op.results[0]] = (jnp.expand_dims(a, axis), jnp.expand_dims(b, axis))
+            else:
+                self.factors[op.results[0]] = (jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape))
         if self.relabel is not None and op.results and op.results[0] in self.relabel.axes:
             axis = self.relabel.axes[op.results[0]]
             dtype = lang.dtype_of(self.type(op.results[0]).element)
@@ -225,7 +250,7 @@ class Kernel:
     def start_program(self) -> None:
         """Forgets what the program traced before knew: its values and what is known of them."""
         self.env, self.affine, self.limits, self.stores = {}, {}, {}, []
-        self.loaded_from = {}
+        self.loaded_from, self.factors = {}, {}
         self.predicate = None
         self.path = ()
 
@@ -295,12 +320,42 @@ class Kernel:
                 raise Unsupported(f"{libdevice_name(symbol)} (the external function {symbol!r})", op.line)
             out = extern.extern_call(symbol, arrays, lang.dtype_of(result.element))
         else:
-            out = lang.elementwise(op.name, arrays, result, attr)
-            if op.name == "arith.mulf" and not self.fuse:
-                # XLA's CPU compiler contracts a product and a sum into one fused multiply-add, as GPUs do with
-                # enable_fp_fusion=True; without it the product is rounded on its own.
-                out = lax.optimization_barrier(out)
+            fused = self._fused(op, arrays)
+            out = lang.elementwise(op.name, arrays, result, attr) if fused is None else fused
+            if self.fusions is not None:
+                out = self._keep_products(op, arrays, out)
         self.env[op.results[0]] = out
+
+    def _fused(self, op: Operation, arrays: list[jax.Array]) -> jax.Array | None:
+        """A sum or difference that fuses a product, rounded once (`jt_core.translation.products`), or ``None``."""
+        if self.fusions is None or not self.fuse or op.name not in ("arith.addf", "arith.subf"):
+            return None
+        index = self.fusions.fused.get(id(op))
+        if index is None or op.operands[index] not in self.factors:
+            return None
+        a, b = self.factors[op.operands[index]]
+        other = arrays[1 - index]
+        if op.name == "arith.subf":
+            if index == 0:
+                other = -other  # a * b - c
+            else:
+                a = -a  # c - a * b
+        return floats.round_bfloat16(libdevice.fused_multiply_add(libdevice.jax_arrays(), a, b, other.astype(a.dtype)))
+
+    def _keep_products(self, op: Operation, arrays: list[jax.Array], out: jax.Array) -> jax.Array:
+        """Keeps a product's factors for the sums that fuse it; a product that rounds alone while a sum may read it
+        is kept from XLA's own contraction (an optimisation barrier): XLA's CPU code fuses a float32 product and
+        sum, and float16 ones where the processor has AVX-512 FP16, which would give other bits on other hosts."""
+        if op.name == "arith.negf" and op.operands[0] in self.factors:
+            a, b = self.factors[op.operands[0]]
+            self.factors[op.results[0]] = (-a, b)
+        if op.name != "arith.mulf":
+            return out
+        if self.fuse:
+            self.factors[op.results[0]] = (arrays[0], arrays[1])
+        if self.fusions is not None and op.results[0] in self.fusions.rounded:
+            out = lax.optimization_barrier(out)
+        return out
 
     def _track(self, op: Operation) -> None:
         """Keeps the affine form of a sum, difference or product with a constant of affine integers."""

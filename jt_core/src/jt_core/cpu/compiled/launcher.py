@@ -72,10 +72,6 @@ class CpuCompiledLauncher(TranslatingLauncher):
     def strategy(self) -> Strategy:
         return CPU_STRATEGY
 
-    def fuses(self) -> bool:
-        # Compared with the interpreter (JT_CPU_DIFFERENTIAL), each product is rounded as the interpreter rounds it.
-        return not differential.enabled()
-
     def tunes(self) -> bool:
         return cpu_autotune_enabled()
 
