@@ -24,7 +24,7 @@ from jt_core.translation import accesses, control, descriptors, extern, floats, 
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
-from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
+from jt_core.translation.values import Address, BlockPointer, NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
 
@@ -35,7 +35,6 @@ _REFUSED = {
     "tt.print": "device printing (tl.device_print / print)",
     "tt.assert": "a device assertion (tl.device_assert)",
     "tt.int_to_ptr": "an integer turned into a pointer",
-    "tt.ptr_to_int": "a pointer turned into an integer",
     "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
 }
 
@@ -176,7 +175,7 @@ class Kernel:
             attr = op.attr("rounding", op.attr("roundingmode"))
         if op.name == "tt.clampf":
             attr = op.attr("propagateNan")
-        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor)) for a in args):
+        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor, Address)) for a in args):
             self.pointer_arithmetic(op, args)
             return
         self._track(op)
@@ -232,7 +231,13 @@ class Kernel:
             self.affine[op.results[0]] = b.times(a.const).broadcast(self.type(op.results[0]).shape)
 
     def pointer_arithmetic(self, op: Operation, args: Sequence[Any]) -> None:
-        """``arith.select`` between pointers of one buffer, and the pointer comparisons."""
+        """``arith.select`` between pointers of one buffer, and the pointer comparisons (of addresses too: with
+        zero, or with another into the same buffer)."""
+        if any(isinstance(a, Address) for a in args):
+            if op.name != "arith.cmpi":
+                raise Unsupported(_ADDRESS_AS_NUMBER, op.line)
+            self.env[op.results[0]] = _address_comparison(self, op, args)
+            return
         if op.name == "arith.select" and isinstance(args[1], Pointer) and isinstance(args[2], Pointer):
             a, b = args[1], args[2]
             if a.buffer != b.buffer:
@@ -263,6 +268,43 @@ class Kernel:
             self.depth -= 1
 
 
+_ADDRESS_AS_NUMBER = "a pointer's address used as a number (the compiled path only knows that it is not null)"
+
+#: ``arith.cmpi`` predicates by number, and what each gives comparing a non-null address with zero (``None``: a
+#: signed comparison, which depends on the address).
+_VERSUS_NULL = {0: False, 1: True, 2: None, 3: None, 4: None, 5: None, 6: False, 7: False, 8: True, 9: True}
+
+
+def _address_comparison(k: Kernel, op: Operation, args: Sequence[Any]) -> Any:
+    """An ``arith.cmpi`` of an address (`Address`): with zero, it is what a non-null pointer gives; with the
+    address of another pointer into the same buffer, the offsets' comparison (unsigned: byte addresses)."""
+    shape = k.type(op.results[0]).shape
+    predicate = int(op.attr("predicate"))
+    if all(isinstance(a, Address) for a in args):
+        a, b = args[0].pointer, args[1].pointer
+        if isinstance(a, Pointer) and isinstance(b, Pointer) and a.buffer == b.buffer:
+            return lang.elementwise(
+                "arith.cmpi", [jnp.asarray(a.offset), jnp.asarray(b.offset)], k.type(op.results[0]), predicate
+            )
+        raise Unsupported("a comparison of the addresses of two arguments, which the compiled path does not know")
+    other = op.operands[1] if isinstance(args[0], Address) else op.operands[0]
+    if isinstance(args[1], Address):  # 0 < p is p > 0
+        predicate = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}.get(predicate, predicate)
+    known = _VERSUS_NULL.get(predicate)
+    zero = k.affine_of(other)
+    if zero is None or not zero.is_constant or zero.const != 0 or known is None:
+        raise Unsupported(_ADDRESS_AS_NUMBER)
+    return known if not shape else jnp.full(shape, known)
+
+
+def _ptr_to_int(k: Kernel, op: Operation, state: State) -> State:
+    pointer = k.get(op.operands[0])
+    if not isinstance(pointer, Pointer):
+        raise Unsupported("a pointer turned into an integer", op.line)
+    k.env[op.results[0]] = Address(pointer)
+    return state
+
+
 def _call(k: Kernel, op: Operation, state: State) -> State:
     args = [k.get(v) for v in op.operands]
     results, state = k.call(str(op.attr("callee")), args, state, op.line)
@@ -277,6 +319,7 @@ HANDLERS = {
     **descriptors.HANDLERS,
     **reductions.HANDLERS,
     "tt.call": _call,
+    "tt.ptr_to_int": _ptr_to_int,
     "scf.for": control.scf_for,
     "scf.if": control.scf_if,
     "scf.while": control.scf_while,

@@ -30,7 +30,16 @@ from jt_core.translation import affine, blocks
 from jt_core.translation.affine import Affine
 from jt_core.translation.kernel import Kernel
 from jt_core.translation.lang import dtype_of
-from jt_core.translation.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
+from jt_core.translation.memory import (
+    Memory,
+    Pointer,
+    State,
+    _storage,
+    _to_storage,
+    _to_value,
+    merged_faults,
+    no_error,
+)
 from jt_core.translation.program import Program
 from jt_core.translation.values import NotVectorizable
 
@@ -217,7 +226,7 @@ def run(
             _independent(local, grid)
             assert local.deferred is not None
             recorded[:] = [record for record, _, _ in local.deferred]
-            return [(i, v) for _, i, v in local.deferred], after.strayed
+            return [(i, v) for _, i, v in local.deferred], after.faults
 
         fn: Any = one
         for k in reversed(range(len(mapped))):
@@ -226,7 +235,7 @@ def run(
 
     def box_of(index: Any, carried: State) -> State:
         first = 0 if chunks == 1 else index * along
-        arrays, strayed = programs(first, carried.buffers)
+        arrays, faults = programs(first, carried.buffers)
         valid = None
         if chunks > 1 and grid[0] % along:
             valid = (first + lax.iota(jnp.int32, along)) < grid[0]
@@ -234,8 +243,8 @@ def run(
         for record, (index_or_values, values_or_mask) in zip(recorded, arrays, strict=True):
             state = _apply(memory, state, record, index_or_values, values_or_mask, counts, valid)
         if valid is not None and counts[0] > 1:
-            strayed = strayed & valid.reshape((-1,) + (1,) * (strayed.ndim - 1))
-        return State(state.buffers, state.strayed | jnp.any(strayed))
+            faults = jnp.where(valid.reshape((-1,) + (1,) * (faults.ndim - 1)), faults, 0)
+        return State(state.buffers, state.faults | merged_faults(faults))
 
     if chunks == 1:
         return box_of(0, state)
@@ -256,7 +265,7 @@ def _apply(
         wanted = first.reshape(record.view.counts)
         if valid is not None:
             wanted = wanted & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
-        return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, wanted))
+        return State(state.buffers, state.faults | blocks.strays(record.size, record.view, record.begin, wanted))
     if isinstance(record, _BlockStore):
         view = record.view
         values, mask = first.reshape(view.counts), second
@@ -268,7 +277,7 @@ def _apply(
         slot = memory.writable.index(record.buffer)
         flat, strayed = blocks.write(state.buffers[slot], view, record.begin, values, mask)
         buffers = (*state.buffers[:slot], flat, *state.buffers[slot + 1 :])
-        return State(buffers, state.strayed | strayed if memory.bounds_check else state.strayed)
+        return State(buffers, state.faults | strayed if memory.bounds_check else state.faults)
     index = first
     assert second is not None
     if valid is not None and counts[0] > 1:

@@ -12,7 +12,7 @@ the fastest, timed compiled when the call is lowered.
 A call whose every access was proven inside its buffer when the kernel was traced lowers to XLA operations alone.
 Lowered for ``jax.export``, a call lowers to plain StableHLO whatever it accesses: an artifact can carry none of
 jt's custom calls, so the check after the kernel becomes a select that poisons every output where an access
-strayed (`_poisoned_where_strayed`).
+strayed (`_poisoned_where_faulty`).
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def kernel_function(
         sentinel_run: For the coverage check, which sentinel fills the outputs that are neither aliased nor zeroed
             (`jt_core.coverage`); ``None``: they are poisoned as usual.
         checked: Whether the outputs pass the check that raises an access's out-of-bounds error
-            (`jt_core.cpu.compiled.checking`); ``False`` returns the outputs unchecked, followed by the flag
-            that says whether an access strayed, for the caller to act on.
+            (`jt_core.cpu.compiled.checking`); ``False`` returns the outputs unchecked, followed by the faults
+            (`jt_core.translation.memory.State`), for the caller to act on.
         opaque_zeros: Whether the kernel's ``+0.0`` constants are hidden from XLA's simplifier
             (`jt_core.translation.floats.opaque_constants`, through a custom call of jt's CPU handler library);
             ``False`` for an exported artifact, which may hold no custom call: there XLA folds ``x + 0.0`` into ``x``.
@@ -212,8 +212,8 @@ def kernel_function(
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
         if not checked:
-            return [*outputs, state.strayed]
-        return checking.checked(outputs, state.strayed, operands, call_id, call.name, call.launch.has_side_effect)
+            return [*outputs, state.faults]
+        return checking.checked(outputs, state.faults, operands, call_id, call.name, call.launch.has_side_effect)
 
     return run
 
@@ -228,8 +228,8 @@ class _Traced:
 
     def get(self, call: KernelCall, kernels: Sequence[CompiledKernel], exporting: bool = False) -> Any:
         """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
-        the compiled path cannot express. The jaxpr returns the outputs unchecked, then the flag that says whether
-        an access strayed (`kernel_function` with ``checked=False``): the lowering adds the check, or, in an
+        the compiled path cannot express. The jaxpr returns the outputs unchecked, then the faults (an access
+        strayed, a program spun: `kernel_function` with ``checked=False``): the lowering adds the check, or, in an
         exported artifact, what stands for it (``exporting``: no custom call at all)."""
         fuse = not differential.enabled()
         key = (call, tuple(id(k) for k in kernels), fuse, exporting)
@@ -280,10 +280,11 @@ COMPILED_DEVICE_NAME = "cpu-xla"
 def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
     """The configuration an autotuned call runs: the first, or with ``JT_CPU_AUTOTUNE=1`` the fastest compiled
     (remembered per machine like every autotuning winner); for configurations that launch the same grid, only those
-    that write every element of the outputs, checked on scratch operands (`jt_core.coverage`).
+    that write every element of the outputs, checked on scratch operands (`jt_core.coverage`, whose rule says what
+    an element that no configuration writes means).
 
     Raises:
-        NoUsableConfigError: When every configuration leaves part of an output unwritten.
+        NoUsableConfigError: When no configuration is usable (`jt_core.coverage.CoverageCheck`).
     """
     if len(call.configs) == 1:
         return 0
@@ -299,50 +300,34 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
             scratch.append(jnp.asarray(rng.standard_normal(aval.shape).astype(dtype)))
         else:
             scratch.append(jnp.asarray(rng.integers(0, 2 if dtype == np.bool_ else 8, aval.shape).astype(dtype)))
-    reasons: dict[int, str] = {}
 
-    def covers(index: int) -> bool:
-        """Runs configuration ``index`` into both sentinels; whether it wrote every checked element (else why is kept
-        in ``reasons``)."""
+    def measure(index: int) -> dict[int, np.ndarray]:
+        """Runs configuration ``index`` into both sentinels: what it left unwritten. Unchecked: scratch integers
+        may send an access astray, which is dropped and says nothing about coverage."""
         runs = []
         for run in (0, 1):
             with jax.enable_x64(True):
-                fn = jax.jit(kernel_function(call, kernels[index], index, sentinel_run=run))
-                runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))])
-        counts = {
-            out: coverage.unwritten(runs[0][out], runs[1][out])
+                fn = jax.jit(kernel_function(call, kernels[index], index, sentinel_run=run, checked=False))
+                runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))[:-1]])
+        return {
+            out: coverage.unwritten_elements(runs[0][out], runs[1][out])
             for out in coverage.checked_outputs(call, call.configs[index])
         }
-        counts = {out: count for out, count in counts.items() if count}
-        if counts:
-            reasons[index] = coverage.unwritten_message(call, counts)
-        return not counts
 
-    def chosen(index: int) -> int:
-        for skipped, why in sorted(reasons.items()):
-            coverage.config_skipped(call, call.configs[skipped], why)
-        return index
+    check = coverage.CoverageCheck(call, measure)
+    if not tuned:
+        return check.first_usable()  # an UnsupportedKernelError hands the call to the interpreter, which chooses
 
     unsupported: list[UnsupportedKernelError] = []
 
     def none_usable() -> Exception:
         if unsupported:  # the call runs in the interpreter, which chooses again
             return unsupported[0]
-        labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
-        return coverage.no_usable_config(call, labels, unwritten_only=True)
-
-    if not tuned:
-        for index in range(len(call.configs)):
-            try:
-                if covers(index):
-                    return chosen(index)
-            except UnsupportedKernelError:
-                return index  # the call runs in the interpreter, which chooses again
-        raise none_usable()
+        return check.error()
 
     def trial(index: int) -> float:
         try:
-            if checked and not covers(index):
+            if checked and not check.usable(index):
                 return float("inf")
             with jax.enable_x64(True):
                 fn = jax.jit(kernel_function(call, kernels[index], index))
@@ -354,7 +339,8 @@ def _chosen_config(call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
             return float("inf")
         return time.perf_counter() - start
 
-    return chosen(tuning.choose_config(call, COMPILED_DEVICE_NAME, trial, none_usable))
+    index = tuning.choose_config(call, COMPILED_DEVICE_NAME, trial, none_usable)
+    return check.chosen(index) if checked else index
 
 
 def _one_device(ctx: Any) -> bool:
@@ -369,7 +355,7 @@ def _one_device(ctx: Any) -> bool:
 
 
 def _never_strays(closed: Any) -> bool:
-    """Whether the traced kernel's flag (its last result) is the constant ``False``."""
+    """Whether the traced kernel's faults (its last result) are the constant zero."""
     from jax._src import core
 
     flag = closed.jaxpr.outvars[-1]
@@ -377,25 +363,26 @@ def _never_strays(closed: Any) -> bool:
 
 
 def _checking(call: KernelCall, call_id: int, count: int) -> Callable[..., list[jax.Array]]:
-    """The check after the kernel (`jt_core.cpu.compiled.checking`), as a function of its ``count`` outputs, the flag
-    and the call's operands."""
+    """The check after the kernel (`jt_core.cpu.compiled.checking`), as a function of its ``count`` outputs, the
+    faults and the call's operands."""
 
     def check(*arrays: jax.Array) -> list[jax.Array]:
-        outputs, strayed, operands = arrays[:count], arrays[count], arrays[count + 1 :]
-        return checking.checked(outputs, strayed, operands, call_id, call.name, call.launch.has_side_effect)
+        outputs, faults, operands = arrays[:count], arrays[count], arrays[count + 1 :]
+        return checking.checked(outputs, faults, operands, call_id, call.name, call.launch.has_side_effect)
 
     return check
 
 
-def _poisoned_where_strayed(count: int) -> Callable[..., list[jax.Array]]:
-    """What stands for the check in an exported artifact, as a function of the ``count`` outputs, the flag and the
+def _poisoned_where_faulty(count: int) -> Callable[..., list[jax.Array]]:
+    """What stands for the check in an exported artifact, as a function of the ``count`` outputs, the faults and the
     operands (unused). An artifact can carry no custom call of jt's (JAX's export admits only those of its own list),
-    so nothing in it can raise: when an access strayed, every output comes back poisoned as an unwritten one is
-    (NaN, bytes 0xA5, ``True``), rather than with values that look right."""
+    so nothing in it can raise: when an access strayed (or a program left a loop that could never end), every
+    output comes back poisoned as an unwritten one is (NaN, bytes 0xA5, ``True``), rather than with values that
+    look right."""
 
     def poisoned(*arrays: jax.Array) -> list[jax.Array]:
-        outputs, strayed = arrays[:count], arrays[count]
-        return [lax.select(jnp.broadcast_to(strayed, o.shape), _poison(o.aval), o) for o in outputs]
+        outputs, faults = arrays[:count], arrays[count]
+        return [lax.select(jnp.broadcast_to(faults != 0, o.shape), _poison(o.aval), o) for o in outputs]
 
     return poisoned
 
@@ -482,24 +469,24 @@ class CpuCompiledLauncher(Launcher):
         # vary over, which the kernel's own constants would not match.
         plain_in = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in]
         plain_out = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out]
-        flag = core.ShapedArray((), np.dtype(np.bool_))
+        flag = core.ShapedArray((), np.dtype(np.int8))
         # Lowered as the computation around it is: under jax.enable_x64, the functions of a lowering for several
         # platforms would take the platform's index as a 64-bit integer, where the module passes 32 bits.
-        *outputs, strayed = _compat.lower_closed_jaxpr(
+        *outputs, faults = _compat.lower_closed_jaxpr(
             ctx.replace(avals_in=plain_in, avals_out=[*plain_out, flag]), jaxpr, operands
         )
         if _never_strays(jaxpr):
             results = outputs  # every access was proven inside its buffer when the kernel was traced
         else:
             if exporting:
-                after = _poisoned_where_strayed(len(outputs))
+                after = _poisoned_where_faulty(len(outputs))
             else:
                 call_id = checking.register(call, kernels[index], index)
                 after = _checking(call, call_id, len(outputs))
             results = mlir.lower_fun(after, multiple_results=True)(
                 ctx.replace(avals_in=[*plain_out, flag, *plain_in], avals_out=plain_out),
                 *outputs,
-                strayed,
+                faults,
                 *operands,
             )
         if exporting or not differential.enabled() or not _one_device(ctx):
