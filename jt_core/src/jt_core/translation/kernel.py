@@ -94,6 +94,8 @@ class Kernel:
         self.deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
+        #: The values that are results of helper calls (``tt.call``).
+        self.call_results = {r for op in program.operations() if op.name == "tt.call" for r in op.results}
 
     # -- values ------------------------------------------------------------------------------------------------
 
@@ -307,6 +309,14 @@ def _ptr_to_int(k: Kernel, op: Operation, state: State) -> State:
 
 def _call(k: Kernel, op: Operation, state: State) -> State:
     args = [k.get(v) for v in op.operands]
+    chained = [i for i, v in enumerate(op.operands) if v in k.call_results and _is_block(args[i])]
+    if chained:
+        # A helper's result handed straight to another helper (the stages of a sorting network): materialized
+        # between the two, XLA compiles each stage once; fused, it duplicates every earlier stage into each use of
+        # a later one (a 512-element bitonic argsort took minutes to compile).
+        kept = lax.optimization_barrier([args[i] for i in chained])
+        for i, array in zip(chained, kept, strict=True):
+            args[i] = array
     results, state = k.call(str(op.attr("callee")), args, state, op.line)
     for value, result in zip(op.results, results, strict=True):
         k.env[value] = result
@@ -324,6 +334,11 @@ HANDLERS = {
     "scf.if": control.scf_if,
     "scf.while": control.scf_while,
 }
+
+
+def _is_block(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of more than one dimension's worth of elements (a block, not a scalar)."""
+    return isinstance(value, jax.Array) and value.ndim > 0
 
 
 def _narrow(ty: TensorType) -> bool:
