@@ -115,6 +115,8 @@ def _load(k: Tracer, op: Operation, state: State) -> State:
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
     value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
     k.env[op.results[0]] = value
+    if mask is None and k.predicate is None:
+        k.loaded_from[op.results[0]] = pointer
     return state
 
 
@@ -151,6 +153,8 @@ def _load_lanes(k: Tracer, op: Operation, pointer: Pointer, lanes: masks.Limits,
     if masks.is_full(lanes, ty.shape):
         value, state = k.memory.load(state, pointer, guarded(k, None, ty.shape), None, ty.shape)
         k.env[op.results[0]] = value
+        if k.predicate is None:
+            k.loaded_from[op.results[0]] = pointer
         return state
     fill = jnp.zeros((), dtype) if other is None or not lang.is_static(other) else jnp.asarray(other, dtype)
     if masks.is_empty(lanes):

@@ -132,6 +132,11 @@ class Kernel:
         self.branched_blocks = 0
         #: The operands of the products an unrolled loop accumulates, by the dot's result (`control._unrolled`).
         self.deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]] = {}
+        #: For the same products, the pointers their operands were loaded through, where each is a whole block
+        #: loaded as it is (``None`` otherwise): what lets a loop's loads be read as one block (`control._unrolled`).
+        self.dot_sources: dict[int, list[tuple[Pointer | None, Pointer | None]]] = {}
+        #: The pointers of the blocks loaded whole (no mask), by the value loaded.
+        self.loaded_from: dict[int, Pointer] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
         #: The values that are results of helper calls (``tt.call``).
@@ -221,6 +226,7 @@ class Kernel:
     def start_program(self) -> None:
         """Forgets what the program traced before knew: its values and what is known of them."""
         self.env, self.affine, self.limits, self.stores = {}, {}, {}, []
+        self.loaded_from = {}
         self.predicate = None
         self.path = ()
 

@@ -303,6 +303,8 @@ def run(
     kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy, relabel=relabel, launch=launch)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
+    #: Whether no access of the programs could stray (their faults are the ones they started with, untouched).
+    clean = [True]
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[Any], jax.Array]:
         def one(*positions: Any) -> tuple[list[Any], jax.Array]:
@@ -315,7 +317,9 @@ def run(
             kernel.start_program()
             pid_x = first if where[0] is None else first + where[0]
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
-            _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
+            start = no_error()
+            _, after = kernel.run_block(entry, list(arguments), State(buffers, start))
+            clean[0] = after.faults is start
             _independent(local, grid)
             assert local.deferred is not None
             recorded[:] = [record for record, _, _ in local.deferred]
@@ -335,6 +339,8 @@ def run(
         state = carried
         for record, (index_or_values, values_or_mask) in zip(recorded, arrays, strict=True):
             state = _apply(memory, state, record, index_or_values, values_or_mask, counts, valid)
+        if clean[0]:
+            return state  # no access could stray: the flag stays what it was, a constant XLA and jt see
         if valid is not None and counts[0] > 1:
             faults = jnp.where(valid.reshape((-1,) + (1,) * (faults.ndim - 1)), faults, 0)
         return State(state.buffers, state.faults | merged_faults(faults))
@@ -377,7 +383,9 @@ def _apply(
         slot = memory.writable.index(record.buffer)
         flat, strayed = blocks.write(state.buffers[slot], view, record.begin, values, mask)
         buffers = (*state.buffers[:slot], flat, *state.buffers[slot + 1 :])
-        return State(buffers, state.faults | strayed if memory.bounds_check else state.faults)
+        if strayed is False or not memory.bounds_check:
+            return State(buffers, state.faults)
+        return State(buffers, state.faults | strayed)
     index = first
     assert second is not None
     if valid is not None and counts[0] > 1:
