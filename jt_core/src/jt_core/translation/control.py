@@ -319,6 +319,9 @@ def _both_sides(
             results.append(values)
     finally:
         k.predicate, k.path = outer, outer_path
+    merge = getattr(k.memory, "merge_sides", None)
+    if merge is not None:
+        merge(branch, taken, outer)
     if not results[1]:
         return results[0], state
     chosen: list[Any] = []
