@@ -38,7 +38,7 @@ from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
 from jt_core.translation.relabeling import Relabeling
 from jt_core.translation.strategy import CPU_STRATEGY, Strategy
-from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
+from jt_core.translation.values import Address, BlockPointer, NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
 
@@ -49,7 +49,6 @@ _REFUSED = {
     "tt.print": "device printing (tl.device_print / print)",
     "tt.assert": "a device assertion (tl.device_assert)",
     "tt.int_to_ptr": "an integer turned into a pointer",
-    "tt.ptr_to_int": "a pointer turned into an integer",
     "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
 }
 
@@ -157,6 +156,8 @@ class Kernel:
         self.factors: dict[int, tuple[jax.Array, jax.Array]] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
+        #: The values that are results of helper calls (``tt.call``).
+        self.call_results = {r for op in program.operations() if op.name == "tt.call" for r in op.results}
 
     # -- values ------------------------------------------------------------------------------------------------
 
@@ -295,7 +296,7 @@ class Kernel:
             attr = op.attr("rounding", op.attr("roundingmode"))
         if op.name == "tt.clampf":
             attr = op.attr("propagateNan")
-        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor)) for a in args):
+        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor, Address)) for a in args):
             self.pointer_arithmetic(op, args)
             return
         self._track(op)
@@ -390,7 +391,13 @@ class Kernel:
             self.affine[op.results[0]] = b.times(a.const).broadcast(self.type(op.results[0]).shape)
 
     def pointer_arithmetic(self, op: Operation, args: Sequence[Any]) -> None:
-        """``arith.select`` between pointers of one buffer, and the pointer comparisons."""
+        """``arith.select`` between pointers of one buffer, and the pointer comparisons (of addresses too: with
+        zero, or with another into the same buffer)."""
+        if any(isinstance(a, Address) for a in args):
+            if op.name != "arith.cmpi":
+                raise Unsupported(_ADDRESS_AS_NUMBER, op.line)
+            self.env[op.results[0]] = _address_comparison(self, op, args)
+            return
         if op.name == "arith.select" and isinstance(args[1], Pointer) and isinstance(args[2], Pointer):
             a, b = args[1], args[2]
             if a.buffer != b.buffer:
@@ -421,8 +428,53 @@ class Kernel:
             self.depth -= 1
 
 
+_ADDRESS_AS_NUMBER = "a pointer's address used as a number (the compiled path only knows that it is not null)"
+
+#: ``arith.cmpi`` predicates by number, and what each gives comparing a non-null address with zero (``None``: a
+#: signed comparison, which depends on the address).
+_VERSUS_NULL = {0: False, 1: True, 2: None, 3: None, 4: None, 5: None, 6: False, 7: False, 8: True, 9: True}
+
+
+def _address_comparison(k: Kernel, op: Operation, args: Sequence[Any]) -> Any:
+    """An ``arith.cmpi`` of an address (`Address`): with zero, it is what a non-null pointer gives; with the
+    address of another pointer into the same buffer, the offsets' comparison (unsigned: byte addresses)."""
+    shape = k.type(op.results[0]).shape
+    predicate = int(op.attr("predicate"))
+    if all(isinstance(a, Address) for a in args):
+        a, b = args[0].pointer, args[1].pointer
+        if isinstance(a, Pointer) and isinstance(b, Pointer) and a.buffer == b.buffer:
+            return lang.elementwise(
+                "arith.cmpi", [jnp.asarray(a.offset), jnp.asarray(b.offset)], k.type(op.results[0]), predicate
+            )
+        raise Unsupported("a comparison of the addresses of two arguments, which the compiled path does not know")
+    other = op.operands[1] if isinstance(args[0], Address) else op.operands[0]
+    if isinstance(args[1], Address):  # 0 < p is p > 0
+        predicate = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}.get(predicate, predicate)
+    known = _VERSUS_NULL.get(predicate)
+    zero = k.affine_of(other)
+    if zero is None or not zero.is_constant or zero.const != 0 or known is None:
+        raise Unsupported(_ADDRESS_AS_NUMBER)
+    return known if not shape else jnp.full(shape, known)
+
+
+def _ptr_to_int(k: Kernel, op: Operation, state: State) -> State:
+    pointer = k.get(op.operands[0])
+    if not isinstance(pointer, Pointer):
+        raise Unsupported("a pointer turned into an integer", op.line)
+    k.env[op.results[0]] = Address(pointer)
+    return state
+
+
 def _call(k: Kernel, op: Operation, state: State) -> State:
     args = [k.get(v) for v in op.operands]
+    chained = [i for i, v in enumerate(op.operands) if v in k.call_results and _is_block(args[i])]
+    if chained:
+        # A helper's result handed straight to another helper (the stages of a sorting network): materialized
+        # between the two, XLA compiles each stage once; fused, it duplicates every earlier stage into each use of
+        # a later one (a 512-element bitonic argsort took minutes to compile).
+        kept = lax.optimization_barrier([args[i] for i in chained])
+        for i, array in zip(chained, kept, strict=True):
+            args[i] = array
     results, state = k.call(str(op.attr("callee")), args, state, op.line)
     for value, result in zip(op.results, results, strict=True):
         k.env[value] = result
@@ -435,10 +487,16 @@ HANDLERS = {
     **descriptors.HANDLERS,
     **reductions.HANDLERS,
     "tt.call": _call,
+    "tt.ptr_to_int": _ptr_to_int,
     "scf.for": control.scf_for,
     "scf.if": control.scf_if,
     "scf.while": control.scf_while,
 }
+
+
+def _is_block(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of more than one dimension's worth of elements (a block, not a scalar)."""
+    return isinstance(value, jax.Array) and value.ndim > 0
 
 
 def _narrow(ty: TensorType) -> bool:
