@@ -118,13 +118,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         slack=("minnum_nan",),
         before=(3, 7),
     ),
-    "fma_rounds_twice_in_interpreter": Known(
-        "new: tl.fma rounds twice in the interpreter (Triton 3.6)",
-        "Triton 3.6's interpreter computes tl.fma as x * y + z in the operands' type",
-        ("interpreter",),
-        slack=("fma_rounding",),
-        before=(3, 7),
-    ),
 }
 
 PATHS = {"compiled": "compiled", "interpreter": "interpreter"}

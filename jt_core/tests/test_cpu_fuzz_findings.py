@@ -506,13 +506,8 @@ def fma_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.fma(tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)))
 
 
-@pytest.mark.xfail(
-    TRITON_3_6,
-    strict=True,
-    reason="Triton 3.6's interpreter computes tl.fma as x * y + z, rounding twice (Triton's own, fixed in later "
-    "releases)",
-)
 def test_fma_rounds_once_in_the_interpreter() -> None:
+    """Triton 3.6's interpreter computes ``tl.fma`` as ``x * y + z``, rounding twice; jt's run rounds it once."""
     rng = np.random.default_rng(1)
     x, y, z = ((rng.standard_normal(256) * 3e4).astype(np.float32) for _ in range(3))
     want = fma32(x, y, z)

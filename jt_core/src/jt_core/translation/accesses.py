@@ -185,7 +185,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if k.vector:
             raise NotVectorizable("a store through a block pointer")
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
-        return k.memory.store(state, pointer, value, guarded(k, mask, tuple(target.block)), tuple(target.block))
+        return k.memory.store(state, pointer, value, mask, tuple(target.block), guard=k.predicate)
     pointer = _pointer_operand(k, op)
     shape = k.type(op.operands[1]).shape
     lanes = k.limits.get(op.operands[2]) if len(op.operands) > 2 else None
@@ -203,7 +203,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if pointer.affine is None:
             raise NotVectorizable("a store through a pointer whose offsets are not affine")
         k.stores.append((pointer.buffer, pointer.affine))
-    return k.memory.store(state, pointer, value, guarded(k, mask, shape), shape)
+    return k.memory.store(state, pointer, value, mask, shape, guard=k.predicate)
 
 
 def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:

@@ -27,7 +27,7 @@ from jt_core.errors import UnsupportedKernelError
 from jt_core.translation.affine import Affine
 from jt_core.translation.lang import dtype_of, is_static
 
-__all__ = ["ORDERLESS", "BufferSpec", "Memory", "Pointer", "State", "no_error"]
+__all__ = ["ORDERLESS", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,16 +65,28 @@ class Pointer:
 
 
 class State(NamedTuple):
-    """What the grid's loop carries: the writable buffers (flattened, in buffer order), and whether an access
-    strayed outside its buffer (or stored into an input)."""
+    """What the grid's loop carries: the writable buffers (flattened, in buffer order), and the faults found so far,
+    bits of an int8 (`STRAYED`, `SPINS`) combined with ``|`` (a boolean combined in sets `STRAYED`)."""
 
     buffers: tuple[jax.Array, ...]
-    strayed: jax.Array
+    faults: jax.Array
+
+
+#: A fault: an access strayed outside its buffer (or stored into an input).
+STRAYED = 1
+#: A fault: a program waits in a loop that can never end (`jt_core.translation.control`), and left it.
+SPINS = 2
 
 
 def no_error() -> jax.Array:
-    """The flag of a run in which no access strayed (yet)."""
-    return jnp.zeros((), bool)
+    """The faults of a run in which nothing went wrong (yet)."""
+    return jnp.zeros((), jnp.int8)
+
+
+def merged_faults(faults: jax.Array) -> jax.Array:
+    """The faults of many programs (an array of them) as one."""
+    faults = jnp.asarray(faults).astype(jnp.int8)
+    return lax.reduce_or(faults, tuple(range(faults.ndim))) if faults.ndim else faults
 
 
 def _storage(spec: BufferSpec) -> np.dtype:
@@ -133,28 +145,37 @@ class Memory:
     # -- state -------------------------------------------------------------------------------------------------
 
     def initial(self, arrays: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-        """The writable buffers as the state holds them, from the arrays of `writable`."""
-        return tuple(_flat(a, _storage(self.specs[i])) for i, a in zip(self.writable, arrays, strict=True))
+        """The writable buffers as the state holds them, from the arrays of `writable`: in their own shapes (each
+        access takes its buffer flat, `_array`; a shape kept between accesses spares a TPU laying a large array out
+        again for each: flat and two-dimensional arrays are tiled differently there)."""
+        return tuple(
+            _flat(a, _storage(self.specs[i])).reshape(self.specs[i].shape)
+            for i, a in zip(self.writable, arrays, strict=True)
+        )
 
     def final(self, state: State) -> list[jax.Array]:
         """The writable buffers' arrays (their shapes and types) after the kernel ran."""
         out = []
-        for i, flat in zip(self.writable, state.buffers, strict=True):
+        for i, held in zip(self.writable, state.buffers, strict=True):
             spec = self.specs[i]
-            array = flat != 0 if spec.dtype == np.bool_ else flat
+            array = held != 0 if spec.dtype == np.bool_ else held
             out.append(array if array.shape == spec.shape else lax.reshape(array, spec.shape))
         return out
 
     def _array(self, state: State, buffer: int) -> jax.Array:
+        """A buffer, flat."""
         constant = self.constants[buffer]
         if constant is not None:
             return constant
-        return state.buffers[self._slots[buffer]]
+        held = state.buffers[self._slots[buffer]]
+        return held if held.ndim == 1 else lax.reshape(held, (held.size,))
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
+        """``state`` with a buffer's new contents (given flat), held in the buffer's own shape."""
         buffers = list(state.buffers)
-        buffers[self._slots[buffer]] = array
-        return State(tuple(buffers), state.strayed)
+        shape = self.specs[buffer].shape
+        buffers[self._slots[buffer]] = array if array.shape == shape else lax.reshape(array, shape)
+        return State(tuple(buffers), state.faults)
 
     def _inside(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[int, int] | None:
         """``(first, last)`` offsets of an access whose lanes are known, when the kernel is traced, to lie inside
@@ -181,7 +202,7 @@ class Memory:
     # -- checks ------------------------------------------------------------------------------------------------
 
     def _record(self, state: State, bad: jax.Array) -> State:
-        return State(state.buffers, state.strayed | jnp.any(bad))
+        return State(state.buffers, state.faults | jnp.any(bad))
 
     def _lanes(
         self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...]
@@ -209,7 +230,7 @@ class Memory:
             # The lanes lie within a known spread of the first: two comparisons check the whole block.
             first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
             strayed = (first + spread[0] < 0) | (first + spread[1] >= spec.size)
-            return offsets, None, State(state.buffers, state.strayed | strayed)
+            return offsets, None, State(state.buffers, state.faults | strayed)
         inside = (offsets >= 0) & (offsets < spec.size)
         if self.bounds_check:
             state = self._record(state, ~inside if wanted is None else wanted & ~inside)
@@ -238,8 +259,14 @@ class Memory:
         gathered = _gather(array, jnp.where(active, offsets, 0), lax.GatherScatterMode.PROMISE_IN_BOUNDS)
         return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
 
-    def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
-        """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on."""
+    def store(
+        self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], guard: Any = None
+    ) -> State:
+        """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on (and ``guard``, the condition of the
+        branch side the store runs on where both sides run, `jt_core.translation.control`)."""
+        if guard is not None:
+            guard = jnp.broadcast_to(guard, shape)
+            mask = guard if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & guard
         spec = self.specs[pointer.buffer]
         offsets, active, state = self._lanes(state, "store", pointer, mask, shape)
         if not spec.writable or spec.size == 0:
