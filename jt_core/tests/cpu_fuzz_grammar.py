@@ -185,12 +185,13 @@ def _binary(op: str, a: Node, b: Node, draw: Any, avoid: frozenset[str], cond: N
             a, b = (fixed, b) if a.literal else (a, fixed)
         if a.ty.signed != b.ty.signed:
             b = _cast(b, a.ty)
-    if op in ("minimum", "maximum") and PROMOTES_BF16:
-        a, b = _promote_bf16(a), _promote_bf16(b)
     if op in ("<<", ">>"):
         a = _cast(a, I32) if a.literal else a
         b = Node("lit", (), I32, True, abs(b.attr) % 8) if b.literal else b
     a, b = _fit_literal(a, b, avoid, div_or_mod=op in ("/", "//", "%"))
+    if op in ("minimum", "maximum") and PROMOTES_BF16:
+        # After the literals are fitted: one put in place of a literal Triton refuses is a tensor to Triton 3.6 too.
+        a, b = _promote_bf16(a), _promote_bf16(b)
     comp = computation_type(a.ty, a.literal, b.ty, b.literal, op in ("/", "//", "%"))
     if op == "where":
         assert cond is not None
