@@ -14,10 +14,10 @@ from jt_core.plugin.loader import discover_entry_points
 __all__ = [
     "HARDWARE_MARKERS",
     "PLUGIN_MARKER",
+    "declare_markers",
     "has_platform",
     "installed_plugins",
     "pytest_addoption",
-    "pytest_configure",
     "pytest_runtest_setup",
 ]
 
@@ -42,7 +42,8 @@ def installed_plugins() -> set[str]:
     return {entry_point.name for entry_point in discover_entry_points()}
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def declare_markers(config: pytest.Config) -> None:
+    """Declares the markers (the plugin's ``pytest_configure`` calls it)."""
     for name in HARDWARE_MARKERS:
         config.addinivalue_line(
             "markers", f"{name}: needs a {name} device (skipped without one unless --jt-require-gpu)"
