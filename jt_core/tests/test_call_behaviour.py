@@ -381,9 +381,7 @@ def test_autotune_config_pre_hook_is_refused_clearly() -> None:
         jt.triton_call(x, kernel=k.pre_hook_kernel, out_shape=x, grid=1, n=16)
 
 
-@pytest.mark.parametrize(
-    ("launcher", "marker"), [("compiled", "triton_kernel_call_jt_cpu_compiled"), ("interpreter", "callback")]
-)
+@pytest.mark.parametrize(("launcher", "marker"), [("compiled", "jt_cpu_compiled_check"), ("interpreter", "callback")])
 def test_side_effecting_call_is_kept_when_its_output_is_unused(
     launcher: str, marker: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ checks and errors, and the interpreter where it cannot take a kernel."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Any
 
@@ -400,9 +401,11 @@ def test_programs_whose_stores_overlap_run_in_order_as_the_interpreter_runs_them
 
 
 def test_programs_run_side_by_side_in_chunks_when_they_are_many(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.translation import grid
+    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
+    from jt_core.translation.strategy import Strategy
 
-    monkeypatch.setattr(grid, "SIDE_BY_SIDE_BYTES", 4 * 64 * 7)  # 7 programs of 64 floats at a time
+    few = Strategy(side_by_side_bytes=4 * 64 * 7)  # 7 programs of 64 floats at a time
+    monkeypatch.setattr(CpuCompiledLauncher, "strategy", lambda self: few)
     x = np.random.default_rng(9).standard_normal(1000).astype(np.float32)
     out = run(masked_read_kernel, x, out_shape=x, grid=16, n=1000, shift=0, BLOCK=64)
     np.testing.assert_array_equal(np.asarray(out), x)
@@ -491,7 +494,8 @@ def test_a_k_loop_of_dots_unrolled_gives_the_bits_of_the_loop_run_step_by_step(
 ) -> None:
     """An unrolled loop of ``acc = tl.dot(a, b, acc)`` computes its products as one batched product and adds them
     in the loop's order: the same bits as the loop traced as a loop (XLA's while), step by step."""
-    from jt_core.translation import control
+    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
+    from jt_core.translation.strategy import CPU_STRATEGY
 
     rng = np.random.default_rng(11)
     m, n, k = 64, 48, 128
@@ -509,7 +513,8 @@ def test_a_k_loop_of_dots_unrolled_gives_the_bits_of_the_loop_run_step_by_step(
         return jax.jit(f).lower(a, b)
 
     unrolled = call(0)
-    monkeypatch.setattr(control, "_UNROLLED_OPERATIONS", 0)
+    looping = dataclasses.replace(CPU_STRATEGY, unrolled_operations=0)
+    monkeypatch.setattr(CpuCompiledLauncher, "strategy", lambda self: looping)
     looped = call(1)
     dots = unrolled.as_text().count("stablehlo.dot_general")
     assert dots == (k // 16 if scale_each_step else 1)  # one batched product where the steps only accumulate

@@ -120,9 +120,11 @@ def test_blocks_of_every_element_type_are_copied_bit_for_bit(dtype: Any) -> None
 
 
 def test_programs_side_by_side_in_boxes_with_a_partial_last_box_match_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.translation import grid
+    from jt_core.cpu.compiled.launcher import CpuCompiledLauncher
+    from jt_core.translation.strategy import Strategy
 
-    monkeypatch.setattr(grid, "SIDE_BY_SIDE_BYTES", 8 * 8 * 8 * 6)  # 6 programs of 8 x 8 at a time: 3 boxes of 2 x 3
+    few = Strategy(side_by_side_bytes=8 * 8 * 8 * 6)  # 6 programs of 8 x 8 at a time: 3 boxes of 2 x 3
+    monkeypatch.setattr(CpuCompiledLauncher, "strategy", lambda self: few)
     x = random((40, 24))
     kwargs = dict(out_shape=jax.ShapeDtypeStruct((24, 40), jnp.float32), grid=(5, 3), ROWS=40, COLS=24, BR=8, BC=8)
     np.testing.assert_array_equal(both(transpose_kernel, x, **kwargs), x.T)

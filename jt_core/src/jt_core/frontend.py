@@ -36,7 +36,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "build",
@@ -218,7 +218,10 @@ def _backend() -> tuple[Any, Any, Any, Any]:
     return target, backend, options, codegen
 
 
-def build[T](source: Any, visit: Callable[[Any], T], stops: list[str] | None = None) -> T:
+T = TypeVar("T")
+
+
+def build(source: Any, visit: Callable[[Any], T], stops: list[str] | None = None) -> T:
     """Runs Triton's front end on an ``ASTSource`` (what a dialect's ``make_source`` returns) and hands the module it
     makes (the kernel's TTIR) to ``visit``, whose result it returns; the module lives only for that call.
 

@@ -19,7 +19,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from jt_core import _compat, settings
 
@@ -53,7 +53,11 @@ def entries_limit() -> int:
     return limit
 
 
-class BoundedStore[K: Hashable, V]:
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class BoundedStore(Generic[K, V]):
     """A thread-safe least-recently-used map, bounded by `entries_limit` and emptied by
     ``jax.clear_caches()``.
 

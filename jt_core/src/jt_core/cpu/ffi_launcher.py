@@ -51,7 +51,6 @@ __all__ = [
     "ABI_VERSION",
     "CHECK_TARGET_NAME",
     "TARGET_NAME",
-    "ZERO_TARGET_NAME",
     "CallRegistry",
     "CpuFfiLauncher",
     "HostFunction",
@@ -67,12 +66,9 @@ __all__ = [
 TARGET_NAME = "triton_kernel_call_jt_cpu"
 #: The custom-call target of a compiled CPU kernel's check (`jt_core.cpu.compiled.checking`; handler symbol
 #: ``jt_cpu_kernel_check``), in the same library: on a stray access it runs the call again in the interpreter,
-#: through `_dispatch`. One per compiled call, named so that a search for ``triton_kernel_call`` finds it.
-CHECK_TARGET_NAME = "triton_kernel_call_jt_cpu_compiled"
-#: The custom-call target that gives a compiled CPU kernel a zero XLA cannot see (handler symbol
-#: ``jt_cpu_opaque_zero``; `jt_core.cpu.compiled.checking.opaque_zero`): one per compiled call whose kernel has
-#: float constants, named as every target jt registers is.
-ZERO_TARGET_NAME = "triton_kernel_call_jt_cpu_zero"
+#: through `_dispatch`. It launches no kernel (the kernel is the XLA operations before it), so its name does not
+#: start with ``triton_kernel_call``, which names kernel launches alone: tools count those to count kernels.
+CHECK_TARGET_NAME = "jt_cpu_compiled_check"
 #: The calling convention between the handlers and `_dispatch`; the library reports the one it implements.
 ABI_VERSION = 3
 #: What happens where the handler library cannot be built (its spec's ``without_it``: the end of a failed build's
@@ -395,7 +391,6 @@ def _load() -> ctypes.CDLL:
     lib.jt_cpu_interpreter_set_dispatcher(_dispatcher)
     _compat.register_host_ffi_target(TARGET_NAME, lib.jt_cpu_interpreter_callback)
     _compat.register_host_ffi_target(CHECK_TARGET_NAME, lib.jt_cpu_kernel_check)
-    _compat.register_host_ffi_target(ZERO_TARGET_NAME, lib.jt_cpu_opaque_zero)
     atexit.register(_detach, lib)
     return lib
 

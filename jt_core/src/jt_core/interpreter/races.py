@@ -110,7 +110,7 @@ class _Shadow:
                 return offsets >> (unit.bit_length() - 1)
         low = offsets // unit
         high = (offsets + itemsize - 1) // unit
-        span = low[:, None] + np.arange(int((high - low).max()) + 1)
+        span = low[:, None] + np.arange(int(np.max(high - low)) + 1)
         return span[span <= high[:, None]]
 
     def record(self, kind: str) -> _Record:

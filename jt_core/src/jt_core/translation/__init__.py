@@ -16,5 +16,50 @@ result is plain StableHLO.
   `values` -- the kinds of values besides numbers, and the refusal of what cannot be expressed;
 * `grid` -- every program of the grid, in order or side by side;
 * `side_by_side` -- programs side by side in boxes, one ``jax.vmap`` per grid axis; `blocks` -- their block
-  accesses as slices of the buffers.
+  accesses as slices of the buffers;
+* `strategy` -- `Strategy`, what a platform chooses; `backend` -- `TranslatingBackend`, which compiles a kernel to
+  its TTIR; `launcher` -- `TranslatingLauncher`, which lowers a call to the translated operations.
+
+A platform plugin imports the names below from ``jt_core.translation`` itself (they are part of jt's plugin
+surface, with `jt_core.plugin`); each loads its module on first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jt_core.translation.backend import TranslatedKernel, TranslatingBackend
+    from jt_core.translation.launcher import TranslatingLauncher, poisoned_where_strayed
+    from jt_core.translation.strategy import CPU_STRATEGY, Strategy
+
+#: The names of the translation's plugin surface, and the module of each.
+_SURFACE = {
+    "CPU_STRATEGY": "strategy",
+    "Strategy": "strategy",
+    "TranslatedKernel": "backend",
+    "TranslatingBackend": "backend",
+    "TranslatingLauncher": "launcher",
+    "poisoned_where_strayed": "launcher",
+}
+
+__all__ = [
+    "CPU_STRATEGY",
+    "Strategy",
+    "TranslatedKernel",
+    "TranslatingBackend",
+    "TranslatingLauncher",
+    "poisoned_where_strayed",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _SURFACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jt_core.translation' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"jt_core.translation.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

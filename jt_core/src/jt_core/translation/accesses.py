@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import lang
+from jt_core.translation import lang, masks
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Pointer, State
 from jt_core.translation.program import Operation, parse_type
@@ -104,15 +104,74 @@ def _load(k: Tracer, op: Operation, state: State) -> State:
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
         padding = op.attr("padding")
         other: Any = jnp.nan if padding == 2 else None
-        value, state = k.memory.load(state, pointer, mask, other, ty.shape)
+        value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
         k.env[op.results[0]] = value
         return state
     pointer = _pointer_operand(k, op)
+    lanes = k.limits.get(op.operands[1]) if len(op.operands) > 1 else None
+    if lanes is not None:
+        return _load_lanes(k, op, pointer, lanes, state)
     mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
-    value, state = k.memory.load(state, pointer, mask, other, ty.shape)
+    value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
     k.env[op.results[0]] = value
     return state
+
+
+def guarded(k: Tracer, mask: Any, shape: tuple[int, ...]) -> Any:
+    """An access's mask, and-ed with the condition of the branch it runs in where branches are run both
+    (`jt_core.translation.control`, inside programs run side by side)."""
+    if k.predicate is None:
+        return mask
+    predicate = jnp.broadcast_to(k.predicate, shape)
+    return predicate if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & predicate
+
+
+def _within(pointer: Pointer, lanes: masks.Limits, shape: tuple[int, ...]) -> Pointer:
+    """The pointer to the box ``lanes`` of a block: its offsets and affine form from the box's first lane on."""
+    offset = pointer.offset
+    if not lang.is_static(offset) and jnp.ndim(offset):
+        offset = offset[tuple(slice(low, high) for low, high in lanes)]
+    known = pointer.affine
+    if known is not None and known.shape == shape:
+        shifted = sum(c * low for c, (low, _) in zip(known.lanes, lanes, strict=True))
+        shape = tuple(high - low for low, high in lanes)
+        known = dataclasses.replace(known, const=known.const + shifted, shape=shape)
+    else:
+        known = None
+    return Pointer(pointer.buffer, offset, pointer.pointee, known)
+
+
+def _load_lanes(k: Tracer, op: Operation, pointer: Pointer, lanes: masks.Limits, state: State) -> State:
+    """A load under a mask known to be a box of lanes the same in every program: the box alone is loaded (a slice
+    where the whole block's elements would be a gather) and padded with ``other`` (or zeros) to the block."""
+    ty = k.type(op.results[0])
+    dtype = lang.dtype_of(ty.element)
+    other = k.get(op.operands[2]) if len(op.operands) > 2 else None
+    if masks.is_full(lanes, ty.shape):
+        value, state = k.memory.load(state, pointer, guarded(k, None, ty.shape), None, ty.shape)
+        k.env[op.results[0]] = value
+        return state
+    fill = jnp.zeros((), dtype) if other is None or not lang.is_static(other) else jnp.asarray(other, dtype)
+    if masks.is_empty(lanes):
+        k.env[op.results[0]] = jnp.broadcast_to(k.array(op.operands[2]) if other is not None else fill, ty.shape)
+        return state
+    box = tuple(high - low for low, high in lanes)
+    value, state = k.memory.load(state, _within(pointer, lanes, ty.shape), guarded(k, None, box), None, box)
+    padded = lax.pad(value.astype(dtype), fill, [(low, n - high, 0) for (low, high), n in zip(lanes, ty.shape)])
+    if other is not None and not lang.is_static(other):
+        padded = jnp.where(_inside(lanes, ty.shape), padded, k.array(op.operands[2]))
+    k.env[op.results[0]] = padded
+    return state
+
+
+def _inside(lanes: masks.Limits, shape: tuple[int, ...]) -> jax.Array:
+    """The mask of the box ``lanes`` in a block of ``shape``."""
+    inside: Any = True
+    for axis, (low, high) in enumerate(lanes):
+        index = lax.broadcasted_iota(jnp.int32, shape, axis)
+        inside = inside & (index >= low) & (index < high)
+    return jnp.broadcast_to(inside, shape)
 
 
 def _store(k: Tracer, op: Operation, state: State) -> State:
@@ -122,29 +181,37 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if k.vector:
             raise NotVectorizable("a store through a block pointer")
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
-        return k.memory.store(state, pointer, value, mask, tuple(target.block))
+        return k.memory.store(state, pointer, value, guarded(k, mask, tuple(target.block)), tuple(target.block))
     pointer = _pointer_operand(k, op)
+    shape = k.type(op.operands[1]).shape
+    lanes = k.limits.get(op.operands[2]) if len(op.operands) > 2 else None
+    mask = k.array(op.operands[2]) if len(op.operands) > 2 and lanes is None else None
+    if lanes is not None and masks.is_empty(lanes):
+        return state  # a mask that is off everywhere stores nothing
+    if lanes is not None and not masks.is_full(lanes, shape):
+        # Only the box of lanes the mask has on, the same in every program, is stored.
+        pointer = _within(pointer, lanes, shape)
+        value = jnp.broadcast_to(value, shape)[tuple(slice(low, high) for low, high in lanes)]
+        shape = tuple(high - low for low, high in lanes)
     if k.vector:
         if k.region_depth:
             raise NotVectorizable("a store inside a loop or a branch")
         if pointer.affine is None:
             raise NotVectorizable("a store through a pointer whose offsets are not affine")
         k.stores.append((pointer.buffer, pointer.affine))
-    shape = k.type(op.operands[1]).shape
-    mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
-    return k.memory.store(state, pointer, value, mask, shape)
+    return k.memory.store(state, pointer, value, guarded(k, mask, shape), shape)
 
 
 def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:
-    if k.vector:
-        raise NotVectorizable("an atomic")
     pointer = _pointer_operand(k, op)
     shape = k.type(op.results[0]).shape
     value = k.array(op.operands[1])
     mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
     kind = str(op.attr("atomic_rmw_op"))
     used = op.results[0] in k.used
-    found, state = k.memory.atomic(state, kind, pointer, [value], mask, shape, used)
+    if k.vector and (k.region_depth or not k.memory.defers_atomic(kind, lang.dtype_of(pointer.pointee), used)):
+        raise NotVectorizable("an atomic")
+    found, state = k.memory.atomic(state, kind, pointer, [value], guarded(k, mask, shape), shape, used)
     k.env[op.results[0]] = found
     return state
 

@@ -136,21 +136,49 @@ def disjoint(stores: Sequence[Affine], grid: tuple[int, int, int]) -> bool:
     ``|j_d| < n_d``. Taken together, the program axes' coefficients (with ranges ``g_k - 1``) and the lanes'
     (ranges ``n_d - 1``) are the digits of a mixed-radix number when, sorted by size, each is larger than what all
     smaller ones reach together: then zero has one representation, all digits zero, so ``P = Q``. That covers a
-    block per program (``pid * BLOCK + arange(BLOCK)``) and tiles of a row-major matrix alike. Several stores to
-    one buffer must store the same elements.
+    block per program (``pid * BLOCK + arange(BLOCK)``) and tiles of a row-major matrix alike. Several different
+    stores to one buffer (the blocks of a row, stored one after another) are apart when each program's stay within
+    a window of its own (`apart_in_windows`).
     """
     if not stores:
         return True
-    if any(s != stores[0] for s in stores) or not stores[0].base_known:
+    if any(s != stores[0] for s in stores):
+        return apart_in_windows(stores, grid)
+    if not stores[0].base_known:
         return False
     store = stores[0]
-    digits = [(abs(a), g - 1) for a, g in zip(store.pids, grid, strict=True) if g > 1]
-    if any(step == 0 for step, _ in digits):
-        return False  # programs along that axis store the same elements
-    digits += [(abs(c), n - 1) for c, n in zip(store.lanes, store.shape, strict=True) if c != 0 and n > 1]
+    digits = [(abs(c), n - 1) for c, n in zip(store.lanes, store.shape, strict=True) if c != 0 and n > 1]
+    return _mixed_radix(store.pids, grid, digits)
+
+
+def _mixed_radix(pids: Sequence[int], grid: Sequence[int], digits: list[tuple[int, int]]) -> bool:
+    """Whether ``sum(pid[k] * pids[k]) + sum(step * lane)`` over the ``digits`` (step, largest lane) tells the
+    programs apart: each step, sorted by size, larger than what all smaller ones reach together."""
+    steps = [(abs(a), g - 1) for a, g in zip(pids, grid, strict=True) if g > 1]
+    if any(step == 0 for step, _ in steps):
+        return False  # programs along that axis reach the same elements
     reach = 0
-    for step, count in sorted(digits):
+    for step, count in sorted(steps + digits):
         if step <= reach:
             return False
         reach += step * count
     return True
+
+
+def window(accesses: Sequence[Affine]) -> tuple[int, int] | None:
+    """The lowest and highest offsets, relative to the program's own (``sum(pid[k] * pids[k])``), that ``accesses``
+    reach, when they all have known bases and the same program-id coefficients; else ``None``."""
+    if not accesses or any(not a.base_known or a.pids != accesses[0].pids for a in accesses):
+        return None
+    spans = [(a.const + a.spread()[0], a.const + a.spread()[1]) for a in accesses]
+    return min(low for low, _ in spans), max(high for _, high in spans)
+
+
+def apart_in_windows(accesses: Sequence[Affine], grid: tuple[int, int, int]) -> bool:
+    """Whether each program's ``accesses`` stay within a window of offsets no other program's reach: every access
+    moves with the program id alike, and the window they span together, placed once per program, does not meet the
+    next program's (the rows of a matrix, each program reading and writing its own row in blocks)."""
+    span = window(accesses)
+    if span is None:
+        return False
+    return _mixed_radix(accesses[0].pids, grid, [(1, span[1] - span[0])])

@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from jt_core.translation import lang, reductions
+from jt_core.translation.affine import Affine
 from jt_core.translation.descriptors import Descriptor
 from jt_core.translation.memory import Pointer, State
 from jt_core.translation.program import Block, Operation, TensorType
@@ -110,8 +111,12 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
             for value, init in zip(op.results, inits, strict=True):
                 k.env[value] = init
             return state
-        if k.vector and _size(body, k.used) * count <= _UNROLLED_OPERATIONS:
+        if k.vector and _size(body, k.used) * count <= k.strategy.unrolled_operations:
             return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
+    elif k.vector:
+        uniform = _uniform_trips(k, op)
+        if uniform is not None and _size(body, k.used) * len(uniform) <= k.strategy.unrolled_operations:
+            return _unrolled(k, op, uniform, state)
     iv_dtype = lang.dtype_of(iv_type.element)
 
     def iteration(i: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
@@ -138,14 +143,30 @@ def scf_for(k: Tracer, op: Operation, state: State) -> State:
     return state
 
 
-#: How many operations a loop of programs side by side, with a trip count known when tracing, may have in all
-#: to be traced iteration after iteration: its counter is then known in each, its loads are slices at known
-#: offsets (moved pointers too), and XLA fuses its steps with one another.
-_UNROLLED_OPERATIONS = 256
+def _uniform_trips(k: Tracer, op: Operation) -> list[tuple[Any, Affine]] | None:
+    """The counters of a loop whose start depends on the program id (``for row in tl.range(pid, n_rows,
+    num_programs)``, a persistent kernel's) but whose trip count is the same in every program of the grid: each
+    counter's value and affine form, else ``None``."""
+    lower, upper, step = (k.affine_of(v) for v in op.operands[:3])
+    if lower is None or upper is None or step is None or not (upper.is_constant and step.is_constant):
+        return None
+    bounds = lower.bounds(k.grid)
+    if bounds is None or lower.shape or step.const <= 0:
+        return None
+    trips = {max(0, lang.ceil_div(upper.const - start, step.const)) for start in bounds}
+    if len(trips) != 1:
+        return None
+    start = k.array(op.operands[0]).astype(jnp.int64)
+    iv_dtype = lang.dtype_of(k.type(op.regions[0][0].arguments[0]).element)
+    return [
+        ((start + i * step.const).astype(iv_dtype), lower.plus(Affine.constant(i * step.const)))
+        for i in range(trips.pop())
+    ]
 
 
-def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -> State:
-    """``scf.for`` traced once per iteration, the counter a known int in each; the products the loop accumulates
+def _unrolled(k: Tracer, op: Operation, counters: Sequence[Any], state: State) -> State:
+    """``scf.for`` traced once per iteration, the counter a known int in each (or a value the same in every program
+    but for a term in the program id: `_uniform_trips`, with its affine form); the products the loop accumulates
     (`_accumulating_dots`) are computed together after it."""
     body = op.regions[0][0]
     iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
@@ -158,12 +179,20 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[int], state: State) -
         for counter in counters:
             for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
                 k.affine.pop(value, None)
-            iv = int(np.asarray(counter).astype(iv_dtype))
-            values, state = _nested(k, body, [iv, *values], state)
+                k.limits.pop(value, None)
+            if isinstance(counter, tuple):
+                iv, form = counter
+                k.affine[body.arguments[0]] = form
+            else:
+                iv = int(np.asarray(counter).astype(iv_dtype))
+            # Straight-line code: the counter is known, so a store in the body is a store like any other.
+            values, state = k.run_block(body, [iv, *values], state)
         for index, dot in dots.items():
             acc = lang.as_array(values[index], k.type(op.results[index]))
             operands = k.deferred_dots[dot.results[0]]
-            values[index] = reductions.accumulated(acc, operands, dot.attr("inputPrecision", "IEEE"))
+            values[index] = reductions.accumulated(
+                acc, operands, dot.attr("inputPrecision", "IEEE"), k.strategy.ordered_accumulation
+            )
     finally:
         for dot in dots.values():
             k.deferred_dots.pop(dot.results[0], None)
@@ -208,8 +237,60 @@ def _size(block: Block, used: set[int]) -> int:
     )
 
 
+def _loops(k: Tracer, block: Block, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether running ``block`` may run a ``while`` loop (through the functions it calls too)."""
+    for op in block.operations:
+        if op.name == "scf.while":
+            return True
+        if op.name == "tt.call":
+            callee = str(op.attr("callee"))
+            function = k.ir.functions.get(callee)
+            if function is None or callee in seen or _loops(k, function.body[0], seen | {callee}):
+                return True
+        if any(_loops(k, b, seen) for region in op.regions for b in region):
+            return True
+    return False
+
+
+def _both_sides(
+    k: Tracer, condition: jax.Array, sides: Sequence[tuple[Block | None, list[Any]]], state: State, line: str | None
+) -> tuple[list[Any], State]:
+    """A branch of programs side by side whose condition is known only when they run, run on both sides, each
+    side's loads, stores and atomics masked with its condition (`k.predicate`), its results chosen by it: the
+    programs then stay side by side where a branch would have made them run in order."""
+    outer, outer_path = k.predicate, k.path
+    taken = jnp.asarray(condition).astype(bool)
+    results: list[list[Any]] = []
+    branch = len(k.env) + id(sides)  # one number per branch traced
+    try:
+        for (block, arguments), on, side in zip(sides, (taken, ~taken), (True, False), strict=True):
+            k.predicate = on if outer is None else outer & on
+            k.path = (*outer_path, (branch, side))
+            if block is None:
+                results.append([])
+                continue
+            values, state = k.run_block(block, arguments, state)
+            results.append(values)
+    finally:
+        k.predicate, k.path = outer, outer_path
+    if not results[1]:
+        return results[0], state
+    chosen: list[Any] = []
+    for mine, theirs in zip(results[0], results[1], strict=True):
+        _same_target(mine, theirs, line)
+        if isinstance(mine, Pointer):
+            offset = jnp.where(taken, jnp.asarray(mine.offset), jnp.asarray(theirs.offset))
+            chosen.append(Pointer(mine.buffer, offset, mine.pointee))
+        elif isinstance(mine, (BlockPointer, Descriptor)):
+            raise Unsupported("a block pointer or descriptor chosen by a branch", line)
+        else:
+            chosen.append(jnp.where(taken, jnp.asarray(mine), jnp.asarray(theirs)))
+    return chosen, state
+
+
 def scf_if(k: Tracer, op: Operation, state: State) -> State:
-    """``scf.if``: the branch itself when its condition is known at trace time, else a ``lax.cond``."""
+    """``scf.if``: the branch itself when its condition is known at trace time; for programs side by side, both
+    sides masked (`_both_sides`) where neither runs a ``while`` loop; else a ``lax.cond``."""
     condition = k.get(op.operands[0])
     then_block = op.regions[0][0]
     else_block = op.regions[1][0] if len(op.regions) > 1 and op.regions[1] else None
@@ -218,6 +299,11 @@ def scf_if(k: Tracer, op: Operation, state: State) -> State:
         if chosen is None:
             return state
         results, state = k.run_block(chosen, [], state)
+        for value, result in zip(op.results, results, strict=True):
+            k.env[value] = result
+        return state
+    if k.vector and not any(b is not None and _loops(k, b) for b in (then_block, else_block)):
+        results, state = _both_sides(k, k.array(op.operands[0]), [(then_block, []), (else_block, [])], state, op.line)
         for value, result in zip(op.results, results, strict=True):
             k.env[value] = result
         return state
@@ -325,6 +411,8 @@ def cf_branch(k: Tracer, op: Operation, region: Sequence[Block], state: State) -
     if lang.is_static(condition):
         chosen = 0 if condition else 1
         return k.run_block(sides[chosen], arguments[chosen], state)
+    if k.vector and not any(_loops(k, side) for side in sides):
+        return _both_sides(k, k.array(op.operands[0]), list(zip(sides, arguments, strict=True)), state, op.line)
     returned = next((o for b in region for o in b.operations if o.name == "tt.return"), None)
     types = [k.type(v) for v in returned.operands] if returned is not None else []
     templates: dict[int, list[Any]] = {}

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
+from jt_core.translation import strategy as strategies
 from jt_core.translation.program import Program
 
 __all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_constants", "sign_safe_use"]
@@ -28,13 +29,20 @@ _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 #: The zero a traced kernel's positive float zeros are made opaque with (`opaque_constants`).
-_ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_cpu_opaque_zero", default=None)
+_ZERO: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("jt_opaque_zero", default=None)
+
+
+def opaque_zero() -> jax.Array:
+    """A float32 zero XLA's simplifier cannot see: a constant behind an optimisation barrier, which XLA removes only
+    after its simplifier ran. Plain StableHLO, so it stops no fusion and lowers for every platform (no custom call,
+    no float64)."""
+    return lax.optimization_barrier(jnp.zeros((), jnp.float32))
 
 
 @contextlib.contextmanager
 def opaque_constants(zero: jax.Array) -> Iterator[None]:
     """While tracing a kernel: its float constants equal to ``+0.0`` are ``0.0 - zero``, for a ``zero`` XLA cannot
-    see (a custom call's result). XLA's simplifier turns ``x + 0.0`` into ``x``, which keeps ``x = -0.0`` negative
+    see (`opaque_zero`). XLA's simplifier turns ``x + 0.0`` into ``x``, which keeps ``x = -0.0`` negative
     where IEEE arithmetic (the device's, the interpreter's) makes it positive: an accumulator started with
     ``tl.zeros`` would keep the sign of a first ``-0.0``. Other constants stay constants XLA can fold: its rewrite of
     a division by one is undone by `divide`, and hiding them costs time (a sixth of a softmax's)."""
@@ -138,10 +146,15 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
     (and from there to a narrower type, for which float32 is as close again) gives the correctly rounded quotient.
     Float64 divisors are kept from being seen as broadcasts (or, alone, as constants) instead.
     """
+    if not strategies.active().float64:
+        # Without float64 (a TPU): the platform's own float32 quotient; narrower floats divided in float32.
+        if x.dtype.itemsize < 4:
+            return lax.div(x.astype(jnp.float32), y.astype(jnp.float32)).astype(x.dtype)
+        return lax.div(x, y)
     if x.dtype == jnp.float64:
         zero = _ZERO.get()
         if y.ndim == 0 and zero is not None:
-            y = lax.sub(y, zero)  # a scalar constant, which the barrier alone would not hide
+            y = lax.sub(y, zero.astype(y.dtype))  # a scalar constant, which the barrier alone would not hide
         return lax.div(x, lax.optimization_barrier(y))
     wide = lax.div(x.astype(jnp.float64), y.astype(jnp.float64)).astype(jnp.float32)
     return wide.astype(x.dtype)
@@ -151,6 +164,6 @@ def round_bfloat16(x: jax.Array) -> jax.Array:
     """A bfloat16 result rounded to bfloat16 where XLA would skip it: XLA computes bfloat16 arithmetic in float32 and,
     with its excess precision on (the default, which cannot be turned off once JAX has started), drops the rounding
     between an operation and a following conversion to float32 (``(a + b).to(tl.float32)``). Triton rounds each."""
-    if x.dtype != _BFLOAT16:
+    if x.dtype != _BFLOAT16 or not strategies.active().exact_rounding:
         return x
     return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)

@@ -29,15 +29,14 @@ from jax import lax
 
 from jt_core import settings
 from jt_core.translation import affine, side_by_side
+from jt_core.translation import strategy as strategies
 from jt_core.translation.kernel import Kernel
 from jt_core.translation.memory import Memory, State
 from jt_core.translation.program import Program, parse_type
+from jt_core.translation.strategy import CPU_STRATEGY, Strategy
 from jt_core.translation.values import NotVectorizable
 
 __all__ = ["chunk_size", "run_grid"]
-
-#: The bytes the largest value of the programs run side by side may take together.
-SIDE_BY_SIDE_BYTES = 16 << 20
 
 
 def _linear_type(grid: tuple[int, int, int]) -> Any:
@@ -62,6 +61,7 @@ def run_grid(
     arguments: Sequence[Any],
     state: State,
     fuse: bool = True,
+    strategy: Strategy = CPU_STRATEGY,
 ) -> State:
     """Runs every program of ``grid``: side by side where that provably gives what running them in order gives,
     else in order.
@@ -74,27 +74,50 @@ def run_grid(
             Python scalars for scalars.
         state: The initial state.
         fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
+        strategy: The platform's choices (how many programs run side by side at a time, among others).
     """
+    with strategies.using(strategy):
+        return _run_grid(program, memory, grid, arguments, state, fuse, strategy)
+
+
+def _run_grid(
+    program: Program,
+    memory: Memory,
+    grid: tuple[int, int, int],
+    arguments: Sequence[Any],
+    state: State,
+    fuse: bool,
+    strategy: Strategy,
+) -> State:
     total = math.prod(grid)
     if total == 0:
         return state
     if total > 1 and settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
         try:
-            boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk_size(program, total))
-            return _side_by_side(program, memory, grid, arguments, state, fuse) if boxed is None else boxed
+            chunk = chunk_size(program, total, strategy.side_by_side_bytes)
+            boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk, strategy)
+            if boxed is not None:
+                return boxed
+            return _side_by_side(program, memory, grid, arguments, state, fuse, strategy)
         except NotVectorizable:
             pass
-    return _in_order(program, memory, grid, arguments, state, fuse)
+    return _in_order(program, memory, grid, arguments, state, fuse, strategy)
 
 
 def _in_order(
-    program: Program, memory: Memory, grid: tuple[int, int, int], arguments: Sequence[Any], state: State, fuse: bool
+    program: Program,
+    memory: Memory,
+    grid: tuple[int, int, int],
+    arguments: Sequence[Any],
+    state: State,
+    fuse: bool,
+    strategy: Strategy,
 ) -> State:
-    kernel = Kernel(program, memory, grid, fuse)
+    kernel = Kernel(program, memory, grid, fuse, strategy=strategy)
     entry = program.functions[program.entry].body[0]
 
     def one(linear: Any, carried: State) -> State:
-        kernel.env, kernel.affine = {}, {}
+        kernel.start_program()
         kernel.pids = _program_ids(linear, grid)
         _, carried = kernel.run_block(entry, list(arguments), carried)
         return carried
@@ -106,15 +129,15 @@ def _in_order(
     return lax.fori_loop(linear(0), linear(total), lambda i, s: one(i, s), state)
 
 
-def chunk_size(program: Program, total: int) -> int:
+def chunk_size(program: Program, total: int, budget: int = CPU_STRATEGY.side_by_side_bytes) -> int:
     """How many programs run side by side at a time: as many as keep the largest value of the kernel, times the
-    programs, within `SIDE_BY_SIDE_BYTES`."""
+    programs, within ``budget`` bytes (the strategy's `Strategy.side_by_side_bytes`)."""
     largest = 1
     for text in set(program.types.values()):
         ty = parse_type(text)
         size = 8 if ty.is_pointer else _itemsize(ty.element)
         largest = max(largest, math.prod(ty.shape) * size)
-    return max(1, min(total, SIDE_BY_SIDE_BYTES // largest))
+    return max(1, min(total, budget // largest))
 
 
 def _itemsize(element: str) -> int:
@@ -123,17 +146,23 @@ def _itemsize(element: str) -> int:
 
 
 def _side_by_side(
-    program: Program, memory: Memory, grid: tuple[int, int, int], arguments: Sequence[Any], state: State, fuse: bool
+    program: Program,
+    memory: Memory,
+    grid: tuple[int, int, int],
+    arguments: Sequence[Any],
+    state: State,
+    fuse: bool,
+    strategy: Strategy,
 ) -> State:
     total = math.prod(grid)
-    chunk = chunk_size(program, total)
-    kernel = Kernel(program, memory, grid, fuse, vector=True)
+    chunk = chunk_size(program, total, strategy.side_by_side_bytes)
+    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy)
     entry = program.functions[program.entry].body[0]
     recorded: list[int] = []
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
         def one(linear: Any) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
-            kernel.env, kernel.affine, kernel.stores = {}, {}, []
+            kernel.start_program()
             memory.deferred, memory.loaded = [], set()
             try:
                 kernel.pids = _program_ids(linear, grid)

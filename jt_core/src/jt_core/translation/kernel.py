@@ -20,10 +20,11 @@ from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter.libdevice import libdevice_name
-from jt_core.translation import accesses, control, descriptors, extern, floats, lang, reductions, shapes
+from jt_core.translation import accesses, control, descriptors, extern, floats, lang, masks, reductions, shapes
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
+from jt_core.translation.strategy import CPU_STRATEGY, Strategy
 from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
@@ -45,8 +46,19 @@ _EFFECTS = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.call", "tt.load"}
 #: Operations with no effect on the CPU.
 _NO_EFFECT = {"gpu.barrier", "ttg.barrier", "tt.debug_barrier"}
 
+#: The operations whose result may be a mask known as a box of lanes (`Kernel._track_limits`).
+_LIMITED = frozenset({"arith.cmpi", "arith.andi", "tt.broadcast", "tt.expand_dims", "tt.splat", "arith.constant"})
+
 #: The integer operations that keep an affine form.
-_AFFINE_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.extsi", "arith.trunci", "arith.index_cast"}
+_AFFINE_OPS = {
+    "arith.addi",
+    "arith.subi",
+    "arith.muli",
+    "arith.extsi",
+    "arith.trunci",
+    "arith.index_cast",
+    "arith.bitcast",  # between integers of one width (Triton's front end casts a loop's bounds so)
+}
 
 
 def unsupported_operation(program: Program) -> Unsupported | None:
@@ -67,12 +79,20 @@ class Kernel:
         grid: The grid, three axes.
         fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
         vector: Whether the programs run side by side (stores are recorded, and must be provably independent).
+        strategy: The platform's choices.
     """
 
     def __init__(
-        self, program: Program, memory: Memory, grid: tuple[int, int, int], fuse: bool, vector: bool = False
+        self,
+        program: Program,
+        memory: Memory,
+        grid: tuple[int, int, int],
+        fuse: bool,
+        vector: bool = False,
+        strategy: Strategy = CPU_STRATEGY,
     ) -> None:
         self.ir = program
+        self.strategy = strategy
         self.fuse = fuse
         self.memory = memory
         self.grid = grid
@@ -81,6 +101,13 @@ class Kernel:
         self.env: dict[int, Any] = {}
         #: The affine form of the integer values that have one.
         self.affine: dict[int, Affine] = {}
+        #: The masks known to be boxes of lanes, the same in every program (`jt_core.translation.masks`).
+        self.limits: dict[int, masks.Limits] = {}
+        #: Where both sides of a branch run (programs side by side), the condition of the side being traced: what
+        #: its loads, stores and atomics are masked with (`jt_core.translation.control`).
+        self.predicate: Any = None
+        #: The sides of the branches being traced that way, as (branch, side) pairs, outermost first.
+        self.path: tuple[tuple[int, bool], ...] = ()
         #: How deep inside loops and branches run as JAX's control flow the operation being traced is.
         self.region_depth = 0
         #: The stores of a vectorised run: the buffer and the affine form of the offsets.
@@ -163,9 +190,50 @@ class Kernel:
             return state
         handler = HANDLERS.get(name)
         if handler is not None:
-            return handler(self, op, state)
-        self.elementwise(op)
+            state = handler(self, op, state)
+        else:
+            self.elementwise(op)
+        if name in _LIMITED:
+            self._track_limits(op)
         return state
+
+    def start_program(self) -> None:
+        """Forgets what the program traced before knew: its values and what is known of them."""
+        self.env, self.affine, self.limits, self.stores = {}, {}, {}, []
+        self.predicate = None
+        self.path = ()
+
+    def _track_limits(self, op: Operation) -> None:
+        """Keeps which lanes a mask has on, where that is a box the same in every program."""
+        result = op.results[0]
+        shape = self.type(result).shape
+        if self.type(result).element != "i1":
+            return
+        value = self.env.get(result)
+        if isinstance(value, (bool, np.bool_)):
+            self.limits[result] = masks.full(shape) if value else tuple((0, 0) for _ in shape)
+            return
+        if op.name == "arith.cmpi":
+            lhs, rhs = (self.affine_of(v) for v in op.operands)
+            if lhs is None or rhs is None:
+                return
+            signs = [a.bounds(self.grid) for a in (lhs, rhs)]
+            unsigned_ok = all(b is not None and b[0] >= 0 for b in signs)
+            found = masks.compared(int(op.attr("predicate")), lhs, rhs, shape, self.grid, unsigned_ok)
+        elif op.name == "arith.andi":
+            known = [self.limits.get(v) for v in op.operands]
+            found = None if any(k is None for k in known) else masks.intersect(*known)  # type: ignore[arg-type]
+        elif op.name == "tt.broadcast":
+            known_one = self.limits.get(op.operands[0])
+            before = self.type(op.operands[0]).shape
+            found = None if known_one is None else masks.broadcast(known_one, before, shape)
+        elif op.name == "tt.expand_dims":
+            known_one = self.limits.get(op.operands[0])
+            found = None if known_one is None else masks.expanded(known_one, int(op.attr("axis")))
+        else:
+            found = None
+        if found is not None:
+            self.limits[result] = found
 
     def elementwise(self, op: Operation) -> None:
         args = [self.env[v] for v in op.operands]
@@ -217,7 +285,9 @@ class Kernel:
             return
         a = known[0]
         assert a is not None
-        if op.name in ("arith.extsi", "arith.trunci", "arith.index_cast"):
+        if op.name == "arith.bitcast" and self.type(op.operands[0]).element != self.type(op.results[0]).element:
+            return
+        if op.name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
             self.affine[op.results[0]] = a
             return
         b = known[1]

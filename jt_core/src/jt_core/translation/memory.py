@@ -27,7 +27,7 @@ from jt_core.errors import UnsupportedKernelError
 from jt_core.translation.affine import Affine
 from jt_core.translation.lang import dtype_of, is_static
 
-__all__ = ["BufferSpec", "Memory", "Pointer", "State", "no_error"]
+__all__ = ["ORDERLESS", "BufferSpec", "Memory", "Pointer", "State", "no_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +263,20 @@ class Memory:
         array = self._array(state, buffer)
         return self._replace(state, buffer, _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values)))
 
+    def defers_atomic(self, kind: str, dtype: np.dtype, result_used: bool) -> bool:
+        """Whether an atomic is recorded and made after the programs ran (never, by default: in order)."""
+        return False
+
+    def apply_atomic(self, state: State, buffer: int, kind: str, index: jax.Array, values: jax.Array) -> State:
+        """``state`` with a deferred atomic made: ``values`` combined by ``kind`` at ``index`` (indices outside the
+        buffer combine nothing), as the pointer's type holds them."""
+        spec = self.specs[buffer]
+        storage = _storage(spec)
+        array = _to_value(self._array(state, buffer), storage, np.dtype(values.dtype))
+        combine = _SCATTER.get(kind) or _FLOAT_SUM
+        updated = combine(array, jnp.ravel(index), jnp.ravel(values))
+        return self._replace(state, buffer, _to_storage(updated, storage))
+
     def atomic(
         self,
         state: State,
@@ -408,3 +422,15 @@ _SCATTER: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
 def static_offset(value: Any) -> bool:
     """Whether a pointer's offset is known when the kernel is traced."""
     return is_static(value)
+
+
+def _float_sum(array: jax.Array, index: jax.Array, v: jax.Array) -> jax.Array:
+    """Float atomic sums of many lanes as one scatter, summed in XLA's order (where the strategy allows it)."""
+    return _scatter(lax.scatter_add, array, index, v)
+
+
+_FLOAT_SUM = _float_sum
+
+#: The atomics a run of programs side by side may make after them, as one scatter, where nobody reads what they
+#: return: their memory does not depend on the lanes' order (for integers; float sums where rounding is XLA's).
+ORDERLESS = frozenset({"ADD", "MAX", "MIN", "UMAX", "UMIN", "FADD"})

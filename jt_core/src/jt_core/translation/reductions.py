@@ -19,11 +19,12 @@ import numpy as np
 from jax import lax
 
 from jt_core.translation import floats, lang
+from jt_core.translation import strategy as strategies
 from jt_core.translation.memory import State
 from jt_core.translation.program import Operation
 from jt_core.translation.tracer import Handler, Tracer
 
-__all__ = ["HANDLERS", "accumulated", "tree_reduce"]
+__all__ = ["HANDLERS", "XLA_PRECISIONS", "accumulated", "tree_reduce"]
 
 
 _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
@@ -83,7 +84,7 @@ def _dot(k: Tracer, op: Operation, state: State) -> State:
     a, b, acc = (k.array(v) for v in op.operands[:3])
     a, b = lang.widen_for_dot(a), lang.widen_for_dot(b)
     precision = op.attr("inputPrecision", "IEEE")
-    if precision == "TF32x3" and a.dtype == b.dtype == jnp.float32:
+    if precision == "TF32x3" and a.dtype == b.dtype == jnp.float32 and k.strategy.exact_rounding:
         # As Triton's GPU compiler rewrites it: the operands split into a TF32 part and the rest, three TF32
         # products summed smallest first.
         a_big, b_big = lang.round_to_tf32(a), lang.round_to_tf32(b)
@@ -102,26 +103,43 @@ def _product(a: jax.Array, b: jax.Array, acc: jax.Array, precision: str) -> jax.
 
 
 def _products(a: jax.Array, b: jax.Array, dtype: Any, precision: str) -> jax.Array:
-    """``a @ b`` in ``dtype``, batched over leading axes, the operands rounded to TF32 where ``precision`` says so."""
-    if precision == "TF32":
+    """``a @ b`` in ``dtype``, batched over leading axes, the operands rounded to TF32 where ``precision`` says so
+    (where the strategy rounds exactly; else ``precision`` is XLA's precision config: `XLA_PRECISIONS`)."""
+    config = lax.Precision.HIGHEST
+    if not strategies.active().exact_rounding:
+        config = XLA_PRECISIONS.get(precision, lax.Precision.HIGHEST)
+    elif precision == "TF32":
         a, b = lang.round_to_tf32(a), lang.round_to_tf32(b)
     return lax.dot_general(
         a,
         b,
         (((a.ndim - 1,), (b.ndim - 2,)), (tuple(range(a.ndim - 2)), tuple(range(b.ndim - 2)))),
-        precision=lax.Precision.HIGHEST,
+        precision=config,
         preferred_element_type=dtype,
     )
+
+
+#: ``tl.dot``'s input precisions as XLA's precision configs, where the strategy leaves rounding to XLA (a TPU:
+#: ``HIGH`` is three passes of bfloat16 products, about TF32's precision; ``HIGHEST`` six, about float32's).
+XLA_PRECISIONS = {"IEEE": lax.Precision.HIGHEST, "TF32": lax.Precision.HIGH, "TF32x3": lax.Precision.HIGHEST}
 
 
 #: The input precisions whose products `accumulated` may batch (TF32x3 sums three products per step).
 BATCHED_PRECISIONS = ("IEEE", "TF32")
 
 
-def accumulated(acc: jax.Array, operands: list[tuple[jax.Array, jax.Array]], precision: str) -> jax.Array:
+def accumulated(
+    acc: jax.Array, operands: list[tuple[jax.Array, jax.Array]], precision: str, ordered: bool = True
+) -> jax.Array:
     """``acc`` plus the products of ``operands``' pairs, added one after another in their order, as a loop of
     ``acc = tl.dot(a, b, acc)`` adds them: the same bits as that loop traced step by step, but the products are one
-    batched ``dot_general``, which XLA runs faster than as many small ones."""
+    batched ``dot_general``, which XLA runs faster than as many small ones. Unless ``ordered``: then the pairs are
+    one product over their concatenated reduction axes, which XLA sums in its own order (`Strategy.ordered_accumulation`
+    off: one large product is what a TPU runs fast)."""
+    if not ordered and len(operands) > 1:
+        a = jnp.concatenate([a for a, _ in operands], axis=-1)
+        b = jnp.concatenate([b for _, b in operands], axis=-2)
+        return _product(a, b, acc, precision)
     if len(operands) < 2 or len({(a.shape, b.shape) for a, b in operands}) > 1:
         for a, b in operands:
             acc = _product(a, b, acc, precision)

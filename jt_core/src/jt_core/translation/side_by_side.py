@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,14 +30,21 @@ from jt_core.translation import affine, blocks
 from jt_core.translation.affine import Affine
 from jt_core.translation.kernel import Kernel
 from jt_core.translation.lang import dtype_of
-from jt_core.translation.memory import Memory, Pointer, State, _storage, _to_storage, _to_value, no_error
+from jt_core.translation.memory import (
+    ORDERLESS,
+    Memory,
+    Pointer,
+    State,
+    _storage,
+    _to_storage,
+    _to_value,
+    no_error,
+)
 from jt_core.translation.program import Program
+from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import NotVectorizable
 
 __all__ = ["run"]
-
-#: How much larger than the block a view's span may be (elements between the lanes that a slice reads past).
-_SPAN_RATIO = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +66,19 @@ class _BlockStore:
     begin: Any
 
 
-def _elements_of(view: blocks.View) -> bool:
-    """Whether slicing for ``view`` reads few enough elements besides its lanes to be worth it."""
-    return view.nest is not None and view.extent <= _SPAN_RATIO * view.size + 64
+@dataclasses.dataclass(frozen=True)
+class _BlockAtomic:
+    """An atomic whose result nobody reads, with an order-independent combiner: recorded, and made by one scatter
+    that combines every program's lanes after the programs ran."""
+
+    buffer: int
+    kind: str
+
+
+def _elements_of(view: blocks.View, span: int) -> bool:
+    """Whether slicing for ``view`` reads few enough elements besides its lanes to be worth it (at most ``span``
+    times its own: the strategy's `Strategy.slice_span`)."""
+    return view.nest is not None and view.extent <= span * view.size + 64
 
 
 class _BoxMemory(Memory):
@@ -73,8 +90,10 @@ class _BoxMemory(Memory):
         self.box = box
         self.chunks = chunks
         self.deferred = []
-        #: The accesses in program order: (a store?, buffer, the affine form of the offsets).
-        self.order: list[tuple[bool, int, Affine | None]] = []
+        #: The accesses in program order.
+        self.order: list[_Access] = []
+        #: The buffers updated by deferred atomics (`defers_atomic`).
+        self.atomics: set[int] = set()
 
     def _view(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[blocks.View, int, int] | None:
         """The access's view over the box, and the lowest and highest offsets it reaches over every box of the
@@ -85,7 +104,7 @@ class _BoxMemory(Memory):
         if not a.base_known and a.dynamic is None:
             return None
         view = blocks.box_view(self.box, a.pids, a.lanes, shape)
-        if not _elements_of(view):
+        if not _elements_of(view, self.kernel.strategy.slice_span):
             return None
         last_first = (self.chunks - 1) * self.box.counts[0]
         low = a.const + view.low + min(0, a.pids[0] * last_first)
@@ -103,7 +122,7 @@ class _BoxMemory(Memory):
     def load(
         self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, State]:
-        self.order.append((False, pointer.buffer, pointer.affine))
+        self.order.append(_Access(False, pointer.buffer, pointer.affine, self.kernel.path))
         found = self._view(pointer, shape)
         spec = self.specs[pointer.buffer]
         if found is None:
@@ -137,8 +156,43 @@ class _BoxMemory(Memory):
             value = jnp.where(wanted, value, fill)
         return value, state
 
+    def defers_atomic(self, kind: str, dtype: np.dtype, result_used: bool) -> bool:
+        """Whether an atomic is made after the programs ran: nobody reads its result, and its combiner gives the same
+        memory whatever order the programs' lanes come in (integer sums, extremes and bit operations; float sums too
+        where the strategy leaves rounding to XLA, which sums in its own order)."""
+        if result_used or kind not in ORDERLESS:
+            return False
+        if np.issubdtype(dtype, np.integer):
+            return True
+        return kind == "FADD" and not self.kernel.strategy.exact_rounding
+
+    def atomic(
+        self,
+        state: State,
+        kind: str,
+        pointer: Pointer,
+        values: Sequence[Any],
+        mask: Any,
+        shape: tuple[int, ...],
+        result_used: bool,
+    ) -> tuple[jax.Array, State]:
+        value_type = dtype_of(pointer.pointee)
+        if not self.defers_atomic(kind, np.dtype(value_type), result_used):
+            return super().atomic(state, kind, pointer, values, mask, shape, result_used)
+        self.order.append(_Access(True, pointer.buffer, None, self.kernel.path))
+        self.atomics.add(pointer.buffer)
+        spec = self.specs[pointer.buffer]
+        offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape)
+        if active is None:
+            active = (offsets >= 0) & (offsets < spec.size)
+        index = jnp.where(active, offsets, spec.size)
+        operand = jnp.broadcast_to(jnp.asarray(values[0]).astype(value_type), shape)
+        assert self.deferred is not None
+        self.deferred.append((_BlockAtomic(pointer.buffer, kind), index, operand))  # type: ignore[arg-type]
+        return jnp.zeros(shape, value_type), state
+
     def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
-        self.order.append((True, pointer.buffer, pointer.affine))
+        self.order.append(_Access(True, pointer.buffer, pointer.affine, self.kernel.path))
         spec = self.specs[pointer.buffer]
         found = self._view(pointer, shape) if spec.writable else None
         if found is not None and pointer.affine is not None and pointer.affine.base_known:
@@ -158,22 +212,63 @@ class _BoxMemory(Memory):
         return super().store(state, pointer, value, mask, shape)
 
 
+class _Access(NamedTuple):
+    """An access of a program, as `_independent` weighs it."""
+
+    store: bool
+    buffer: int
+    form: Affine | None  # the affine form of its offsets, where known
+    path: tuple[tuple[int, bool], ...]  # the sides of the branches it runs on (`Tracer.path`)
+
+
+def _exclusive(a: _Access, b: _Access) -> bool:
+    """Whether ``a`` and ``b`` lie on opposite sides of one branch (a program makes at most one of them)."""
+    sides = dict(a.path)
+    return any(branch in sides and sides[branch] != side for branch, side in b.path)
+
+
 def _independent(memory: _BoxMemory, grid: tuple[int, int, int]) -> None:
     """Raises `NotVectorizable` unless the programs' stores provably neither meet nor reach what another program
-    loads."""
-    stored = {buffer for is_store, buffer, _ in memory.order if is_store}
+    loads, and no program loads what it stored itself earlier (the stores are made after every program ran).
+
+    A load through offsets known only when it runs (``x_ptr + label``) is let through where its program has stored
+    nothing to that buffer before it: it may then reach only what no program writes, what its own program writes
+    after it, or what another program writes, a data race whose result is undefined on a GPU (here it reads the
+    buffer as it was before the kernel)."""
+    order = memory.order
+    for buffer in memory.atomics:
+        # Atomics combine whatever order the lanes come in; nothing else may touch what they update.
+        if any(a.buffer == buffer and a.form is not None for a in order) or buffer in memory.loaded:
+            raise NotVectorizable("a buffer updated by atomics and also loaded or stored")
+    stored = {a.buffer for a in order if a.store} - memory.atomics
     for buffer in stored:
-        stores = [a for is_store, b, a in memory.order if is_store and b == buffer]
-        if any(a is None for a in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
+        # A form whose base is known only when it runs says no more than no form at all.
+        accesses = [
+            a if a.form is None or a.form.base_known else a._replace(form=None) for a in order if a.buffer == buffer
+        ]
+        stores = [a.form for a in accesses if a.store]
+        if any(form is None for form in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
             raise NotVectorizable("stores that may reach one element from two programs")
-        after_store = False
-        for is_store, b, a in memory.order:
-            if b != buffer:
+        for index, access in enumerate(accesses):
+            if access.store:
                 continue
-            if is_store:
-                after_store = True
-            elif after_store or a != stores[0]:
-                raise NotVectorizable("a buffer loaded where another program, or a later store, may write it")
+            earlier = [a for a in accesses[:index] if a.store and not _exclusive(a, access)]
+            if access.form is None:
+                if earlier:
+                    raise NotVectorizable("a program loading, through offsets known when it runs, what it stored")
+                continue
+            low, high = access.form.spread()
+            span = (access.form.const + low, access.form.const + high)
+            for store in earlier:
+                assert store.form is not None
+                s_low, s_high = store.form.spread()
+                if span[0] <= store.form.const + s_high and store.form.const + s_low <= span[1]:
+                    raise NotVectorizable("a program loading what it stored itself")
+        known = [a.form for a in accesses if a.form is not None]
+        if all(form == stores[0] for form in known):
+            continue  # each program loads only the elements it stores
+        if not affine.apart_in_windows(known, grid):  # type: ignore[arg-type]
+            raise NotVectorizable("a buffer loaded where another program may write it")
 
 
 def run(
@@ -184,6 +279,7 @@ def run(
     state: State,
     fuse: bool,
     chunk: int,
+    strategy: Strategy,
 ) -> State | None:
     """Runs every program of ``grid`` side by side, in boxes of up to ``chunk`` programs; ``None`` (nothing run)
     when a box of whole planes of the last two grid axes would hold more.
@@ -198,7 +294,7 @@ def run(
     chunks = -(-grid[0] // along)
     counts = (along, grid[1], grid[2])
     mapped = tuple(k for k in range(3) if counts[k] > 1)
-    kernel = Kernel(program, memory, grid, fuse, vector=True)
+    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
 
@@ -210,7 +306,7 @@ def run(
             box = blocks.Box(counts, first, (where[0], where[1], where[2]))
             local = _BoxMemory(memory, box, chunks, kernel)
             kernel.memory = local
-            kernel.env, kernel.affine, kernel.stores = {}, {}, []
+            kernel.start_program()
             pid_x = first if where[0] is None else first + where[0]
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
             _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
@@ -257,6 +353,13 @@ def _apply(
         if valid is not None:
             wanted = wanted & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
         return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, wanted))
+    if isinstance(record, _BlockAtomic):
+        index = first
+        if valid is not None and counts[0] > 1:
+            keep = valid.reshape((-1,) + (1,) * (index.ndim - 1))
+            index = jnp.where(keep, index, np.iinfo(index.dtype).max)
+        assert second is not None
+        return memory.apply_atomic(state, record.buffer, record.kind, index, second)
     if isinstance(record, _BlockStore):
         view = record.view
         values, mask = first.reshape(view.counts), second

@@ -13,9 +13,11 @@ from typing import Any, Protocol
 
 import jax
 
+from jt_core.translation import masks
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
+from jt_core.translation.strategy import Strategy
 
 __all__ = ["Handler", "Tracer"]
 
@@ -24,12 +26,16 @@ class Tracer(Protocol):
     """The kernel being traced, as a handler sees it (see `Kernel`)."""
 
     ir: Program
+    strategy: Strategy
     memory: Memory
     grid: tuple[int, int, int]
     vector: bool
     pids: tuple[Any, Any, Any]
     env: dict[int, Any]
     affine: dict[int, Affine]
+    limits: dict[int, masks.Limits]
+    predicate: Any
+    path: tuple[tuple[int, bool], ...]
     region_depth: int
     stores: list[tuple[int, Affine]]
     used: set[int]

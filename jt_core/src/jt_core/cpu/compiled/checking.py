@@ -21,7 +21,7 @@ from jt_core.call import KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.plugin.values import CompiledKernel
 
-__all__ = ["checked", "handler_ready", "opaque_zero", "register"]
+__all__ = ["checked", "handler_ready", "register"]
 
 
 def handler_ready() -> None:
@@ -38,13 +38,6 @@ def register(call: KernelCall, kernel: CompiledKernel, config_index: int) -> int
     access; returns the id its check carries."""
     one = dataclasses.replace(call, configs=(call.configs[config_index],))
     return ffi_launcher.registry().register(one, (kernel,))
-
-
-def opaque_zero() -> jax.Array:
-    """A float64 zero XLA cannot see (the result of a custom call of jt's CPU handler library), for
-    `jt_core.translation.floats.opaque_constants`."""
-    handler_ready()
-    return jax.ffi.ffi_call(ffi_launcher.ZERO_TARGET_NAME, jax.ShapeDtypeStruct((), jax.numpy.float64))()
 
 
 def checked(

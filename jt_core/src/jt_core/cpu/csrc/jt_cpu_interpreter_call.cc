@@ -1,6 +1,5 @@
-// jt's CPU handlers: an XLA FFI custom call that runs a Triton kernel with Triton's interpreter, one that checks
-// a compiled CPU kernel's accesses after it ran (naming a stray one through the interpreter), and one that gives a
-// compiled kernel a zero XLA cannot see (so that its float constants stay out of XLA's algebraic rewrites).
+// jt's CPU handlers: an XLA FFI custom call that runs a Triton kernel with Triton's interpreter, and one that checks
+// a compiled CPU kernel's accesses after it ran (naming a stray one through the interpreter).
 //
 // The handler holds no kernel state of its own. Each custom call carries an integer attribute `call_id` naming
 // a call registered in a process-wide Python registry when the call was lowered; at run time the handler hands
@@ -55,13 +54,13 @@ ffi::ErrorOr<int32_t> Dispatch(JtCpuDispatcher dispatcher, int64_t call_id, ffi:
   std::vector<int64_t> sizes(num_inputs + num_outputs);
   for (size_t i = 0; i < num_inputs; ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(first_input + i);
-    if (buffer.has_error()) return buffer.error();
+    if (buffer.has_error()) return ffi::Unexpected<ffi::Error>(buffer.error());
     pointers[i] = buffer->untyped_data();
     sizes[i] = static_cast<int64_t>(buffer->size_bytes());
   }
   for (size_t i = 0; i < num_outputs; ++i) {
     ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> buffer = rets.get<ffi::AnyBuffer>(i);
-    if (buffer.has_error()) return buffer.error();
+    if (buffer.has_error()) return ffi::Unexpected<ffi::Error>(buffer.error());
     pointers[num_inputs + i] = (*buffer)->untyped_data();
     sizes[num_inputs + i] = static_cast<int64_t>((*buffer)->size_bytes());
   }
@@ -120,17 +119,7 @@ ffi::Error Check(int64_t call_id, std::string_view name, ffi::AnyBuffer flag, ff
   return ffi::Error(ToErrorCode(*code), text);
 }
 
-// A zero XLA cannot see: a compiled kernel subtracts it from its float constants. XLA's simplifier rewrites a
-// division by a constant into a product with the constant's rounded reciprocal (one ulp off in about a tenth of the
-// cases); a constant minus this zero is no constant to it.
-ffi::Error OpaqueZero(ffi::Result<ffi::BufferR0<ffi::F64>> zero) {
-  *zero->typed_data() = 0.0;
-  return ffi::Error::Success();
-}
-
 }  // namespace
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jt_cpu_opaque_zero, OpaqueZero, ffi::Ffi::Bind().Ret<ffi::BufferR0<ffi::F64>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jt_cpu_kernel_check, Check,
                               ffi::Ffi::Bind()

@@ -1,0 +1,472 @@
+"""A launcher that lowers a call to the XLA operations its kernel's TTIR translates into: `TranslatingLauncher`,
+the base of the CPU's ``compiled`` launcher and of jt-tpu's.
+
+The kernel runs at the speed of compiled code, with no custom call and no host callback, so it works wherever XLA
+runs the computation. What the translation cannot express (`jt_core.translation.kernel.unsupported_operation`, or a
+construct found while tracing) the platform's launcher handles: the CPU hands the call to Triton's interpreter, a
+platform without one refuses it, naming the construct and its source line. An autotuned call runs its first
+configuration, or, where the launcher tunes (`TranslatingLauncher.tunes`), the fastest, timed compiled when the call
+is lowered.
+
+Every access sets a flag when a lane strays outside its buffer (it reads zero or writes nothing instead). What the
+flag does after the kernel is the platform's (`TranslatingLauncher.after_kernel`): by default, and in every artifact
+made for ``jax.export``, every output comes back poisoned (NaN, bytes 0xA5, ``True``) rather than with values that
+look right. A call whose every access was proven inside its buffer when the kernel was traced has no flag at all.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jt_core import _compat, coverage, tuning
+from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.errors import NoUsableConfigError, UnsupportedKernelError
+from jt_core.plugin.roles import Launcher
+from jt_core.plugin.values import CompiledKernel
+from jt_core.translation import floats
+from jt_core.translation.accesses import pointer_argument
+from jt_core.translation.descriptors import Descriptor, block_of
+from jt_core.translation.grid import run_grid
+from jt_core.translation.kernel import unsupported_operation
+from jt_core.translation.memory import BufferSpec, Memory, State, no_error
+from jt_core.translation.program import Program
+from jt_core.translation.strategy import Strategy
+from jt_core.translation.values import Unsupported
+
+__all__ = ["TranslatingLauncher", "kernel_function", "poison", "poisoned_where_strayed"]
+
+
+def poison(aval: Any) -> jax.Array:
+    """A fresh output's contents before the kernel runs: NaN for floats, 0xA5 bytes otherwise (as the
+    interpreter fills them)."""
+    dtype = np.dtype(aval.dtype)
+    if np.issubdtype(dtype, np.floating) or "float" in dtype.name:
+        fill = np.asarray(np.nan, dtype)
+    elif dtype == np.bool_:
+        fill = np.asarray(True)
+    else:
+        fill = np.frombuffer(b"\xa5" * dtype.itemsize, dtype)[0]
+    return lax.broadcast_in_dim(fill, tuple(aval.shape), ())
+
+
+def _sentinel(aval: Any, run: int) -> jax.Array:
+    """A fresh output filled with the coverage check's sentinel of run ``run`` (`jt_core.coverage`)."""
+    dtype = np.dtype(aval.dtype)
+    if dtype == np.bool_:  # a stored bool is 0 or 1: the two runs' fills differ from what either stores last
+        return jnp.full(aval.shape, run == 0, bool)
+    element = np.frombuffer(bytes([coverage.SENTINELS[run]]) * dtype.itemsize, dtype)[0]
+    return jnp.full(aval.shape, element, dtype)
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def kernel_function(
+    call: KernelCall,
+    kernel: CompiledKernel,
+    config_index: int,
+    strategy: Strategy,
+    fuse: bool = True,
+    sentinel_run: int | None = None,
+) -> Callable[..., list[jax.Array]]:
+    """The function of the call's operands that runs one configuration of it: it returns the outputs, then the flag
+    that says whether an access strayed outside its buffer.
+
+    Args:
+        call: The call.
+        kernel: The configuration's compiled kernel (its payload's ``program``, and ``checks`` where it has them).
+        config_index: Which configuration.
+        strategy: The platform's choices.
+        fuse: Whether products and sums may be fused into multiply-adds where the configuration's
+            ``enable_fp_fusion`` allows it (as GPUs fuse them); ``False`` rounds each as the interpreter does.
+        sentinel_run: For the coverage check, which sentinel fills the outputs that are neither aliased nor zeroed
+            (`jt_core.coverage`); ``None``: they are poisoned as usual.
+
+    Raises:
+        UnsupportedKernelError: When the kernel has no TTIR, or uses what the translation cannot express (before
+            tracing; more is found when the function is traced).
+    """
+    payload = kernel.payload
+    program: Program | None = getattr(payload, "program", None)
+    if program is None:
+        raise Unsupported(
+            getattr(payload, "why_not", None) or "its Triton IR is not available", getattr(payload, "why_not_at", None)
+        )
+    refused = unsupported_operation(program)
+    if refused is not None:
+        raise refused
+    config = call.configs[config_index]
+    checks = getattr(payload, "checks", None)
+    bounds_check = True if checks is None else bool(checks.bounds)
+    aliased = dict(call.aliases)
+    zeroed = set(config.zeroed_outputs)
+    entry = program.functions[program.entry]
+    parameters = entry.body[0].arguments
+
+    keys: dict[tuple[str, int], int] = {}
+    specs: list[BufferSpec] = []
+    arguments_plan: list[tuple[str, Any]] = []
+    for slot in call.slots:
+        if slot.kind in (INPUT, OUTPUT):
+            output = slot.index if slot.kind == OUTPUT else aliased.get(slot.index)
+            key = ("out", output) if output is not None else ("in", slot.index)
+            if key not in keys:
+                aval = call.out_avals[output] if output is not None else call.operand_avals[slot.index]
+                keys[key] = len(specs)
+                specs.append(BufferSpec(slot.name, np.dtype(aval.dtype), tuple(aval.shape), output is not None, output))
+            if slot.descriptor is None:
+                arguments_plan.append(("pointer", keys[key]))
+                continue
+            # A host-side descriptor is the descriptor, then its shape and strides, as Triton passes it.
+            desc = slot.descriptor
+            arguments_plan.append(("descriptor", (keys[key], desc)))
+            arguments_plan += [("scalar", int(v)) for v in (*desc.shape, *desc.strides)]
+        elif slot.type_str != "constexpr":
+            arguments_plan.append(("scalar", _scalar(slot.value)))
+    if len(arguments_plan) != len(parameters):
+        raise Unsupported(
+            f"the kernel's TTIR takes {len(parameters)} arguments where the call passes {len(arguments_plan)}"
+        )
+    arguments: list[Any] = []
+    for (kind, value), parameter in zip(arguments_plan, parameters, strict=True):
+        ty = program.type_of(parameter)
+        if kind == "pointer":
+            if not ty.is_pointer or ty.pointee is None:
+                raise Unsupported(f"a pointer passed where the kernel's TTIR takes {ty.text}")
+            arguments.append(pointer_argument(value, ty.pointee))
+        elif kind == "descriptor":
+            buffer, desc = value
+            block, element = block_of(ty.text)
+            arguments.append(
+                Descriptor(
+                    buffer,
+                    0,
+                    tuple(desc.shape),
+                    tuple(desc.strides),
+                    block,
+                    element,
+                    nan_padding=desc.padding == "nan",
+                    round_to_tf32=desc.round_f32_to_tf32,
+                )
+            )
+        else:
+            arguments.append(value)
+    for output in range(len(call.out_avals)):
+        if ("out", output) not in keys:  # an output the kernel has no pointer to: returned as initialised
+            keys[("out", output)] = len(specs)
+            aval = call.out_avals[output]
+            specs.append(BufferSpec(f"output {output}", np.dtype(aval.dtype), tuple(aval.shape), True, output))
+
+    def run(*operands: jax.Array) -> list[jax.Array]:
+        initial: dict[int, jax.Array] = {}
+        poisoned: dict[tuple[tuple[int, ...], np.dtype], jax.Array] = {}  # one array for outputs of one type
+        for (where, index), buffer in keys.items():
+            if where != "out":
+                continue
+            aval = call.out_avals[index]
+            source = next((op for op, dst in call.aliases if dst == index), None)
+            if source is not None:
+                value = jnp.reshape(operands[source], aval.shape).astype(aval.dtype)
+                initial[buffer] = jnp.zeros(aval.shape, aval.dtype) if index in zeroed else value
+            elif index in zeroed:
+                initial[buffer] = jnp.zeros(aval.shape, aval.dtype)
+            else:
+                if sentinel_run is not None:
+                    initial[buffer] = _sentinel(aval, sentinel_run)
+                else:
+                    kind = (tuple(aval.shape), np.dtype(aval.dtype))
+                    initial[buffer] = poisoned[kind] if kind in poisoned else poisoned.setdefault(kind, poison(aval))
+        constants = [
+            None
+            if spec.writable
+            else jnp.ravel(operands[next(i for (w, i), b in keys.items() if b == n and w == "in")])
+            for n, spec in enumerate(specs)
+        ]
+        memory = Memory(specs, constants, bounds_check)
+        state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
+        fused = config.options.enable_fp_fusion and fuse
+        with floats.opaque_constants(floats.opaque_zero()):
+            state = run_grid(program, memory, config.grid, arguments, state, fused, strategy)
+        finals = dict(zip(memory.writable, memory.final(state), strict=True))
+        outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
+        return [*outputs, state.strayed]
+
+    return run
+
+
+class _Traced:
+    """A call's kernel traced for its operands, kept between the launcher's question and its lowering: the last
+    few, emptied by ``jax.clear_caches()``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+    def get(self, launcher: TranslatingLauncher, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
+        """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
+        the translation cannot express. The jaxpr returns the outputs unchecked, then the flag that says whether
+        an access strayed (`kernel_function`): the lowering adds what the launcher does with it."""
+        strategy, fuse = launcher.strategy(), launcher.fuses()
+        key = (call, tuple(id(k) for k in kernels), strategy, fuse)
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        try:
+            index = launcher.chosen_config(call, kernels)
+            with jax.enable_x64(True):
+                run = kernel_function(call, kernels[index], index, strategy, fuse)
+                jaxpr = _compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals))
+            traced: Any = (index, _without_dead_code(jaxpr))
+        except NoUsableConfigError:
+            raise  # no configuration writes the outputs: another path would find the same
+        except UnsupportedKernelError as exc:
+            traced = exc
+        except Exception as exc:  # a kernel this jt cannot trace is the launcher's to hand over or refuse
+            traced = Unsupported(f"what it failed to trace ({type(exc).__name__}: {exc})")
+        with self._lock:
+            self._entries[key] = traced
+            while len(self._entries) > 32:  # asked right before its lowering: a few suffice
+                self._entries.popitem(last=False)
+        return traced
+
+    def cache_clear(self) -> None:
+        """Forgets every traced call (``jax.clear_caches()`` calls it)."""
+        with self._lock:
+            self._entries.clear()
+
+
+def _without_dead_code(closed: Any) -> Any:
+    """``closed`` less the equations nothing uses (a grid first traced side by side, then in order, leaves the first
+    trace behind), so that XLA does not compile them."""
+    from jax._src.interpreters import partial_eval as pe
+
+    jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
+    return closed.replace(jaxpr=jaxpr)
+
+
+_traced = _Traced()
+_compat.on_clear_caches(_traced, "jt_core translated kernels")
+
+
+def _never_strays(closed: Any) -> bool:
+    """Whether the traced kernel's flag (its last result) is the constant ``False``."""
+    from jax._src import core
+
+    flag = closed.jaxpr.outvars[-1]
+    return isinstance(flag, core.Literal) and not np.asarray(flag.val).any()
+
+
+def poisoned_where_strayed(count: int) -> Callable[..., list[jax.Array]]:
+    """What stands for a check after the kernel where nothing can raise (an exported artifact, a platform without
+    jt's handlers), as a function of the ``count`` outputs, the flag and the operands (unused): when an access
+    strayed, every output comes back poisoned as an unwritten one is (NaN, bytes 0xA5, ``True``), rather than with
+    values that look right."""
+
+    def poisoned(*arrays: jax.Array) -> list[jax.Array]:
+        outputs, strayed = arrays[:count], arrays[count]
+        return [lax.select(jnp.broadcast_to(strayed, o.shape), poison(o.aval), o) for o in outputs]
+
+    return poisoned
+
+
+class TranslatingLauncher(Launcher):
+    """Lowers a call to XLA operations translated from its kernel's TTIR.
+
+    Subclasses set `platform` and `name`, and choose: `strategy` (how the translation expresses the kernel on
+    the platform), `tunes` (whether autotuned calls are timed), `after_kernel` (what a stray access does),
+    `untranslatable` (what becomes of a call the translation cannot express).
+    """
+
+    priority = 20
+
+    def strategy(self) -> Strategy:
+        """The platform's choices for the translation (`Strategy`); the default is the CPU's."""
+        return Strategy()
+
+    def fuses(self) -> bool:
+        """Whether products and sums are fused where a configuration's ``enable_fp_fusion`` allows it (``True``, the
+        default; ``False`` rounds each, as Triton's interpreter does)."""
+        return True
+
+    def tunes(self) -> bool:
+        """Whether an autotuned call times its configurations, compiled, when it is lowered (``True``, the default);
+        ``False`` runs the first that writes every element of the outputs."""
+        return True
+
+    def device_name(self) -> str:
+        """The device name under which autotuning winners are remembered (`jt_core.tuning`)."""
+        return f"{self.platform}-xla"
+
+    def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
+        return True
+
+    def traced(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
+        """``(configuration index, closed jaxpr)`` of the call as this launcher translates it, or the
+        `UnsupportedKernelError` that says what the translation cannot express."""
+        return _traced.get(self, call, kernels)
+
+    def untranslatable(
+        self, call: KernelCall, kernels: Sequence[CompiledKernel], error: UnsupportedKernelError
+    ) -> str | None:
+        """What becomes of a call the translation cannot express: a reason hands it to the platform's next
+        launcher (`fallback_reason`). The default raises an error naming the construct and the kernel source line:
+        a platform with no other way to run the kernel refuses it."""
+        where = f" (at {error.line})" if isinstance(error, Unsupported) and error.line else ""
+        what = error.what if isinstance(error, Unsupported) else str(error)
+        raise UnsupportedKernelError(f"triton_call {call.name!r} cannot run on {self.platform}: it uses {what}{where}")
+
+    def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
+        traced = self.traced(call, kernels)
+        if isinstance(traced, UnsupportedKernelError):
+            return self.untranslatable(call, kernels, traced)
+        return None
+
+    def after_kernel(
+        self, call: KernelCall, kernel: CompiledKernel, index: int, count: int, exporting: bool
+    ) -> Callable[..., list[jax.Array]]:
+        """What runs after a kernel whose accesses may stray, as a function of its ``count`` outputs, the flag that
+        says whether one strayed, and the call's operands; it returns the outputs. The default, and what the CPU
+        makes for ``jax.export``: `poisoned_where_strayed`."""
+        return poisoned_where_strayed(count)
+
+    def checked_function(self, call: KernelCall, kernel: CompiledKernel, index: int, **options: Any) -> Any:
+        """The function of the operands that runs configuration ``index`` and returns its outputs after
+        `after_kernel` (for tuning and the coverage check, which run it under ``jax.jit``)."""
+        run = kernel_function(call, kernel, index, self.strategy(), self.fuses(), **options)
+        after = self.after_kernel(call, kernel, index, len(call.out_avals), False)
+
+        def checked(*operands: jax.Array) -> list[jax.Array]:
+            *outputs, strayed = run(*operands)
+            return after(*outputs, strayed, *operands)
+
+        return checked
+
+    def chosen_config(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
+        """The configuration an autotuned call runs: the first, or where the launcher `tunes`, the fastest compiled
+        (remembered per machine like every autotuning winner); for configurations that launch the same grid, only
+        those that write every element of the outputs, checked on scratch operands (`jt_core.coverage`).
+
+        Raises:
+            NoUsableConfigError: When every configuration leaves part of an output unwritten.
+        """
+        if len(call.configs) == 1:
+            return 0
+        checked = coverage.applies(call)
+        tuned = self.tunes()
+        if not (checked or tuned):
+            return 0
+        rng = np.random.default_rng(0)
+        scratch = []
+        for aval in call.operand_avals:
+            dtype = np.dtype(aval.dtype)
+            if jnp.issubdtype(dtype, jnp.floating):
+                scratch.append(jnp.asarray(rng.standard_normal(aval.shape).astype(dtype)))
+            else:
+                scratch.append(jnp.asarray(rng.integers(0, 2 if dtype == np.bool_ else 8, aval.shape).astype(dtype)))
+        reasons: dict[int, str] = {}
+
+        def covers(index: int) -> bool:
+            """Runs configuration ``index`` into both sentinels; whether it wrote every checked element (else why is
+            kept in ``reasons``)."""
+            runs = []
+            for run in (0, 1):
+                with jax.enable_x64(True):
+                    fn = jax.jit(self.checked_function(call, kernels[index], index, sentinel_run=run))
+                    runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))])
+            counts = {
+                out: coverage.unwritten(runs[0][out], runs[1][out])
+                for out in coverage.checked_outputs(call, call.configs[index])
+            }
+            counts = {out: count for out, count in counts.items() if count}
+            if counts:
+                reasons[index] = coverage.unwritten_message(call, counts)
+            return not counts
+
+        def chosen(index: int) -> int:
+            for skipped, why in sorted(reasons.items()):
+                coverage.config_skipped(call, call.configs[skipped], why)
+            return index
+
+        unsupported: list[UnsupportedKernelError] = []
+
+        def none_usable() -> Exception:
+            if unsupported:  # the launcher hands the call over or refuses it
+                return unsupported[0]
+            labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
+            return coverage.no_usable_config(call, labels, unwritten_only=True)
+
+        if not tuned:
+            for index in range(len(call.configs)):
+                try:
+                    if covers(index):
+                        return chosen(index)
+                except UnsupportedKernelError:
+                    return index  # the launcher hands the call over or refuses it, naming why
+            raise none_usable()
+
+        def trial(index: int) -> float:
+            try:
+                if checked and not covers(index):
+                    return float("inf")
+                with jax.enable_x64(True):
+                    fn = jax.jit(self.checked_function(call, kernels[index], index))
+                    jax.block_until_ready(fn(*scratch))
+                    start = time.perf_counter()
+                    jax.block_until_ready(fn(*scratch))
+            except UnsupportedKernelError as exc:
+                unsupported.append(exc)
+                return float("inf")
+            return time.perf_counter() - start
+
+        return chosen(tuning.choose_config(call, self.device_name(), trial, none_usable))
+
+    def lower(
+        self,
+        ctx: Any,
+        call: KernelCall,
+        kernels: Sequence[CompiledKernel],
+        operands: Sequence[Any],
+        device: Any | None,
+    ) -> Sequence[Any]:
+        from jax._src import core
+        from jax._src.interpreters import mlir
+
+        exporting = _compat.lowering_for_export(ctx)
+        traced = self.traced(call, kernels)
+        if isinstance(traced, BaseException):
+            raise traced
+        index, jaxpr = traced
+        # The kernel was traced on plain avals: inside shard_map, the operands' avals also say which mesh axes they
+        # vary over, which the kernel's own constants would not match.
+        plain_in = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in]
+        plain_out = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out]
+        flag = core.ShapedArray((), np.dtype(np.bool_))
+        # Lowered as the computation around it is: under jax.enable_x64, the functions of a lowering for several
+        # platforms would take the platform's index as a 64-bit integer, where the module passes 32 bits.
+        *outputs, strayed = _compat.lower_closed_jaxpr(
+            ctx.replace(avals_in=plain_in, avals_out=[*plain_out, flag]), jaxpr, operands
+        )
+        if _never_strays(jaxpr):
+            return outputs  # every access was proven inside its buffer when the kernel was traced
+        after = (
+            poisoned_where_strayed(len(outputs))
+            if exporting
+            else self.after_kernel(call, kernels[index], index, len(outputs), exporting)
+        )
+        return mlir.lower_fun(after, multiple_results=True)(
+            ctx.replace(avals_in=[*plain_out, flag, *plain_in], avals_out=plain_out),
+            *outputs,
+            strayed,
+            *operands,
+        )
