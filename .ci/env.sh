@@ -80,12 +80,12 @@ make_venv() {
     fi
     case "$set" in
         latest)
-            step "installing the newest jax$extra, jaxlib and triton, with pluggy, numpy, ml_dtypes"
-            "${pip[@]}" -U "jax$extra" triton pluggy numpy ml_dtypes
+            step "installing the newest jax$extra, jaxlib and triton, with pluggy, numpy, ml_dtypes, flatbuffers"
+            "${pip[@]}" -U "jax$extra" triton pluggy numpy ml_dtypes flatbuffers
             ;;
         pinned)
-            step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes"
-            "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes
+            step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes, flatbuffers"
+            "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes flatbuffers
             ;;
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac

@@ -49,7 +49,7 @@ prepare_separated() {
     "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     # shellcheck disable=SC2046  # one requirement a word
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" -c "$constraints" \
-        jax triton pluggy numpy ml_dtypes pytest-xdist $(test_requirements "$venv/bin/python") || status=1
+        jax triton pluggy numpy ml_dtypes flatbuffers pytest-xdist $(test_requirements "$venv/bin/python") || status=1
     rm -f "$constraints"
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
 }

@@ -246,6 +246,11 @@ assert "triton_kernel_call_jt_cuda" in text, text[-2000:]
 from jt_cuda.launchers import HANDLER
 
 assert HANDLER.library()._name == str(HANDLER.spec().prebuilt_path)
+# jax.export serialises with flatbuffers, which jt-core requires: an artifact for the CPU and CUDA serialises and
+# runs here after `pip install jt-core`, nothing else installed.
+exported = jt.export(lowered, platforms=["cpu", "cuda"])(jax.ShapeDtypeStruct(x.shape, x.dtype))
+restored = jax.export.deserialize(exported.serialize())
+np.testing.assert_allclose(np.asarray(restored.call(x)), 3.0 * x + 1.0, rtol=1e-6)
 print(jax.default_backend(), jax.__version__, triton.__version__, get_registry().launcher("cpu").name, first_call)
 """
 
