@@ -95,9 +95,7 @@ make_venv() {
         "${pip[@]}" $(test_requirements "$VENV/bin/python") pytest-xdist ruff mypy import-linter build \
             -r "$ROOT/docs/requirements.txt"
     fi
-    step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
-    remove_build_folders
-    "${pip[@]}" --no-deps --force-reinstall "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
+    install_jt "$VENV/bin/python"
     local example
     for example in jt_example_backend jt_example_launcher; do
         if [ "$tools" = dev ] && [ -d "$ROOT/docs/examples/$example" ]; then
@@ -106,6 +104,31 @@ make_venv() {
         fi
     done
     step "ready: venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
+}
+
+# install_jt PYTHON: installs jt from the checkout (jt-core, jt-cuda, jt-rocm, jt-gluon) into PYTHON's environment,
+# without touching what it depends on.
+install_jt() {
+    step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
+    remove_build_folders
+    "$1" -m pip install "${PIP_QUIET[@]}" --no-deps --force-reinstall \
+        "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
+    remove_build_folders
+}
+
+# ready_venv NAME SET: $JT_CI_HOME/venv-NAME as it is, with jt reinstalled from the checkout, when it already has
+# what jt and the test suites import (no package is upgraded, nothing is downloaded); otherwise make_venv NAME SET
+# builds or brings it up to date. Sets VENV to the virtualenv's folder.
+ready_venv() {
+    VENV="$JT_CI_HOME/venv-$1"
+    if [ -x "$VENV/bin/python" ] &&
+        "$VENV/bin/python" -c 'import jax, jaxlib, triton, pluggy, numpy, ml_dtypes, flatbuffers, pytest, xdist' \
+            2>/dev/null; then
+        step "using the virtualenv $VENV as it is ($("$VENV/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'))"
+        install_jt "$VENV/bin/python"
+    else
+        make_venv "$1" "$2"
+    fi
 }
 
 # install_build_tools PYTHON: installs into PYTHON's environment what build_wheelhouse takes: build, setuptools,
