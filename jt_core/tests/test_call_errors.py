@@ -371,7 +371,7 @@ def test_a_missing_scalar_is_named_with_what_the_call_bound() -> None:
     message = _missing_message(lambda: jt.triton_call(X, X, 20, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16))
     assert message.startswith(
         "triton_call is missing 1 argument of kernel scale_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: "
-        "tl.constexpr): alpha (or n: "  # 20 may be n or alpha; positional values fill n first
+        "tl.constexpr): alpha.\n"  # 20 is an integer: n (a count) takes it rather than alpha
     )
     assert (
         "read best as x_ptr=float32[20] (positional 0), y_ptr=float32[20] (positional 1), n=20 (positional 2), and "
@@ -424,3 +424,10 @@ def test_a_missing_argument_of_a_call_with_an_aliased_output_counts_both_convent
         "If its aliased output has no pointer parameter of its own (current convention), 2 arguments are missing"
         in (message)
     )
+
+
+def test_a_float_is_not_read_as_a_count() -> None:
+    message = _missing_message(
+        lambda: jt.triton_call(X, X, 2.0, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16)
+    )
+    assert "tl.constexpr): n.\n" in message and "alpha=2.0 (positional 2)" in message

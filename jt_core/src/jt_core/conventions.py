@@ -281,6 +281,16 @@ def _pointer_name(name: str) -> bool:
     return "ptr" in lowered or "pointer" in lowered or lowered.endswith(("_p", "_desc"))
 
 
+def _size_name(name: str) -> bool:
+    """Whether a parameter's name says it takes a count or a stride (``n``, ``N``, ``n_cols``, ``stride_xm``)."""
+    lowered = name.lower()
+    return (
+        lowered in ("n", "m", "k", "size", "length", "numel")
+        or lowered.startswith(("n_", "num_", "stride"))
+        or lowered.endswith(("_size", "_len", "_numel", "_elements", "_stride"))
+    )
+
+
 def _output_name(name: str) -> bool:
     """Whether a parameter's name says it takes an output (``out_ptr``, ``dst``, ``result``)."""
     lowered = name.lower()
@@ -294,9 +304,11 @@ def _missing_arguments(
 
     Every way of placing the positional values (in order), the outputs and the gaps on the parameters not named by
     keyword is weighed: an array on a parameter whose name says pointer and a scalar on one whose name does not fit
-    (when the kernel's names tell the two apart), an output fits a pointer's name and better one named like an output
-    (``out``, ``dst``, ``result``), and outputs fit best after the operands (the classic convention). Among the
-    readings that fit best, positional values on the earliest parameters come first.
+    (when the kernel's names tell the two apart), a float does not fit a parameter named like a count or a stride
+    (``n``, ``n_cols``, ``stride_xm``) and an integer fits one better than another scalar, an output fits a
+    pointer's name and better one named like an output (``out``, ``dst``, ``result``), and outputs fit best after
+    the operands (the classic convention). Among the readings that fit best, positional values on the earliest
+    parameters come first.
     """
     free = [name for name in nonconstexpr if name not in keyword_operands]
     gaps = len(free) - len(args) - num_outputs
@@ -305,6 +317,7 @@ def _missing_arguments(
     pointers = {name: _pointer_name(name) for name in nonconstexpr}
     named_apart = len(set(pointers.values())) == 2  # some names say pointer, some do not
     output_like = any(_output_name(name) for name in free)
+    sized = any(_size_name(name) for name in free)
     if math.comb(len(free), num_outputs) * math.comb(len(free) - num_outputs, gaps) > _MAX_READINGS:
         return _Missing(
             missing=tuple(free[len(args) : len(args) + gaps]),
@@ -325,6 +338,12 @@ def _missing_arguments(
                 cost += 0.5 * sum(not _output_name(free[i]) for i in outs)
                 cost += 0.5 * sum(_output_name(free[i]) for i in holes)
             cost += 0.25 * sum(any(j > i for j in rest) for i in outs)  # outputs usually come last
+            if sized:  # a float is no count; an integer is likelier one than another scalar
+                for k, i in enumerate(filled):
+                    if isinstance(args[k], (float, np.floating)) and _size_name(free[i]):
+                        cost += 1
+                    elif _is_integer(args[k]) and not pointers[free[i]] and not _size_name(free[i]):
+                        cost += 0.25
             scored.append((cost, [-i for i in outs], [-i for i in holes], outs, holes, filled))
     scored.sort(key=lambda entry: entry[:3])
     cost, _, _, outs, holes, filled = scored[0]
@@ -441,6 +460,10 @@ def _alias_hint(
         f"({describe_value(outputs[missing])}), so none can be aliased to it: check out_shape, or the kernel "
         "needs a parameter for that output."
     )
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_array(value: Any) -> bool:
