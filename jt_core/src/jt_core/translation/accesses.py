@@ -115,6 +115,8 @@ def _load(k: Tracer, op: Operation, state: State) -> State:
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
     value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
     k.env[op.results[0]] = value
+    if mask is None and k.predicate is None:
+        k.loaded_from[op.results[0]] = pointer
     return state
 
 
@@ -151,6 +153,8 @@ def _load_lanes(k: Tracer, op: Operation, pointer: Pointer, lanes: masks.Limits,
     if masks.is_full(lanes, ty.shape):
         value, state = k.memory.load(state, pointer, guarded(k, None, ty.shape), None, ty.shape)
         k.env[op.results[0]] = value
+        if k.predicate is None:
+            k.loaded_from[op.results[0]] = pointer
         return state
     fill = jnp.zeros((), dtype) if other is None or not lang.is_static(other) else jnp.asarray(other, dtype)
     if masks.is_empty(lanes):
@@ -181,7 +185,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if k.vector:
             raise NotVectorizable("a store through a block pointer")
         pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
-        return k.memory.store(state, pointer, value, guarded(k, mask, tuple(target.block)), tuple(target.block))
+        return k.memory.store(state, pointer, value, mask, tuple(target.block), guard=k.predicate)
     pointer = _pointer_operand(k, op)
     shape = k.type(op.operands[1]).shape
     lanes = k.limits.get(op.operands[2]) if len(op.operands) > 2 else None
@@ -199,7 +203,7 @@ def _store(k: Tracer, op: Operation, state: State) -> State:
         if pointer.affine is None:
             raise NotVectorizable("a store through a pointer whose offsets are not affine")
         k.stores.append((pointer.buffer, pointer.affine))
-    return k.memory.store(state, pointer, value, guarded(k, mask, shape), shape)
+    return k.memory.store(state, pointer, value, mask, shape, guard=k.predicate)
 
 
 def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:

@@ -105,7 +105,40 @@ def _from_region(region: jax.Array, view: View) -> jax.Array:
     nest = view.nest
     assert nest is not None
     limits = (*(view.counts[a] for a in nest.order), 1)
-    picked = lax.slice(region.reshape(nest.dims), (0,) * len(nest.dims), limits)
+    return _from_nested(lax.slice(region.reshape(nest.dims), (0,) * len(nest.dims), limits), view)
+
+
+def _aligned(size: int, view: View, begin: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Where the view's elements lie in the whole buffer (of ``size`` elements) reshaped as its nest's dimensions
+    under a first axis of rows (each as long as the view's largest step): the shape to reshape the buffer to, and the
+    start of the slice, one index per dimension, that holds the view; ``None`` where the buffer is no whole number
+    of rows, or the view does not fit in the rows it starts in without wrapping.
+
+    A block of a matrix's row read as ``(rows, row length)`` is then a slice of the matrix itself, which XLA reads
+    in place, where a slice of the flat buffer starting mid-row would have to be laid out again first."""
+    nest = view.nest
+    assert nest is not None
+    row = math.prod(nest.dims[1:])
+    if row <= 0 or size % row or begin < 0:
+        return None
+    shape = (size // row, *nest.dims[1:])
+    lengths = (*(view.counts[a] for a in nest.order), 1)
+    start = [begin // row]
+    rest = begin % row
+    for dim in nest.dims[1:]:
+        row //= dim
+        start.append(rest // row)
+        rest %= row
+    if any(s + n > d for s, n, d in zip(start, lengths, shape, strict=True)):
+        return None
+    return shape, tuple(start)
+
+
+def _from_nested(picked: jax.Array, view: View) -> jax.Array:
+    """The view's elements from the slice of its nest's dimensions that holds them (lengths: its counts, outermost
+    axis first, then one)."""
+    nest = view.nest
+    assert nest is not None
     picked = picked.reshape(tuple(view.counts[a] for a in nest.order))
     ascending = sorted(nest.order)
     picked = jnp.transpose(picked, tuple(nest.order.index(a) for a in ascending))
@@ -116,9 +149,9 @@ def _from_region(region: jax.Array, view: View) -> jax.Array:
     return lax.rev(picked, flipped) if flipped else picked
 
 
-def _to_region(values: jax.Array, view: View, fill: Any) -> jax.Array:
-    """``values`` (of the view's shape) laid out as the view's region, ``fill`` between them. Every axis of more than
-    one element must vary (two lanes of one element have no single value)."""
+def _to_nested(values: jax.Array, view: View) -> jax.Array:
+    """``values`` (of the view's shape) as the slice of its nest's dimensions that holds them (`_from_nested`'s
+    inverse). Every axis of more than one element must vary (two lanes of one element have no single value)."""
     nest = view.nest
     assert nest is not None
     flipped = _flipped(view)
@@ -127,7 +160,15 @@ def _to_region(values: jax.Array, view: View, fill: Any) -> jax.Array:
     ascending = sorted(nest.order)
     values = values.reshape(tuple(view.counts[a] for a in ascending))
     values = jnp.transpose(values, tuple(ascending.index(a) for a in nest.order))
-    values = values.reshape((*(view.counts[a] for a in nest.order), 1))
+    return values.reshape((*(view.counts[a] for a in nest.order), 1))
+
+
+def _to_region(values: jax.Array, view: View, fill: Any) -> jax.Array:
+    """``values`` (of the view's shape) laid out as the view's region, ``fill`` between them. Every axis of more than
+    one element must vary (two lanes of one element have no single value)."""
+    nest = view.nest
+    assert nest is not None
+    values = _to_nested(values, view)
     config = [(0, d - n, 0) for d, n in zip(nest.dims, values.shape, strict=True)]
     return lax.pad(values, jnp.asarray(fill, values.dtype), config).reshape(-1)
 
@@ -171,6 +212,12 @@ def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -
 
     The view must nest (`View.nest`)."""
     if isinstance(begin, int):
+        aligned = _aligned(flat.shape[0], view, begin)
+        if aligned is not None:
+            shape, start = aligned
+            lengths = (*(view.counts[a] for a in view.nest.order), 1)  # type: ignore[union-attr]
+            limits = tuple(s + n for s, n in zip(start, lengths, strict=True))
+            return _from_nested(lax.slice(flat.reshape(shape), start, limits), view)
         region = _slice_region(flat, begin, view.needed)
         return _from_region(_padded(region, view.extent), view)
     if view.needed > flat.shape[0]:
@@ -210,6 +257,15 @@ def write(
             region = jnp.where(_to_region(jnp.ones(view.counts, bool), view, False)[: view.needed], region, old)
         return lax.dynamic_update_slice_in_dim(flat, region, begin, 0), False
     size, needed = flat.shape[0], view.needed
+    aligned = _aligned(size, view, begin)
+    if aligned is not None:  # every lane inside the buffer: none strays
+        shape, start = aligned
+        whole = flat.reshape(shape)
+        new = _to_nested(values.astype(flat.dtype), view)
+        if mask is not None:
+            old = lax.dynamic_slice(whole, start, new.shape)
+            new = jnp.where(_to_nested(jnp.broadcast_to(mask, view.counts), view), new, old)
+        return lax.dynamic_update_slice(whole, new, start).reshape(-1), False
     low, high = max(0, begin), min(size, begin + needed)
     before, after = max(0, min(needed, low - begin)), max(0, high - begin)
     lanes = None if mask is None else _to_region(mask, view, False)[:needed]

@@ -175,6 +175,7 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[Any], state: State) -
     dots = _accumulating_dots(k, body) if len(counters) > 1 else {}
     for dot in dots.values():
         k.deferred_dots[dot.results[0]] = []
+        k.dot_sources[dot.results[0]] = []
     try:
         for counter in counters:
             for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
@@ -190,15 +191,60 @@ def _unrolled(k: Tracer, op: Operation, counters: Sequence[Any], state: State) -
         for index, dot in dots.items():
             acc = lang.as_array(values[index], k.type(op.results[index]))
             operands = k.deferred_dots[dot.results[0]]
-            values[index] = reductions.accumulated(
-                acc, operands, dot.attr("inputPrecision", "IEEE"), k.strategy.ordered_accumulation
-            )
+            precision = dot.attr("inputPrecision", "IEEE")
+            if not k.strategy.ordered_accumulation:
+                whole, state = _whole_operands(k, k.dot_sources[dot.results[0]], state)
+                if whole is not None:
+                    operands = [whole]
+            values[index] = reductions.accumulated(acc, operands, precision, k.strategy.ordered_accumulation)
     finally:
         for dot in dots.values():
             k.deferred_dots.pop(dot.results[0], None)
+            k.dot_sources.pop(dot.results[0], None)
     for value, result in zip(op.results, values, strict=True):
         k.env[value] = result
     return state
+
+
+def _stepped(pointers: Sequence[Pointer | None]) -> Pointer | None:
+    """The pointer to every step's block at once, where each step loaded a whole block through the same pointer
+    moved by the same distance: its affine form has a new first axis, the steps (``a_ptrs += BLOCK_K`` in a K-loop)."""
+    if len(pointers) < 2 or any(p is None or p.affine is None or not p.affine.base_known for p in pointers):
+        return None
+    forms = [p.affine for p in pointers]  # type: ignore[union-attr]
+    first = forms[0]
+    assert first is not None
+    step = forms[1].const - first.const  # type: ignore[union-attr]
+    for index, form in enumerate(forms):
+        assert form is not None
+        same = (form.pids, form.lanes, form.shape) == (first.pids, first.lanes, first.shape)
+        if not same or form.const != first.const + index * step or pointers[index].buffer != pointers[0].buffer:  # type: ignore[union-attr]
+            return None
+    whole = Affine(first.const, first.pids, (step, *first.lanes), (len(forms), *first.shape))
+    offsets = jnp.stack([jnp.broadcast_to(jnp.asarray(p.offset), first.shape) for p in pointers])  # type: ignore[union-attr]
+    head = pointers[0]
+    assert head is not None
+    return Pointer(head.buffer, offsets, head.pointee, whole)
+
+
+def _whole_operands(
+    k: Tracer, sources: Sequence[tuple[Pointer | None, Pointer | None]], state: State
+) -> tuple[tuple[jax.Array, jax.Array] | None, State]:
+    """The operands of a K-loop's products as one pair, read as one block each where every step loaded its
+    operands whole through pointers moved alike (`_stepped`): ``(M, K)`` and ``(K, N)``, ready for one product."""
+    a_pointer, b_pointer = _stepped([a for a, _ in sources]), _stepped([b for _, b in sources])
+    if a_pointer is None or b_pointer is None or a_pointer.affine is None or b_pointer.affine is None:
+        return None, state
+    a_shape, b_shape = a_pointer.affine.shape, b_pointer.affine.shape
+    if len(a_shape) != 3 or len(b_shape) != 3:
+        return None, state
+    a, state = k.memory.load(state, a_pointer, None, None, a_shape)
+    b, state = k.memory.load(state, b_pointer, None, None, b_shape)
+    steps, m, kk = a_shape
+    _, _, n = b_shape
+    a = lang.widen_for_dot(jnp.transpose(a, (1, 0, 2)).reshape(m, steps * kk))
+    b = lang.widen_for_dot(b.reshape(steps * b_shape[1], n))
+    return (a, b), state
 
 
 def _accumulating_dots(k: Tracer, body: Block) -> dict[int, Operation]:
@@ -273,6 +319,9 @@ def _both_sides(
             results.append(values)
     finally:
         k.predicate, k.path = outer, outer_path
+    merge = getattr(k.memory, "merge_sides", None)
+    if merge is not None:
+        merge(branch, taken, outer)
     if not results[1]:
         return results[0], state
     chosen: list[Any] = []

@@ -33,6 +33,7 @@ from jt_core.translation import strategy as strategies
 from jt_core.translation.kernel import Kernel
 from jt_core.translation.memory import Memory, State
 from jt_core.translation.program import Program, parse_type
+from jt_core.translation.relabeling import relabeling
 from jt_core.translation.strategy import CPU_STRATEGY, Strategy
 from jt_core.translation.values import NotVectorizable
 
@@ -95,7 +96,15 @@ def _run_grid(
     if total > 1 and settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
         try:
             chunk = chunk_size(program, total, strategy.side_by_side_bytes)
-            boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk, strategy)
+            tiles = relabeling(program, arguments, grid)
+            boxed = None
+            if tiles is not None:
+                try:
+                    boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk, strategy, tiles)
+                except NotVectorizable:
+                    pass  # over the launched ids, it may still run side by side
+            if boxed is None:
+                boxed = side_by_side.run(program, memory, grid, arguments, state, fuse, chunk, strategy)
             if boxed is not None:
                 return boxed
             return _side_by_side(program, memory, grid, arguments, state, fuse, strategy)

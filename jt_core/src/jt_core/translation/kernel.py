@@ -24,6 +24,7 @@ from jt_core.translation import accesses, control, descriptors, extern, floats, 
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
+from jt_core.translation.relabeling import Relabeling
 from jt_core.translation.strategy import CPU_STRATEGY, Strategy
 from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
 
@@ -58,6 +59,10 @@ _AFFINE_OPS = {
     "arith.trunci",
     "arith.index_cast",
     "arith.bitcast",  # between integers of one width (Triton's front end casts a loop's bounds so)
+    "arith.remsi",  # by a constant, of values known to lie in [0, constant): the values themselves
+    "arith.remui",
+    "arith.divsi",  # by a constant, of values in [0, constant): zero
+    "arith.divui",
 }
 
 
@@ -80,6 +85,8 @@ class Kernel:
         fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
         vector: Whether the programs run side by side (stores are recorded, and must be provably independent).
         strategy: The platform's choices.
+        relabel: The tiles the programs run over instead of their launched ids, where they do.
+        launch: The launched grid, where the programs run over another (``relabel``'s).
     """
 
     def __init__(
@@ -90,9 +97,15 @@ class Kernel:
         fuse: bool,
         vector: bool = False,
         strategy: Strategy = CPU_STRATEGY,
+        relabel: Relabeling | None = None,
+        launch: tuple[int, int, int] | None = None,
     ) -> None:
         self.ir = program
         self.strategy = strategy
+        #: Where the programs run over the tiles their ids map to: the relabeling (`jt_core.translation.relabeling`).
+        self.relabel = relabel
+        #: The grid launched (``tl.num_programs``); `grid` is the one the programs' ids range over.
+        self.launch = launch or grid
         self.fuse = fuse
         self.memory = memory
         self.grid = grid
@@ -120,6 +133,11 @@ class Kernel:
         self.branched_blocks = 0
         #: The operands of the products an unrolled loop accumulates, by the dot's result (`control._unrolled`).
         self.deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]] = {}
+        #: For the same products, the pointers their operands were loaded through, where each is a whole block
+        #: loaded as it is (``None`` otherwise): what lets a loop's loads be read as one block (`control._unrolled`).
+        self.dot_sources: dict[int, list[tuple[Pointer | None, Pointer | None]]] = {}
+        #: The pointers of the blocks loaded whole (no mask), by the value loaded.
+        self.loaded_from: dict[int, Pointer] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
 
@@ -195,11 +213,19 @@ class Kernel:
             self.elementwise(op)
         if name in _LIMITED:
             self._track_limits(op)
+        if self.relabel is not None and op.results and op.results[0] in self.relabel.axes:
+            axis = self.relabel.axes[op.results[0]]
+            dtype = lang.dtype_of(self.type(op.results[0]).element)
+            self.env[op.results[0]] = jnp.asarray(self.pids[axis]).astype(dtype)
+            unit = [0, 0, 0]
+            unit[axis] = 1
+            self.affine[op.results[0]] = Affine(0, (unit[0], unit[1], unit[2]))
         return state
 
     def start_program(self) -> None:
         """Forgets what the program traced before knew: its values and what is known of them."""
         self.env, self.affine, self.limits, self.stores = {}, {}, {}, []
+        self.loaded_from = {}
         self.predicate = None
         self.path = ()
 
@@ -292,6 +318,13 @@ class Kernel:
             return
         b = known[1]
         assert b is not None
+        if op.name in ("arith.remsi", "arith.remui", "arith.divsi", "arith.divui"):
+            bounds = a.bounds(self.grid)
+            if b.is_constant and b.const > 0 and bounds is not None and bounds[0] >= 0 and bounds[1] < b.const:
+                rem = op.name.startswith("arith.rem")
+                shape = self.type(op.results[0]).shape
+                self.affine[op.results[0]] = a if rem else Affine.constant(0, shape)
+            return
         if op.name == "arith.addi":
             self.affine[op.results[0]] = a.plus(b)
         elif op.name == "arith.subi":

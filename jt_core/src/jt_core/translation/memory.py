@@ -133,27 +133,36 @@ class Memory:
     # -- state -------------------------------------------------------------------------------------------------
 
     def initial(self, arrays: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-        """The writable buffers as the state holds them, from the arrays of `writable`."""
-        return tuple(_flat(a, _storage(self.specs[i])) for i, a in zip(self.writable, arrays, strict=True))
+        """The writable buffers as the state holds them, from the arrays of `writable`: in their own shapes (each
+        access takes its buffer flat, `_array`; a shape kept between accesses spares a TPU laying a large array out
+        again for each: flat and two-dimensional arrays are tiled differently there)."""
+        return tuple(
+            _flat(a, _storage(self.specs[i])).reshape(self.specs[i].shape)
+            for i, a in zip(self.writable, arrays, strict=True)
+        )
 
     def final(self, state: State) -> list[jax.Array]:
         """The writable buffers' arrays (their shapes and types) after the kernel ran."""
         out = []
-        for i, flat in zip(self.writable, state.buffers, strict=True):
+        for i, held in zip(self.writable, state.buffers, strict=True):
             spec = self.specs[i]
-            array = flat != 0 if spec.dtype == np.bool_ else flat
+            array = held != 0 if spec.dtype == np.bool_ else held
             out.append(array if array.shape == spec.shape else lax.reshape(array, spec.shape))
         return out
 
     def _array(self, state: State, buffer: int) -> jax.Array:
+        """A buffer, flat."""
         constant = self.constants[buffer]
         if constant is not None:
             return constant
-        return state.buffers[self._slots[buffer]]
+        held = state.buffers[self._slots[buffer]]
+        return held if held.ndim == 1 else lax.reshape(held, (held.size,))
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
+        """``state`` with a buffer's new contents (given flat), held in the buffer's own shape."""
         buffers = list(state.buffers)
-        buffers[self._slots[buffer]] = array
+        shape = self.specs[buffer].shape
+        buffers[self._slots[buffer]] = array if array.shape == shape else lax.reshape(array, shape)
         return State(tuple(buffers), state.strayed)
 
     def _inside(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[int, int] | None:
@@ -238,8 +247,14 @@ class Memory:
         gathered = _gather(array, jnp.where(active, offsets, 0), lax.GatherScatterMode.PROMISE_IN_BOUNDS)
         return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
 
-    def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
-        """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on."""
+    def store(
+        self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], guard: Any = None
+    ) -> State:
+        """``tt.store``: writes ``value`` at ``pointer`` where ``mask`` is on (and ``guard``, the condition of the
+        branch side the store runs on where both sides run, `jt_core.translation.control`)."""
+        if guard is not None:
+            guard = jnp.broadcast_to(guard, shape)
+            mask = guard if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & guard
         spec = self.specs[pointer.buffer]
         offsets, active, state = self._lanes(state, "store", pointer, mask, shape)
         if not spec.writable or spec.size == 0:

@@ -44,6 +44,14 @@ _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
 }
 
 
+#: Where the strategy leaves rounding to XLA (`Strategy.exact_rounding` off): float sums and products in XLA's own
+#: order, with its own reductions (one pass each on a TPU, where a pairwise tree is one pass per level).
+_XLA_REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
+    "arith.addf": lambda x, axis: jnp.sum(x, axis=axis, dtype=x.dtype),
+    "arith.mulf": lambda x, axis: jnp.prod(x, axis=axis, dtype=x.dtype),
+}
+
+
 def _rounded(op: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[..., tuple[jax.Array]]:
     """A float operation as a combining function, its bfloat16 results rounded as Triton rounds them."""
 
@@ -79,6 +87,8 @@ def _dot(k: Tracer, op: Operation, state: State) -> State:
     deferred = k.deferred_dots.get(op.results[0])
     if deferred is not None:  # an unrolled loop's accumulation: `accumulated` computes it after the loop
         deferred.append((lang.widen_for_dot(k.array(op.operands[0])), lang.widen_for_dot(k.array(op.operands[1]))))
+        sources = (k.loaded_from.get(op.operands[0]), k.loaded_from.get(op.operands[1]))
+        k.dot_sources.setdefault(op.results[0], []).append(sources)
         k.env[op.results[0]] = k.get(op.operands[2])
         return state
     a, b, acc = (k.array(v) for v in op.operands[:3])
@@ -107,7 +117,9 @@ def _products(a: jax.Array, b: jax.Array, dtype: Any, precision: str) -> jax.Arr
     (where the strategy rounds exactly; else ``precision`` is XLA's precision config: `XLA_PRECISIONS`)."""
     config = lax.Precision.HIGHEST
     if not strategies.active().exact_rounding:
-        config = XLA_PRECISIONS.get(precision, lax.Precision.HIGHEST)
+        # Narrower floats' products are exact in float32 at XLA's default precision (one pass of the matrix unit).
+        wide = a.dtype == jnp.float32 or b.dtype == jnp.float32
+        config = XLA_PRECISIONS.get(precision, lax.Precision.HIGHEST) if wide else lax.Precision.DEFAULT
     elif precision == "TF32":
         a, b = lang.round_to_tf32(a), lang.round_to_tf32(b)
     return lax.dot_general(
@@ -185,7 +197,9 @@ def _reduce(k: Tracer, op: Operation, state: State) -> State:
     axis = int(op.attr("axis"))
     inputs = [k.array(v) for v in op.operands]
     combiner = _combiner(k, op) if len(inputs) == 1 else None
-    if combiner in _REDUCERS:
+    if combiner in _XLA_REDUCERS and not k.strategy.exact_rounding:
+        out = [_XLA_REDUCERS[combiner](inputs[0], axis).astype(inputs[0].dtype)]
+    elif combiner in _REDUCERS:
         out = [_REDUCERS[combiner](inputs[0], axis).astype(inputs[0].dtype)]
     else:
         out = tree_reduce(_region_function(k, op), inputs, axis)
@@ -219,7 +233,9 @@ def _scan(k: Tracer, op: Operation, state: State) -> State:
     reverse = bool(op.attr("reverse", False))
     inputs = [k.array(v) for v in op.operands]
     combiner = _combiner(k, op) if len(inputs) == 1 else None
-    if combiner in _SCANNERS and inputs[0].dtype != jnp.bfloat16:
+    if combiner == "arith.addf" and not k.strategy.exact_rounding:
+        out = [lax.cumsum(inputs[0], axis=axis, reverse=reverse)]  # XLA's order, as the strategy allows
+    elif combiner in _SCANNERS and inputs[0].dtype != jnp.bfloat16:
         out = [_SCANNERS[combiner](inputs[0], axis, reverse)]
     else:
         # ``lax.associative_scan`` with ``reverse`` runs the combination from the end, the running value (of the

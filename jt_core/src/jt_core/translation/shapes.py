@@ -40,6 +40,11 @@ def _poison(k: Tracer, op: Operation, state: State) -> State:
 
 def _program_id(k: Tracer, op: Operation, state: State) -> State:
     axis = int(op.attr("axis", 0))
+    if k.relabel is not None:
+        # Programs run over tiles: the launched id (of a one-axis grid) is the tile's entry in the table.
+        launched = jnp.asarray(k.relabel.launched)[k.pids[0], k.pids[1]] if axis == 0 else 0
+        k.env[op.results[0]] = launched
+        return state
     k.env[op.results[0]] = k.pids[axis]
     pids = [0, 0, 0]
     pids[axis] = 1
@@ -48,7 +53,7 @@ def _program_id(k: Tracer, op: Operation, state: State) -> State:
 
 
 def _num_programs(k: Tracer, op: Operation, state: State) -> State:
-    k.env[op.results[0]] = k.grid[int(op.attr("axis", 0))]
+    k.env[op.results[0]] = k.launch[int(op.attr("axis", 0))]
     return state
 
 

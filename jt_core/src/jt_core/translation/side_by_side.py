@@ -41,6 +41,7 @@ from jt_core.translation.memory import (
     no_error,
 )
 from jt_core.translation.program import Program
+from jt_core.translation.relabeling import Relabeling
 from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import NotVectorizable
 
@@ -59,11 +60,13 @@ class _BlockCheck:
 
 @dataclasses.dataclass(frozen=True)
 class _BlockStore:
-    """A store recorded as a view of the box: made by `blocks.write` after the programs ran."""
+    """A store recorded as a view of the box: made by `blocks.write` after the programs ran. Its entry holds the
+    values, then the mask and the guard (the condition of the branch side it ran on), each ``None`` where absent."""
 
     buffer: int
     view: blocks.View
     begin: Any
+    path: tuple[tuple[int, bool], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +194,37 @@ class _BoxMemory(Memory):
         self.deferred.append((_BlockAtomic(pointer.buffer, kind), index, operand))  # type: ignore[arg-type]
         return jnp.zeros(shape, value_type), state
 
-    def store(self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...]) -> State:
+    def merge_sides(self, branch: int, taken: jax.Array, outer: Any) -> None:
+        """Where both sides of branch ``branch`` stored a whole block to one place (``if ignored: store zeros else:
+        store values``), one store of the values each program's side chose: written without reading what was
+        there, where the two guarded stores would each have read it."""
+        entries = self.deferred
+        assert entries is not None
+        removed: set[int] = set()
+        for i, (first, then_values, then_masks) in enumerate(entries):
+            if not isinstance(first, _BlockStore) or first.path[-1:] != ((branch, True),) or then_masks[0] is not None:
+                continue
+            for j in range(i + 1, len(entries)):
+                second, else_values, else_masks = entries[j]
+                if not isinstance(second, _BlockStore) or j in removed:
+                    continue
+                else_mask = else_masks[0]
+                same = (second.buffer, second.view, second.begin) == (first.buffer, first.view, first.begin)
+                if not same or second.path[-1:] != ((branch, False),) or else_mask is not None:
+                    continue
+                if any(_overlaps(entries[m][0], first) for m in range(i + 1, j) if m not in removed):
+                    break
+                merged = dataclasses.replace(first, path=first.path[:-1])
+                guard = None if outer is None else jnp.broadcast_to(outer, first.view.counts[3:])
+                chosen = jnp.where(taken, then_values, else_values)
+                entries[j] = (merged, chosen, (None, guard))  # type: ignore[call-overload]
+                removed.add(i)
+                break
+        self.deferred = [entry for index, entry in enumerate(entries) if index not in removed]
+
+    def store(
+        self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], guard: Any = None
+    ) -> State:
         self.order.append(_Access(True, pointer.buffer, pointer.affine, self.kernel.path))
         spec = self.specs[pointer.buffer]
         found = self._view(pointer, shape) if spec.writable else None
@@ -205,11 +238,48 @@ class _BoxMemory(Memory):
                 values = jnp.asarray(value).astype(dtype_of(pointer.pointee))
                 values = jnp.broadcast_to(_to_storage(values, _storage(spec)), shape)
                 wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
+                fence = None if guard is None else jnp.broadcast_to(guard, shape)
                 begin = self._base(a)
                 begin = begin + view.low if isinstance(begin, int) else jnp.asarray(begin, jnp.int64) + view.low
-                self.deferred.append((_BlockStore(pointer.buffer, view, begin), values, wanted))  # type: ignore[arg-type]
+                record = _BlockStore(pointer.buffer, view, begin, self.kernel.path)
+                self.deferred.append((record, values, (wanted, fence)))  # type: ignore[arg-type]
                 return state
-        return super().store(state, pointer, value, mask, shape)
+        return super().store(state, pointer, value, mask, shape, guard)
+
+
+def _overlaps(record: Any, store: _BlockStore) -> bool:
+    """Whether a recorded access may reach what ``store`` writes (any record of another kind to its buffer may)."""
+    if isinstance(record, (_BlockCheck,)):
+        return False
+    if not isinstance(record, _BlockStore):
+        return getattr(record, "buffer", record) == store.buffer
+    if record.buffer != store.buffer:
+        return False
+    steps = record.view.steps
+    if not (isinstance(record.begin, int) and isinstance(store.begin, int)) or steps != store.view.steps:
+        return True
+    if any(s < 0 for s in steps) or record.view.nest is None:
+        return True
+    # An element of each: record.begin + sum(s * i) = store.begin + sum(s * j), so the distance between the
+    # beginnings is sum(s * (j - i)) with j - i between -(record's count - 1) and store's count - 1 per axis.
+    axes = sorted(
+        (s, 1 - m, n - 1)
+        for s, m, n in zip(steps, record.view.counts, store.view.counts, strict=True)
+        if s and (m > 1 or n > 1)
+    )
+    return _reachable(record.begin - store.begin, axes[::-1])
+
+
+def _reachable(distance: int, axes: Sequence[tuple[int, int, int]]) -> bool:
+    """Whether ``distance = sum(step * d)`` for some ``low <= d <= high`` per axis (``axes``: (step, low, high),
+    largest step first, steps nested as a view's are: each beyond what the smaller ones reach together)."""
+    if not axes:
+        return distance == 0
+    (step, low, high), rest = axes[0], axes[1:]
+    for digit in {distance // step, -(-distance // step)}:
+        if low <= digit <= high and _reachable(distance - digit * step, rest):
+            return True
+    return False
 
 
 class _Access(NamedTuple):
@@ -280,6 +350,7 @@ def run(
     fuse: bool,
     chunk: int,
     strategy: Strategy,
+    relabel: Relabeling | None = None,
 ) -> State | None:
     """Runs every program of ``grid`` side by side, in boxes of up to ``chunk`` programs; ``None`` (nothing run)
     when a box of whole planes of the last two grid axes would hold more.
@@ -287,6 +358,9 @@ def run(
     Raises:
         NotVectorizable: When that might not give what the programs in order give.
     """
+    launch = grid
+    if relabel is not None:
+        grid = relabel.grid
     plane = grid[1] * grid[2]
     if chunk < plane:
         return None
@@ -294,9 +368,11 @@ def run(
     chunks = -(-grid[0] // along)
     counts = (along, grid[1], grid[2])
     mapped = tuple(k for k in range(3) if counts[k] > 1)
-    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy)
+    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy, relabel=relabel, launch=launch)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
+    #: Whether no access of the programs could stray (their flag is the one they started with, untouched).
+    clean = [True]
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[Any], jax.Array]:
         def one(*positions: Any) -> tuple[list[Any], jax.Array]:
@@ -309,7 +385,9 @@ def run(
             kernel.start_program()
             pid_x = first if where[0] is None else first + where[0]
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
-            _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
+            start = no_error()
+            _, after = kernel.run_block(entry, list(arguments), State(buffers, start))
+            clean[0] = after.strayed is start
             _independent(local, grid)
             assert local.deferred is not None
             recorded[:] = [record for record, _, _ in local.deferred]
@@ -329,6 +407,8 @@ def run(
         state = carried
         for record, (index_or_values, values_or_mask) in zip(recorded, arrays, strict=True):
             state = _apply(memory, state, record, index_or_values, values_or_mask, counts, valid)
+        if clean[0]:
+            return state  # no access could stray: the flag stays what it was, a constant XLA and jt see
         if valid is not None and counts[0] > 1:
             strayed = strayed & valid.reshape((-1,) + (1,) * (strayed.ndim - 1))
         return State(state.buffers, state.strayed | jnp.any(strayed))
@@ -362,16 +442,20 @@ def _apply(
         return memory.apply_atomic(state, record.buffer, record.kind, index, second)
     if isinstance(record, _BlockStore):
         view = record.view
-        values, mask = first.reshape(view.counts), second
+        assert isinstance(second, tuple)
+        wanted, fence = second
+        mask = wanted if fence is None else fence if wanted is None else wanted & fence
+        values = first.reshape(view.counts)
         if mask is not None:
             mask = mask.reshape(view.counts)
         if valid is not None:
             keep = jnp.broadcast_to(valid.reshape((-1,) + (1,) * (len(view.counts) - 1)), view.counts)
             mask = keep if mask is None else mask & keep
-        slot = memory.writable.index(record.buffer)
-        flat, strayed = blocks.write(state.buffers[slot], view, record.begin, values, mask)
-        buffers = (*state.buffers[:slot], flat, *state.buffers[slot + 1 :])
-        return State(buffers, state.strayed | strayed if memory.bounds_check else state.strayed)
+        flat, strayed = blocks.write(memory._array(state, record.buffer), view, record.begin, values, mask)
+        state = memory._replace(state, record.buffer, flat)
+        if strayed is False or not memory.bounds_check:
+            return state
+        return State(state.buffers, state.strayed | strayed)
     index = first
     assert second is not None
     if valid is not None and counts[0] > 1:

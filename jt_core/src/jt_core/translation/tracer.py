@@ -15,8 +15,9 @@ import jax
 
 from jt_core.translation import masks
 from jt_core.translation.affine import Affine
-from jt_core.translation.memory import Memory, State
+from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
+from jt_core.translation.relabeling import Relabeling
 from jt_core.translation.strategy import Strategy
 
 __all__ = ["Handler", "Tracer"]
@@ -29,6 +30,8 @@ class Tracer(Protocol):
     strategy: Strategy
     memory: Memory
     grid: tuple[int, int, int]
+    launch: tuple[int, int, int]
+    relabel: Relabeling | None
     vector: bool
     pids: tuple[Any, Any, Any]
     env: dict[int, Any]
@@ -42,6 +45,8 @@ class Tracer(Protocol):
     sign_safe: frozenset[int]
     branched_blocks: int
     deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]]
+    dot_sources: dict[int, list[tuple[Pointer | None, Pointer | None]]]
+    loaded_from: dict[int, Pointer]
 
     def type(self, value: int) -> TensorType:
         """The type of a value."""
