@@ -248,7 +248,9 @@ from jt_cuda.launchers import HANDLER
 assert HANDLER.library()._name == str(HANDLER.spec().prebuilt_path)
 # jax.export serialises with flatbuffers, which jt-core requires: an artifact for the CPU and CUDA serialises and
 # runs here after `pip install jt-core`, nothing else installed.
-exported = jt.export(lowered, platforms=["cpu", "cuda"])(jax.ShapeDtypeStruct(x.shape, x.dtype))
+everywhere = lambda v: jt.triton_call(v, v.size, kernel=affine_kernel, out_shape=v, grid=4, BLOCK=64,
+                                     compute_capability=90)
+exported = jt.export(everywhere, platforms=["cpu", "cuda"])(jax.ShapeDtypeStruct(x.shape, x.dtype))
 restored = jax.export.deserialize(exported.serialize())
 np.testing.assert_allclose(np.asarray(restored.call(x)), 3.0 * x + 1.0, rtol=1e-6)
 print(jax.default_backend(), jax.__version__, triton.__version__, get_registry().launcher("cpu").name, first_call)
