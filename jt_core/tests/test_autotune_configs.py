@@ -108,6 +108,33 @@ def test_early_config_prune_gets_stand_ins_and_what_it_returns_is_all_that_compi
     assert named["used_ptr"].shape == (2,) and named["used_ptr"].dtype == np.dtype(np.int32)
 
 
+def test_prune_functions_find_positional_arguments_in_named_args_and_keywords_in_kwargs() -> None:
+    """As Triton's autotuner splits a launch's arguments: ``named_args`` by position (jt's outputs too, as a Triton
+    launch passes their buffers), ``kwargs`` every keyword, operands (stand-ins) and compile options included."""
+    x = rand(64)
+    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def prune(candidates: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
+        seen.append((named_args, kwargs))
+        return candidates
+
+    kernel = autotuned({"early_config_prune": prune})
+    jax.make_jaxpr(
+        lambda v: jt.triton_call(
+            x_ptr=v, n=64, kernel=kernel, out_shape=(v, jax.ShapeDtypeStruct((2,), jnp.int32)), grid=4, num_warps=4,
+            EVEN=True,
+        )
+    )(x)  # fmt: skip
+    named, kwargs = seen[0]
+    assert sorted(named) == ["out_ptr", "used_ptr"] and named["out_ptr"].shape == (64,)
+    assert sorted(kwargs) == ["EVEN", "n", "num_warps", "x_ptr"]
+    assert (kwargs["n"], kwargs["EVEN"], kwargs["num_warps"], kwargs["x_ptr"].shape) == (64, True, 4, (64,))
+    seen.clear()
+    jax.make_jaxpr(lambda v: scale(kernel, v, EVEN=False))(x)  # x and n by position
+    named, kwargs = seen[0]
+    assert sorted(named) == ["n", "out_ptr", "used_ptr", "x_ptr"] and kwargs == {"EVEN": False}
+
+
 def test_the_configs_the_caller_rules_out_are_dropped_before_pruning() -> None:
     given: list[list[int]] = []
 
@@ -368,6 +395,35 @@ def test_tuning_on_the_cpu_never_chooses_a_config_that_leaves_elements_unwritten
     saved = json.loads(record.read_text())
     assert saved["index"] == 1 and saved["seconds"][0] == float("inf")  # timed as infinitely slow, as Triton does
     record.unlink()
+
+
+@triton.jit
+def gather_kernel(x_ptr, index_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    """``out[i] = x[index[i]]``: an integer operand, whose values could decide what a program writes."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + tl.load(index_ptr + offsets, mask=mask, other=0)), mask=mask)
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_with_an_integer_operand_elements_no_config_writes_refuse_nothing(launcher: str) -> None:
+    """One program for 96 elements: neither config writes elements 32 to 95. Offsets read from an integer array
+    could decide that (a variable-length batch's), so the call runs with the config that writes as much as any;
+    the one that writes less than another is still set aside. Without an integer operand the same grid is refused
+    (`test_call_errors`)."""
+    x, index = rand(96), jnp.asarray(RNG.permutation(96).astype(np.int32))
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 32})], key=["n"])(
+        gather_kernel
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = jax.block_until_ready(
+            jt.triton_call(x, index, 96, kernel=kernel, out_shape=x, grid=(1,), launcher=launcher)
+        )
+    np.testing.assert_array_equal(np.asarray(out)[:32], np.asarray(x)[np.asarray(index)[:32]])
+    assert np.isnan(np.asarray(out)[32:]).all()
+    (message,) = skipped_warnings(caught)
+    assert "config [BLOCK=8, num_warps=4, num_stages=3] is skipped: it left 88 of 96 elements" in message
 
 
 def test_outputs_that_are_zeroed_or_aliased_are_not_checked() -> None:

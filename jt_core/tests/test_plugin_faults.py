@@ -268,7 +268,9 @@ def test_a_launcher_whose_lower_raises_is_set_aside_and_the_call_goes_on(
     x, y = _operands()
     with pytest.warns(RuntimeWarning, match=r"'faulty' \(jt-faulty 1\.0\) raised in launcher 'cpu:faulty' lower\(\)"):
         lowered = jax.jit(_add).trace(x, y).lower()
-    assert len(custom_calls(lowered)) == 1, "the op the faulty launcher emitted before raising is removed"
+    targets = [str(op.attributes["call_target_name"]) for op in custom_calls(lowered)]
+    # The next launcher, the compiled path, proves every access of the sample inside its buffers: no check.
+    assert targets == [], f"the op the faulty launcher emitted before raising is removed: {targets}"
     np.testing.assert_allclose(np.asarray(lowered.compile()(x, y)), np.asarray(x) + np.asarray(y), rtol=1e-6)
     record = _records()["faulty"]
     assert record.status == FAULTED

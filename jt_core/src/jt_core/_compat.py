@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -143,6 +144,25 @@ def wait_for_running_computations(platform: str) -> None:
             array.block_until_ready()
         except Exception:
             continue
+
+
+def hold_jit_functions_weakly() -> None:
+    """Makes Triton's process-wide registry of ``JITFunction`` objects hold them weakly, so that a kernel a program
+    made at run time and dropped is freed. Triton 3.9 enters every ``JITFunction`` under ``<module>:<name>``
+    (``triton.runtime.jit._triton_jit_function_registry``, a dict read only to resolve a ``JITFunction`` constant
+    of preloaded specialization data) and keeps it for the life of the process: the newest kernel of each module
+    and name, whatever else let go of it. Held weakly, it resolves the same for every kernel still alive. Triton
+    3.6 has no such registry."""
+    from triton.runtime import jit
+
+    registry = getattr(jit, "_triton_jit_function_registry", None)
+    if registry is None or isinstance(registry, weakref.WeakValueDictionary):
+        return
+    held: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary(registry)
+    jit._triton_jit_function_registry = held
+    # A JITFunction made by another thread meanwhile entered itself into the dict replaced.
+    for key, function in list(registry.items()):
+        held.setdefault(key, function)
 
 
 def forget_jit_functions(module_name: str) -> None:

@@ -284,6 +284,7 @@ def bind_call(
         backend_options=options.backend_options or {},
         num_outputs=len(out_avals),
         slots=slots,
+        keywords=frozenset(kwargs),
     )
     call = KernelCall(
         kernel=kernel,

@@ -11,7 +11,7 @@ that is not a callable serves any configs: which of them cover the outputs is ch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from jt_core.pruning import (
     PruneSpec,
     config_copy,
     hook_block_shapes,
+    launch_arguments,
     named_arguments,
     prune_configs,
 )
@@ -150,12 +151,17 @@ def expand_configs(
     backend_options: Mapping[str, Any],
     num_outputs: int,
     slots: Sequence[ParamSlot],
+    keywords: Collection[str] = (),
 ) -> list[LaunchConfig]:
     """Builds one `LaunchConfig` per autotuning candidate (one when not autotuned).
 
     The autotuner's configs that the caller's values rule out are dropped, then ``prune_configs_by`` prunes the
     others (`jt_core.pruning`); heuristics are evaluated per remaining config, and the config's hooks run on
     stand-ins for the block shapes of tensor descriptor arguments.
+
+    Args:
+        keywords: The names of the kernel's parameters the caller gave by keyword: as in Triton, prune functions
+            find those in ``kwargs`` and the others in ``named_args``.
     """
     constexpr_params = [p for p in params if p.is_constexpr]
     constexpr_names = {p.name for p in constexpr_params}
@@ -183,12 +189,12 @@ def expand_configs(
             f"{described}"
         )
     if len(wrappers.configs) > 1 and wrappers.prune.active:
-        kwargs = dict(user_meta)
+        positional, kwargs = launch_arguments(named_args, user_meta, explicit_options, keywords)
         for heur_name, heur in wrappers.heuristics[: wrappers.outer_heuristics]:
             if heur_name not in kwargs:
-                kwargs[heur_name] = _heuristic_value(heur_name, heur, {**named_args, **kwargs})
+                kwargs[heur_name] = _heuristic_value(heur_name, heur, {**named_args, **user_meta, **kwargs})
         returned = prune_configs(
-            wrappers.prune, [config_copy(cfg.source) for cfg in kept], named_args, kwargs, signature
+            wrappers.prune, [config_copy(cfg.source) for cfg in kept], positional, kwargs, signature
         )
         kept = [AutotuneConfig.of(config) for config in returned]
         for cfg in kept:

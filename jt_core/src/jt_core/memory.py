@@ -10,6 +10,9 @@ them (compiled variants, the interpreter's rewritten kernels, the generated ``vm
   holds takes its entries with it;
 * is emptied, with JAX's own caches, by ``jax.clear_caches()`` (`jt_core._compat.on_clear_caches`).
 
+``jax.clear_caches()`` also makes Triton's registry of ``@triton.jit`` functions hold them weakly (Triton 3.9 keeps
+the newest kernel of each module and name there for good): a kernel the program dropped is then freed.
+
 Dropping an entry costs only time: what is needed again is made again (compiled, rewritten, generated).
 """
 
@@ -187,6 +190,18 @@ class KernelRef:
 
 
 _stores: list[weakref.ReferenceType[BoundedStore[Any, Any]]] = []
+
+
+class _TritonRegistry:
+    """Has ``jax.clear_caches()`` let go of the kernels a program dropped that Triton's own registry of
+    ``JITFunction`` objects still holds (`jt_core._compat.hold_jit_functions_weakly`)."""
+
+    def cache_clear(self) -> None:
+        _compat.hold_jit_functions_weakly()
+
+
+_triton_registry = _TritonRegistry()
+_compat.on_clear_caches(_triton_registry, "jt: Triton's registry of jit functions, held weakly")
 
 
 def sizes() -> dict[str, int]:

@@ -3,11 +3,11 @@
 * ``prune_configs_by={"early_config_prune": f, "perf_model": g, "top_k": k}`` runs as Triton runs it, before
   anything is compiled: ``f(configs, named_args, **kwargs)`` returns the configs to keep, then, with a perf model,
   the ``k`` configs it estimates fastest are kept (``k`` an int, or a fraction of the configs, at least one). jt
-  calls them while it binds the call, with stand-ins for the arguments (`jt_core.stand_ins`): ``named_args`` maps
-  every non-constexpr parameter to its stand-in (an array's shape, dtype and strides, a scalar's value), and
-  ``kwargs`` holds the metaparameters the caller gave by keyword and the values of ``@triton.heuristics`` stacked
-  outside the autotuner (Triton computes those before it prunes). The configs are copies of the user's
-  ``triton.Config`` objects, which are never mutated.
+  calls them while it binds the call, with stand-ins for the arguments (`jt_core.stand_ins`: an array's shape,
+  dtype and strides, a scalar's value). As in Triton, ``named_args`` holds the arguments given by position and
+  ``kwargs`` every keyword of the call (operands, metaparameters, compile options such as ``num_warps``), with the
+  values of ``@triton.heuristics`` stacked outside the autotuner (Triton computes those before it prunes). The
+  configs are copies of the user's ``triton.Config`` objects, which are never mutated.
 * A config's ``pre_hook`` and the autotuner's ``pre_hook``/``post_hook`` take the kernel's arguments; Triton's
   fused-attention tutorial uses them only to set its host-side tensor descriptors' block shapes from the config
   (``nargs["desc_q"].block_shape = [BLOCK_M, HEAD_DIM]``). jt runs each hook when it binds each config, on stand-ins
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from jt_core.call import INPUT, OUTPUT, ParamSlot
@@ -34,6 +34,7 @@ __all__ = [
     "PruneSpec",
     "config_copy",
     "hook_block_shapes",
+    "launch_arguments",
     "named_arguments",
     "prune_configs",
 ]
@@ -121,6 +122,34 @@ def named_arguments(
     return named, {name: value for name, value in by_leaf.items() if "[" in name}
 
 
+def launch_arguments(
+    named_args: Mapping[str, Any],
+    metaparams: Mapping[str, Any],
+    options: Mapping[str, Any],
+    keywords: Collection[str],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A call's arguments split as Triton's autotuner splits a launch's before it prunes: ``named_args`` holds the
+    arguments given by position (Triton zips the positional values with the parameter names; jt's outputs count
+    as positional, as a Triton launch passes their buffers), ``kwargs`` every keyword of the launch: operands
+    (stand-ins, as in ``named_args``), metaparameters and compile options (``num_warps=``...).
+
+    Args:
+        named_args: `named_arguments`' stand-ins by parameter name.
+        metaparams: The constexpr values the caller gave, by position or keyword.
+        options: The compile options the caller gave.
+        keywords: The parameter names the caller gave by keyword.
+
+    Returns:
+        ``(named_args, kwargs)`` for ``early_config_prune`` and ``perf_model``.
+    """
+    positional = {name: value for name, value in named_args.items() if name not in keywords}
+    positional.update((name, value) for name, value in metaparams.items() if name not in keywords)
+    kwargs = {name: named_args[name] for name in keywords if name in named_args}
+    kwargs.update((name, value) for name, value in metaparams.items() if name in keywords)
+    kwargs.update(options)
+    return positional, kwargs
+
+
 def _call_user_function(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return function(*args, **kwargs)
@@ -141,8 +170,8 @@ def prune_configs(
     Args:
         spec: The autotuner's pruning.
         configs: Copies of its ``triton.Config`` objects.
-        named_args: `named_arguments`.
-        kwargs: The caller's keyword metaparameters and outer heuristics' values.
+        named_args: The arguments given by position (`launch_arguments`).
+        kwargs: The call's keywords and outer heuristics' values (`launch_arguments`).
         signature: The kernel's signature, for messages.
 
     Raises:

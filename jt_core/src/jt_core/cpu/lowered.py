@@ -69,63 +69,51 @@ class LoweredCall:
         """The configuration that runs, and its outputs when choosing it ran it on ``operands``.
 
         Without ``JT_CPU_AUTOTUNE=1`` the first configuration runs, or, for a call whose configurations launch the
-        same grid (`jt_core.coverage`), the first that writes every element of the outputs. Under it, the
-        fastest of those. Trials and checks run on copies (execute() allocates its outputs), so the buffers XLA
-        handed over, an aliased operand's included, are untouched until the chosen configuration's results land.
+        same grid (`jt_core.coverage`), the first that writes every element of the outputs (or as much as any,
+        where the operands may decide what is written). Under it, the fastest of those. Trials and checks run on
+        copies (execute() allocates its outputs), so the buffers XLA handed over, an aliased operand's included, are
+        untouched until the chosen configuration's results land.
 
         Raises:
-            NoUsableConfigError: When every configuration leaves part of an output unwritten.
+            NoUsableConfigError: When no configuration is usable (`jt_core.coverage.CoverageCheck`).
         """
         call, kernels, kept = self.call, self.kernels, self.keep_subnormals
         if len(kernels) == 1:
             return 0, None
         checked = coverage.applies(call)
-        reasons: dict[int, str] = {}
+        results: dict[int, list[np.ndarray]] = {}
+        seconds: dict[int, float] = {}
 
-        def run_checked(index: int) -> list[np.ndarray] | None:
-            """Runs configuration ``index`` twice into sentinel-filled outputs; its outputs, or ``None`` when it
-            left elements unwritten (why is kept in ``reasons``)."""
+        def measure(index: int) -> dict[int, np.ndarray]:
+            """Runs configuration ``index`` twice into sentinel-filled outputs (its first run's outputs are kept in
+            ``results``, the time of one run in ``seconds``): what it left unwritten."""
+            start = time.perf_counter()
             first = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 0), kept)
             second = execute(call, kernels[index], operands, index, lambda out: coverage.fill(out, 1), kept)
-            counts = {
-                out: coverage.unwritten(first[out], second[out])
+            seconds[index] = (time.perf_counter() - start) / 2
+            results[index] = first
+            return {
+                out: coverage.unwritten_elements(first[out], second[out])
                 for out in coverage.checked_outputs(call, call.configs[index])
             }
-            counts = {out: count for out, count in counts.items() if count}
-            if not counts:
-                return first
-            reasons[index] = coverage.unwritten_message(call, counts)
-            return None
 
-        def chosen(index: int, results: list[np.ndarray] | None) -> tuple[int, list[np.ndarray] | None]:
-            for skipped, why in sorted(reasons.items()):
-                coverage.config_skipped(call, call.configs[skipped], why)
-            return index, results
-
-        def none_usable() -> Exception:
-            labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
-            return coverage.no_usable_config(call, labels, unwritten_only=True)
-
+        check = coverage.CoverageCheck(call, measure)
         if not cpu_autotune_enabled():
             if not checked:
                 return 0, None
-            for index in range(len(kernels)):
-                covered = run_checked(index)
-                if covered is not None:
-                    return chosen(index, covered)
-            raise none_usable()
-        results: dict[int, list[np.ndarray]] = {}
+            index = check.first_usable()
+            # A configuration that leaves elements unwritten runs again: they hold the poison, not a sentinel.
+            return index, results[index] if check.covers(index) else None
 
         def trial(index: int) -> float:
-            start = time.perf_counter()
             if checked:
-                covered = run_checked(index)
-                if covered is None:
-                    return float("inf")
-                results[index] = covered
-                return (time.perf_counter() - start) / 2
+                return seconds[index] if check.usable(index) else float("inf")
+            start = time.perf_counter()
             results[index] = execute(call, kernels[index], operands, index, keep_subnormals=kept)
             return time.perf_counter() - start
 
-        index = tuning.choose_config(call, CPU_DEVICE_NAME, trial, none_usable)
-        return chosen(index, results.get(index))
+        index = tuning.choose_config(call, CPU_DEVICE_NAME, trial, check.error)
+        if not checked:
+            return index, results.get(index)
+        kept_results = results[index] if index in results and check.covers(index) else None
+        return check.chosen(index), kept_results

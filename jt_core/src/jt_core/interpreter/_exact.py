@@ -22,6 +22,7 @@ from jt_core.interpreter._arrays import Arrays
 
 __all__ = [
     "MODES",
+    "fused",
     "square",
     "float_to_float",
     "float_to_int",
@@ -196,6 +197,29 @@ def rounded(xp: Arrays, op: str, mode: str, *args: Any) -> Any:
         plus_zeros = functools.reduce(operator.and_, [(t == 0) & ~n.signbit(t) for t in terms])
         result = n.where((result == 0) & (error == 0) & ~plus_zeros, xp.constant(-0.0, result.dtype), result)
     return result
+
+
+def fused(xp: Arrays, a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` rounded once, to ``a``'s type (float16, bfloat16, float32 or float64): what a GPU's ``fma.rn``
+    computes where Triton's compiler fuses a product into a sum.
+
+    Float32 and float64 as ``fma_rn`` (`rounded`). The narrower floats' product is exact in float64, and their sum with
+    ``c`` is rounded to odd there, then to float32 toward zero with the last bit set where inexact (odd again): 53
+    and 24 bits are each at least twice the next precision plus two, so the last rounding, to nearest, is the one
+    rounding of the exact result."""
+    dtype = np.dtype(a.dtype)
+    if dtype in (np.float32, np.float64):
+        return rounded(xp, "fma", "rn", a, b, c)
+    n = xp.np
+    wide = [x.astype(np.float64) for x in (a, b, c)]
+    product = wide[0] * wide[1]  # exact
+    s, t = _two_sum(xp, product, wide[2])
+    s = n.where(n.isfinite(s), _odd_sum(xp, s, t), s)
+    toward_zero = float_to_float(xp, s, "rz")
+    inexact = n.isfinite(s) & (toward_zero.astype(np.float64) != s)
+    bits = xp.unsigned(toward_zero)
+    odd = xp.view(n.where(inexact, bits | xp.constant(1, bits.dtype), bits), np.float32)
+    return odd.astype(dtype)
 
 
 def _fma64(xp: Arrays, a: Any, b: Any, c: Any) -> tuple[Any, Any]:

@@ -168,6 +168,7 @@ def execute_into(
         debug=config.options.debug,
         race_check=checks.races,
         keep_subnormals=keep_subnormals,
+        fuse=config.options.enable_fp_fusion,
     )
     if races is not None and checks.unwritten != "ignore" and fill is None:
         _report_unwritten(call, races, must_write, checks.unwritten)

@@ -36,6 +36,7 @@ __all__ = [
     "NUMPY_ONLY",
     "Arrays",
     "evaluate",
+    "fused_multiply_add",
     "implementation",
     "jax_arrays",
     "libdevice_name",
@@ -501,3 +502,9 @@ def evaluate(xp: Arrays, symbol: str, operands: list[Any], result: Any) -> Any:
 def umulhi(xp: Arrays, a: Any, b: Any) -> Any:
     """``tl.umulhi``: the high half of the unsigned product of two integers' bits, as their own type."""
     return xp.view(_bits.mulhi(xp, a, b, signed=False), a.dtype)
+
+
+def fused_multiply_add(xp: Arrays, a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` rounded once to ``a``'s float type, as a GPU's ``fma.rn`` computes it (both CPU paths fuse a
+    product into a sum with it, where Triton's compiler would)."""
+    return _exact.fused(xp, a, b, c)

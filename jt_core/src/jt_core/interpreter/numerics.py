@@ -35,8 +35,23 @@ import ml_dtypes
 import numpy as np
 
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import _exact
+from jt_core.interpreter._arrays import numpy_arrays
 
-__all__ = ["FloatFixes", "ReductionOrder", "saturating_int", "subnormals_kept", "tf32_rna"]
+__all__ = ["FloatFixes", "ReductionOrder", "new_stretch", "saturating_int", "subnormals_kept", "tf32_rna"]
+
+
+class _Stretch:
+    """Which stretch of straight-line code the interpreter runs (a number changed at every loop iteration, branch
+    and call): a product fuses into a sum only within one, as LLVM fuses them only within one basic block."""
+
+    current = 0
+
+
+def new_stretch() -> None:
+    """Starts a new stretch of straight-line code (a loop's iteration, a branch, a call, what follows them)."""
+    _Stretch.current += 1
+
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -76,10 +91,13 @@ class FloatFixes:
         builder: The interpreter's builder (its class methods are the originals the fixes fall back to).
     """
 
-    def __init__(self, tl: Any, interp: Any, builder: Any) -> None:
+    def __init__(self, tl: Any, interp: Any, builder: Any, fuse: bool = False) -> None:
         self.tl = tl
         self.interp = interp
         self.builder = builder
+        #: Whether products fuse into the sums that read them, as Triton's compiler fuses them with
+        #: ``enable_fp_fusion`` (`jt_core.translation.products` says where).
+        self.fuse = fuse
         self.original_get_np_dtype = interp._get_np_dtype
         self.rtz = interp._ir.ROUNDING_MODE.RTZ
         builder_class = type(builder)
@@ -90,6 +108,9 @@ class FloatFixes:
         self.class_ternary = builder_class.ternary_op
         self.class_fma = builder_class.create_fma
         self.class_dot = builder_class.create_dot
+        self.class_splat = builder_class.create_splat
+        self.class_broadcast = builder_class.create_broadcast
+        self.class_expand_dims = builder_class.create_expand_dims
 
     def patches(self) -> dict[str, Any]:
         """The builder methods to replace for the run, by name."""
@@ -104,6 +125,10 @@ class FloatFixes:
         }
         if not hasattr(type(self.builder), "get_bf16"):
             patches["get_bf16"] = self.bf16_constant  # Triton 3.6's interpreter has none: x * 0.5 on bfloat16 fails
+        if self.fuse:
+            patches.update(
+                {"create_splat": self.splat, "create_broadcast": self.broadcast, "create_expand_dims": self.expand_dims}
+            )
         return patches
 
     def bf16_constant(self, value: float) -> Any:
@@ -180,11 +205,67 @@ class FloatFixes:
 
     def binary_op(self, lhs: Any, rhs: Any, op: Any) -> Any:
         self._refuse(getattr(op, "__name__", "an operation"), lhs, rhs)
-        return self.class_binary(self.builder, lhs, rhs, op)
+        if self.fuse and op in (np.add, np.subtract) and lhs.dtype.scalar.is_floating():
+            fused = self._fused(lhs, rhs, op is np.subtract)
+            if fused is not None:
+                return fused
+        result = self.class_binary(self.builder, lhs, rhs, op)
+        if self.fuse and op is np.multiply and lhs.dtype.scalar.is_floating():
+            result.jt_factors = (np.asarray(lhs.data), np.asarray(rhs.data), _Stretch.current)
+        return result
+
+    def _fused(self, lhs: Any, rhs: Any, subtract: bool) -> Any:
+        """A sum or difference of a product of this stretch of code (the left operand first), rounded once."""
+        for index, handle in enumerate((lhs, rhs)):
+            factors = getattr(handle, "jt_factors", None)
+            if factors is None or factors[2] != _Stretch.current:
+                continue
+            a, b, _ = factors
+            other = np.asarray((rhs if index == 0 else lhs).data)
+            if subtract:
+                if index == 0:
+                    other = -other  # a * b - c
+                else:
+                    a = -a  # c - a * b
+            shape = np.broadcast_shapes(np.shape(a), np.shape(other))
+            a, b, other = (np.broadcast_to(x, shape) for x in (a, b, other))
+            result = libdevice_fused(a, b, other.astype(a.dtype))
+            return self.interp.TensorHandle(np.asarray(result), lhs.dtype.scalar)
+        return None
 
     def unary_op(self, arg: Any, op: Any) -> Any:
         self._refuse(getattr(op, "__name__", "an operation"), arg)
-        return self.class_unary(self.builder, arg, op)
+        result = self.class_unary(self.builder, arg, op)
+        factors = getattr(arg, "jt_factors", None)
+        if self.fuse and op is np.negative and factors is not None:
+            result.jt_factors = (-factors[0], factors[1], factors[2])
+        return result
+
+    # -- a product passed on unchanged but for its shape: its factors with it -----------------------------------
+
+    def splat(self, ret_ty: Any, arg: Any) -> Any:
+        result = self.class_splat(self.builder, ret_ty, arg)
+        factors = getattr(arg, "jt_factors", None)
+        if factors is not None:
+            shape = tuple(ret_ty.shape)
+            a, b = (np.broadcast_to(np.asarray(x).reshape(-1)[0], shape) for x in factors[:2])
+            result.jt_factors = (a, b, factors[2])
+        return result
+
+    def broadcast(self, arg: Any, shape: Any) -> Any:
+        result = self.class_broadcast(self.builder, arg, shape)
+        factors = getattr(arg, "jt_factors", None)
+        if factors is not None:
+            result.jt_factors = (np.broadcast_to(factors[0], shape), np.broadcast_to(factors[1], shape), factors[2])
+        return result
+
+    def expand_dims(self, arg: Any, axis: int) -> Any:
+        result = self.class_expand_dims(self.builder, arg, axis)
+        factors = getattr(arg, "jt_factors", None)
+        if factors is not None:
+            a, b = (np.expand_dims(x, axis) for x in factors[:2])
+            result.jt_factors = (a, b, factors[2])
+        return result
 
     def ternary_op(self, lhs: Any, rhs: Any, other: Any, op: Any) -> Any:
         if op is not np.where:  # tl.where only picks values; clamping computes on them
@@ -201,8 +282,14 @@ class FloatFixes:
         return self.class_ternary(self.builder, lhs, picked[0], picked[1], op)
 
     def fma(self, x: Any, y: Any, z: Any) -> Any:
+        """``tl.fma``: rounded once, as the device's ``fma.rn`` (the stock interpreter rounds twice on float32)."""
         self._refuse("fma", x, y, z)
-        return self.class_fma(self.builder, x, y, z)
+        if not x.dtype.scalar.is_floating():
+            return self.class_fma(self.builder, x, y, z)
+        a, b, c = (np.asarray(v.data) for v in (x, y, z))
+        shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+        a, b, c = (np.broadcast_to(v, shape) for v in (a, b, c))
+        return self.interp.TensorHandle(np.asarray(libdevice_fused(a, b, c.astype(a.dtype))), x.dtype.scalar)
 
     def dot(self, a: Any, b: Any, d: Any, precision: Any = None, *rest: Any) -> Any:
         """``tl.dot``: float8 operands are widened to float16 (which holds every float8 value exactly); float32
@@ -420,3 +507,10 @@ def _fenv() -> tuple[Any, Any] | None:
             found = None
         _FENV.append(found)
     return _FENV[0]
+
+
+def libdevice_fused(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` rounded once, on NumPy arrays of one float type (`jt_core.interpreter._exact.fused`)."""
+    if a.dtype == np.float64 or a.dtype == np.float32:
+        return np.asarray(_exact.fused(numpy_arrays(), a, b, c))
+    return np.asarray(_exact.fused(numpy_arrays(), a, b, c)).astype(a.dtype)

@@ -41,6 +41,7 @@ from typing import Any
 
 from jt_core import _compat, frontend
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter.numerics import new_stretch
 
 __all__ = ["BooleanChain", "failing_line", "logical_not", "loop_indices", "rewrite", "source_line"]
 
@@ -48,6 +49,9 @@ __all__ = ["BooleanChain", "failing_line", "logical_not", "loop_indices", "rewri
 _CHAIN = "_jt_boolean_chain"
 _NOT = "_jt_logical_not"
 _INDICES = "_jt_loop_indices"
+_STRETCH = "_jt_new_stretch"
+_BRANCH = "_jt_branch"
+_BRANCH_END = "_jt_branch_end"
 _MODULES = {
     "_jt_language": "triton.language",
     "_jt_language_math": "triton.language.math",
@@ -126,6 +130,25 @@ def logical_not(value: Any) -> Any:
     return not value
 
 
+def branch(condition: Any) -> Any:
+    """The condition of an ``if``, starting a stretch of code where it is known only when the kernel runs."""
+    if _at_run_time(condition):
+        new_stretch()
+    return condition
+
+
+def branch_end(condition: Any) -> None:
+    """After an ``if``: a new stretch of code, where its condition was known only when the kernel ran."""
+    if _at_run_time(condition):
+        new_stretch()
+
+
+def _at_run_time(value: Any) -> bool:
+    import triton.language as tl
+
+    return isinstance(value, tl.tensor)
+
+
 def loop_indices(make: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
     """The indices of a ``for`` loop over ``make(*args, **kwargs)`` (``range``, or ``tl.range`` as the interpreter
     has it) as scalar tensors of the type compiled Triton gives the loop's counter: its bounds' and step's types
@@ -170,6 +193,7 @@ class _CompiledMeaning(ast.NodeTransformer):
     def __init__(self, aliases: Mapping[str, tuple[str, str]], shadowed: bool = False) -> None:
         self._aliases = aliases
         self._shadowed = shadowed  # whether the name ``range`` is bound to something other than Python's
+        self._branches = 0
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
         self.generic_visit(node)  # rewrites the operands in place
@@ -188,13 +212,33 @@ class _CompiledMeaning(ast.NodeTransformer):
             return node
         return _located(_call(_NOT, node.operand), node)
 
-    def visit_For(self, node: ast.For) -> ast.AST:
+    def visit_For(self, node: ast.For) -> Any:
         self.generic_visit(node)  # aliases in the iterable are read as members by now (`visit_Name`)
         call = node.iter
         if isinstance(call, ast.Call) and _counted(call.func, self._shadowed):
             indices = ast.Call(ast.Name(id=_INDICES, ctx=ast.Load()), [call.func, *call.args], call.keywords)
             node.iter = ast.copy_location(indices, call)
+            # A loop's iterations, and what follows it, are stretches of code of their own (`new_stretch`).
+            node.body.insert(0, _stretch(node))
+            return [node, _stretch(node)]
         return node
+
+    def visit_While(self, node: ast.While) -> Any:
+        self.generic_visit(node)
+        node.body.insert(0, _stretch(node))
+        return [node, _stretch(node)]
+
+    def visit_If(self, node: ast.If) -> Any:
+        self.generic_visit(node)
+        # The condition is read once, into a name: a branch on a value known only when the kernel runs starts a
+        # stretch of code, and so does what follows it (`branch`, `branch_end`); one known before the run (a
+        # constexpr) makes no branch in compiled Triton.
+        self._branches += 1
+        name = f"_jt_condition_{self._branches}"
+        condition = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=node.test)
+        node.test = _call(_BRANCH, ast.Name(id=name, ctx=ast.Load()))
+        end = ast.Expr(_call(_BRANCH_END, ast.Name(id=name, ctx=ast.Load())))
+        return [_located(condition, node), node, _located(end, node)]
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         found = self._aliases.get(node.id)
@@ -210,6 +254,11 @@ def _counted(func: ast.expr, shadowed: bool) -> bool:
     if isinstance(func, ast.Name):
         return func.id == "range" and not shadowed
     return isinstance(func, ast.Attribute) and func.attr == "range"
+
+
+def _stretch(node: ast.AST) -> ast.stmt:
+    """A statement starting a new stretch of straight-line code, placed at ``node``."""
+    return ast.copy_location(ast.Expr(_call(_STRETCH)), node)
 
 
 def _call(name: str, *args: ast.expr) -> ast.Call:
@@ -301,7 +350,16 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
             code = compile(transformed_ast, filename=self.filename, mode="exec")
             namespace = dict(vars(interp))
             namespace.update(outer)
-            namespace.update({_CHAIN: BooleanChain, _NOT: logical_not, _INDICES: loop_indices})
+            namespace.update(
+                {
+                    _CHAIN: BooleanChain,
+                    _NOT: logical_not,
+                    _INDICES: loop_indices,
+                    _STRETCH: new_stretch,
+                    _BRANCH: branch,
+                    _BRANCH_END: branch_end,
+                }
+            )
             for variable in {module for module, _ in aliases.values()}:
                 namespace[variable] = importlib.import_module(_MODULES[variable])
             local: dict[str, Any] = {}

@@ -42,7 +42,7 @@ from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter import descriptors, extern, rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer, addresses
-from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, subnormals_kept
+from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, new_stretch, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [
@@ -232,7 +232,7 @@ def interpreted(py_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def _patched(
-    checker: AccessChecker | None, races: RaceTracker | None, debug: bool
+    checker: AccessChecker | None, races: RaceTracker | None, debug: bool, fuse: bool = False
 ) -> Iterator[dict[tuple[int, ...], Any]]:
     """Applies the run-time fixes to Triton's interpreter; restores everything afterwards."""
     import triton.language as tl
@@ -240,7 +240,7 @@ def _patched(
     from triton.runtime.jit import JITFunction
 
     builder = interp.interpreter_builder
-    floats = FloatFixes(tl, interp, builder)
+    floats = FloatFixes(tl, interp, builder, fuse)
     original_lib = interp._interpreter
     original_patch_tensor = interp._patch_lang_tensor
     original_options = builder.options
@@ -264,7 +264,11 @@ def _patched(
         key = _lang_key(fn)
         if key not in patched_langs:
             patched_langs[key] = _apply_lang_patches(fn)
-        return fn(*args, **kwargs)
+        new_stretch()  # a call's body, and what follows it, are stretches of their own (`numerics.new_stretch`)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            new_stretch()
 
     patched_langs: dict[tuple[int, ...], Any] = {}
     interp._get_np_dtype = floats.get_np_dtype
@@ -417,12 +421,14 @@ def run(
     debug: bool,
     race_check: bool = False,
     keep_subnormals: bool = True,
+    fuse: bool = False,
 ) -> RaceTracker | None:
     """Runs every program of ``grid``. ``buffers=None`` skips the address checks.
 
     Args:
         race_check: Watch for data races between the programs (needs ``buffers``).
         keep_subnormals: Run with subnormal floats kept (else in the calling thread's floating-point mode).
+        fuse: Fuse products into the sums that read them, as Triton's compiler does with ``enable_fp_fusion``.
 
     Returns:
         With ``race_check``, the race tracker of the run (which outputs' elements were written); else ``None``.
@@ -444,7 +450,7 @@ def run(
         frontend.interpreting(),
         frontend.cpu_dot_precision(),
         subnormals_kept() if keep_subnormals else contextlib.nullcontext(),
-        _patched(checker, races, debug) as patched_langs,
+        _patched(checker, races, debug, fuse) as patched_langs,
     ):
         patched_langs[_lang_key(fn)] = _apply_lang_patches(fn)
         program = (0, 0, 0)
@@ -460,6 +466,7 @@ def run(
                             races.program = linear
                             linear += 1
                         interp.interpreter_builder.set_grid_idx(x, y, z)
+                        new_stretch()
                         fn(**arguments)
         except DataRaceError:
             raise  # names both programs already

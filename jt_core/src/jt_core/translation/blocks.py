@@ -291,7 +291,19 @@ def strays(size: int, view: View, begin: int, mask: jax.Array | None) -> jax.Arr
     before, after = max(0, min(needed, low - begin)), max(0, high - begin)
     if not before and after >= needed:
         return False
+    if mask is not None:
+        view, mask = _merged_repeats(view, mask)
     return _outside(None if mask is None else _to_region(mask, view, False)[:needed], view, before, after)
+
+
+def _merged_repeats(view: View, mask: jax.Array) -> tuple[View, jax.Array]:
+    """The view less its axes that repeat one element (step 0: programs along a grid axis the offsets do not
+    depend on), and the mask on where any of the repeats is on: the lanes of one element as one lane."""
+    repeats = tuple(a for a, (s, n) in enumerate(zip(view.steps, view.counts, strict=True)) if not s and n > 1)
+    if not repeats:
+        return view, mask
+    counts = tuple(1 if a in repeats else n for a, n in enumerate(view.counts))
+    return View(view.steps, counts), jnp.any(mask, axis=repeats, keepdims=True)
 
 
 def _outside(lanes: jax.Array | None, view: View, before: int, after: int) -> jax.Array | bool:

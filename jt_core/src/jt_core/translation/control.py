@@ -20,7 +20,7 @@ from jax import lax
 from jt_core.translation import lang, reductions
 from jt_core.translation.affine import Affine
 from jt_core.translation.descriptors import Descriptor
-from jt_core.translation.memory import Pointer, State
+from jt_core.translation.memory import SPINS, Pointer, State
 from jt_core.translation.program import Block, Operation, TensorType
 from jt_core.translation.tracer import Tracer
 from jt_core.translation.values import BlockPointer, Unsupported
@@ -400,7 +400,7 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
 
     before, after = op.regions[0][0], op.regions[1][0]
     if _writes(k, before):
-        raise Unsupported("a while loop whose condition stores", op.line)
+        return _storing_while(k, op, state)
     inits = [k.get(v) for v in op.operands]
     arg_types = [k.type(v) for v in before.arguments]
 
@@ -429,6 +429,57 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
     for value, result in zip(op.results, values, strict=True):
         k.env[value] = result
     return state
+
+
+def _storing_while(k: Tracer, op: Operation, state: State) -> State:
+    """``scf.while`` whose condition stores: a spin lock's ``while tl.atomic_cas(lock, 0, 1) == 1: pass``, a ticket
+    taken with ``tl.atomic_add``. The condition runs once before the loop and once after each trip of the body,
+    its stores kept (a ``lax.while_loop`` would run it again, and drop what it stores, to test it).
+
+    The programs run one after another here (an atomic keeps them out of the side-by-side run), so a program never
+    sees another's store while it waits: a trip that leaves everything as it found it, what the loop carries and
+    every buffer, bit for bit, would be repeated forever, a lock that a program holds at its end, or that starts
+    taken. The loop leaves then, and the state says so (`SPINS`): the check after the kernel fails the call with
+    that instead of hanging the process.
+    """
+    before, after = op.regions[0][0], op.regions[1][0]
+    inits = [k.get(v) for v in op.operands]
+    arg_types = [k.type(v) for v in before.arguments]
+    handed_types = [k.type(v) for v in after.arguments]
+    handed, state = _nested(k, before, inits, state)
+    templates = handed[1:]
+
+    def trip(carry: tuple[jax.Array, list[Any], State]) -> tuple[jax.Array, list[Any], State]:
+        _, arrays, st = carry
+        values = [_unpack(t, a) for t, a in zip(templates, arrays, strict=True)]
+        yields, moved = _nested(k, after, values, st)
+        yields = [_unpack(t, a) for t, a in zip(inits, _packed(yields, arg_types, inits, op.line), strict=True)]
+        again, moved = _nested(k, before, yields, moved)
+        next_arrays = _packed(again[1:], handed_types, templates, op.line)
+        still = _same_bits([*next_arrays, *moved.buffers], [*arrays, *st.buffers])
+        running = jnp.asarray(lang.as_array(again[0], k.type(before.operations[-1].operands[0]))).astype(bool)
+        spins = running & still
+        faults = moved.faults | jnp.where(spins, jnp.int8(SPINS), jnp.int8(0))
+        return running & ~spins, next_arrays, State(moved.buffers, faults)
+
+    condition = jnp.asarray(lang.as_array(handed[0], k.type(before.operations[-1].operands[0]))).astype(bool)
+    start = (condition, _packed(templates, handed_types, templates, op.line), state)
+    _, arrays, state = lax.while_loop(lambda carry: carry[0], trip, start)
+    for value, template, array in zip(op.results, templates, arrays, strict=True):
+        k.env[value] = _unpack(template, array)
+    return state
+
+
+def _same_bits(new: Sequence[Any], old: Sequence[Any]) -> jax.Array:
+    """Whether every array of ``new`` holds the bits of its counterpart in ``old`` (NaNs alike)."""
+    same = jnp.asarray(True)
+    for a, b in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(old), strict=True):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        if jnp.issubdtype(a.dtype, jnp.floating):
+            bits = jnp.dtype(f"uint{a.dtype.itemsize * 8}")
+            a, b = lax.bitcast_convert_type(a, bits), lax.bitcast_convert_type(b, bits)
+        same = same & jnp.all(a == b)
+    return same
 
 
 #: The terminators of a block that continue in another block of its region (what an early ``return`` makes).

@@ -103,7 +103,7 @@ def _unaligned(elements: Any, size: int) -> Any:
 
 
 def _flagged(state: State, broken: Any) -> State:
-    return State(state.buffers, state.strayed | broken)
+    return State(state.buffers, state.faults | broken)
 
 
 def _descriptor(k: Tracer, op: Operation) -> Descriptor:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 from jt_core.translation import strategy as strategies
 from jt_core.translation.program import Program
@@ -144,7 +145,9 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
     divided in float64, where that product is within 2**-52 of the quotient: closer than the quotient of two
     float32 values ever comes to a point where float32's rounding changes (about 2**-49), so rounding it to float32
     (and from there to a narrower type, for which float32 is as close again) gives the correctly rounded quotient.
-    Float64 divisors are kept from being seen as broadcasts (or, alone, as constants) instead.
+    Float64 divisors are kept from being seen as broadcasts (or, alone, as constants) instead, also where the
+    programs run side by side: ``jax.vmap`` would broadcast an unmapped divisor over the programs outside the
+    barrier that hides it (`_hidden_divisor`).
     """
     if not strategies.active().float64:
         # Without float64 (a TPU): the platform's own float32 quotient; narrower floats divided in float32.
@@ -155,9 +158,23 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
         zero = _ZERO.get()
         if y.ndim == 0 and zero is not None:
             y = lax.sub(y, zero.astype(y.dtype))  # a scalar constant, which the barrier alone would not hide
-        return lax.div(x, lax.optimization_barrier(y))
+        return lax.div(x, _hidden_divisor(x, y))
     wide = lax.div(x.astype(jnp.float64), y.astype(jnp.float64)).astype(jnp.float32)
     return wide.astype(x.dtype)
+
+
+@custom_vmap
+def _hidden_divisor(x: jax.Array, y: jax.Array) -> jax.Array:
+    """``y`` in ``x``'s shape, behind an optimisation barrier: XLA sees no broadcast in it. Under ``jax.vmap`` the
+    broadcast over the mapped axis happens before the barrier too (`_hidden_divisor_vmap`)."""
+    return lax.optimization_barrier(jnp.broadcast_to(y, x.shape))
+
+
+@_hidden_divisor.def_vmap
+def _hidden_divisor_vmap(axis_size: int, in_batched: list[bool], x: jax.Array, y: jax.Array) -> tuple[jax.Array, bool]:
+    x = x if in_batched[0] else jnp.broadcast_to(x, (axis_size, *x.shape))
+    y = y if in_batched[1] else jnp.broadcast_to(y, (axis_size, *y.shape))
+    return _hidden_divisor(x, y), True
 
 
 def round_bfloat16(x: jax.Array) -> jax.Array:

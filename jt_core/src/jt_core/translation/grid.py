@@ -31,7 +31,7 @@ from jt_core import settings
 from jt_core.translation import affine, side_by_side
 from jt_core.translation import strategy as strategies
 from jt_core.translation.kernel import Kernel
-from jt_core.translation.memory import Memory, State
+from jt_core.translation.memory import Memory, State, merged_faults, no_error
 from jt_core.translation.program import Program, parse_type
 from jt_core.translation.relabeling import relabeling
 from jt_core.translation.strategy import CPU_STRATEGY, Strategy
@@ -175,7 +175,7 @@ def _side_by_side(
             memory.deferred, memory.loaded = [], set()
             try:
                 kernel.pids = _program_ids(linear, grid)
-                _, after = kernel.run_block(entry, list(arguments), State(buffers, jnp.zeros((), bool)))
+                _, after = kernel.run_block(entry, list(arguments), State(buffers, no_error()))
                 deferred = memory.deferred
             finally:
                 memory.deferred = None
@@ -186,19 +186,19 @@ def _side_by_side(
                 if not affine.disjoint([a for b, a in kernel.stores if b == buffer], grid):
                     raise NotVectorizable("stores that may reach one element from two programs")
             recorded[:] = [buffer for buffer, _, _ in deferred]
-            return [i for _, i, _ in deferred], [v for _, _, v in deferred], after.strayed
+            return [i for _, i, _ in deferred], [v for _, _, v in deferred], after.faults
 
         linear = first + lax.iota(_linear_type(grid), chunk)
-        index, values, strayed = jax.vmap(one)(linear)
+        index, values, faults = jax.vmap(one)(linear)
         valid = linear < total
         index = [jnp.where(valid.reshape((-1,) + (1,) * (i.ndim - 1)), i, np.iinfo(i.dtype).max) for i in index]
-        return index, values, jnp.any(strayed & valid)
+        return index, values, merged_faults(jnp.where(valid, faults, 0))
 
     def chunk_of(first: Any, carried: State) -> State:
-        index, values, strayed = programs(first, carried.buffers)
+        index, values, faults = programs(first, carried.buffers)
         for buffer, where, what in zip(recorded, index, values, strict=True):
             carried = memory.apply(carried, buffer, where, what)
-        return State(carried.buffers, carried.strayed | strayed)
+        return State(carried.buffers, carried.faults | faults)
 
     chunks = -(-total // chunk)
     kind = _linear_type(grid)

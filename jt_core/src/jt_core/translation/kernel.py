@@ -19,14 +19,26 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import libdevice
 from jt_core.interpreter.libdevice import libdevice_name
-from jt_core.translation import accesses, control, descriptors, extern, floats, lang, masks, reductions, shapes
+from jt_core.translation import (
+    accesses,
+    control,
+    descriptors,
+    extern,
+    floats,
+    lang,
+    masks,
+    products,
+    reductions,
+    shapes,
+)
 from jt_core.translation.affine import Affine
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.program import Block, Operation, Program, TensorType
 from jt_core.translation.relabeling import Relabeling
 from jt_core.translation.strategy import CPU_STRATEGY, Strategy
-from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
+from jt_core.translation.values import Address, BlockPointer, NotVectorizable, Unsupported
 
 __all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
 
@@ -37,7 +49,6 @@ _REFUSED = {
     "tt.print": "device printing (tl.device_print / print)",
     "tt.assert": "a device assertion (tl.device_assert)",
     "tt.int_to_ptr": "an integer turned into a pointer",
-    "tt.ptr_to_int": "a pointer turned into an integer",
     "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
 }
 
@@ -138,8 +149,15 @@ class Kernel:
         self.dot_sources: dict[int, list[tuple[Pointer | None, Pointer | None]]] = {}
         #: The pointers of the blocks loaded whole (no mask), by the value loaded.
         self.loaded_from: dict[int, Pointer] = {}
+        #: Which products the kernel's sums fuse, and which round alone (`jt_core.translation.products`), where the
+        #: strategy rounds as a GPU does.
+        self.fusions = products.fusions(program) if strategy.exact_rounding else None
+        #: The factors of the products traced so far (a negated one's first factor negated), by value.
+        self.factors: dict[int, tuple[jax.Array, jax.Array]] = {}
         #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
         self._regions = _regions(program)
+        #: The values that are results of helper calls (``tt.call``).
+        self.call_results = {r for op in program.operations() if op.name == "tt.call" for r in op.results}
 
     # -- values ------------------------------------------------------------------------------------------------
 
@@ -213,6 +231,14 @@ class Kernel:
             self.elementwise(op)
         if name in _LIMITED:
             self._track_limits(op)
+        if name in products.PASSING_ON and op.operands and op.operands[0] in self.factors:
+            shape = self.type(op.results[0]).shape
+            a, b = self.factors[op.operands[0]]
+            if name == "tt.expand_dims":
+                axis = int(op.attr("axis"))
+                self.factors[op.results[0]] = (jnp.expand_dims(a, axis), jnp.expand_dims(b, axis))
+            else:
+                self.factors[op.results[0]] = (jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape))
         if self.relabel is not None and op.results and op.results[0] in self.relabel.axes:
             axis = self.relabel.axes[op.results[0]]
             dtype = lang.dtype_of(self.type(op.results[0]).element)
@@ -225,7 +251,7 @@ class Kernel:
     def start_program(self) -> None:
         """Forgets what the program traced before knew: its values and what is known of them."""
         self.env, self.affine, self.limits, self.stores = {}, {}, {}, []
-        self.loaded_from = {}
+        self.loaded_from, self.factors = {}, {}
         self.predicate = None
         self.path = ()
 
@@ -270,7 +296,7 @@ class Kernel:
             attr = op.attr("rounding", op.attr("roundingmode"))
         if op.name == "tt.clampf":
             attr = op.attr("propagateNan")
-        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor)) for a in args):
+        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor, Address)) for a in args):
             self.pointer_arithmetic(op, args)
             return
         self._track(op)
@@ -295,12 +321,42 @@ class Kernel:
                 raise Unsupported(f"{libdevice_name(symbol)} (the external function {symbol!r})", op.line)
             out = extern.extern_call(symbol, arrays, lang.dtype_of(result.element))
         else:
-            out = lang.elementwise(op.name, arrays, result, attr)
-            if op.name == "arith.mulf" and not self.fuse:
-                # XLA's CPU compiler contracts a product and a sum into one fused multiply-add, as GPUs do with
-                # enable_fp_fusion=True; without it the product is rounded on its own.
-                out = lax.optimization_barrier(out)
+            fused = self._fused(op, arrays)
+            out = lang.elementwise(op.name, arrays, result, attr) if fused is None else fused
+            if self.fusions is not None:
+                out = self._keep_products(op, arrays, out)
         self.env[op.results[0]] = out
+
+    def _fused(self, op: Operation, arrays: list[jax.Array]) -> jax.Array | None:
+        """A sum or difference that fuses a product, rounded once (`jt_core.translation.products`), or ``None``."""
+        if self.fusions is None or not self.fuse or op.name not in ("arith.addf", "arith.subf"):
+            return None
+        index = self.fusions.fused.get(id(op))
+        if index is None or op.operands[index] not in self.factors:
+            return None
+        a, b = self.factors[op.operands[index]]
+        other = arrays[1 - index]
+        if op.name == "arith.subf":
+            if index == 0:
+                other = -other  # a * b - c
+            else:
+                a = -a  # c - a * b
+        return floats.round_bfloat16(libdevice.fused_multiply_add(libdevice.jax_arrays(), a, b, other.astype(a.dtype)))
+
+    def _keep_products(self, op: Operation, arrays: list[jax.Array], out: jax.Array) -> jax.Array:
+        """Keeps a product's factors for the sums that fuse it; a product that rounds alone while a sum may read it
+        is kept from XLA's own contraction (an optimisation barrier): XLA's CPU code fuses a float32 product and
+        sum, and float16 ones where the processor has AVX-512 FP16, which would give other bits on other hosts."""
+        if op.name == "arith.negf" and op.operands[0] in self.factors:
+            a, b = self.factors[op.operands[0]]
+            self.factors[op.results[0]] = (-a, b)
+        if op.name != "arith.mulf":
+            return out
+        if self.fuse:
+            self.factors[op.results[0]] = (arrays[0], arrays[1])
+        if self.fusions is not None and op.results[0] in self.fusions.rounded:
+            out = lax.optimization_barrier(out)
+        return out
 
     def _track(self, op: Operation) -> None:
         """Keeps the affine form of a sum, difference or product with a constant of affine integers."""
@@ -335,7 +391,13 @@ class Kernel:
             self.affine[op.results[0]] = b.times(a.const).broadcast(self.type(op.results[0]).shape)
 
     def pointer_arithmetic(self, op: Operation, args: Sequence[Any]) -> None:
-        """``arith.select`` between pointers of one buffer, and the pointer comparisons."""
+        """``arith.select`` between pointers of one buffer, and the pointer comparisons (of addresses too: with
+        zero, or with another into the same buffer)."""
+        if any(isinstance(a, Address) for a in args):
+            if op.name != "arith.cmpi":
+                raise Unsupported(_ADDRESS_AS_NUMBER, op.line)
+            self.env[op.results[0]] = _address_comparison(self, op, args)
+            return
         if op.name == "arith.select" and isinstance(args[1], Pointer) and isinstance(args[2], Pointer):
             a, b = args[1], args[2]
             if a.buffer != b.buffer:
@@ -366,8 +428,53 @@ class Kernel:
             self.depth -= 1
 
 
+_ADDRESS_AS_NUMBER = "a pointer's address used as a number (the compiled path only knows that it is not null)"
+
+#: ``arith.cmpi`` predicates by number, and what each gives comparing a non-null address with zero (``None``: a
+#: signed comparison, which depends on the address).
+_VERSUS_NULL = {0: False, 1: True, 2: None, 3: None, 4: None, 5: None, 6: False, 7: False, 8: True, 9: True}
+
+
+def _address_comparison(k: Kernel, op: Operation, args: Sequence[Any]) -> Any:
+    """An ``arith.cmpi`` of an address (`Address`): with zero, it is what a non-null pointer gives; with the
+    address of another pointer into the same buffer, the offsets' comparison (unsigned: byte addresses)."""
+    shape = k.type(op.results[0]).shape
+    predicate = int(op.attr("predicate"))
+    if all(isinstance(a, Address) for a in args):
+        a, b = args[0].pointer, args[1].pointer
+        if isinstance(a, Pointer) and isinstance(b, Pointer) and a.buffer == b.buffer:
+            return lang.elementwise(
+                "arith.cmpi", [jnp.asarray(a.offset), jnp.asarray(b.offset)], k.type(op.results[0]), predicate
+            )
+        raise Unsupported("a comparison of the addresses of two arguments, which the compiled path does not know")
+    other = op.operands[1] if isinstance(args[0], Address) else op.operands[0]
+    if isinstance(args[1], Address):  # 0 < p is p > 0
+        predicate = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}.get(predicate, predicate)
+    known = _VERSUS_NULL.get(predicate)
+    zero = k.affine_of(other)
+    if zero is None or not zero.is_constant or zero.const != 0 or known is None:
+        raise Unsupported(_ADDRESS_AS_NUMBER)
+    return known if not shape else jnp.full(shape, known)
+
+
+def _ptr_to_int(k: Kernel, op: Operation, state: State) -> State:
+    pointer = k.get(op.operands[0])
+    if not isinstance(pointer, Pointer):
+        raise Unsupported("a pointer turned into an integer", op.line)
+    k.env[op.results[0]] = Address(pointer)
+    return state
+
+
 def _call(k: Kernel, op: Operation, state: State) -> State:
     args = [k.get(v) for v in op.operands]
+    chained = [i for i, v in enumerate(op.operands) if v in k.call_results and _is_block(args[i])]
+    if chained:
+        # A helper's result handed straight to another helper (the stages of a sorting network): materialized
+        # between the two, XLA compiles each stage once; fused, it duplicates every earlier stage into each use of
+        # a later one (a 512-element bitonic argsort took minutes to compile).
+        kept = lax.optimization_barrier([args[i] for i in chained])
+        for i, array in zip(chained, kept, strict=True):
+            args[i] = array
     results, state = k.call(str(op.attr("callee")), args, state, op.line)
     for value, result in zip(op.results, results, strict=True):
         k.env[value] = result
@@ -380,10 +487,16 @@ HANDLERS = {
     **descriptors.HANDLERS,
     **reductions.HANDLERS,
     "tt.call": _call,
+    "tt.ptr_to_int": _ptr_to_int,
     "scf.for": control.scf_for,
     "scf.if": control.scf_if,
     "scf.while": control.scf_while,
 }
+
+
+def _is_block(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of more than one dimension's worth of elements (a block, not a scalar)."""
+    return isinstance(value, jax.Array) and value.ndim > 0
 
 
 def _narrow(ty: TensorType) -> bool:

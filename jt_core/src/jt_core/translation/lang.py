@@ -24,6 +24,7 @@ from jax import lax
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter import libdevice
 from jt_core.translation import floats
+from jt_core.translation import strategy as strategies
 from jt_core.translation.program import TensorType
 
 __all__ = [
@@ -387,8 +388,13 @@ def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
 
 
 def fma(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
-    wide = jnp.float64 if x.dtype.itemsize <= 4 else x.dtype
-    return (x.astype(wide) * y.astype(wide) + z.astype(wide)).astype(x.dtype)
+    """``tl.fma``: rounded once, as the device's ``fma.rn``, where the strategy rounds as a GPU does; else as XLA
+    computes ``x * y + z`` (a TPU has no float64 to round once through)."""
+    if not strategies.active().exact_rounding or not jnp.issubdtype(x.dtype, jnp.floating):
+        return x * y + z
+    shape = jnp.broadcast_shapes(x.shape, y.shape, z.shape)
+    x, y, z = (jnp.broadcast_to(v, shape).astype(x.dtype) for v in (x, y, z))
+    return libdevice.fused_multiply_add(libdevice.jax_arrays(), x, y, z)
 
 
 def _rsqrt(x: jax.Array) -> jax.Array:

@@ -8,10 +8,12 @@ platform without one refuses it, naming the construct and its source line. An au
 configuration, or, where the launcher tunes (`TranslatingLauncher.tunes`), the fastest, timed compiled when the call
 is lowered.
 
-Every access sets a flag when a lane strays outside its buffer (it reads zero or writes nothing instead). What the
-flag does after the kernel is the platform's (`TranslatingLauncher.after_kernel`): by default, and in every artifact
-made for ``jax.export``, every output comes back poisoned (NaN, bytes 0xA5, ``True``) rather than with values that
-look right. A call whose every access was proven inside its buffer when the kernel was traced has no flag at all.
+Every access sets a fault when a lane strays outside its buffer (it reads zero or writes nothing instead), and a
+program that waits in a loop that could never end sets another and leaves it (`jt_core.translation.memory.State`).
+What the faults do after the kernel is the platform's (`TranslatingLauncher.after_kernel`): by default, and in every
+artifact made for ``jax.export``, every output comes back poisoned (NaN, bytes 0xA5, ``True``) rather than with values
+that look right. A call whose every access was proven inside its buffer when the kernel was traced has no faults at
+all.
 """
 
 from __future__ import annotations
@@ -81,8 +83,8 @@ def kernel_function(
     fuse: bool = True,
     sentinel_run: int | None = None,
 ) -> Callable[..., list[jax.Array]]:
-    """The function of the call's operands that runs one configuration of it: it returns the outputs, then the flag
-    that says whether an access strayed outside its buffer.
+    """The function of the call's operands that runs one configuration of it: it returns the outputs, then the
+    faults (`jt_core.translation.memory.State`: an access strayed outside its buffer, a program spun).
 
     Args:
         call: The call.
@@ -201,7 +203,7 @@ def kernel_function(
             state = run_grid(program, memory, config.grid, arguments, state, fused, strategy)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
-        return [*outputs, state.strayed]
+        return [*outputs, state.faults]
 
     return run
 
@@ -216,8 +218,8 @@ class _Traced:
 
     def get(self, launcher: TranslatingLauncher, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
         """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
-        the translation cannot express. The jaxpr returns the outputs unchecked, then the flag that says whether
-        an access strayed (`kernel_function`): the lowering adds what the launcher does with it."""
+        the translation cannot express. The jaxpr returns the outputs unchecked, then the faults (`kernel_function`):
+        the lowering adds what the launcher does with them."""
         strategy, fuse = launcher.strategy(), launcher.fuses()
         key = (call, tuple(id(k) for k in kernels), strategy, fuse)
         with self._lock:
@@ -262,7 +264,7 @@ _compat.on_clear_caches(_traced, "jt_core translated kernels")
 
 
 def _never_strays(closed: Any) -> bool:
-    """Whether the traced kernel's flag (its last result) is the constant ``False``."""
+    """Whether the traced kernel's faults (its last result) are the constant zero."""
     from jax._src import core
 
     flag = closed.jaxpr.outvars[-1]
@@ -271,13 +273,13 @@ def _never_strays(closed: Any) -> bool:
 
 def poisoned_where_strayed(count: int) -> Callable[..., list[jax.Array]]:
     """What stands for a check after the kernel where nothing can raise (an exported artifact, a platform without
-    jt's handlers), as a function of the ``count`` outputs, the flag and the operands (unused): when an access
-    strayed, every output comes back poisoned as an unwritten one is (NaN, bytes 0xA5, ``True``), rather than with
-    values that look right."""
+    jt's handlers), as a function of the ``count`` outputs, the faults and the operands (unused): when an access
+    strayed (or a program left a loop that could never end), every output comes back poisoned as an unwritten one is
+    (NaN, bytes 0xA5, ``True``), rather than with values that look right."""
 
     def poisoned(*arrays: jax.Array) -> list[jax.Array]:
-        outputs, strayed = arrays[:count], arrays[count]
-        return [lax.select(jnp.broadcast_to(strayed, o.shape), poison(o.aval), o) for o in outputs]
+        outputs, faults = arrays[:count], arrays[count]
+        return [lax.select(jnp.broadcast_to(faults != 0, o.shape), poison(o.aval), o) for o in outputs]
 
     return poisoned
 
@@ -337,9 +339,9 @@ class TranslatingLauncher(Launcher):
     def after_kernel(
         self, call: KernelCall, kernel: CompiledKernel, index: int, count: int, exporting: bool
     ) -> Callable[..., list[jax.Array]]:
-        """What runs after a kernel whose accesses may stray, as a function of its ``count`` outputs, the flag that
-        says whether one strayed, and the call's operands; it returns the outputs. The default, and what the CPU
-        makes for ``jax.export``: `poisoned_where_strayed`."""
+        """What runs after a kernel whose accesses may stray, as a function of its ``count`` outputs, its faults
+        (`jt_core.translation.memory.State`), and the call's operands; it returns the outputs. The default, and what
+        the CPU makes for ``jax.export``: `poisoned_where_strayed`."""
         return poisoned_where_strayed(count)
 
     def checked_function(self, call: KernelCall, kernel: CompiledKernel, index: int, **options: Any) -> Any:
@@ -349,18 +351,19 @@ class TranslatingLauncher(Launcher):
         after = self.after_kernel(call, kernel, index, len(call.out_avals), False)
 
         def checked(*operands: jax.Array) -> list[jax.Array]:
-            *outputs, strayed = run(*operands)
-            return after(*outputs, strayed, *operands)
+            *outputs, faults = run(*operands)
+            return after(*outputs, faults, *operands)
 
         return checked
 
     def chosen_config(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
         """The configuration an autotuned call runs: the first, or where the launcher `tunes`, the fastest compiled
         (remembered per machine like every autotuning winner); for configurations that launch the same grid, only
-        those that write every element of the outputs, checked on scratch operands (`jt_core.coverage`).
+        those that write every element of the outputs, checked on scratch operands (`jt_core.coverage`, whose rule
+        says what an element that no configuration writes means).
 
         Raises:
-            NoUsableConfigError: When every configuration leaves part of an output unwritten.
+            NoUsableConfigError: When no configuration is usable (`jt_core.coverage.CoverageCheck`).
         """
         if len(call.configs) == 1:
             return 0
@@ -376,46 +379,32 @@ class TranslatingLauncher(Launcher):
                 scratch.append(jnp.asarray(rng.standard_normal(aval.shape).astype(dtype)))
             else:
                 scratch.append(jnp.asarray(rng.integers(0, 2 if dtype == np.bool_ else 8, aval.shape).astype(dtype)))
-        reasons: dict[int, str] = {}
 
-        def covers(index: int) -> bool:
-            """Runs configuration ``index`` into both sentinels; whether it wrote every checked element (else why is
-            kept in ``reasons``)."""
+        def measure(index: int) -> dict[int, np.ndarray]:
+            """Runs configuration ``index`` into both sentinels: what it left unwritten. Its faults are not looked
+            at: scratch integers may send an access astray, which is dropped and says nothing about coverage."""
             runs = []
             for run in (0, 1):
                 with jax.enable_x64(True):
-                    fn = jax.jit(self.checked_function(call, kernels[index], index, sentinel_run=run))
-                    runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))])
-            counts = {
-                out: coverage.unwritten(runs[0][out], runs[1][out])
+                    fn = jax.jit(
+                        kernel_function(call, kernels[index], index, self.strategy(), self.fuses(), sentinel_run=run)
+                    )
+                    runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))[:-1]])
+            return {
+                out: coverage.unwritten_elements(runs[0][out], runs[1][out])
                 for out in coverage.checked_outputs(call, call.configs[index])
             }
-            counts = {out: count for out, count in counts.items() if count}
-            if counts:
-                reasons[index] = coverage.unwritten_message(call, counts)
-            return not counts
 
-        def chosen(index: int) -> int:
-            for skipped, why in sorted(reasons.items()):
-                coverage.config_skipped(call, call.configs[skipped], why)
-            return index
+        check = coverage.CoverageCheck(call, measure)
+        if not tuned:
+            return check.first_usable()  # an UnsupportedKernelError is the launcher's to hand over or refuse
 
         unsupported: list[UnsupportedKernelError] = []
 
         def none_usable() -> Exception:
             if unsupported:  # the launcher hands the call over or refuses it
                 return unsupported[0]
-            labels = [(config.label, reasons.get(i, "")) for i, config in enumerate(call.configs)]
-            return coverage.no_usable_config(call, labels, unwritten_only=True)
-
-        if not tuned:
-            for index in range(len(call.configs)):
-                try:
-                    if covers(index):
-                        return chosen(index)
-                except UnsupportedKernelError:
-                    return index  # the launcher hands the call over or refuses it, naming why
-            raise none_usable()
+            return check.error()
 
         compiled: dict[int, Any] = {}
 
@@ -433,7 +422,7 @@ class TranslatingLauncher(Launcher):
                 workers = max(1, min(len(kernels), os.cpu_count() or 1, 8))
                 with concurrent.futures.ThreadPoolExecutor(workers) as pool:
                     compiled.update(enumerate(pool.map(build, range(len(kernels)))))
-            if checked and not covers(index):
+            if checked and not check.usable(index):
                 return float("inf")
             executable = compiled[index]
             if isinstance(executable, UnsupportedKernelError):
@@ -447,7 +436,8 @@ class TranslatingLauncher(Launcher):
                 times.append(time.perf_counter() - start)
             return sorted(times)[1]
 
-        return chosen(tuning.choose_config(call, self.device_name(), trial, none_usable))
+        index = tuning.choose_config(call, self.device_name(), trial, none_usable)
+        return check.chosen(index) if checked else index
 
     def lower(
         self,
@@ -469,10 +459,10 @@ class TranslatingLauncher(Launcher):
         # vary over, which the kernel's own constants would not match.
         plain_in = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in]
         plain_out = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_out]
-        flag = core.ShapedArray((), np.dtype(np.bool_))
+        flag = core.ShapedArray((), np.dtype(np.int8))
         # Lowered as the computation around it is: under jax.enable_x64, the functions of a lowering for several
         # platforms would take the platform's index as a 64-bit integer, where the module passes 32 bits.
-        *outputs, strayed = _compat.lower_closed_jaxpr(
+        *outputs, faults = _compat.lower_closed_jaxpr(
             ctx.replace(avals_in=plain_in, avals_out=[*plain_out, flag]), jaxpr, operands
         )
         if _never_strays(jaxpr):
@@ -485,6 +475,6 @@ class TranslatingLauncher(Launcher):
         return mlir.lower_fun(after, multiple_results=True)(
             ctx.replace(avals_in=[*plain_out, flag, *plain_in], avals_out=plain_out),
             *outputs,
-            strayed,
+            faults,
             *operands,
         )

@@ -27,7 +27,7 @@ from jt_core.errors import UnsupportedKernelError
 from jt_core.translation.affine import Affine
 from jt_core.translation.lang import dtype_of, is_static
 
-__all__ = ["ORDERLESS", "BufferSpec", "Memory", "Pointer", "State", "no_error"]
+__all__ = ["ORDERLESS", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,16 +65,28 @@ class Pointer:
 
 
 class State(NamedTuple):
-    """What the grid's loop carries: the writable buffers (flattened, in buffer order), and whether an access
-    strayed outside its buffer (or stored into an input)."""
+    """What the grid's loop carries: the writable buffers (flattened, in buffer order), and the faults found so far,
+    bits of an int8 (`STRAYED`, `SPINS`) combined with ``|`` (a boolean combined in sets `STRAYED`)."""
 
     buffers: tuple[jax.Array, ...]
-    strayed: jax.Array
+    faults: jax.Array
+
+
+#: A fault: an access strayed outside its buffer (or stored into an input).
+STRAYED = 1
+#: A fault: a program waits in a loop that can never end (`jt_core.translation.control`), and left it.
+SPINS = 2
 
 
 def no_error() -> jax.Array:
-    """The flag of a run in which no access strayed (yet)."""
-    return jnp.zeros((), bool)
+    """The faults of a run in which nothing went wrong (yet)."""
+    return jnp.zeros((), jnp.int8)
+
+
+def merged_faults(faults: jax.Array) -> jax.Array:
+    """The faults of many programs (an array of them) as one."""
+    faults = jnp.asarray(faults).astype(jnp.int8)
+    return lax.reduce_or(faults, tuple(range(faults.ndim))) if faults.ndim else faults
 
 
 def _storage(spec: BufferSpec) -> np.dtype:
@@ -163,7 +175,7 @@ class Memory:
         buffers = list(state.buffers)
         shape = self.specs[buffer].shape
         buffers[self._slots[buffer]] = array if array.shape == shape else lax.reshape(array, shape)
-        return State(tuple(buffers), state.strayed)
+        return State(tuple(buffers), state.faults)
 
     def _inside(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[int, int] | None:
         """``(first, last)`` offsets of an access whose lanes are known, when the kernel is traced, to lie inside
@@ -190,7 +202,7 @@ class Memory:
     # -- checks ------------------------------------------------------------------------------------------------
 
     def _record(self, state: State, bad: jax.Array) -> State:
-        return State(state.buffers, state.strayed | jnp.any(bad))
+        return State(state.buffers, state.faults | jnp.any(bad))
 
     def _lanes(
         self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...]
@@ -218,7 +230,7 @@ class Memory:
             # The lanes lie within a known spread of the first: two comparisons check the whole block.
             first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
             strayed = (first + spread[0] < 0) | (first + spread[1] >= spec.size)
-            return offsets, None, State(state.buffers, state.strayed | strayed)
+            return offsets, None, State(state.buffers, state.faults | strayed)
         inside = (offsets >= 0) & (offsets < spec.size)
         if self.bounds_check:
             state = self._record(state, ~inside if wanted is None else wanted & ~inside)

@@ -190,7 +190,7 @@ def _region_function(k: Tracer, op: Operation) -> Callable[..., Any]:
     return combine
 
 
-_NO_STATE = State((), np.zeros((), bool))  # type: ignore[arg-type]
+_NO_STATE = State((), np.zeros((), np.int8))  # type: ignore[arg-type]
 
 
 def _reduce(k: Tracer, op: Operation, state: State) -> State:

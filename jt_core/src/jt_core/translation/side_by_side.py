@@ -38,6 +38,7 @@ from jt_core.translation.memory import (
     _storage,
     _to_storage,
     _to_value,
+    merged_faults,
     no_error,
 )
 from jt_core.translation.program import Program
@@ -371,7 +372,7 @@ def run(
     kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy, relabel=relabel, launch=launch)
     entry = program.functions[program.entry].body[0]
     recorded: list[Any] = []
-    #: Whether no access of the programs could stray (their flag is the one they started with, untouched).
+    #: Whether no access of the programs could stray (their faults are the ones they started with, untouched).
     clean = [True]
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[Any], jax.Array]:
@@ -387,11 +388,11 @@ def run(
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
             start = no_error()
             _, after = kernel.run_block(entry, list(arguments), State(buffers, start))
-            clean[0] = after.strayed is start
+            clean[0] = after.faults is start
             _independent(local, grid)
             assert local.deferred is not None
             recorded[:] = [record for record, _, _ in local.deferred]
-            return [(i, v) for _, i, v in local.deferred], after.strayed
+            return [(i, v) for _, i, v in local.deferred], after.faults
 
         fn: Any = one
         for k in reversed(range(len(mapped))):
@@ -400,7 +401,7 @@ def run(
 
     def box_of(index: Any, carried: State) -> State:
         first = 0 if chunks == 1 else index * along
-        arrays, strayed = programs(first, carried.buffers)
+        arrays, faults = programs(first, carried.buffers)
         valid = None
         if chunks > 1 and grid[0] % along:
             valid = (first + lax.iota(jnp.int32, along)) < grid[0]
@@ -410,8 +411,8 @@ def run(
         if clean[0]:
             return state  # no access could stray: the flag stays what it was, a constant XLA and jt see
         if valid is not None and counts[0] > 1:
-            strayed = strayed & valid.reshape((-1,) + (1,) * (strayed.ndim - 1))
-        return State(state.buffers, state.strayed | jnp.any(strayed))
+            faults = jnp.where(valid.reshape((-1,) + (1,) * (faults.ndim - 1)), faults, 0)
+        return State(state.buffers, state.faults | merged_faults(faults))
 
     if chunks == 1:
         return box_of(0, state)
@@ -432,7 +433,7 @@ def _apply(
         wanted = first.reshape(record.view.counts)
         if valid is not None:
             wanted = wanted & valid.reshape((-1,) + (1,) * (len(record.view.counts) - 1))
-        return State(state.buffers, state.strayed | blocks.strays(record.size, record.view, record.begin, wanted))
+        return State(state.buffers, state.faults | blocks.strays(record.size, record.view, record.begin, wanted))
     if isinstance(record, _BlockAtomic):
         index = first
         if valid is not None and counts[0] > 1:
@@ -455,7 +456,7 @@ def _apply(
         state = memory._replace(state, record.buffer, flat)
         if strayed is False or not memory.bounds_check:
             return state
-        return State(state.buffers, state.strayed | strayed)
+        return State(state.buffers, state.faults | strayed)
     index = first
     assert second is not None
     if valid is not None and counts[0] > 1:

@@ -8,7 +8,7 @@ from typing import Any
 
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["BlockPointer", "NotVectorizable", "Unsupported"]
+__all__ = ["Address", "BlockPointer", "NotVectorizable", "Unsupported"]
 
 
 class Unsupported(UnsupportedKernelError):
@@ -45,3 +45,17 @@ class BlockPointer:
     offsets: tuple[Any, ...]
     block: tuple[int, ...]
     pointee: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    """A pointer turned into an integer (``tt.ptr_to_int``, what Triton makes of ``if ptr:``). The compiled path
+    knows no address, only that a pointer derived from an argument is never null (an argument the caller passes
+    as ``None`` is a constexpr ``None``, which Triton's front end settles before the IR): comparing it with zero,
+    or with another into the same buffer, is all it can express.
+
+    Attributes:
+        pointer: The pointer (`jt_core.translation.memory.Pointer`).
+    """
+
+    pointer: Any

@@ -1,10 +1,12 @@
 """Raising a compiled CPU kernel's out-of-bounds error after it ran.
 
-Every access of the kernel sets a flag when a lane strays outside its buffer (the lane reads zero or writes nothing
-instead). After the kernel, one custom call of jt's CPU handler library takes the flag, the outputs (passed through
-untouched: aliased) and the operands. When the flag is set, it runs the same call again in Triton's interpreter, on
-the same operands: the interpreter stops at the first stray access, in program order, and names the kernel, the
-argument, the element and the program, as it does for a call it runs itself. No host callback is involved, so the
+Every access of the kernel sets a fault when a lane strays outside its buffer (the lane reads zero or writes nothing
+instead). After the kernel, one custom call of jt's CPU handler library takes the faults, the outputs (passed
+through untouched: aliased) and the operands. When an access strayed, it runs the same call again in Triton's
+interpreter, on the same operands: the interpreter stops at the first stray access, in program order, and names the
+kernel, the argument, the element and the program, as it does for a call it runs itself. When a program waited in
+a loop that could never end (a spin lock no program releases: `jt_core.translation.control`), the check fails
+with that, without the interpreter, which would wait forever. No host callback is involved, so the
 check works inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. A kernel whose
 accesses were all proven inside their buffers when it was traced has no check, and neither has a call lowered for
 ``jax.export`` (`jt_core.cpu.compiled.launcher`).
@@ -42,17 +44,18 @@ def register(call: KernelCall, kernel: CompiledKernel, config_index: int) -> int
 
 def checked(
     outputs: Sequence[jax.Array],
-    strayed: jax.Array,
+    faults: jax.Array,
     operands: Sequence[jax.Array],
     call_id: int,
     name: str,
     has_side_effect: bool = False,
 ) -> list[jax.Array]:
-    """``outputs``, after a check that fails the computation, naming the access, when ``strayed`` is set.
+    """``outputs``, after a check that fails the computation when ``faults`` holds one: naming the access that
+    strayed, or saying that a program waited in a loop that could never end.
 
     Args:
         outputs: The kernel's outputs.
-        strayed: Whether an access strayed outside its buffer.
+        faults: The kernel's faults (`jt_core.translation.memory.State`: ``STRAYED``, ``SPINS``).
         operands: The call's operands, for the interpreter to run the call again.
         call_id: What `register` returned for the call.
         name: The call's name.
@@ -66,4 +69,4 @@ def checked(
         has_side_effect=has_side_effect or not outputs,
         input_output_aliases={i + 1: i for i in range(len(outputs))},
     )
-    return list(call(strayed.astype(jax.numpy.int8), *outputs, *operands, call_id=call_id, name=name))
+    return list(call(faults.astype(jax.numpy.int8), *outputs, *operands, call_id=call_id, name=name))

@@ -10,9 +10,10 @@ made with one of them on goes there. An autotuned call runs its first configurat
 the fastest, timed compiled when the call is lowered.
 
 A call whose every access was proven inside its buffer when the kernel was traced lowers to XLA operations alone;
-otherwise a check after the kernel raises a stray access's error (`jt_core.cpu.compiled.checking`). Lowered for
-``jax.export``, a call lowers to plain StableHLO whatever it accesses: an artifact can carry none of jt's custom
-calls, so the check becomes a select that poisons every output where an access strayed.
+otherwise a check after the kernel raises a stray access's error, or says that a program waited in a loop that could
+never end (`jt_core.cpu.compiled.checking`). Lowered for ``jax.export``, a call lowers to plain StableHLO whatever it
+accesses: an artifact can carry none of jt's custom calls, so the check becomes a select that poisons every output
+where an access strayed.
 """
 
 from __future__ import annotations
@@ -71,10 +72,6 @@ class CpuCompiledLauncher(TranslatingLauncher):
     def strategy(self) -> Strategy:
         return CPU_STRATEGY
 
-    def fuses(self) -> bool:
-        # Compared with the interpreter (JT_CPU_DIFFERENTIAL), each product is rounded as the interpreter rounds it.
-        return not differential.enabled()
-
     def tunes(self) -> bool:
         return cpu_autotune_enabled()
 
@@ -132,8 +129,8 @@ class CpuCompiledLauncher(TranslatingLauncher):
         call_id = checking.register(call, kernel, index)
 
         def check(*arrays: jax.Array) -> list[jax.Array]:
-            outputs, strayed, operands = arrays[:count], arrays[count], arrays[count + 1 :]
-            return checking.checked(outputs, strayed, operands, call_id, call.name, call.launch.has_side_effect)
+            outputs, faults, operands = arrays[:count], arrays[count], arrays[count + 1 :]
+            return checking.checked(outputs, faults, operands, call_id, call.name, call.launch.has_side_effect)
 
         return check
 

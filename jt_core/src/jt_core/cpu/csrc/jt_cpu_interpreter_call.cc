@@ -89,17 +89,31 @@ ffi::Error Execute(int64_t call_id, std::string_view name, ffi::RemainingArgs ar
   return ffi::Error(ToErrorCode(*code), text);
 }
 
-// A compiled kernel's check. Its arguments are a flag (nonzero when one of the kernel's accesses strayed outside its
-// buffer), the kernel's outputs (aliased to the results: they pass through untouched) and its operands. When the
-// flag is set, the call registered under `call_id` runs again in Triton's interpreter on the same operands, into the
-// results, through the dispatcher; the interpreter stops at the first stray access and names it, and that error is
-// the check's.
+// The faults a compiled kernel reports, bits of its flag (jt_core.translation.memory: STRAYED, SPINS).
+constexpr uint8_t kStrayed = 1;
+constexpr uint8_t kSpins = 2;
+
+// A compiled kernel's check. Its arguments are a flag (the kernel's faults: kStrayed when one of its accesses strayed
+// outside its buffer, kSpins when one of its programs waited in a loop that could never end), the kernel's outputs
+// (aliased to the results: they pass through untouched) and its operands. A program that spins fails the check at
+// once (Triton's interpreter would wait forever). When an access strayed, the call registered under `call_id` runs
+// again in Triton's interpreter on the same operands, into the results, through the dispatcher; the interpreter
+// stops at the first stray access and names it, and that error is the check's.
 ffi::Error Check(int64_t call_id, std::string_view name, ffi::AnyBuffer flag, ffi::RemainingArgs args,
                  ffi::RemainingRets rets) {
-  bool strayed = false;
+  uint8_t faults = 0;
   const uint8_t* bytes = static_cast<const uint8_t*>(flag.untyped_data());
-  for (size_t i = 0; i < flag.size_bytes(); ++i) strayed = strayed || bytes[i] != 0;
-  if (!strayed) return ffi::Error::Success();
+  for (size_t i = 0; i < flag.size_bytes(); ++i) faults |= bytes[i];
+  if (faults & kSpins) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "KernelRuntimeError: triton_call '" + std::string(name) +
+                          "' never finishes: a program waits in a while loop whose condition stores (a spin lock, "
+                          "`while tl.atomic_cas(lock, 0, 1) == 1`) for a change that no program makes. The compiled "
+                          "path runs the programs one after another, so a lock that a program still holds when it "
+                          "ends (or that starts taken) is never released; release every lock before the program "
+                          "ends (tl.atomic_xchg(lock, 0)) and pass the locks zeroed (zeroed_outputs=)");
+  }
+  if (!(faults & kStrayed)) return ffi::Error::Success();
   JtCpuDispatcher dispatcher = g_dispatcher.load(std::memory_order_acquire);
   if (dispatcher == nullptr) {
     return ffi::Error(ffi::ErrorCode::kOutOfRange, "jt CPU backend: kernel '" + std::string(name) +

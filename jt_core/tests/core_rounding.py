@@ -1,0 +1,45 @@
+"""Exact references of rounding, for the tests of how the CPU paths round: computed in rationals
+(`fractions.Fraction`), rounded once to nearest even."""
+
+from __future__ import annotations
+
+import fractions
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["rounded", "rounded_once"]
+
+#: Precision (bits) and smallest normal exponent of each float type.
+FORMATS = {
+    np.dtype(np.float32): (24, -126),
+    np.dtype(np.float16): (11, -14),
+    np.dtype(ml_dtypes.bfloat16): (8, -126),
+    np.dtype(np.float64): (53, -1022),
+}
+
+
+def rounded(exact: fractions.Fraction, dtype: Any) -> float:
+    """``exact`` rounded to nearest even in ``dtype`` (subnormals included), as a Python float."""
+    precision, emin = FORMATS[np.dtype(dtype)]
+    if exact == 0:
+        return 0.0
+    size = abs(exact)
+    exponent = size.numerator.bit_length() - size.denominator.bit_length()
+    if fractions.Fraction(2) ** exponent > size:
+        exponent -= 1
+    unit = fractions.Fraction(2) ** (max(exponent, emin) - precision + 1)
+    whole, rest = divmod(size / unit, 1)
+    if rest > fractions.Fraction(1, 2) or (rest == fractions.Fraction(1, 2) and whole % 2 == 1):
+        whole += 1
+    return float(whole * unit) * (1.0 if exact > 0 else -1.0)
+
+
+def rounded_once(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: Any) -> np.ndarray:
+    """``a * b + c``, elementwise, computed exactly and rounded once to ``dtype``: a fused multiply-add."""
+    out = [
+        rounded(fractions.Fraction(float(x)) * fractions.Fraction(float(y)) + fractions.Fraction(float(z)), dtype)
+        for x, y, z in zip(np.ravel(a), np.ravel(b), np.ravel(c), strict=True)
+    ]
+    return np.asarray(out).astype(dtype).reshape(np.shape(a))
