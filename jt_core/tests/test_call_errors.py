@@ -414,14 +414,27 @@ def test_an_output_left_out_of_out_shape_is_offered_as_the_reason() -> None:
 
 
 def test_a_missing_argument_of_a_call_with_an_aliased_output_counts_both_conventions() -> None:
+    # scale_inplace_kernel(x_ptr, n, factor): no parameter looks like a second pointer, so the aliased output
+    # writes through x_ptr (current convention) and both scalars are missing.
     message = _missing_message(
         lambda: jt.triton_call(
             X, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=2, BLOCK=16
         )
     )
-    assert message.startswith("triton_call is missing 1 argument of kernel scale_inplace_kernel(")
+    assert message.startswith("triton_call is missing 2 arguments of kernel scale_inplace_kernel(")
+    assert "tl.constexpr): n, factor.\n" in message
+    assert "its 1 aliased output writes through the input's pointer" in message
+    assert "If its aliased output has a pointer parameter of its own (classic convention), 1 argument is missing" in (
+        message
+    )
+
+
+def test_a_missing_argument_beside_an_aliased_output_with_its_own_pointer_counts_both_conventions() -> None:
+    aliased = {"input_output_aliases": {0: 0}, "grid": 2, "BLOCK": 16}
+    message = _missing_message(lambda: jt.triton_call(X, X, kernel=scale_add_kernel, out_shape=X, **aliased))
+    assert "tl.constexpr): n, alpha.\n" in message  # out_ptr is the aliased output's pointer (classic convention)
     assert (
-        "If its aliased output has no pointer parameter of its own (current convention), 2 arguments are missing"
+        "If its aliased output has no pointer parameter of its own (current convention), 3 arguments are missing"
         in (message)
     )
 

@@ -227,6 +227,10 @@ def _misfit(
         bound_text = ", ".join(f"{k}={describe_value(v)}" for k, v in bound) or "nothing"
         if first.problem is not None and len(first.left) > num_outputs:
             missing = _missing_arguments(nonconstexpr, args, keyword_operands, num_outputs)
+            if num_aliased and missing is not None:
+                current = _missing_arguments(nonconstexpr, args, keyword_operands, num_outputs - num_aliased)
+                if current is not None and current.misfit < missing.misfit:
+                    missing = dataclasses.replace(current, current=True)
         if missing is not None:
             lines = _missing_lines(signature, missing, args, keyword_operands, free, num_outputs, num_aliased)
         else:
@@ -263,12 +267,16 @@ class _Missing:
         positional: Parameter name to the index of the positional value that fills it.
         alternatives: Other parameters that are as likely to be the missing ones (the names and values of the
             arguments do not tell them apart; positional values then fill the earliest parameters).
+        misfit: How badly the arguments fit this reading (0: not at all badly).
+        current: Whether aliased outputs have no parameter of their own in this reading (the current convention).
     """
 
     missing: tuple[str, ...]
     outputs: tuple[str, ...]
     positional: dict[str, int]
     alternatives: tuple[str, ...]
+    misfit: float = 0.0
+    current: bool = False
 
 
 #: The most readings of a call with too few arguments that are weighed against each other.
@@ -354,6 +362,7 @@ def _missing_arguments(
         outputs=tuple(free[i] for i in outs),
         positional={free[i]: k for k, i in enumerate(filled)},
         alternatives=tuple(name for name in free if name in others),
+        misfit=cost,
     )
 
 
@@ -380,8 +389,12 @@ def _missing_lines(
     bound += [f"{name}={describe_value(value)} (keyword)" for name, value in keyword_operands.items()]
     reading = f"  The arguments read best as {', '.join(bound)}" if bound else "  The call gives no operand"
     if found.outputs:
-        taken = "takes" if num_outputs == 1 else "take"
-        reading += f", and its {_count(num_outputs, 'output')} (out_shape/out_type) {taken} {', '.join(found.outputs)}"
+        taken = "takes" if len(found.outputs) == 1 else "take"
+        outputs = _count(len(found.outputs), "output" if not found.current else "output not aliased")
+        reading += f", and its {outputs} (out_shape/out_type) {taken} {', '.join(found.outputs)}"
+    if found.current:
+        writes = "writes" if num_aliased == 1 else "write"
+        reading += f", and its {_count(num_aliased, 'aliased output')} {writes} through the input's pointer"
     given = ", ".join(f"{name}=..." for name in found.missing)
     lines = [
         f"{head}.",
@@ -403,11 +416,19 @@ def _missing_lines(
             f"  If {names} {'takes an output' if count == 1 else 'take outputs'}, out_shape (or out_type) describes "
             f"{_count(num_outputs, 'output')} and needs {num_outputs + count}."
         )
-    if num_aliased:
-        its = "its aliased output has" if num_aliased == 1 else f"its {num_aliased} aliased outputs have"
+    one = num_aliased == 1
+    its = "its aliased output" if one else f"its {num_aliased} aliased outputs"
+    if num_aliased and not found.current:
         lines.append(
-            f"  If {its} no pointer parameter of {'its' if num_aliased == 1 else 'their'} own (current convention), "
-            f"{count + num_aliased} arguments are missing."
+            f"  If {its} {'has' if one else 'have'} no pointer parameter of {'its' if one else 'their'} own (current "
+            f"convention), {_count(count + num_aliased, 'argument')} {'is' if count + num_aliased == 1 else 'are'} "
+            "missing."
+        )
+    elif found.current and count > num_aliased:
+        rest = count - num_aliased
+        lines.append(
+            f"  If {its} {'has' if one else 'have'} a pointer parameter of {'its' if one else 'their'} own (classic "
+            f"convention), {_count(rest, 'argument')} {'is' if rest == 1 else 'are'} missing."
         )
     return lines
 
