@@ -7,9 +7,9 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
   for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
   ``jt_hook_recorder`` (records hook calls); outside pytest, `using_plugins` (a ``with`` block in which jt
   uses the installed plugins plus fake entry points) and `dialect_for` (the dialect chosen for a kernel);
-* markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
-  ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
-  accident);
+* markers ``cuda``, ``rocm``, ``gpu`` and ``tpu`` that skip a test where the hardware is absent, and the option
+  ``--jt-require-gpu`` that turns those skips into failures (use it on GPU and TPU machines so that nothing is
+  skipped by accident);
 * the marker ``requires_plugin(name, ...)``, which skips a test unless the jt plugins it names are installed (a
   test of one plugin that also needs another, so that each plugin's suite passes with only that plugin and jt-core);
 * kernels for tests (``sample_add_kernel``, ``scale_inplace_kernel``, ``autotuned_scale_inplace_kernel``,
