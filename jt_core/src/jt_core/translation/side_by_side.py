@@ -134,6 +134,9 @@ class _BoxMemory(Memory):
         view, low, high = found
         a = pointer.affine
         assert a is not None
+        if not a.base_known and not shape:
+            # One element per program at an offset known only when it runs (a label's logit): one gather of them all.
+            return super().load(state, pointer, mask, other, shape)
         strays = not a.base_known or low < 0 or high >= spec.size
         if strays and not self.bounds_check:
             return super().load(state, pointer, mask, other, shape)  # a stray lane reads what the gather reads
