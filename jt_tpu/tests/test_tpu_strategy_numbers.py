@@ -33,6 +33,7 @@ def _check(case: tpu_kernels.Case) -> None:
     assert error <= max(case.tolerance, 4 * jnp_error + 1e-6), (case.name, error, jnp_error)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="calls run on the default device: here not the CPU")
 @pytest.mark.parametrize("index", range(len(NAMES)), ids=NAMES)
 def test_the_tpu_strategy_computes_each_kernel_right_on_the_cpu(index: int) -> None:
     with tpu_strategy_on_cpu(), record_lowerings(TpuStrategyOnCpu) as lowered:
