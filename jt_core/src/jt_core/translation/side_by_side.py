@@ -9,10 +9,12 @@ the program ids and the lanes read and write the box's whole block at once as sl
 recorded and made after the programs ran.
 
 That gives what the programs in order give when no program can see another's stores and no two programs store to
-one element: no atomics; every store outside loops and branches, through offsets affine in the program ids whose
-steps keep the programs' elements apart (`jt_core.translation.affine.disjoint`); and a buffer both loaded and
-stored (an in-place kernel) only loaded before it is stored, each program loading the elements it stores. Anything
-else raises `NotVectorizable`.
+one element: every store outside loops and branches left to XLA (a loop traced step by step, a branch whose sides
+run masked, `jt_core.translation.control`, are straight-line code), through offsets affine in the program ids whose
+steps keep the programs' elements apart (`jt_core.translation.affine.disjoint`, several stores a window per
+program); a buffer both loaded and stored (an in-place kernel) loaded only in the program's own window and never
+after a store that reaches what it loads (`_independent`); atomics only where nobody reads their result and their
+combiner is order-free (`_BoxMemory.defers_atomic`). Anything else raises `NotVectorizable`.
 """
 
 from __future__ import annotations
