@@ -62,7 +62,7 @@ run_separated() {
     rm -rf "$venv/jt-cache"
     bare="$("$venv/bin/python" -c 'import sys; from jt_core.testing import no_compiler_path
 print(no_compiler_path(sys.argv[1]))' "$venv/no-compiler-bin")" || status=1
-    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+    for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
         if [ "$dist" != jt_core ]; then
             "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of "$dist")" || status=1
         fi

@@ -19,7 +19,7 @@ from packaging.version import Version
 import jt_core
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
+FOLDERS = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu")
 ENV_SH = (ROOT / ".ci" / "env.sh").read_text(encoding="utf-8")
 DOCUMENTS = [
     ROOT / "README.md",
@@ -45,13 +45,13 @@ def ci_python() -> str:
 
 def test_versions_move_in_lockstep() -> None:
     assert {p["version"] for p in PROJECTS.values()} == {VERSION} == {jt_core.__version__}
-    for folder in ("jt_cuda", "jt_rocm", "jt_gluon"):
+    for folder in ("jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
         assert PROJECTS[folder]["dependencies"] == [f"jt-core=={VERSION}"]
     extras = PROJECTS["jt_core"]["optional-dependencies"]
     for extra in ("cuda", "rocm", "gluon"):
         assert extras[extra] == [f"jt-{extra}=={VERSION}"]
     assert [Requirement(r).name for r in extras["testing"]] == ["pytest"]
-    for folder in ("jt_cuda", "jt_rocm", "jt_gluon"):
+    for folder in ("jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
         assert f"jt-core[testing]=={VERSION}" in PROJECTS[folder]["optional-dependencies"]["test"]
 
 

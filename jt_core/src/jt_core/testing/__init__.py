@@ -10,9 +10,9 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * caches of the session's own: ``JT_CACHE_DIR`` and ``TRITON_CACHE_DIR`` point at a fresh folder while the session
   runs (or at the folder ``JT_TEST_CACHE_DIR`` names, kept between sessions), so that tests, their xdist workers and
   the processes they start leave the user's caches as they found them (`folders`);
-* markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
-  ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
-  accident);
+* markers ``cuda``, ``rocm``, ``gpu`` and ``tpu`` that skip a test where the hardware is absent, and the option
+  ``--jt-require-gpu`` that turns those skips into failures (use it on GPU and TPU machines so that nothing is
+  skipped by accident);
 * the marker ``requires_plugin(name, ...)``, which skips a test unless the jt plugins it names are installed (a
   test of one plugin that also needs another, so that each plugin's suite passes with only that plugin and jt-core);
 * kernels for tests (``sample_add_kernel``, ``scale_inplace_kernel``, ``autotuned_scale_inplace_kernel``,
