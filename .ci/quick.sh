@@ -3,7 +3,7 @@
 # newest jax + triton, in under 5 minutes on a 2-core machine once its virtualenv exists (.ci/test.sh runs everything,
 # on both version sets). The slice: calls on the CPU's compiled path and in Triton's interpreter, batching, export,
 # errors, plugin loading and the plugin surface; CUDA and ROCm compiles and lowerings on a GPU-less host, each
-# launcher's conformance; Gluon kernels compiled and lowered; the custom calls every launcher emits.
+# launcher's conformance; Gluon kernels compiled and lowered; TPU lowerings; the custom calls every launcher emits.
 #
 # It uses $JT_CI_HOME/venv-latest (by default ~/.cache/jt-ci/venv-latest) as it is, with jt reinstalled from the
 # checkout; where that virtualenv is missing or lacks a package, it is built first (the downloads of jax, jaxlib,
@@ -28,6 +28,8 @@ tests=(
     jt_rocm/tests/test_rocm_conformance.py
     jt_gluon/tests/test_gluon_compile.py
     jt_gluon/tests/test_gluon_dialect.py
+    jt_tpu/tests/test_tpu_conformance.py
+    jt_tpu/tests/test_tpu_lowering.py
     tests/test_custom_call_names.py
 )
 workers="${JT_TEST_WORKERS:-2}"
