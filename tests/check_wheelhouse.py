@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 WHEELHOUSE = ROOT / "dist"
 GETTING_STARTED = ROOT / "docs" / "pages" / "getting-started.md"
-DISTRIBUTIONS = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
-PLUGINS = {"jt_cuda": "cuda", "jt_rocm": "rocm", "jt_gluon": "gluon"}
+DISTRIBUTIONS = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu")
+PLUGINS = {"jt_cuda": "cuda", "jt_rocm": "rocm", "jt_gluon": "gluon", "jt_tpu": "tpu"}
 
 
 def project(folder: str) -> dict:
@@ -246,16 +246,47 @@ assert "triton_kernel_call_jt_cuda" in text, text[-2000:]
 from jt_cuda.launchers import HANDLER
 
 assert HANDLER.library()._name == str(HANDLER.spec().prebuilt_path)
+# jax.export serialises with flatbuffers, which jt-core requires: an artifact for the CPU and CUDA serialises and
+# runs here after `pip install jt-core`, nothing else installed.
+everywhere = lambda v: jt.triton_call(v, v.size, kernel=affine_kernel, out_shape=v, grid=4, BLOCK=64,
+                                     compute_capability=90)
+exported = jt.export(everywhere, platforms=["cpu", "cuda"])(jax.ShapeDtypeStruct(x.shape, x.dtype))
+restored = jax.export.deserialize(exported.serialize())
+np.testing.assert_allclose(np.asarray(restored.call(x)), 3.0 * x + 1.0, rtol=1e-6)
 print(jax.default_backend(), jax.__version__, triton.__version__, get_registry().launcher("cpu").name, first_call)
 """
 
 # The by-name installs of the getting-started page that these checks run, as written there.
 BY_NAME = ("pip install --find-links dist jt-core jt-cuda", 'pip install --find-links dist "jt-core[cuda]"')
+TPU_BY_NAME = "pip install --find-links dist jt-core jt-tpu"
+
+#: Run after the TPU install: a kernel lowered for a TPU on this host, with jt-tpu found by its entry point.
+TPU_KERNEL = """
+import jax, numpy as np, triton, triton.language as tl
+import jt_core as jt
+
+
+@triton.jit
+def affine_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, 3.0 * tl.load(x_ptr + offsets, mask=mask) + 1.0, mask=mask)
+
+
+def affine(x):
+    return jt.triton_call(x, x.size, kernel=affine_kernel, out_shape=x, grid=jt.cdiv(x.size, 64), BLOCK=64)
+
+
+spec = jax.ShapeDtypeStruct((1024,), np.float32)
+text = jax.export.export(jax.jit(affine), platforms=("tpu",))(spec).mlir_module()
+assert "custom_call" not in text and "gather" not in text, text[-2000:]
+print([p.name for p in jt.list_plugins() if p.status == "loaded"])
+"""
 
 
 def test_the_getting_started_page_shows_the_checked_commands() -> None:
     text = GETTING_STARTED.read_text(encoding="utf-8")
-    for command in BY_NAME:
+    for command in (*BY_NAME, TPU_BY_NAME):
         assert re.search(rf"^{re.escape(command)}(\s|$)", text, re.MULTILINE), f"{command!r} is not on the page"
 
 
@@ -341,3 +372,20 @@ def test_install_by_name_without_a_compiler_lists_the_plugin_and_runs_a_kernel_b
         test = f"jt_core/tests/test_multiprocess.py::{test}"
         job = _run([python, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test], cwd=ROOT, env=env)
         assert re.search(r"^1 passed", job.stdout.strip().splitlines()[-1]), job.stdout
+
+
+def test_install_jt_tpu_by_name_lowers_a_kernel_for_a_tpu(fresh_venv: Path, tmp_path: Path, say) -> None:
+    """``pip install jt-core jt-tpu`` (jt-tpu's pure wheel builds nothing), then a kernel lowered for a TPU on this
+    host, to plain StableHLO, with jt-tpu's plugin loaded by its entry point."""
+    python = str(fresh_venv / "bin" / "python")
+    env = without_a_compiler(fresh_venv, tmp_path / "bin")
+    env["JT_CACHE_DIR"] = str(tmp_path / "jt-cache")
+    start = time.perf_counter()
+    _run([python, "-m", "pip", *shlex.split(TPU_BY_NAME)[1:], "--disable-pip-version-check", "-q"], cwd=ROOT, env=env)
+    seconds = time.perf_counter() - start
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "kernel.py").write_text(TPU_KERNEL, encoding="utf-8")
+    run = _run([python, "kernel.py"], cwd=work, env=env)
+    assert "'tpu'" in run.stdout, run.stdout
+    say(f"{TPU_BY_NAME}: {seconds:.1f} s in a fresh virtualenv; a kernel lowered for a TPU, no custom call")

@@ -268,7 +268,7 @@ def test_an_include_marker_is_named_for_readers_of_the_raw_page() -> None:
 #: tests ``jt_core.testing``. Each name imported from one of them must be in its ``__all__``.
 PUBLIC_SURFACE = ("jt_core", "jt_core.plugin", "jt_core.gpu", "jt_core.testing", "jt_core.triton_lib")
 #: The import packages of jt's distributions: nothing of them but the surface above is an interface.
-JT_PACKAGES = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
+JT_PACKAGES = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu")
 
 
 def published(module: str) -> set[str]:

@@ -348,3 +348,49 @@ def test_a_name_left_out_of_the_reference_is_named() -> None:
     missing = undocumented(reference, ("jt_core.plugin",))
     assert "jt_core.plugin.KernelCall" not in missing and "jt_core.plugin.JtError" not in missing
     assert {"jt_core.plugin.BatchInfo", "jt_core.plugin.run_on_host", "jt_core.plugin.INPUT"} <= set(missing)
+
+
+# -- the README's first screen and the quick command -----------------------------------------------------------
+
+README = ROOT / "README.md"
+QUICK = ROOT / ".ci" / "quick.sh"
+
+
+def test_the_readme_opens_with_its_title_then_the_main_job_and_the_whole_suite() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == "# jt"
+    first = re.search(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    assert first is not None and first["lang"] == "bash"
+    commands = [line.split("#", 1)[0].split() for line in first["body"].splitlines()]
+    assert commands == [["bash", ".ci/main.sh"], ["bash", ".ci/test.sh"]]
+    assert all("#" in line for line in first["body"].splitlines()), "each command says what it does and how long"
+    for script in (".ci/main.sh", ".ci/test.sh", ".ci/quick.sh"):
+        assert (ROOT / script).is_file(), script
+    after = text[first.end() :].split("```", 1)[0]
+    assert "`bash .ci/quick.sh`" in after, "the quick command is documented right after the two commands"
+    example = re.search(r"^```python\n(?P<body>.*?)^```$", text[first.end() :], re.MULTILINE | re.DOTALL)
+    assert example is not None and len([line for line in example["body"].splitlines() if line.strip()]) <= 12
+    assert "docs/pages/quick-start.md" in text[first.end() : first.end() + example.end() + 600]
+
+
+def _quick_slice() -> list[str]:
+    body = re.search(r"^tests=\(\n(?P<body>.*?)^\)$", QUICK.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    assert body is not None, "no tests=( ... ) array in .ci/quick.sh"
+    return body["body"].split()
+
+
+def test_the_quick_command_runs_existing_tests_of_every_distribution() -> None:
+    files = _quick_slice()
+    missing = [name for name in files if not (ROOT / name).is_file()]
+    assert not missing, f".ci/quick.sh names test files that do not exist: {missing}"
+    folders = {name.split("/", 1)[0] for name in files}
+    distributions = {path.parent.name for path in ROOT.glob("jt_*/pyproject.toml")}
+    assert distributions | {"tests"} <= folders, f"no test of {sorted(distributions - folders)} in .ci/quick.sh"
+    readme = README.read_text(encoding="utf-8")
+    assert f"runs {len(files)} test files of that suite" in readme
+
+
+def test_the_quick_start_page_comes_first_in_the_navigation() -> None:
+    config = (ROOT / "docs" / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config.split("\nnav:\n", 1)[1]
+    assert nav.lstrip().startswith("- Quick start: quick-start.md")

@@ -73,7 +73,7 @@ def _under(modules: set[str], *packages: str) -> list[str]:
 
 def test_import_jt_core_imports_no_plugin_and_nothing_of_the_gpu(tmp_path: pathlib.Path) -> None:
     after_import, _ = _modules(tmp_path, "")
-    assert _under(after_import, "jt_cuda", "jt_rocm", "jt_gluon", "jt_core.gpu", "jt_core.interpreter") == []
+    assert _under(after_import, "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu", "jt_core.gpu", "jt_core.interpreter") == []
     assert _under(after_import, "jax.extend", "jax._src.pallas") == []  # jax.extend's package imports Pallas
 
 

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: jt's import packages, each a distribution's ``src/<package>``.
-PACKAGES = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
+PACKAGES = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu")
 #: The most lines a source module may have.
 MODULE_LINES = 600
 

@@ -19,7 +19,7 @@ from packaging.version import Version
 import jt_core
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon")
+FOLDERS = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu")
 ENV_SH = (ROOT / ".ci" / "env.sh").read_text(encoding="utf-8")
 DOCUMENTS = [
     ROOT / "README.md",
@@ -45,13 +45,13 @@ def ci_python() -> str:
 
 def test_versions_move_in_lockstep() -> None:
     assert {p["version"] for p in PROJECTS.values()} == {VERSION} == {jt_core.__version__}
-    for folder in ("jt_cuda", "jt_rocm", "jt_gluon"):
+    for folder in ("jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
         assert PROJECTS[folder]["dependencies"] == [f"jt-core=={VERSION}"]
     extras = PROJECTS["jt_core"]["optional-dependencies"]
     for extra in ("cuda", "rocm", "gluon"):
         assert extras[extra] == [f"jt-{extra}=={VERSION}"]
     assert [Requirement(r).name for r in extras["testing"]] == ["pytest"]
-    for folder in ("jt_cuda", "jt_rocm", "jt_gluon"):
+    for folder in ("jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
         assert f"jt-core[testing]=={VERSION}" in PROJECTS[folder]["optional-dependencies"]["test"]
 
 
@@ -159,7 +159,7 @@ def test_each_suite_declares_what_it_needs_in_its_test_extra(folder: str) -> Non
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 imported.add(node.module.partition(".")[0])
     needed = imported - set(sys.stdlib_module_names) - runtime - ours
-    if any(".serialize()" in path.read_text(encoding="utf-8") for path in tests):
+    if any(".serialize()" in path.read_text(encoding="utf-8") for path in tests) and "flatbuffers" not in runtime:
         needed.add("flatbuffers")  # jax.export serialises with it, and does not require it
     missing = needed - _test_extra(folder)
     assert not missing, f"{folder}/tests need {sorted(missing)}: name them in the test extra of {folder}/pyproject.toml"
@@ -178,6 +178,22 @@ def test_ci_installs_what_the_test_extras_name() -> None:
         for line in PROJECTS[folder].get("optional-dependencies", {}).get("test", [])
         if not line.startswith("jt-")
     ]
-    assert listed == declared and "flatbuffers" in listed
+    assert listed == declared
     for script in (".ci/env.sh", ".ci/test.sh"):
         assert 'test_requirements "$' in (ROOT / script).read_text(encoding="utf-8"), script
+
+
+def test_ci_installs_jt_cores_requirements_where_it_installs_jt_without_them() -> None:
+    """CI installs jt with ``--no-deps``, so each of jt-core's requirements is named where it installs jax."""
+    names = [Requirement(line).name for line in PROJECTS["jt_core"]["dependencies"]]
+    assert "flatbuffers" in names  # Exported.serialize needs it after `pip install jt-core`
+    test_sh = (ROOT / ".ci" / "test.sh").read_text(encoding="utf-8")
+    lines = [
+        *(line for line in ENV_SH.splitlines() if '"${pip[@]}"' in line and "triton" in line),
+        *(line for line in test_sh.splitlines() if "pytest-xdist $(test_requirements" in line),
+    ]
+    assert len(lines) == 3, lines
+    for line in lines:
+        words = {word.strip('"').split("=")[0].split("$")[0] for word in line.split()}
+        wanted = set(names) - {"jaxlib"} - words  # jax brings the jaxlib it needs
+        assert not wanted, f"{sorted(wanted)} missing from: {line.strip()}"

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 
 import jt_core as jt
 from jt_core.errors import JtError
@@ -87,8 +89,8 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         "too few arguments",
         lambda: scale(factor=_DROP),
         TypeError,
-        r"(?s)do not fit kernel scale_kernel\(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr\).*left \(\['out_ptr', "
-        r"'factor'\]\)",
+        r"(?s)^triton_call is missing 1 argument of kernel scale_kernel\(x_ptr, out_ptr, n, factor, BLOCK: "
+        r"tl.constexpr\): factor\..*left \(\['out_ptr', 'factor'\]\)",
     ),
     ("misspelled metaparameter", lambda: scale(BLOK=16), TypeError, r"keyword 'BLOK'.*Did you mean 'BLOCK'\?"),
     ("missing constexpr", lambda: scale(BLOCK=_DROP), TypeError, r"constexpr parameters \['BLOCK'\].*BLOCK=\.\.\."),
@@ -337,3 +339,108 @@ def test_error_inside_the_kernel_names_the_kernel_and_program(monkeypatch: pytes
     x = jnp.asarray(np.random.default_rng(0).standard_normal(16), jnp.float32)
     with pytest.raises(Exception, match=r"kernel 'shape_error_kernel' failed on the CPU interpreter at program_id"):
         jax.block_until_ready(jt.triton_call(x, kernel=k.shape_error_kernel, out_shape=x, grid=1, BLOCK=16))
+
+
+# -- arguments left out ---------------------------------------------------------------------------------------
+
+
+@triton.jit
+def scale_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, alpha * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets), mask=mask)
+
+
+@triton.jit
+def sum_diff_kernel(x_ptr, y_ptr, n, sum_ptr, diff_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x, y = tl.load(x_ptr + offsets, mask=mask), tl.load(y_ptr + offsets, mask=mask)
+    tl.store(sum_ptr + offsets, x + y, mask=mask)
+    tl.store(diff_ptr + offsets, x - y, mask=mask)
+
+
+def _missing_message(call: Callable[[], Any]) -> str:
+    with pytest.raises(TypeError) as info:
+        call()
+    assert isinstance(info.value, JtError)
+    return str(info.value)
+
+
+def test_a_missing_scalar_is_named_with_what_the_call_bound() -> None:
+    message = _missing_message(lambda: jt.triton_call(X, X, 20, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16))
+    assert message.startswith(
+        "triton_call is missing 1 argument of kernel scale_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: "
+        "tl.constexpr): alpha.\n"  # 20 is an integer: n (a count) takes it rather than alpha
+    )
+    assert (
+        "read best as x_ptr=float32[20] (positional 0), y_ptr=float32[20] (positional 1), n=20 (positional 2), and "
+        "its 1 output (out_shape/out_type) takes out_ptr; nothing is given for alpha. Give it by keyword (alpha=...)."
+    ) in message
+
+
+def test_a_missing_pointer_operand_is_named_not_the_scalar_that_slid_into_its_place() -> None:
+    message = _missing_message(
+        lambda: jt.triton_call(X, 20, 2.0, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16)
+    )
+    assert message.startswith("triton_call is missing 1 argument of kernel scale_add_kernel(")
+    assert "tl.constexpr): y_ptr (or x_ptr: " in message  # X may be either; positional values fill x_ptr first
+    assert "n=20 (positional 1), alpha=2.0 (positional 2)" in message
+    assert "pass n, alpha by keyword too (n=..., alpha=...)" in message  # positional values fill y_ptr first
+
+
+def test_a_missing_argument_beside_pytree_outputs_is_named() -> None:
+    outputs = {"sum": X, "diff": X}
+    message = _missing_message(
+        lambda: jt.triton_call(X, X, kernel=sum_diff_kernel, out_shape=outputs, grid=2, BLOCK=16)
+    )
+    assert message.startswith("triton_call is missing 1 argument of kernel sum_diff_kernel(")
+    assert "tl.constexpr): n.\n" in message
+    assert "its 2 outputs (out_shape/out_type) take sum_ptr, diff_ptr" in message
+
+
+def test_a_missing_argument_among_keyword_operands_is_named() -> None:
+    message = _missing_message(
+        lambda: jt.triton_call(x_ptr=X, n=20, alpha=2.0, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16)
+    )
+    assert "tl.constexpr): y_ptr.\n" in message
+    assert "x_ptr=float32[20] (keyword), n=20 (keyword), alpha=2.0 (keyword)" in message
+
+
+def test_an_output_left_out_of_out_shape_is_offered_as_the_reason() -> None:
+    message = _missing_message(lambda: jt.triton_call(X, X, 20, kernel=sum_diff_kernel, out_shape=X, grid=2, BLOCK=16))
+    assert "tl.constexpr): sum_ptr.\n" in message  # the outputs take the last parameters
+    assert "If sum_ptr takes an output, out_shape (or out_type) describes 1 output and needs 2." in message
+
+
+def test_a_missing_argument_of_a_call_with_an_aliased_output_counts_both_conventions() -> None:
+    # scale_inplace_kernel(x_ptr, n, factor): no parameter looks like a second pointer, so the aliased output
+    # writes through x_ptr (current convention) and both scalars are missing.
+    message = _missing_message(
+        lambda: jt.triton_call(
+            X, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=2, BLOCK=16
+        )
+    )
+    assert message.startswith("triton_call is missing 2 arguments of kernel scale_inplace_kernel(")
+    assert "tl.constexpr): n, factor.\n" in message
+    assert "its 1 aliased output writes through the input's pointer" in message
+    assert "If its aliased output has a pointer parameter of its own (classic convention), 1 argument is missing" in (
+        message
+    )
+
+
+def test_a_missing_argument_beside_an_aliased_output_with_its_own_pointer_counts_both_conventions() -> None:
+    aliased = {"input_output_aliases": {0: 0}, "grid": 2, "BLOCK": 16}
+    message = _missing_message(lambda: jt.triton_call(X, X, kernel=scale_add_kernel, out_shape=X, **aliased))
+    assert "tl.constexpr): n, alpha.\n" in message  # out_ptr is the aliased output's pointer (classic convention)
+    assert (
+        "If its aliased output has no pointer parameter of its own (current convention), 3 arguments are missing"
+        in (message)
+    )
+
+
+def test_a_float_is_not_read_as_a_count() -> None:
+    message = _missing_message(
+        lambda: jt.triton_call(X, X, 2.0, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16)
+    )
+    assert "tl.constexpr): n.\n" in message and "alpha=2.0 (positional 2)" in message

@@ -132,9 +132,13 @@ def test_wrong_operand_count_is_summed_up_first() -> None:
 def test_summary_counts_aliased_outputs_both_ways() -> None:
     with pytest.raises(KernelCallTypeError) as info:
         jt.triton_call(X, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3, BLOCK=16)
+    assert "missing 2 arguments of kernel scale_inplace_kernel" in str(info.value)  # current convention
+    assert "(classic convention), 1 argument is missing" in str(info.value)
+    with pytest.raises(KernelCallTypeError) as info:  # too many: the summary counts both ways
+        jt.triton_call(X, 40, 2.0, X, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3)
     assert (
         "takes 2 operands (x_ptr, n) and 1 output (factor), or 3 operands when its 1 aliased output have no pointer "
-        "parameter of their own (current convention); the call gives 1 operand"
+        "parameter of their own (current convention); the call gives 4 operands"
     ) in str(info.value)
 
 

@@ -179,3 +179,17 @@ def test_a_call_that_runs_in_the_interpreter_fails_the_export_naming_why(
     if f is printing:
         line = _printing_kernel.fn.__code__.co_firstlineno + 4  # the tl.device_print line
         assert f"{Path(__file__)}:{line}" in message, message
+
+
+def test_jt_export_for_the_cpu_disables_no_check_and_gives_the_calls_numbers() -> None:
+    rng = np.random.default_rng(11)
+    x, y = (rng.standard_normal(100).astype(np.float32) for _ in range(2))
+
+    def add(x: Any, y: Any) -> Any:
+        return jt.triton_call(x, y, 100, kernel=k.add_kernel, out_shape=x, grid=4, BLOCK=32)
+
+    spec = jax.ShapeDtypeStruct((100,), jnp.float32)
+    exported = jt.export(add, platforms=["cpu"])(spec, spec)
+    assert exported.disabled_safety_checks == () and "custom_call" not in exported.mlir_module()
+    restored = export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(x, y)), np.asarray(jax.jit(add)(x, y)))

@@ -237,3 +237,50 @@ def test_custom_call_target_name_argument_of_0_3_is_accepted_at_its_default_only
     np.testing.assert_allclose(out, 2 * np.asarray(x), rtol=1e-6)
     with pytest.raises(ValueError, match=r"custom_call_target_name='mine'.*launcher="):
         jt.triton_call(x, x, 40, kernel=k.add_kernel, out_shape=x, grid=3, BLOCK=16, custom_call_target_name="mine")
+
+
+# -- calls whose outputs are unused ------------------------------------------------------------------------------
+# jax-triton 0.4 never lets JAX remove its call as dead code (0.3 did, as JAX removes any operation without effects
+# whose results are unused); jt removes it unless the call says it has a side effect, which keeps it everywhere.
+
+
+@triton.jit
+def announcing_copy_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets)
+    tl.device_print("announced", x)
+    tl.store(out_ptr + offsets, x)
+
+
+def _discarding(**options: Any) -> Any:
+    def f(x: jax.Array) -> jax.Array:
+        jt.triton_call(x, kernel=announcing_copy_kernel, out_shape=x, grid=1, BLOCK=8, **options)
+        return x * 2
+
+    return f
+
+
+def _kept_after_dead_code_elimination(f: Any, x: jax.Array) -> int:
+    from jax._src.interpreters import partial_eval as pe
+
+    jaxpr = jax.make_jaxpr(f)(x)
+    eliminated, _ = pe.dce_jaxpr(jaxpr.jaxpr, [False])
+    return sum(eqn.primitive.name == "triton_kernel_call" for eqn in eliminated.eqns)
+
+
+def test_a_call_with_a_side_effect_survives_dead_code_elimination_with_every_output_unused() -> None:
+    assert _kept_after_dead_code_elimination(_discarding(has_side_effect=True), rand(8, 31)) == 1
+
+
+def test_a_call_without_a_side_effect_whose_outputs_are_unused_is_removed() -> None:
+    assert _kept_after_dead_code_elimination(_discarding(), rand(8, 32)) == 0
+
+
+@pytest.mark.parametrize("effect", [True, False])
+def test_only_a_call_with_a_side_effect_runs_when_its_outputs_are_unused(
+    effect: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    x = rand(8, 33 + effect)
+    np.testing.assert_array_equal(jax.jit(_discarding(has_side_effect=effect))(x), np.asarray(x) * 2)
+    printed = capfd.readouterr().out
+    assert ("announced" in printed) is effect, printed

@@ -24,6 +24,11 @@ from jt_core.cpu import ffi_launcher
 RNG = np.random.default_rng(2024)
 
 
+def made(x: Any, factor: int) -> np.ndarray:
+    """What a `generated_kernel` gives: ``x * factor + 1`` rounded once (Triton fuses the product into the sum)."""
+    return (np.asarray(x, np.float64) * factor + 1).astype(np.float32)
+
+
 def generated_kernel(folder: Path, factor: int, token: str | None = None) -> Any:
     """A kernel made at run time, as a program that builds kernels does: ``out = x * factor + 1``, from a module
     of its own that nothing else holds (its file stays, for Triton to read the source). Kernels made with the same
@@ -77,9 +82,9 @@ def test_dropped_generated_kernels_are_freed_by_clear_caches(tmp_path: Path) -> 
         kernel = generated_kernel(tmp_path, factor)
         for n in (16, 40):
             x = jnp.asarray(RNG.standard_normal(n).astype(np.float32))
-            np.testing.assert_allclose(jax.jit(lambda v, k=kernel: call(k, v))(x), np.asarray(x) * factor + 1, 1e-6)
+            np.testing.assert_array_equal(jax.jit(lambda v, k=kernel: call(k, v))(x), made(x, factor))
         xs = jnp.asarray(RNG.standard_normal((3, 16)).astype(np.float32))
-        np.testing.assert_allclose(jax.vmap(lambda v, k=kernel: call(k, v))(xs), np.asarray(xs) * factor + 1, 1e-6)
+        np.testing.assert_array_equal(jax.vmap(lambda v, k=kernel: call(k, v))(xs), made(xs, factor))
         alive.append(weakref.ref(kernel))
         del kernel
     jax.clear_caches()
@@ -97,7 +102,7 @@ def test_triton_s_registry_still_finds_a_kernel_alive_after_clear_caches(tmp_pat
         pytest.skip("this Triton keeps no registry of jit functions")
     kernel = generated_kernel(tmp_path, 5)
     x = jnp.asarray(RNG.standard_normal(16).astype(np.float32))
-    np.testing.assert_allclose(call(kernel, x), np.asarray(x) * 5 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(call(kernel, x), made(x, 5))
     jax.clear_caches()
     gc.collect()
     assert jit._triton_jit_function_registry[f"{kernel.module}:{kernel.fn.__qualname__}"] is kernel
@@ -112,12 +117,12 @@ def test_stores_keep_at_most_the_configured_entries(tmp_path: Path, monkeypatch:
     for factor, kernel in zip(range(2, 12), kernels):
         # In the interpreter, which rewrites each kernel (the compiled path rewrites none).
         out = jax.vmap(lambda v, k=kernel: call(k, v, launcher="interpreter"))(x)
-        np.testing.assert_allclose(out, np.asarray(x) * factor + 1, rtol=1e-6)
+        np.testing.assert_array_equal(out, made(x, factor))
     sizes = memory.sizes()
     assert sizes["compiled kernel variants"] == 4 and sizes["generated vmap wrappers"] == 4, sizes
     assert sizes["kernels rewritten for the interpreter"] == 4, sizes
     # What was evicted is made again: the first kernel still gives the right result.
-    np.testing.assert_allclose(jax.vmap(lambda v: call(kernels[0], v) + 0)(x), np.asarray(x) * 2 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(jax.vmap(lambda v: call(kernels[0], v) + 0)(x), made(x, 2))
 
 
 def test_a_bad_entries_bound_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,14 +144,14 @@ def test_an_executable_kept_past_clear_caches_says_to_lower_again(
     x = jnp.asarray(RNG.standard_normal(32).astype(np.float32))
     f = jax.jit(lambda v: call(kernel, v))
     compiled = f.lower(x).compile()
-    np.testing.assert_allclose(compiled(x), np.asarray(x) * 3 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(compiled(x), made(x, 3))
     jax.clear_caches()
     assert len(ffi_launcher.registry()) == 0
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"released by jax\.clear_caches\(\).*lower the computation"):
         jax.block_until_ready(compiled(x))
     # Lowering again registers the call again, under the same id, and the kept executable runs again too.
-    np.testing.assert_allclose(f(x), np.asarray(x) * 3 + 1, rtol=1e-6)
-    np.testing.assert_allclose(compiled(x), np.asarray(x) * 3 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(f(x), made(x, 3))
+    np.testing.assert_array_equal(compiled(x), made(x, 3))
 
 
 def test_a_computation_running_when_caches_are_cleared_finishes(tmp_path: Path) -> None:
@@ -178,7 +183,7 @@ def test_an_executable_of_the_compiled_path_kept_past_clear_caches_runs(
     x = jnp.asarray(RNG.standard_normal(32).astype(np.float32))
     compiled = jax.jit(lambda v: call(kernel, v, "compiled")).lower(x).compile()
     jax.clear_caches()
-    np.testing.assert_allclose(compiled(x), np.asarray(x) * 3 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(compiled(x), made(x, 3))
 
 
 def test_a_released_id_never_goes_to_another_kernel_with_the_same_source(

@@ -111,3 +111,67 @@ def test_an_exported_cuda_call_runs_in_a_fresh_process(tmp_path: Path, make: Any
     )  # fmt: skip
     want = x + y if make is _add else 2 * x + y
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-6)
+
+
+# -- jt.export: jax.export with jt's custom calls named ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launcher", "make", "target"),
+    [
+        ("jt", _add, "triton_kernel_call_jt_cuda_preloaded"),
+        ("jt", _tuned, ("triton_kernel_call_jt_cuda", "triton_kernel_call_jt_cuda_preloaded")),
+        ("xla", _add, "__gpu$xla.gpu.triton"),
+    ],
+    ids=["jt", "jt-autotuned", "xla"],
+)
+def test_jt_export_names_exactly_the_custom_calls_its_launchers_emitted(
+    launcher: str, make: Any, target: str | tuple[str, str]
+) -> None:
+    if isinstance(target, tuple):
+        target = target[has_platform("cuda")]
+    exported = jt.export(make(launcher), platforms=["cuda"])(f32((N,)), f32((N,)))
+    assert [check.is_custom_call() for check in exported.disabled_safety_checks] == [target]
+    restored = export.deserialize(exported.serialize())
+    assert set(re.findall(r"custom_call @([\w$.]+)", restored.mlir_module())) == {target}
+
+
+def test_a_jt_export_for_the_cpu_and_cuda_runs_its_cpu_half_here() -> None:
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    both = lambda x, y: add_call(x, y, compute_capability=90)  # noqa: E731
+    exported = jt.export(both, platforms=["cpu", "cuda"])(f32((N,)), f32((N,)))
+    assert [check.is_custom_call() for check in exported.disabled_safety_checks] == [
+        "triton_kernel_call_jt_cuda_preloaded"
+    ]
+    restored = export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(x, y)), x + y)
+
+
+def test_jt_export_keeps_jaxs_refusal_of_a_custom_call_that_is_not_jts() -> None:
+    def with_foreign_call(x: Any, y: Any) -> Any:
+        foreign = jax.ffi.ffi_call("a_handler_of_the_users", f32((N,)))(x)
+        return _add("jt")(foreign, y)
+
+    with pytest.raises(ValueError, match="Cannot serialize code with custom calls") as refused:
+        jt.export(with_foreign_call, platforms=["cuda"])(f32((N,)), f32((N,)))
+    message = str(refused.value)
+    assert "custom_call @a_handler_of_the_users" in message and "custom_call @triton_kernel_call" not in message
+    assert "disabled for the following targets via disabled_checks: triton_kernel_call_jt_cuda_preloaded" in message
+
+
+def test_jt_export_adds_jts_targets_to_the_checks_given() -> None:
+    given = [export.DisabledSafetyCheck.custom_call("a_target_of_the_users")]
+    exported = jt.export(_add("jt"), platforms=["cuda"], disabled_checks=given)(f32((N,)), f32((N,)))
+    names = [check.is_custom_call() for check in exported.disabled_safety_checks]
+    assert names == ["a_target_of_the_users", "triton_kernel_call_jt_cuda_preloaded"]
+
+
+def test_without_a_compute_capability_the_first_export_error_says_what_the_second_would_be() -> None:
+    f = jax.jit(lambda x, y: add_call(x, y, launcher="jt"))
+    with pytest.raises(jt.KernelCallValueError) as refused:
+        export.export(f, platforms=["cuda"])(f32((N,)), f32((N,)))
+    message = str(refused.value)
+    assert "pass compute_capability= to triton_call" in message
+    assert "jax.export refuses unless disabled_checks names them" in message
+    assert "jt.export(f, platforms=[...])(*args) exports with them named" in message

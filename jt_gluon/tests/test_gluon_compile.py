@@ -220,3 +220,45 @@ def test_a_failed_compile_kept_until_exit_leaves_no_leak_report(tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     assert "kept KernelCompileError" in result.stdout
     assert "leaked" not in result.stderr, result.stderr[-2000:]
+
+
+_CONVERTING_LAYOUTS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import jax, jax.numpy as jnp
+import jt_core as jt
+from gluon_kernels import blocked_rows, row_sum_kernel
+
+def row_sums(x):
+    return jt.triton_call(x, kernel=row_sum_kernel, out_shape=jax.ShapeDtypeStruct((64,), x.dtype), grid=4, M=64,
+                          N=30, BM=16, BN=32, layout=blocked_rows(32), compute_capability=90)
+
+lowered = jax.jit(row_sums).trace(jax.ShapeDtypeStruct((64, 30), jnp.float32)).lower(lowering_platforms=("cuda",))
+print("custom calls", lowered.as_text().count("stablehlo.custom_call"))
+"""
+
+
+@pytest.mark.requires_plugin("cuda")
+def test_a_process_that_compiled_gluon_layout_conversions_exits_without_a_leak_report(tmp_path: Path) -> None:
+    """``rows[:, None]`` makes Triton's Gluon bindings keep layout classes, and with them binding types, past the
+    interpreter's teardown: the process ended with "nanobind: leaked ..." on stderr (Triton 3.9)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "converts_layouts.py"
+    script.write_text(_CONVERTING_LAYOUTS)
+    # Empty caches: the kernel compiles, so Triton's builder runs (a kernel found in a cache builds nothing).
+    jt_cache = tmp_path / "jt"
+    environment = {**os.environ, "JT_CACHE_DIR": str(jt_cache), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    result = subprocess.run(
+        [sys.executable, str(script), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "custom calls 1" in result.stdout
+    assert list((jt_cache / "kernels").glob("*.jtk")), "nothing was compiled: the run proves nothing"
+    assert "nanobind: leaked" not in result.stderr, result.stderr[-2000:]

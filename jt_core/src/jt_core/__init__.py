@@ -36,6 +36,7 @@ from jt_core.errors import (
     UnwrittenOutputError,
     UnwrittenOutputWarning,
 )
+from jt_core.exporting import export
 from jt_core.gradients import kernel_vjp
 from jt_core.partitioning import BatchDims, Elementwise, PartitionRule, partitioned
 from jt_core.plugin.registry import list_plugins
@@ -86,6 +87,7 @@ __all__ = [
     "__version_info__",
     "cdiv",
     "cpu_checks",
+    "export",
     "get_compute_capability",
     "get_serialized_metadata",
     "get_type_id",

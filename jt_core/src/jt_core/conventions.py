@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
+import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -216,17 +218,27 @@ def _misfit(
         # outputs, so say what the operands fill instead.
         summary = _filled_summary(nonconstexpr, in_place, num_outputs)
     first = readings[0]
+    missing = None
     if first.problem is not None and first.problem.startswith("got multiple values"):
         lines = [f"triton_call {first.problem}. The signature is {signature}: {summary}."]
     else:
         order = {name: i for i, name in enumerate(nonconstexpr)}
         bound = sorted(first.operands.items(), key=lambda item: order[item[0]])
         bound_text = ", ".join(f"{k}={describe_value(v)}" for k, v in bound) or "nothing"
-        lines = [
-            f"triton_call arguments do not fit kernel {signature}: {summary}.",
-            f"  Positional operands in operand order (constexprs by keyword): bound {bound_text}; {first.problem}.",
-        ]
-    if in_place is not None:
+        if first.problem is not None and len(first.left) > num_outputs:
+            missing = _missing_arguments(nonconstexpr, args, keyword_operands, num_outputs)
+            if num_aliased and missing is not None:
+                current = _missing_arguments(nonconstexpr, args, keyword_operands, num_outputs - num_aliased)
+                if current is not None and current.misfit < missing.misfit:
+                    missing = dataclasses.replace(current, current=True)
+        if missing is not None:
+            lines = _missing_lines(signature, missing, args, keyword_operands, free, num_outputs, num_aliased)
+        else:
+            lines = [f"triton_call arguments do not fit kernel {signature}: {summary}."]
+        lines.append(
+            f"  Positional operands in operand order (constexprs by keyword): bound {bound_text}; {first.problem}."
+        )
+    if in_place is not None and missing is None:
         lines.insert(1, _alias_hint(nonconstexpr, in_place, outputs, aliased))
     if len(readings) > 1:
         second = readings[1]
@@ -242,6 +254,183 @@ def _misfit(
         "do; constexpr parameters are given by keyword, or positionally in declaration order."
     )
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Missing:
+    """The likeliest reading of a call that gives too few arguments: which parameters take the positional values,
+    which the outputs, and which are left without a value.
+
+    Attributes:
+        missing: The parameters no argument fills, in signature order.
+        outputs: The parameters the outputs take.
+        positional: Parameter name to the index of the positional value that fills it.
+        alternatives: Other parameters that are as likely to be the missing ones (the names and values of the
+            arguments do not tell them apart; positional values then fill the earliest parameters).
+        misfit: How badly the arguments fit this reading (0: not at all badly).
+        current: Whether aliased outputs have no parameter of their own in this reading (the current convention).
+    """
+
+    missing: tuple[str, ...]
+    outputs: tuple[str, ...]
+    positional: dict[str, int]
+    alternatives: tuple[str, ...]
+    misfit: float = 0.0
+    current: bool = False
+
+
+#: The most readings of a call with too few arguments that are weighed against each other.
+_MAX_READINGS = 20000
+
+
+def _pointer_name(name: str) -> bool:
+    """Whether a parameter's name says it takes a pointer (``x_ptr``, ``out_pointer``, ``a_desc``)."""
+    lowered = name.lower()
+    return "ptr" in lowered or "pointer" in lowered or lowered.endswith(("_p", "_desc"))
+
+
+def _size_name(name: str) -> bool:
+    """Whether a parameter's name says it takes a count or a stride (``n``, ``N``, ``n_cols``, ``stride_xm``)."""
+    lowered = name.lower()
+    return (
+        lowered in ("n", "m", "k", "size", "length", "numel")
+        or lowered.startswith(("n_", "num_", "stride"))
+        or lowered.endswith(("_size", "_len", "_numel", "_elements", "_stride"))
+    )
+
+
+def _output_name(name: str) -> bool:
+    """Whether a parameter's name says it takes an output (``out_ptr``, ``dst``, ``result``)."""
+    lowered = name.lower()
+    return any(word in lowered for word in ("out", "dst", "result"))
+
+
+def _missing_arguments(
+    nonconstexpr: Sequence[str], args: Sequence[Any], keyword_operands: Mapping[str, Any], num_outputs: int
+) -> _Missing | None:
+    """Which parameters a call that gives too few arguments leaves without one, or ``None`` when it gives enough.
+
+    Every way of placing the positional values (in order), the outputs and the gaps on the parameters not named by
+    keyword is weighed: an array on a parameter whose name says pointer and a scalar on one whose name does not fit
+    (when the kernel's names tell the two apart), a float does not fit a parameter named like a count or a stride
+    (``n``, ``n_cols``, ``stride_xm``) and an integer fits one better than another scalar, an output fits a
+    pointer's name and better one named like an output (``out``, ``dst``, ``result``), and outputs fit best after
+    the operands (the classic convention). Among the readings that fit best, positional values on the earliest
+    parameters come first.
+    """
+    free = [name for name in nonconstexpr if name not in keyword_operands]
+    gaps = len(free) - len(args) - num_outputs
+    if gaps <= 0:
+        return None
+    pointers = {name: _pointer_name(name) for name in nonconstexpr}
+    named_apart = len(set(pointers.values())) == 2  # some names say pointer, some do not
+    output_like = any(_output_name(name) for name in free)
+    sized = any(_size_name(name) for name in free)
+    if math.comb(len(free), num_outputs) * math.comb(len(free) - num_outputs, gaps) > _MAX_READINGS:
+        return _Missing(
+            missing=tuple(free[len(args) : len(args) + gaps]),
+            outputs=tuple(free[len(args) + gaps :]),
+            positional={name: i for i, name in enumerate(free[: len(args)])},
+            alternatives=(),
+        )
+    scored = []
+    for outs in itertools.combinations(range(len(free)), num_outputs):
+        rest = [i for i in range(len(free)) if i not in outs]
+        for holes in itertools.combinations(rest, gaps):
+            filled = [i for i in rest if i not in holes]
+            cost = 0.0
+            if named_apart:
+                cost += sum(_is_array(args[k]) != pointers[free[i]] for k, i in enumerate(filled))
+                cost += sum(not pointers[free[i]] for i in outs)
+            if output_like:
+                cost += 0.5 * sum(not _output_name(free[i]) for i in outs)
+                cost += 0.5 * sum(_output_name(free[i]) for i in holes)
+            cost += 0.25 * sum(any(j > i for j in rest) for i in outs)  # outputs usually come last
+            if sized:  # a float is no count; an integer is likelier one than another scalar
+                for k, i in enumerate(filled):
+                    if isinstance(args[k], (float, np.floating)) and _size_name(free[i]):
+                        cost += 1
+                    elif _is_integer(args[k]) and not pointers[free[i]] and not _size_name(free[i]):
+                        cost += 0.25
+            scored.append((cost, [-i for i in outs], [-i for i in holes], outs, holes, filled))
+    scored.sort(key=lambda entry: entry[:3])
+    cost, _, _, outs, holes, filled = scored[0]
+    chosen = {free[i] for i in holes}
+    others = {free[i] for entry in scored if entry[0] == cost for i in entry[4]} - chosen
+    return _Missing(
+        missing=tuple(free[i] for i in holes),
+        outputs=tuple(free[i] for i in outs),
+        positional={free[i]: k for k, i in enumerate(filled)},
+        alternatives=tuple(name for name in free if name in others),
+        misfit=cost,
+    )
+
+
+def _missing_lines(
+    signature: str,
+    found: _Missing,
+    args: Sequence[Any],
+    keyword_operands: Mapping[str, Any],
+    free: Sequence[str],
+    num_outputs: int,
+    num_aliased: int,
+) -> list[str]:
+    """The head of the error for a call that gives too few arguments: what is missing, how the arguments read, and
+    how to give what is missing."""
+    count = len(found.missing)
+    names = ", ".join(found.missing)
+    head = f"triton_call is missing {_count(count, 'argument')} of kernel {signature}: {names}"
+    if found.alternatives:
+        head += (
+            f" (or {', '.join(found.alternatives)}: the arguments' names and values fit either, and positional values "
+            "fill the earliest parameters first)"
+        )
+    bound = [f"{name}={describe_value(args[index])} (positional {index})" for name, index in found.positional.items()]
+    bound += [f"{name}={describe_value(value)} (keyword)" for name, value in keyword_operands.items()]
+    reading = f"  The arguments read best as {', '.join(bound)}" if bound else "  The call gives no operand"
+    if found.outputs:
+        taken = "takes" if len(found.outputs) == 1 else "take"
+        outputs = _count(len(found.outputs), "output" if not found.current else "output not aliased")
+        reading += f", and its {outputs} (out_shape/out_type) {taken} {', '.join(found.outputs)}"
+    if found.current:
+        writes = "writes" if num_aliased == 1 else "write"
+        reading += f", and its {_count(num_aliased, 'aliased output')} {writes} through the input's pointer"
+    given = ", ".join(f"{name}=..." for name in found.missing)
+    lines = [
+        f"{head}.",
+        f"{reading}; nothing is given for {names}. Give {'it' if count == 1 else 'them'} by keyword ({given}).",
+    ]
+    in_order = list(free[: len(args)])
+    placed = list(found.positional)
+    if placed != in_order:
+        later = placed[next(k for k, (a, b) in enumerate(zip(placed, in_order)) if a != b) :]
+        lines.append(
+            f"  Positional values fill the non-constexpr parameters in order ({', '.join(in_order)}): pass "
+            f"{', '.join(later)} by keyword too ({', '.join(f'{name}=...' for name in later)})."
+        )
+    last_bound = max((free.index(name) for name in found.positional), default=-1)
+    # Pointers left after every bound operand (or named like outputs) may be outputs out_shape leaves out.
+    pointers = all(_pointer_name(name) or _output_name(name) for name in found.missing)
+    if pointers and any(_output_name(name) or free.index(name) > last_bound for name in found.missing):
+        lines.append(
+            f"  If {names} {'takes an output' if count == 1 else 'take outputs'}, out_shape (or out_type) describes "
+            f"{_count(num_outputs, 'output')} and needs {num_outputs + count}."
+        )
+    one = num_aliased == 1
+    its = "its aliased output" if one else f"its {num_aliased} aliased outputs"
+    if num_aliased and not found.current:
+        lines.append(
+            f"  If {its} {'has' if one else 'have'} no pointer parameter of {'its' if one else 'their'} own (current "
+            f"convention), {_count(count + num_aliased, 'argument')} {'is' if count + num_aliased == 1 else 'are'} "
+            "missing."
+        )
+    elif found.current and count > num_aliased:
+        rest = count - num_aliased
+        lines.append(
+            f"  If {its} {'has' if one else 'have'} a pointer parameter of {'its' if one else 'their'} own (classic "
+            f"convention), {_count(rest, 'argument')} {'is' if rest == 1 else 'are'} missing."
+        )
+    return lines
 
 
 def _filled_summary(nonconstexpr: Sequence[str], reading: _Reading, num_outputs: int) -> str:
@@ -292,6 +481,10 @@ def _alias_hint(
         f"({describe_value(outputs[missing])}), so none can be aliased to it: check out_shape, or the kernel "
         "needs a parameter for that output."
     )
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_array(value: Any) -> bool:

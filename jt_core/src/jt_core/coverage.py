@@ -27,13 +27,12 @@ metaparameters, all known exactly, and an element no configuration writes refuse
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from jt_core.call import KernelCall, LaunchConfig, static_key
-from jt_core.errors import ConfigSkippedWarning, NoUsableConfigError
+from jt_core.errors import ConfigSkippedWarning, NoUsableConfigError, warn_in_user_code
 
 __all__ = [
     "SENTINELS",
@@ -197,11 +196,7 @@ def _grid_text(call: KernelCall) -> str:
 
 def config_skipped(call: KernelCall, config: LaunchConfig, why: str) -> None:
     """Warns that ``config`` is set aside (`jt_core.ConfigSkippedWarning`), saying ``why``."""
-    warnings.warn(
-        f"triton_call {call.name!r}: config [{config.label}] is skipped: {why}",
-        ConfigSkippedWarning,
-        stacklevel=3,
-    )
+    warn_in_user_code(f"triton_call {call.name!r}: config [{config.label}] is skipped: {why}", ConfigSkippedWarning)
 
 
 def no_usable_config(call: KernelCall, reasons: Sequence[tuple[str, str]], unwritten_only: bool) -> NoUsableConfigError:

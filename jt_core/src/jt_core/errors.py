@@ -13,8 +13,11 @@ rebuilds the jt error from it.
 
 from __future__ import annotations
 
+import os
 import re
 import reprlib
+import sys
+import warnings
 from typing import Any
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "UnwrittenOutputWarning",
     "from_runtime_error",
     "short_repr",
+    "warn_in_user_code",
 ]
 
 
@@ -187,3 +191,40 @@ def from_runtime_error(error: BaseException) -> JtError | None:
         return None
     _, found, end = first
     return found(message[end:].strip())
+
+
+#: The packages between a user's code and the line of jt that warns: jt's own distributions, JAX, pluggy.
+MACHINERY = ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu", "jax", "jaxlib", "pluggy")
+
+
+def _machinery_folders() -> tuple[str, ...]:
+    files = [getattr(sys.modules.get(name), "__file__", None) for name in MACHINERY]
+    return tuple(os.path.dirname(file) + os.sep for file in files if file)
+
+
+def warn_in_user_code(message: str, category: type[Warning]) -> None:
+    """Warns with the warning attributed to the user's code: the innermost frame outside jt, JAX and pluggy (the
+    line that called the jitted function, or ``triton_call`` outside ``jax.jit``), not jt's line that warns.
+
+    ``warnings`` filters (``module=``, ``lineno``), ``-W`` options, IDEs and the "shown once per location" rule all
+    read that attribution. Python 3.12's ``skip_file_prefixes`` does the same; this walks the stack itself so that
+    Python 3.11 works too. Where no frame is the user's (a thread of XLA's), the caller's frame is named.
+    """
+    caller = sys._getframe(1)
+    folders = _machinery_folders()
+    frame: Any = caller
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(folders) or frame.f_code.co_filename.startswith("<frozen ")
+    ):
+        frame = frame.f_back
+    if frame is None:
+        frame = caller
+    module_globals = frame.f_globals
+    warnings.warn_explicit(
+        message,
+        category,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=module_globals.get("__name__", "<string>"),
+        registry=module_globals.setdefault("__warningregistry__", {}),
+    )

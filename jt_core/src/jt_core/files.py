@@ -43,12 +43,12 @@ import stat
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from jt_core import settings
+from jt_core.errors import warn_in_user_code
 
 __all__ = [
     "ENTRY_NAMES",
@@ -243,11 +243,10 @@ def _fallback(refused: Path, reason: str, candidates: tuple[Path, ...]) -> Path:
         why = "It works from"
     else:
         why = "jt executes code kept there (built libraries, compiled kernels), so it works from"
-    warnings.warn(
+    warn_in_user_code(
         f"jt does not use the cache folder {str(refused)!r}: {reason}. {why} the private folder {str(chosen)!r} "
         "instead. Make the folder yours, private (chmod 700) and writable, or point JT_CACHE_DIR at one.",
         RuntimeWarning,
-        stacklevel=3,
     )
     return chosen
 
@@ -388,12 +387,11 @@ def private_folder(path: Path, purpose: str) -> Path:
     with _lock:
         known = _fallbacks.setdefault(path, instead)
     if known is instead:
-        warnings.warn(
+        warn_in_user_code(
             f"jt does not use the folder {str(path)!r}: {problem}. jt loads code kept there onto the GPU, so it "
             f"uses its private folder {str(instead)!r} instead. Make the folder yours, private (chmod 700) and "
             "writable, or unset the variable that names it.",
             RuntimeWarning,
-            stacklevel=2,
         )
     return known
 
@@ -414,9 +412,7 @@ def report_fault(folder: Path, exc: OSError, doing: str = "write to", consequenc
         "What jt would keep there is made again when needed instead (calls give the same results, only the time "
         "the cache saves is lost). Free space or make the folder writable, or point JT_CACHE_DIR at another folder."
     )
-    warnings.warn(
-        f"jt cannot {doing} the folder {str(folder)!r}: {reason}{where}. {consequence}", RuntimeWarning, stacklevel=3
-    )
+    warn_in_user_code(f"jt cannot {doing} the folder {str(folder)!r}: {reason}{where}. {consequence}", RuntimeWarning)
 
 
 def read_file(path: Path) -> bytes | None:
@@ -463,8 +459,9 @@ def write_file(path: Path, data: bytes) -> bool:
 
 def unusable(path: Path, reason: str) -> None:
     """Warns that the cache file ``path`` fails its check (``reason``) and deletes it, so it is made again."""
-    warnings.warn(f"jt cache file {str(path)!r} is unusable ({reason}); it is deleted and made again", RuntimeWarning,
-                  stacklevel=3)  # fmt: skip
+    warn_in_user_code(
+        f"jt cache file {str(path)!r} is unusable ({reason}); it is deleted and made again", RuntimeWarning
+    )
     discard(path)
 
 

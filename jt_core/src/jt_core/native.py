@@ -54,12 +54,12 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from jt_core import files, integrity, settings
 from jt_core.compiler import NativeBuildError, compiler_identity, find_compiler, jax_version
+from jt_core.errors import warn_in_user_code
 from jt_core.prebuilt import (
     PREBUILT_VARIABLE,
     PrebuiltLibrary,
@@ -396,11 +396,10 @@ def build_shared_library(
         if problem is None:
             return NativeLibrary(name, target, key, built=False, compiler=identity)
         if target.exists():
-            warnings.warn(
+            warn_in_user_code(
                 f"jt: the built library {str(target)!r} is unusable ({problem}); it is built again instead of being "
                 "loaded",
                 RuntimeWarning,
-                stacklevel=2,
             )
             files.discard(target)
         files.remove_stale_temporaries(folder, "native", prefix=f".{_file_name(name, key)}.")

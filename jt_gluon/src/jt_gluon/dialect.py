@@ -6,7 +6,9 @@ import sys
 from typing import Any
 
 from jt_core.plugin import Dialect, Specialization, Target
-from jt_gluon import _compat
+from jt_gluon import _compat, _shutdown
+
+_shutdown.release_at_exit()
 
 
 class GluonDialect(Dialect):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -11,7 +10,7 @@ import numpy as np
 from jax import tree_util
 
 from jt_core.call import INPUT, OUTPUT, KernelCall
-from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning
+from jt_core.errors import UnwrittenOutputError, UnwrittenOutputWarning, warn_in_user_code
 from jt_core.interpreter import runner
 from jt_core.interpreter.races import RaceTracker, describe_elements
 
@@ -202,4 +201,4 @@ def _report_unwritten(
         )
         if action == "error":
             raise UnwrittenOutputError(message)
-        warnings.warn(message, UnwrittenOutputWarning, stacklevel=2)
+        warn_in_user_code(message, UnwrittenOutputWarning)

@@ -52,6 +52,7 @@ _INDICES = "_jt_loop_indices"
 _STRETCH = "_jt_new_stretch"
 _BRANCH = "_jt_branch"
 _BRANCH_END = "_jt_branch_end"
+_END_MARK = "_jt_ends_branch"
 _MODULES = {
     "_jt_language": "triton.language",
     "_jt_language_math": "triton.language.math",
@@ -238,6 +239,7 @@ class _CompiledMeaning(ast.NodeTransformer):
         condition = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=node.test)
         node.test = _call(_BRANCH, ast.Name(id=name, ctx=ast.Load()))
         end = ast.Expr(_call(_BRANCH_END, ast.Name(id=name, ctx=ast.Load())))
+        setattr(end, _END_MARK, True)  # placed by `_place_branch_ends`
         return [_located(condition, node), node, _located(end, node)]
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
@@ -246,6 +248,27 @@ class _CompiledMeaning(ast.NodeTransformer):
             return node
         module, attr = found
         return _located(ast.Attribute(value=ast.Name(id=module, ctx=ast.Load()), attr=attr, ctx=ast.Load()), node)
+
+
+def _place_branch_ends(tree: ast.AST) -> None:
+    """Puts each statement that ends an ``if``'s stretch on the line of the statement after it, so that a debugger
+    stopped inside the ``if`` (a ``breakpoint()``) stops next on the line that follows, not on the ``if``'s line
+    again; one that ends its block goes (a loop's iteration or its end, the function's end and an enclosing ``if``'s
+    own end each start a new stretch there anyway)."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            kept = []
+            for i, statement in enumerate(block):
+                if not getattr(statement, _END_MARK, False):
+                    kept.append(statement)
+                elif i + 1 < len(block):
+                    kept.append(ast.copy_location(statement, block[i + 1]))
+                elif not isinstance(node, ast.If | ast.For | ast.While | ast.FunctionDef):
+                    kept.append(statement)  # after a `with` or a `try`: where the `if` is
+            block[:] = kept
 
 
 def _counted(func: ast.expr, shadowed: bool) -> bool:
@@ -341,7 +364,9 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
         stock = interp.FunctionRewriter.ast_transformer
 
         def visit(self, tree: ast.AST) -> ast.AST:
-            return ours.visit(self.stock.visit(tree))
+            tree = ours.visit(self.stock.visit(tree))
+            _place_branch_ends(tree)
+            return tree
 
     class _Rewriter(interp.FunctionRewriter):  # type: ignore[misc,name-defined]
         ast_transformer = _Passes()

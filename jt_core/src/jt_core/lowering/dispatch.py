@@ -9,9 +9,9 @@ from typing import Any
 from jax._src import dispatch
 from jax._src.interpreters import mlir
 
-from jt_core import distributed
+from jt_core import _compat, distributed
 from jt_core.call import KernelCall
-from jt_core.errors import UnsupportedKernelError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 from jt_core.lowering import compiling
 from jt_core.lowering.devices import computation_devices, lowering_device
 from jt_core.lowering.fallback import lower_with
@@ -20,7 +20,14 @@ from jt_core.plugin import facade
 from jt_core.plugin.roles import CompileRequest
 from jt_core.primitive import kernel_side_effect, triton_kernel_call_p
 
-__all__ = ["lower_for_platform"]
+__all__ = ["EXPORT_HINT", "lower_for_platform"]
+
+#: What an export for a GPU platform needs besides the target: said where the export fails first.
+EXPORT_HINT = (
+    "Exported, the computation then holds the custom calls of jt's launchers, which jax.export refuses unless "
+    "disabled_checks names them (jax.export.DisabledSafetyCheck.custom_call(target)): "
+    "jt.export(f, platforms=[...])(*args) exports with them named"
+)
 
 
 def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str) -> Sequence[Any]:
@@ -56,15 +63,21 @@ def _lower(
             f"triton_call {call.name!r}: {dialect.name} kernels cannot run on the {platform!r} backend: {refusal}"
         )
     device = lowering_device(ctx, devices) if len(ctx.module_context.platforms) == 1 else None
-    target = facade.serve(
-        backend,
-        "target",
-        backend_arguments=call.arguments_for_backend(),
-        device=device,
-        name=call.name,
-        call=call,  # for a backend whose target still takes the call (RETIRED_PARAMETERS)
-        needed=needed,
-    )
+    try:
+        target = facade.serve(
+            backend,
+            "target",
+            backend_arguments=call.arguments_for_backend(),
+            device=device,
+            name=call.name,
+            call=call,  # for a backend whose target still takes the call (RETIRED_PARAMETERS)
+            needed=needed,
+        )
+    except (KernelCallTypeError, KernelCallValueError) as exc:
+        if not _compat.lowering_for_export(ctx):
+            raise
+        # The second refusal an export without a device meets is JAX's, of jt's custom calls: say it now.
+        raise type(exc)(f"{exc}. {EXPORT_HINT}") from None
 
     def requests(call: KernelCall) -> list[CompileRequest]:
         return [

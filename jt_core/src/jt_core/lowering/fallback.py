@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from jax._src.interpreters import mlir
@@ -16,7 +18,22 @@ from jt_core.plugin import facade
 from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
 
-__all__ = ["lower_with"]
+__all__ = ["lower_with", "recording_custom_calls"]
+
+#: The custom-call targets jt's launchers emitted while `recording_custom_calls` runs, or ``None`` outside it.
+_recorded: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("jt_custom_call_targets", default=None)
+
+
+@contextlib.contextmanager
+def recording_custom_calls() -> Iterator[set[str]]:
+    """Collects, in the set it yields, the targets of the custom calls jt's launchers emit for the calls lowered
+    in this thread while the block runs (what ``jax.export`` must be told it may carry)."""
+    targets: set[str] = set()
+    token = _recorded.set(targets)
+    try:
+        yield targets
+    finally:
+        _recorded.reset(token)
 
 
 def lower_with(
@@ -61,6 +78,9 @@ def lower_with(
                 launcher, "lower", ctx=ctx, call=call, kernels=kernels, operands=operands, device=device, needed=needed
             )
             if lowered is not facade.SET_ASIDE:
+                recorded = _recorded.get()
+                if recorded is not None:
+                    recorded.update(emitted.custom_call_targets())
                 return lowered
             emitted.remove()
         if reason is None or reason is facade.SET_ASIDE:
@@ -107,15 +127,30 @@ class _EmittedOperations:
         self.point = mlir.ir.InsertionPoint.current
         self.count = len(self.point.block.operations)
 
-    def remove(self) -> None:
-        """Erases the operations emitted since this object was made, last first."""
+    def _added(self) -> list[Any]:
         operations = [op.operation for op in self.point.block.operations]
         added = len(operations) - self.count
         end = len(operations)
         reference = self.point.ref_operation
         if reference is not None:
             end = next(i for i, op in enumerate(operations) if op == reference.operation)
-        for operation in reversed(operations[end - added : end]):
+        return operations[end - added : end]
+
+    def custom_call_targets(self) -> set[str]:
+        """The targets of the custom calls among the operations emitted since this object was made (and in their
+        regions)."""
+        targets: set[str] = set()
+        pending = self._added()
+        while pending:
+            operation = pending.pop()
+            if operation.name == "stablehlo.custom_call":
+                targets.add(mlir.ir.StringAttr(operation.attributes["call_target_name"]).value)
+            pending += [op.operation for region in operation.regions for block in region for op in block]
+        return targets
+
+    def remove(self) -> None:
+        """Erases the operations emitted since this object was made, last first."""
+        for operation in reversed(self._added()):
             operation.erase()
 
 

@@ -37,7 +37,6 @@ import sys
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -46,7 +45,7 @@ import pluggy
 from jt_core import settings
 from jt_core._compat import entry_points_for_group
 from jt_core._version import __version__
-from jt_core.errors import PluginFaultError, PluginLoadError
+from jt_core.errors import PluginFaultError, PluginLoadError, warn_in_user_code
 from jt_core.plugin import specs
 from jt_core.plugin.faults import KEPT_FAULTS, remember_fault
 from jt_core.plugin.records import (
@@ -475,16 +474,8 @@ def _machinery() -> tuple[str, ...]:
 
 
 def _warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
-    """Warns, pointing at the user's code that led here (not at jt's, JAX's or pluggy's): the stack level of the
-    first frame outside them (what ``skip_file_prefixes`` does on Python 3.12, walked here for 3.11)."""
-    machinery = _machinery()
-    level, frame = 1, sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(machinery):
-        level += 1
-        if frame.f_back is None:
-            break
-        frame = frame.f_back
-    warnings.warn(message, category, stacklevel=level)
+    """Warns, pointing at the user's code that led here (not at jt's, JAX's or pluggy's)."""
+    warn_in_user_code(message, category)
 
 
 def plugin_traceback(exc: BaseException) -> str:

@@ -7,9 +7,12 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
   for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
   ``jt_hook_recorder`` (records hook calls); outside pytest, `using_plugins` (a ``with`` block in which jt
   uses the installed plugins plus fake entry points) and `dialect_for` (the dialect chosen for a kernel);
-* markers ``cuda``, ``rocm`` and ``gpu`` that skip a test where the hardware is absent, and the option
-  ``--jt-require-gpu`` that turns those skips into failures (use it on GPU machines so that nothing is skipped by
-  accident);
+* caches of the session's own: ``JT_CACHE_DIR`` and ``TRITON_CACHE_DIR`` point at a fresh folder while the session
+  runs (or at the folder ``JT_TEST_CACHE_DIR`` names, kept between sessions), so that tests, their xdist workers and
+  the processes they start leave the user's caches as they found them (`folders`);
+* markers ``cuda``, ``rocm``, ``gpu`` and ``tpu`` that skip a test where the hardware is absent, and the option
+  ``--jt-require-gpu`` that turns those skips into failures (use it on GPU and TPU machines so that nothing is
+  skipped by accident);
 * the marker ``requires_plugin(name, ...)``, which skips a test unless the jt plugins it names are installed (a
   test of one plugin that also needs another, so that each plugin's suite passes with only that plugin and jt-core);
 * kernels for tests (``sample_add_kernel``, ``scale_inplace_kernel``, ``autotuned_scale_inplace_kernel``,
@@ -28,7 +31,7 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * for plugins that keep files in jt's cache: `CACHE_FAULTS`, `damage` and `failing_writes`.
 
 The kit is this module's ``__all__``, gathered from the package's modules, one role each:
-`markers` (the markers and the option), `fixtures`,
+`folders` (the session's caches), `markers` (the markers and the option), `fixtures`,
 `kernels`, `conformance` (backends and dialects),
 `launchers`, `gpu`, `faults` and
 `jobs`. The private modules hold what the kit is built on and jt's own suites use besides
@@ -36,6 +39,8 @@ The kit is this module's ``__all__``, gathered from the package's modules, one r
 """
 
 from __future__ import annotations
+
+import pytest
 
 from jt_core.testing.conformance import BackendConformance, DialectConformance
 from jt_core.testing.faults import CACHE_FAULTS, damage, failing_writes, no_compiler_path
@@ -49,6 +54,7 @@ from jt_core.testing.fixtures import (
     jt_register_plugin,
     using_plugins,
 )
+from jt_core.testing.folders import TEST_CACHE_VARIABLE, isolate_caches, restore_caches
 from jt_core.testing.gpu import (
     LaunchHandlerConformance,
     backend_config,
@@ -72,17 +78,29 @@ from jt_core.testing.kernels import (
     scale_inplace_kernel,
 )
 from jt_core.testing.launchers import LauncherConformance, Lowering, record_lowerings
-from jt_core.testing.markers import HARDWARE_MARKERS, PLUGIN_MARKER
+from jt_core.testing.markers import HARDWARE_MARKERS, PLUGIN_MARKER, declare_markers
 
 # The pytest hooks of the plugin, which pytest looks up on this module.
 from jt_core.testing.markers import pytest_addoption as pytest_addoption
-from jt_core.testing.markers import pytest_configure as pytest_configure
 from jt_core.testing.markers import pytest_runtest_setup as pytest_runtest_setup
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # First, so that nothing a session configures reaches the user's caches.
+    isolate_caches(config)
+    declare_markers(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    restore_caches(config)
+
 
 __all__ = [
     "CACHE_FAULTS",
     "HARDWARE_MARKERS",
     "PLUGIN_MARKER",
+    "TEST_CACHE_VARIABLE",
     "BackendConformance",
     "DialectConformance",
     "HookRecorder",

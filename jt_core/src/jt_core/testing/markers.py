@@ -1,6 +1,6 @@
-"""The markers of jt's pytest plugin: ``cuda``, ``rocm`` and ``gpu``, which skip a test where JAX sees no such
-device (failures instead under ``--jt-require-gpu``), and ``requires_plugin(name, ...)``, which skips a test unless
-the jt plugins it names are installed."""
+"""The markers of jt's pytest plugin: ``cuda``, ``rocm``, ``gpu`` and ``tpu``, which skip a test where JAX sees no
+such device (failures instead under ``--jt-require-gpu``), and ``requires_plugin(name, ...)``, which skips a test
+unless the jt plugins it names are installed."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from jt_core.plugin.loader import discover_entry_points
 __all__ = [
     "HARDWARE_MARKERS",
     "PLUGIN_MARKER",
+    "declare_markers",
     "has_platform",
     "installed_plugins",
     "pytest_addoption",
-    "pytest_configure",
     "pytest_runtest_setup",
 ]
 
 #: The markers that skip a test where JAX sees no device of their platform.
-HARDWARE_MARKERS = ("cuda", "rocm", "gpu")
+HARDWARE_MARKERS = ("cuda", "rocm", "gpu", "tpu")
 #: The marker that names the jt plugins a test needs besides the one it tests.
 PLUGIN_MARKER = "requires_plugin"
 
@@ -33,7 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--jt-require-gpu",
         action="store_true",
         default=False,
-        help="fail, instead of skip, tests marked cuda/rocm/gpu when the hardware is absent",
+        help="fail, instead of skip, tests marked cuda/rocm/gpu/tpu when the hardware is absent",
     )
 
 
@@ -42,7 +42,8 @@ def installed_plugins() -> set[str]:
     return {entry_point.name for entry_point in discover_entry_points()}
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def declare_markers(config: pytest.Config) -> None:
+    """Declares the markers (the plugin's ``pytest_configure`` calls it)."""
     for name in HARDWARE_MARKERS:
         config.addinivalue_line(
             "markers", f"{name}: needs a {name} device (skipped without one unless --jt-require-gpu)"
@@ -73,7 +74,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @functools.cache
 def has_platform(platform: str) -> bool:
-    """Whether JAX sees a device of ``platform`` (``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"gpu"``)."""
+    """Whether JAX sees a device of ``platform`` (``"cpu"``, ``"cuda"``, ``"rocm"``, ``"gpu"`` or ``"tpu"``)."""
     try:
         return bool(jax.devices(platform))
     except RuntimeError:

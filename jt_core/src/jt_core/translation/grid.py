@@ -12,8 +12,9 @@ Two ways give the same result:
   (`jt_core.translation.affine.disjoint`). Anything else runs in order.
 
 Side by side runs in boxes of programs first (`jt_core.translation.side_by_side`: one ``jax.vmap`` per grid
-axis, block accesses as slices of their buffers, in-place kernels too); the flat chunks here take the grids whose
-planes of programs do not fit in a box.
+axis, block accesses as slices of their buffers, in-place kernels too, several stores per buffer, order-free
+atomics; a grid relabeled as the tiles its kernel maps its ids to, `jt_core.translation.relabeling`); the flat
+chunks here take the grids whose planes of programs do not fit in a box.
 """
 
 from __future__ import annotations

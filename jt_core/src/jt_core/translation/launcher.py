@@ -193,7 +193,7 @@ def kernel_function(
         constants = [
             None
             if spec.writable
-            else jnp.ravel(operands[next(i for (w, i), b in keys.items() if b == n and w == "in")])
+            else jnp.reshape(operands[next(i for (w, i), b in keys.items() if b == n and w == "in")], spec.shape)
             for n, spec in enumerate(specs)
         ]
         memory = Memory(specs, constants, bounds_check)

@@ -126,7 +126,7 @@ class Memory:
 
     Args:
         specs: The buffers, by index.
-        constants: The flattened arrays of the read-only buffers (``None`` for writable ones).
+        constants: The arrays of the read-only buffers, in their own shapes (``None`` for writable ones).
         bounds_check: Whether accesses are checked against their buffer.
     """
 
@@ -165,9 +165,7 @@ class Memory:
     def _array(self, state: State, buffer: int) -> jax.Array:
         """A buffer, flat."""
         constant = self.constants[buffer]
-        if constant is not None:
-            return constant
-        held = state.buffers[self._slots[buffer]]
+        held = constant if constant is not None else state.buffers[self._slots[buffer]]
         return held if held.ndim == 1 else lax.reshape(held, (held.size,))
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
@@ -255,9 +253,32 @@ class Memory:
             piece = array if shape[0] == array.shape[0] else lax.slice(array, (start,), (start + shape[0],))
             return _to_value(piece, _storage(spec), value_type), state
         if active is None:  # a lane outside the buffer reads its nearest element (the bounds check reports it)
-            return _to_value(_gather(array, offsets, lax.GatherScatterMode.CLIP), _storage(spec), value_type), state
-        gathered = _gather(array, jnp.where(active, offsets, 0), lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+            gathered = self._gathered(state, pointer.buffer, jnp.clip(offsets, 0, spec.size - 1))
+            return _to_value(gathered, _storage(spec), value_type), state
+        gathered = self._gathered(state, pointer.buffer, jnp.where(active, offsets, 0))
         return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
+
+    def _gathered(self, state: State, buffer: int, offsets: jax.Array) -> jax.Array:
+        """The elements at ``offsets`` (inside the buffer) of a buffer, gathered from the buffer in its own shape, its
+        offsets unravelled: a TPU lays a large array out again to read it flat, for however few elements."""
+        constant = self.constants[buffer]
+        held = constant if constant is not None else state.buffers[self._slots[buffer]]
+        shape = self.specs[buffer].shape
+        if held.ndim < 2 or held.shape != shape or held.size >= 2**31:
+            flat = held if held.ndim == 1 else lax.reshape(held, (held.size,))
+            return _gather(flat, offsets, lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+        index = offsets.astype(jnp.int32)
+        coordinates = []
+        for extent in reversed(shape):
+            coordinates.append(index % extent)
+            index = index // extent
+        starts = jnp.stack(coordinates[::-1], axis=-1)
+        dims = lax.GatherDimensionNumbers(
+            offset_dims=(), collapsed_slice_dims=tuple(range(len(shape))), start_index_map=tuple(range(len(shape)))
+        )
+        return lax.gather(
+            held, starts, dims, slice_sizes=(1,) * len(shape), mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS
+        )
 
     def store(
         self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], guard: Any = None

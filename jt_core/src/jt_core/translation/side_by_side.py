@@ -9,10 +9,12 @@ the program ids and the lanes read and write the box's whole block at once as sl
 recorded and made after the programs ran.
 
 That gives what the programs in order give when no program can see another's stores and no two programs store to
-one element: no atomics; every store outside loops and branches, through offsets affine in the program ids whose
-steps keep the programs' elements apart (`jt_core.translation.affine.disjoint`); and a buffer both loaded and
-stored (an in-place kernel) only loaded before it is stored, each program loading the elements it stores. Anything
-else raises `NotVectorizable`.
+one element: every store outside loops and branches left to XLA (a loop traced step by step, a branch whose sides
+run masked, `jt_core.translation.control`, are straight-line code), through offsets affine in the program ids whose
+steps keep the programs' elements apart (`jt_core.translation.affine.disjoint`, several stores a window per
+program); a buffer both loaded and stored (an in-place kernel) loaded only in the program's own window and never
+after a store that reaches what it loads (`_independent`); atomics only where nobody reads their result and their
+combiner is order-free (`_BoxMemory.defers_atomic`). Anything else raises `NotVectorizable`.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ class _BoxMemory(Memory):
         view, low, high = found
         a = pointer.affine
         assert a is not None
+        if not a.base_known and not shape:
+            # One element per program at an offset known only when it runs (a label's logit): one gather of them all.
+            return super().load(state, pointer, mask, other, shape)
         strays = not a.base_known or low < 0 or high >= spec.size
         if strays and not self.bounds_check:
             return super().load(state, pointer, mask, other, shape)  # a stray lane reads what the gather reads

@@ -19,7 +19,6 @@ where an access strayed.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
 from jt_core.cpu.ffi_launcher import CpuFfiLauncher
 from jt_core.cpu.lowered import cpu_autotune_enabled
-from jt_core.errors import CpuFallbackWarning, UnsupportedKernelError
+from jt_core.errors import CpuFallbackWarning, UnsupportedKernelError, warn_in_user_code
 from jt_core.plugin.values import CompiledKernel
 from jt_core.translation.launcher import TranslatingLauncher, kernel_function
 from jt_core.translation.strategy import CPU_STRATEGY, Strategy
@@ -119,10 +118,8 @@ class CpuCompiledLauncher(TranslatingLauncher):
                 "interpreter instead (JT_CPU_FALLBACK=info or warn lets it run there)"
             )
         if policy == "warn":
-            warnings.warn(
-                f"triton_call {call.name!r}: {reason}; it runs in Triton's interpreter",
-                CpuFallbackWarning,
-                stacklevel=2,
+            warn_in_user_code(
+                f"triton_call {call.name!r}: {reason}; it runs in Triton's interpreter", CpuFallbackWarning
             )
         return reason
 

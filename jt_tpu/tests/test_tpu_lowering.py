@@ -1,0 +1,81 @@
+"""What jt-tpu lowers a call to, on a host without a TPU (``jax.export`` for ``tpu``): plain StableHLO, block accesses
+as slices (no gather, scatter or loop where the addresses are affine in the program ids and the lanes), a K-loop of
+``tl.dot`` as one product, nothing in float64."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tpu_kernels
+import triton
+import triton.language as tl
+from tpu_testlib import exported_for_tpu, operations
+
+import jt_core as jt
+
+#: The benchmark's cases whose addresses depend on data, and what they keep for it: a histogram's atomic sums are
+#: one scatter, a cross entropy's load of each row's label one gather.
+DATA_DEPENDENT = {"histogram": {"scatter": 1}, "cross_entropy": {"gather": 1}}
+
+CASES = tpu_kernels.benchmark_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_benchmark_kernel_lowers_to_slices_and_products(case: tpu_kernels.Case) -> None:
+    exported = exported_for_tpu(case.kernel, *case.inputs(np.random.default_rng(0)))
+    ops = operations(exported)
+    text = exported.mlir_module()
+    assert ops["custom_call"] == 0, "the module is plain StableHLO"
+    assert "f64" not in text, "a TPU has no float64"
+    allowed = next((kept for key, kept in DATA_DEPENDENT.items() if key in case.name), {})
+    for op in ("gather", "scatter", "while"):
+        assert ops[op] <= allowed.get(op, 0), f"{ops[op]} {op} in {case.name}"
+    if "matmul" in case.name:
+        assert ops["dot_general"] == 1, "the K-loop is one product"
+    assert sum(ops.values()) < 1000, "the lowering stays small (it was thousands of operations per K-loop)"
+
+
+@triton.jit
+def scaled_rows_kernel(x_ptr, out_ptr, n_cols, scale, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask)
+    tl.store(out_ptr + row * n_cols + cols, x * scale, mask=mask)
+
+
+def _scaled(x: Any, scale: float = 2.0) -> Any:
+    return jt.triton_call(
+        x_ptr=x, n_cols=x.shape[-1], scale=scale, kernel=scaled_rows_kernel, out_shape=x, grid=(x.shape[0],), BLOCK=128
+    )
+
+
+def test_vmap_of_a_call_lowers_to_one_kernel_without_gathers() -> None:
+    x = np.ones((4, 8, 100), np.float32)
+    ops = operations(exported_for_tpu(jax.jit(jax.vmap(_scaled)), x))
+    assert ops["custom_call"] == ops["gather"] == ops["scatter"] == ops["while"] == 0
+
+
+_scaled_with_gradient = jt.kernel_vjp(
+    lambda x: (_scaled(x), None),
+    lambda residuals, dy: _scaled(dy),
+)
+
+
+def test_grad_through_kernel_vjp_lowers_for_tpu() -> None:
+    x = np.ones((8, 100), np.float32)
+    grad = jax.jit(jax.grad(lambda v: _scaled_with_gradient(v).sum()))
+    ops = operations(exported_for_tpu(grad, x))
+    assert ops["custom_call"] == ops["gather"] == ops["scatter"] == 0
+
+
+def test_an_exported_call_serializes_and_runs_where_deserialized() -> None:
+    """An artifact made for the TPU and the CPU runs here, on the CPU, from its serialized bytes."""
+    x = np.random.default_rng(1).standard_normal((8, 100)).astype(np.float32)
+    exported = jax.export.export(jax.jit(_scaled), platforms=("tpu", "cpu"))(jax.ShapeDtypeStruct(x.shape, x.dtype))
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(jnp.asarray(x))), x * 2)

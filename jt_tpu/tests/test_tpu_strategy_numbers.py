@@ -1,0 +1,47 @@
+"""The numbers of what jt-tpu lowers: the TPU's strategy run on the CPU (the same translation, lowered for the
+``cpu`` platform), and, where JAX sees a TPU, on the TPU itself. Each kernel's outputs are compared with a float64
+NumPy reference, within what plain ``jax.numpy`` doing the same work gets."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import tpu_kernels
+from tpu_testlib import TpuStrategyOnCpu, tpu_strategy_on_cpu
+
+from jt_core.testing import record_lowerings
+
+NAMES = [case.name for case in tpu_kernels.small_cases()]
+
+
+def _errors(outputs: object, exact: object) -> float:
+    outs = jax.tree.leaves(outputs)
+    wants = exact if isinstance(exact, tuple) else (exact,)
+    worst = 0.0
+    for out, want in zip(outs, wants, strict=True):
+        got, want = np.asarray(out, np.float64), np.asarray(want, np.float64)
+        worst = max(worst, float(np.linalg.norm(got - want)) / (float(np.linalg.norm(want)) or 1.0))
+    return worst
+
+
+def _check(case: tpu_kernels.Case) -> None:
+    inputs = case.inputs(np.random.default_rng(7))
+    exact = case.exact(*inputs)
+    error = _errors(case.kernel(*inputs), exact)
+    jnp_error = _errors(case.reference(*inputs), exact)
+    assert error <= max(case.tolerance, 4 * jnp_error + 1e-6), (case.name, error, jnp_error)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="calls run on the default device: here not the CPU")
+@pytest.mark.parametrize("index", range(len(NAMES)), ids=NAMES)
+def test_the_tpu_strategy_computes_each_kernel_right_on_the_cpu(index: int) -> None:
+    with tpu_strategy_on_cpu(), record_lowerings(TpuStrategyOnCpu) as lowered:
+        _check(tpu_kernels.small_cases()[index])
+    assert lowered, "the TPU's strategy lowered the call"
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("index", range(len(NAMES)), ids=NAMES)
+def test_each_kernel_runs_right_on_a_tpu(index: int) -> None:
+    _check(tpu_kernels.small_cases()[index])
