@@ -38,8 +38,18 @@ def rounded(exact: fractions.Fraction, dtype: Any) -> float:
 
 def rounded_once(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: Any) -> np.ndarray:
     """``a * b + c``, elementwise, computed exactly and rounded once to ``dtype``: a fused multiply-add."""
-    out = [
-        rounded(fractions.Fraction(float(x)) * fractions.Fraction(float(y)) + fractions.Fraction(float(z)), dtype)
-        for x, y, z in zip(np.ravel(a), np.ravel(b), np.ravel(c), strict=True)
-    ]
+    out = []
+    for x, y, z in zip(np.ravel(a), np.ravel(b), np.ravel(c), strict=True):
+        exact = fractions.Fraction(float(x)) * fractions.Fraction(float(y)) + fractions.Fraction(float(z))
+        out.append(_signed(rounded(exact, dtype), x, y, z))
     return np.asarray(out).astype(dtype).reshape(np.shape(a))
+
+
+def _signed(result: float, x: Any, y: Any, z: Any) -> float:
+    """A zero result of ``x * y + z`` with IEEE 754's sign (6.3): -0.0 where the product and ``z`` are both -0.0,
+    +0.0 otherwise (to nearest)."""
+    if result != 0:
+        return result
+    product_negative = bool(np.signbit(np.float64(x)) ^ np.signbit(np.float64(y)))
+    both_negative_zeros = float(x) * float(y) == 0 and product_negative and float(z) == 0 and np.signbit(np.float64(z))
+    return -0.0 if both_negative_zeros else 0.0

@@ -6,7 +6,6 @@ processors with AVX-512 FP16). Every result is compared with an exact reference 
 
 from __future__ import annotations
 
-import fractions
 import os
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from core_rounding import rounded, rounded_once
+from core_rounding import rounded_once
 from hypothesis import strategies as st
 
 import jt_core as jt
@@ -119,6 +118,20 @@ def test_without_fusion_every_product_and_sum_rounds_on_its_own(launcher: str, d
     np.testing.assert_array_equal(_bits(out[7]), _bits(rounded_once(a, b, c, dtype)))  # tl.fma is always fused
 
 
+@pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("launcher", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_zeros_keep_their_signs_through_products_and_sums(launcher: str, dtype: np.dtype, fusion: bool) -> None:
+    # Every sign of a zero product beside every sign of a zero addend, and a product that cancels the addend: the
+    # sum is -0.0 only where both are -0.0 (IEEE 754, 6.3), whether or not the product is fused.
+    a = np.array([0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 1.0, -1.0], dtype)
+    b = np.array([-1.0, 1.0, 1.0, -1.0, -1.0, -1.0, 1.0, 1.0], dtype)
+    c = np.array([-0.0, -0.0, -0.0, -0.0, 0.0, 0.0, -1.0, 1.0], dtype)
+    out = _run(launcher, fusion, a, b, c, c)
+    for row in (0, 5, 7):  # a * b + c, p + c and tl.fma(a, b, c)
+        np.testing.assert_array_equal(np.signbit(out[row]), [True, True, False, False, False, False, False, False])
+
+
 @triton.jit
 def dot_of_products_kernel(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
@@ -156,9 +169,7 @@ _FLOATS = {
 def test_the_fused_multiply_add_is_rounded_once_in_numpy_and_in_jax(name: str, data: Any) -> None:
     dtype = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
     a, b, c = (np.asarray(data.draw(st.lists(_FLOATS[name], min_size=8, max_size=8))).astype(dtype) for _ in range(3))
-    exact = [fractions.Fraction(float(x)) * fractions.Fraction(float(y)) + fractions.Fraction(float(z)) for x, y, z in
-             zip(a, b, c, strict=True)]  # fmt: skip
-    want = np.asarray([rounded(e, dtype) for e in exact]).astype(dtype)
+    want = rounded_once(a, b, c, dtype)
     numpy_result = np.asarray(libdevice.fused_multiply_add(libdevice.numpy_arrays(), a, b, c)).astype(dtype)
     with jax.enable_x64(True):
         jax_result = np.asarray(

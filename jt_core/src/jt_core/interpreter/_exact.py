@@ -87,6 +87,7 @@ def _odd_sum(xp: Arrays, a: Any, b: Any) -> Any:
     """``a + b`` rounded to odd: where inexact, the neighbour of the exact sum whose last bit is 1."""
     n = xp.np
     s, e = _two_sum(xp, a, b)
+    s = n.where(b == 0, a, s)  # a + 0 is a, -0.0 included (the error term of an exact sum is a zero of either sign)
     even = (xp.unsigned(s) & xp.constant(1, xp.unsigned(s).dtype)) == 0
     toward = n.where(e > 0, xp.constant(np.inf, s.dtype), xp.constant(-np.inf, s.dtype))
     return n.where((e != 0) & even, n.nextafter(s, toward), s)
