@@ -43,7 +43,8 @@ from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
 from jt_core.interpreter import descriptors, extern, mapped, rewriting
 from jt_core.interpreter.access import AccessChecker, Buffer, addresses
-from jt_core.interpreter.numerics import FloatFixes, IntegerFixes, ReductionOrder, new_stretch, subnormals_kept
+from jt_core.interpreter.integers import IntegerFixes
+from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, new_stretch, subnormals_kept
 from jt_core.interpreter.races import ATOMIC, LOAD, STORE, RaceTracker
 
 __all__ = [

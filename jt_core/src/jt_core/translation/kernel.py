@@ -27,6 +27,7 @@ from jt_core.translation import (
     descriptors,
     extern,
     floats,
+    folding,
     lang,
     mapped,
     masks,
@@ -332,14 +333,14 @@ class Kernel:
             return
         self._track(op)
         if all(lang.is_static(a) for a in args):
-            folded = lang.fold(op.name, args, types, result, attr)
+            folded = folding.fold(op.name, args, types, result, attr)
             if folded is not None:
                 self.env[op.results[0]] = folded
                 return
         known = [self.known(v) for v in op.operands]
         value = None
         if op.name != "tt.extern_elementwise" and all(k is not None for k in known):
-            value = lang.evaluate(op.name, known, types, result, attr)
+            value = folding.evaluate(op.name, known, types, result, attr)
         self._set_uniform(op.results[0], value)
         if value is not None and _float_zero(value, result):
             # XLA computes the same zero from the same constants when it compiles, and its simplifier then turns

@@ -6,8 +6,8 @@ read them (``arith.divui``, ``arith.cmpi ult``, ``arith.extui``). Here every int
 its width and reinterpreted as unsigned where an operation asks; ``i1`` is ``bool``.
 
 Scalars whose value is known when the kernel is traced (the call's integer arguments, constants, what is computed
-from them alone) stay Python ints (`fold`), so that loop bounds and branch conditions built from them are
-known to XLA too; everything else is a JAX array.
+from them alone) stay Python ints (`jt_core.translation.folding`), so that loop bounds and branch conditions built
+from them are known to XLA too; everything else is a JAX array.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
-from jt_core.interpreter import libdevice, numerics
+from jt_core.interpreter import libdevice
 from jt_core.translation import floats
 from jt_core.translation import strategy as strategies
+from jt_core.translation.folding import UNSIGNED, dtype_of, is_float8, is_static, wrap
 from jt_core.translation.program import TensorType
 
 __all__ = [
@@ -33,61 +34,12 @@ __all__ = [
     "constant",
     "convert_float",
     "dtype_of",
-    "evaluate",
-    "fold",
     "is_static",
 ]
 
-_DTYPES: dict[str, Any] = {
-    "i1": np.bool_,
-    "i8": np.int8,
-    "i16": np.int16,
-    "i32": np.int32,
-    "i64": np.int64,
-    "f16": np.float16,
-    "bf16": ml_dtypes.bfloat16,
-    "f32": np.float32,
-    "f64": np.float64,
-    "f8E4M3FN": ml_dtypes.float8_e4m3fn,
-    "f8E5M2": ml_dtypes.float8_e5m2,
-    "f8E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
-    "f8E5M2FNUZ": ml_dtypes.float8_e5m2fnuz,
-    "f8E4M3B11FNUZ": ml_dtypes.float8_e4m3b11fnuz,
-}
-_UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 #: Float8 formats with a single zero, whose bits 0x80 are NaN.
 _UNSIGNED_ZERO = {np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)}
-
-
-def dtype_of(element: str) -> np.dtype:
-    """The NumPy/JAX type holding values of a TTIR element type (signed for integers)."""
-    try:
-        return np.dtype(_DTYPES[element])
-    except KeyError:
-        raise UnsupportedKernelError(f"values of type {element}") from None
-
-
-def is_static(value: Any) -> bool:
-    """Whether ``value`` is known when the kernel is traced (a Python scalar)."""
-    return isinstance(value, (bool, int, float))
-
-
-def _width(element: str) -> int:
-    return 1 if element == "i1" else int(element[1:])
-
-
-def _wrap(value: int, element: str) -> int | bool:
-    """A Python int as the signed value of a TTIR integer type holds it."""
-    if element == "i1":
-        return bool(value & 1)
-    bits = _width(element)
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _unsigned(value: int, element: str) -> int:
-    return int(value) & ((1 << _width(element)) - 1)
 
 
 def as_array(value: Any, ty: TensorType, opaque: bool = True) -> jax.Array:
@@ -96,7 +48,7 @@ def as_array(value: Any, ty: TensorType, opaque: bool = True) -> jax.Array:
     dtype = dtype_of(ty.element)
     if is_static(value):
         if ty.element.startswith("i"):
-            value = _wrap(int(value), ty.element)
+            value = wrap(int(value), ty.element)
         array = floats.constant(np.asarray(value, dtype=dtype), opaque)
         return jnp.broadcast_to(array, ty.shape) if ty.shape else array
     array = jnp.asarray(value)
@@ -124,7 +76,7 @@ def constant(text: str | None, value: Any, ty: TensorType, opaque: bool = True) 
             return floats.constant(np.asarray(items, dtype=dtype).reshape(ty.shape), opaque)
         scalar = _scalar(body, ty.element, dtype)
     elif value is not None:
-        scalar = _wrap(int(value), ty.element) if ty.element.startswith("i") else value
+        scalar = wrap(int(value), ty.element) if ty.element.startswith("i") else value
     else:
         raise UnsupportedKernelError(f"a constant of type {ty.text} whose value cannot be read")
     if ty.shape:  # one broadcast of the typed scalar (jnp.full takes ten times as long to trace)
@@ -137,223 +89,20 @@ def _scalar(text: str, element: str, dtype: np.dtype) -> Any:
     if text in ("true", "false"):
         return text == "true"
     if element.startswith("i"):
-        return _wrap(int(text, 0), element)
+        return wrap(int(text, 0), element)
     if text.lower().startswith("0x"):
         bits = int(text, 16)
-        return float(np.asarray(bits, dtype=_UNSIGNED[dtype.itemsize * 8]).view(dtype).astype(np.float64))
+        return float(np.asarray(bits, dtype=UNSIGNED[dtype.itemsize * 8]).view(dtype).astype(np.float64))
     return float(text)
-
-
-# -- folding scalars known at trace time ----------------------------------------------------------------------
-
-
-def _cmp(predicate: int, a: int, b: int, element: str) -> bool:
-    if predicate >= 6:  # ult, ule, ugt, uge
-        a, b = _unsigned(a, element), _unsigned(b, element)
-    return [a == b, a != b, a < b, a <= b, a > b, a >= b, a < b, a <= b, a > b, a >= b][predicate]
-
-
-def _div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def _rem(a: int, b: int) -> int:
-    return a - _div(a, b) * b
-
-
-def fold(name: str, args: Sequence[Any], types: Sequence[TensorType], result: TensorType, attr: Any) -> Any:
-    """The value of an integer operation on scalars known at trace time, or ``None`` when it is not one of those.
-
-    Args:
-        name: The operation.
-        args: Its operands (all static).
-        types: The operands' types.
-        result: The result's type.
-        attr: The predicate, for comparisons.
-    """
-    if result.shape or any(t.shape for t in types) or not all(t.element.startswith("i") for t in types):
-        return None
-    if not (result.element.startswith("i")):
-        return None
-    element = types[0].element if types else result.element
-    a = [int(v) for v in args]
-    if name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
-        return _wrap(a[0], result.element)
-    if name in ("arith.extui", "arith.index_castui"):
-        return _wrap(_unsigned(a[0], element), result.element)
-    if name == "arith.cmpi":
-        return _cmp(int(attr), a[0], a[1], element)
-    if name == "arith.select":
-        return args[1] if args[0] else args[2]
-    if name in ("arith.divsi", "arith.remsi", "arith.divui", "arith.remui", "arith.ceildivsi", "arith.floordivsi"):
-        if a[1] == 0:
-            return None  # left to run time, as on the device
-        if name.endswith("ui"):
-            x, y = _unsigned(a[0], element), _unsigned(a[1], element)
-            return _wrap(x // y if name == "arith.divui" else x % y, element)
-        if name == "arith.ceildivsi":
-            return _wrap(-((-a[0]) // a[1]), element)
-        if name == "arith.floordivsi":
-            return _wrap(a[0] // a[1], element)
-        return _wrap(_div(a[0], a[1]) if name == "arith.divsi" else _rem(a[0], a[1]), element)
-    binary: dict[str, Callable[[int, int], int]] = {
-        "arith.addi": lambda x, y: x + y,
-        "arith.subi": lambda x, y: x - y,
-        "arith.muli": lambda x, y: x * y,
-        "arith.andi": lambda x, y: x & y,
-        "arith.ori": lambda x, y: x | y,
-        "arith.xori": lambda x, y: x ^ y,
-        "arith.maxsi": max,
-        "arith.minsi": min,
-        "arith.maxui": lambda x, y: x if _unsigned(x, element) >= _unsigned(y, element) else y,
-        "arith.minui": lambda x, y: x if _unsigned(x, element) <= _unsigned(y, element) else y,
-    }
-    if name in binary:
-        return _wrap(binary[name](a[0], a[1]), element)
-    if name in ("arith.shli", "arith.shrsi", "arith.shrui"):
-        shift = a[1]
-        if not 0 <= shift < _width(element):
-            return None
-        if name == "arith.shli":
-            return _wrap(a[0] << shift, element)
-        if name == "arith.shrsi":
-            return _wrap(a[0] >> shift, element)
-        return _wrap(_unsigned(a[0], element) >> shift, element)
-    return None
-
-
-# -- the one value of a block known at trace time ---------------------------------------------------------------
-
-#: Element-wise float operations `evaluate` computes with NumPy, in float32 (float64 for float64 operands).
-_EVALUATED: dict[str, Callable[..., Any]] = {
-    "arith.addf": np.add,
-    "arith.subf": np.subtract,
-    "arith.mulf": np.multiply,
-    "arith.divf": np.divide,
-    "tt.precise_divf": np.divide,
-    "arith.remf": np.fmod,
-    "arith.negf": np.negative,
-    "arith.maxnumf": np.fmax,
-    "arith.minnumf": np.fmin,
-    "arith.maximumf": np.maximum,
-    "arith.minimumf": np.minimum,
-    "math.absf": np.abs,
-    "math.floor": np.floor,
-    "math.ceil": np.ceil,
-    "math.trunc": np.trunc,
-    "math.roundeven": np.rint,
-    "math.round": lambda x: np.copysign(np.trunc(x) + np.where(np.abs(x - np.trunc(x)) >= 0.5, np.sign(x), 0), x),
-    "math.sqrt": np.sqrt,
-    "tt.precise_sqrt": np.sqrt,
-    "math.copysign": np.copysign,
-    "math.fma": lambda x, y, z: (x.astype(np.float64) * y + z).astype(x.dtype),
-    "math.exp": np.exp,
-    "math.exp2": np.exp2,
-    "math.expm1": np.expm1,
-    "math.log": np.log,
-    "math.log2": np.log2,
-    "math.log10": np.log10,
-    "math.log1p": np.log1p,
-    "math.sin": np.sin,
-    "math.cos": np.cos,
-    "math.tan": np.tan,
-    "math.sinh": np.sinh,
-    "math.cosh": np.cosh,
-    "math.tanh": np.tanh,
-    "math.asin": np.arcsin,
-    "math.acos": np.arccos,
-    "math.atan": np.arctan,
-    "math.asinh": np.arcsinh,
-    "math.acosh": np.arccosh,
-    "math.atanh": np.arctanh,
-    "math.atan2": np.arctan2,
-    "math.cbrt": np.cbrt,
-    "math.powf": np.power,
-}
-
-_CMPF_NUMPY: list[Callable[[Any, Any], Any]] = [
-    lambda a, b: False,
-    lambda a, b: a == b,
-    lambda a, b: a > b,
-    lambda a, b: a >= b,
-    lambda a, b: a < b,
-    lambda a, b: a <= b,
-    lambda a, b: (a != b) & ~(np.isnan(a) | np.isnan(b)),
-    lambda a, b: ~(np.isnan(a) | np.isnan(b)),
-    lambda a, b: (a == b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: (a > b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: (a >= b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: (a < b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: (a <= b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: a != b,
-    lambda a, b: np.isnan(a) | np.isnan(b),
-    lambda a, b: True,
-]
-
-
-def evaluate(name: str, values: Sequence[Any], types: Sequence[TensorType], result: TensorType, attr: Any) -> Any:
-    """The one value an element-wise operation gives, each operand holding one value known at trace time (a scalar,
-    or a block of equal elements): `fold` for integers, NumPy for floats; ``None`` for what it does not compute.
-
-    What it gives for a float decides whether XLA, which computes the same from the same constants when it
-    compiles, sees a zero there (`jt_core.translation.floats`); a transcendental function's last bits may differ
-    from XLA's, which matters only for a result at zero.
-    """
-    scalars = [TensorType((), t.element, None, t.element) for t in types]
-    element = TensorType((), result.element, None, result.element)
-    if all(t.element.startswith("i") for t in types) and result.element.startswith("i"):
-        return fold(name, values, scalars, element, attr)
-    if result.is_pointer or any(t.is_pointer for t in types):
-        return None
-    try:
-        dtypes = [dtype_of(t.element) for t in types]
-        out = dtype_of(result.element)
-    except UnsupportedKernelError:
-        return None
-    if any(_is_float8(d) for d in (*dtypes, out)):
-        return None
-    try:
-        xs = [np.asarray(v).astype(d) for v, d in zip(values, dtypes, strict=True)]
-        with np.errstate(all="ignore"):
-            return _evaluated(name, xs, out, attr)
-    except (TypeError, ValueError, OverflowError, IndexError):
-        return None  # not known, then: XLA computes it as it would
-
-
-def _evaluated(name: str, xs: list[np.ndarray], out: np.dtype, attr: Any) -> Any:
-    if name == "arith.select":
-        return (xs[1] if bool(xs[0]) else xs[2]).astype(out)[()]
-    if name in ("arith.bitcast", "tt.bitcast"):
-        if xs[0].dtype == np.bool_ or out == np.bool_:
-            return None
-        return xs[0].view(out)[()]
-    if name in ("arith.sitofp", "arith.uitofp"):
-        unsigned = name == "arith.uitofp" and xs[0].dtype != np.bool_
-        return (xs[0].view(_UNSIGNED[xs[0].itemsize * 8]) if unsigned else xs[0]).astype(out)[()]
-    if name in ("arith.fptosi", "arith.fptoui"):
-        if out == np.bool_:
-            return None
-        target = out if name == "arith.fptosi" else np.dtype(_UNSIGNED[out.itemsize * 8])
-        return int(numerics.saturating_int(xs[0], target).view(out)[()])
-    if name in ("arith.extf", "arith.truncf", "tt.fp_to_fp"):
-        return numerics.narrowed(xs[0], out, attr == "RTZ")[()]
-    if name == "arith.cmpf":
-        return bool(_CMPF_NUMPY[int(attr)](*(x.astype(np.float64) for x in xs)))
-    fn = _EVALUATED.get(name)
-    if fn is None:
-        return None
-    wide = np.float64 if any(x.dtype == np.float64 for x in xs) else np.float32
-    return numerics.narrowed(np.asarray(fn(*(x.astype(wide) for x in xs))), out)[()]
 
 
 # -- element-wise operations on arrays --------------------------------------------------------------------------
 
 
-def _as_unsigned(x: jax.Array) -> jax.Array:
+def _asunsigned(x: jax.Array) -> jax.Array:
     if x.dtype == jnp.bool_:
         return x
-    return lax.bitcast_convert_type(x, _UNSIGNED[x.dtype.itemsize * 8])
+    return lax.bitcast_convert_type(x, UNSIGNED[x.dtype.itemsize * 8])
 
 
 def _as_signed(x: jax.Array, dtype: np.dtype) -> jax.Array:
@@ -365,7 +114,7 @@ def _as_signed(x: jax.Array, dtype: np.dtype) -> jax.Array:
 def _unsigned_op(fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
     def apply(*xs: jax.Array) -> jax.Array:
         dtype = xs[0].dtype
-        return _as_signed(fn(*(_as_unsigned(x) for x in xs)), dtype)
+        return _as_signed(fn(*(_asunsigned(x) for x in xs)), dtype)
 
     return apply
 
@@ -426,7 +175,7 @@ _INT_COMPARE: list[Callable[[jax.Array, jax.Array], jax.Array]] = [
 
 def _cmpi(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
     if predicate >= 6:
-        a, b = _as_unsigned(a), _as_unsigned(b)
+        a, b = _asunsigned(a), _asunsigned(b)
     a, b = jnp.broadcast_arrays(a, b)
     return _INT_COMPARE[predicate](a, b)
 
@@ -483,7 +232,7 @@ def _toward_zero(x: jax.Array, dtype: np.dtype) -> jax.Array:
     # Rounded away from zero, or to an infinity from a finite value: one step down in magnitude (sign and magnitude
     # bits), which from an infinity is the largest finite value. A NaN compares false.
     over = jnp.abs(back) > jnp.abs(x)
-    bits = lax.bitcast_convert_type(converted, _UNSIGNED[dtype.itemsize * 8])
+    bits = lax.bitcast_convert_type(converted, UNSIGNED[dtype.itemsize * 8])
     return lax.bitcast_convert_type(jnp.where(over, bits - 1, bits), dtype)
 
 
@@ -533,7 +282,7 @@ def _int_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
 
 
 def _uint_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
-    return _as_unsigned(x).astype(out)
+    return _asunsigned(x).astype(out)
 
 
 def _float_to_int(out: np.dtype, x: jax.Array) -> jax.Array:
@@ -541,13 +290,13 @@ def _float_to_int(out: np.dtype, x: jax.Array) -> jax.Array:
 
 
 def _float_to_uint(out: np.dtype, x: jax.Array) -> jax.Array:
-    return _as_signed(x.astype(_UNSIGNED[out.itemsize * 8]), out) if out != np.bool_ else x.astype(out)
+    return _as_signed(x.astype(UNSIGNED[out.itemsize * 8]), out) if out != np.bool_ else x.astype(out)
 
 
 def _extui(out: np.dtype, x: jax.Array) -> jax.Array:
     if x.dtype == jnp.bool_:
         return x.astype(out)
-    return _as_signed(_as_unsigned(x).astype(_UNSIGNED[out.itemsize * 8]), out)
+    return _as_signed(_asunsigned(x).astype(UNSIGNED[out.itemsize * 8]), out)
 
 
 def _int_cast(out: np.dtype, x: jax.Array) -> jax.Array:
@@ -568,8 +317,8 @@ def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
     if x.dtype.itemsize == 8:  # no wider integer type: from 32-bit halves
         return libdevice.umulhi(libdevice.jax_arrays(), x, y)
     wide = {4: jnp.uint64, 2: jnp.uint32, 1: jnp.uint16}[x.dtype.itemsize]
-    product = _as_unsigned(x).astype(wide) * _as_unsigned(y).astype(wide)
-    high = (product >> (x.dtype.itemsize * 8)).astype(_UNSIGNED[x.dtype.itemsize * 8])
+    product = _asunsigned(x).astype(wide) * _asunsigned(y).astype(wide)
+    high = (product >> (x.dtype.itemsize * 8)).astype(UNSIGNED[x.dtype.itemsize * 8])
     return _as_signed(high, x.dtype)
 
 
@@ -705,7 +454,7 @@ def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: 
         UnsupportedKernelError: For an operation that is not element-wise, or not known here.
     """
     out = dtype_of(result.element)
-    if name not in _PICKS_FLOAT8 and any(_is_float8(a.dtype) for a in args):
+    if name not in _PICKS_FLOAT8 and any(is_float8(a.dtype) for a in args):
         # Triton's GPU compilers cannot compile arithmetic on float8 values; the interpreter says so, naming the fix.
         raise UnsupportedKernelError(f"{name} on float8 values")
     if name == "arith.cmpi":
@@ -769,10 +518,6 @@ _PICKS_FLOAT8 = {
     "tt.fp_to_fp",
     "math.absf",
 }
-
-
-def _is_float8(dtype: Any) -> bool:
-    return np.dtype(dtype).itemsize == 1 and bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def _widen_fp8_source(x: jax.Array, out: np.dtype) -> jax.Array:
