@@ -61,6 +61,7 @@ def test_each_lowered_call_is_found_by_the_name_triton_kernel_call(platform: str
     assert lowered.as_text().count(NAME) == 2
 
 
+@pytest.mark.usefixtures("jt_cpu_paths_by_name")  # the comparison and the race check add custom calls
 def test_the_compiled_cpu_path_launches_nothing_and_names_no_custom_call_triton_kernel_call() -> None:
     def twice(x: Any, y: Any) -> Any:
         return _add(_add(x, y, "compiled"), y, "compiled")
@@ -95,6 +96,7 @@ def _scaled_backward(launcher: str, residuals: Any, dy: Any) -> Any:
 _scaled = jt.kernel_vjp(_scaled_forward, _scaled_backward, static_argnums=(1,))
 
 
+@pytest.mark.usefixtures("jt_cpu_paths_by_name")  # the comparison and the race check add custom calls
 @pytest.mark.parametrize(("launcher", "launches"), [("ffi", 2), ("compiled", 0)])
 def test_a_rematerialised_gradient_names_one_custom_call_per_kernel_launch(launcher: str, launches: int) -> None:
     """As a remat test counts kernels: the forward kernel under ``jax.remat`` and the backward one are the launches

@@ -21,11 +21,9 @@ from jt_core.errors import OutOfBoundsAccessError
 
 
 @pytest.fixture(autouse=True)
-def compiled_path_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def compiled_path_alone(jt_cpu_paths_by_name: None) -> None:
     """These tests are of the compiled path itself: not of a comparison with the interpreter, nor of the race
     check, which sends calls to the interpreter (CI runs the suite a second time with both on)."""
-    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
 
 
 exp = tl.exp  # a module-level alias of a builtin: compiled Triton resolves it when it compiles
@@ -359,6 +357,10 @@ def test_the_comparison_is_bitwise_unless_the_kernel_sums_or_calls_transcendenta
     differential.compare("k", differential.TOLERANCE[4], [one], [next_one])
     with pytest.raises(differential.DifferentialMismatchError, match="rtol=2e-05"):
         differential.compare("k", differential.TOLERANCE[4], [one], [one * 1.001])
+    # Scalars (0-d outputs) are compared too.
+    differential.compare("k", None, [np.int32(5)], [np.asarray(5, np.int32)])
+    with pytest.raises(differential.DifferentialMismatchError, match=r"output 0 \(int32\[\]\), at 1 of 1"):
+        differential.compare("k", None, [np.asarray(5, np.int32)], [np.asarray(4, np.int32)])
 
 
 # -- programs side by side ------------------------------------------------------------------------------------

@@ -27,11 +27,9 @@ TRITON_3_6 = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7)
 
 
 @pytest.fixture(autouse=True)
-def each_path_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+def each_path_as_asked(jt_cpu_paths_by_name: None) -> None:
     """Each call runs on the path it names (CI's second run turns on switches that would send compiled calls to
     the interpreter)."""
-    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def run(kernel: Any, *args: Any, launcher: str, **kwargs: Any) -> list[np.ndarray]:

@@ -31,10 +31,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def each_path_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def each_path_alone(jt_cpu_paths_by_name: None) -> None:
     """Each test names the path it runs; the race check and the comparison would send both to the interpreter."""
-    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def run(kernel: Any, *args: Any, launcher: str, **kwargs: Any) -> Any:

@@ -33,9 +33,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def each_path_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
+def each_path_alone(jt_cpu_paths_by_name: None) -> None:
+    """Each call runs on the path it names."""
 
 
 @triton.jit

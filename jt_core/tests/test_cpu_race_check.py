@@ -164,6 +164,48 @@ def test_plain_store_to_an_atomically_updated_element_is_a_race() -> None:
     assert "program (0, 0, 0) atomically updates it at" in message
 
 
+@triton.jit
+def locked_sum_kernel(x_ptr, out_ptr, lock_ptr, BLOCK: tl.constexpr, SEM: tl.constexpr, EARLY: tl.constexpr):
+    """Each program adds its block's sum to ``out`` with a plain load and store while it holds a spin lock (or,
+    with ``EARLY``, after giving the lock back)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    partial = tl.sum(tl.load(x_ptr + offsets), axis=0)
+    while tl.atomic_cas(lock_ptr, 0, 1, sem=SEM) == 1:
+        pass
+    if EARLY:
+        tl.atomic_xchg(lock_ptr, 0, sem=SEM)
+    total = tl.load(out_ptr)
+    tl.store(out_ptr, total + partial)
+    if not EARLY:
+        tl.atomic_xchg(lock_ptr, 0, sem=SEM)
+
+
+def locked_sum(x: jax.Array, sem: str = "acq_rel", early: bool = False) -> jax.Array:
+    out = jax.ShapeDtypeStruct((1,), jnp.float32)
+    lock = jax.ShapeDtypeStruct((1,), jnp.int32)
+    total, _ = jt.triton_call(
+        x, kernel=locked_sum_kernel, out_shape=(out, lock), grid=4, BLOCK=16, SEM=sem, EARLY=early,
+        zeroed_outputs=(0, 1),
+    )  # fmt: skip
+    return total
+
+
+def test_accesses_made_while_holding_a_spin_lock_do_not_race() -> None:
+    x = rand(64)
+    with jt.cpu_checks(races=True, unwritten="error"):
+        total = jax.block_until_ready(locked_sum(x))
+    np.testing.assert_allclose(np.asarray(total), [np.asarray(x, np.float64).sum()], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("options", "why"), [({"early": True}, "the lock given back first"), ({"sem": "relaxed"}, "relaxed atomics")]
+)
+def test_accesses_outside_the_lock_or_under_relaxed_atomics_race(options: dict, why: str) -> None:
+    message = race_message(lambda: locked_sum(rand(64), **options))
+    assert "data race (read-write) on argument 'out_ptr', element 0:" in message, why
+    assert "total = tl.load(out_ptr)" in message and "tl.store(out_ptr, total + partial)" in message
+
+
 def test_environment_variable_switches_the_check_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JT_CPU_RACE_CHECK", "1")
     x = rand(64)

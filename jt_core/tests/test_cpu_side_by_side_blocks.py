@@ -20,11 +20,9 @@ from jt_core.errors import OutOfBoundsAccessError
 
 
 @pytest.fixture(autouse=True)
-def compiled_path_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def compiled_path_alone(jt_cpu_paths_by_name: None) -> None:
     """The structure asserted here is the compiled path's own (CI's second run compares every call with the
     interpreter anyway)."""
-    for name in ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def call(kernel: Any, *args: Any, launcher: str = "compiled", **kwargs: Any) -> Any:

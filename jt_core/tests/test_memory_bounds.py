@@ -93,16 +93,18 @@ def test_dropped_generated_kernels_are_freed_by_clear_caches(tmp_path: Path) -> 
     assert all(size == 0 for size in store_sizes().values()), store_sizes()
 
 
-def test_triton_s_registry_still_finds_a_kernel_alive_after_clear_caches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_triton_s_registry_still_finds_a_kernel_alive_after_clear_caches(tmp_path: Path, launcher: str) -> None:
     """Triton 3.9 resolves a ``JITFunction`` constant of preloaded specialization data by module and name; held
-    weakly, its registry still does for a kernel the program keeps (Triton 3.6 has no registry)."""
+    weakly, its registry still does for a kernel the program keeps (Triton 3.6 has no registry), also after the
+    interpreter read the kernel (it makes a ``JITFunction`` of its own of the function)."""
     from triton.runtime import jit
 
     if not hasattr(jit, "_triton_jit_function_registry"):
         pytest.skip("this Triton keeps no registry of jit functions")
     kernel = generated_kernel(tmp_path, 5)
     x = jnp.asarray(RNG.standard_normal(16).astype(np.float32))
-    np.testing.assert_array_equal(call(kernel, x), made(x, 5))
+    np.testing.assert_array_equal(call(kernel, x, launcher=launcher), made(x, 5))
     jax.clear_caches()
     gc.collect()
     assert jit._triton_jit_function_registry[f"{kernel.module}:{kernel.fn.__qualname__}"] is kernel

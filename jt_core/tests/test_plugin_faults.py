@@ -260,10 +260,8 @@ def _private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("JT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_a_launcher_whose_lower_raises_is_set_aside_and_the_call_goes_on(
-    jt_fake_entry_points: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("JT_CPU_DIFFERENTIAL", raising=False)  # its comparison would add custom calls of its own
+@pytest.mark.usefixtures("jt_cpu_paths_by_name")  # the race check's path and the comparison add custom calls
+def test_a_launcher_whose_lower_raises_is_set_aside_and_the_call_goes_on(jt_fake_entry_points: Any) -> None:
     _with_plugin(jt_fake_entry_points, "faulty", _launcher_plugin(FaultyLauncher()))
     x, y = _operands()
     with pytest.warns(RuntimeWarning, match=r"'faulty' \(jt-faulty 1\.0\) raised in launcher 'cpu:faulty' lower\(\)"):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,27 @@ def forget_jit_functions(module_name: str) -> None:
         return
     for key in [key for key in list(registry) if key.startswith(module_name + ":")]:
         registry.pop(key, None)
+
+
+@contextlib.contextmanager
+def jit_registry_kept(fn: Any) -> Iterator[None]:
+    """Keeps the entry of ``fn``'s module and name in Triton's registry of ``JITFunction`` objects
+    (``triton.runtime.jit._triton_jit_function_registry``, Triton 3.9) as it was: Triton's interpreter makes a
+    ``JITFunction`` of the kernel's function just to read its file and line, which entered itself in place of the
+    user's kernel (and, held weakly, was then freed: the user's kernel no longer resolved)."""
+    from triton.runtime import jit
+
+    registry = getattr(jit, "_triton_jit_function_registry", None)
+    key = f"{getattr(fn, '__module__', None)}:{getattr(fn, '__qualname__', None)}"
+    before = registry.get(key) if registry is not None else None
+    try:
+        yield
+    finally:
+        if registry is not None:
+            if before is None:
+                registry.pop(key, None)
+            else:
+                registry[key] = before
 
 
 def lowering_for_export(ctx: Any) -> bool:

@@ -15,6 +15,11 @@ store               load, store, atomic
 atomic              load, store
 ==================  ===========================================================
 
+Accesses a program makes while it holds a lock (from a compare-and-swap of one element that swapped, with
+ordering semantics, as ``while tl.atomic_cas(lock, 0, 1) == 1: pass`` takes it, to the next ordering atomic it makes
+on that element, as ``tl.atomic_xchg(lock, 0)`` gives it back) do not race with another program's accesses made
+while holding the same lock: the lock puts them in order, as in the layer norm backward of Triton's tutorials.
+
 Buffers the kernel may not write (inputs that are not aliased to an output) are not recorded: the bounds check
 refuses any store into them, so loads of them never race. Elements are the buffer's own (its dtype's size); an
 access through a pointer of another width covers every element it overlaps.
@@ -60,34 +65,46 @@ class _Record:
     def __init__(self, size: int, shared: bool) -> None:
         self.last = np.full(size, -1, dtype=np.int32)
         self.last_site = np.full(size, -1, dtype=np.int32)
+        self.last_guard = np.full(size, -1, dtype=np.int32)  # the innermost lock held then (-1: none)
         self.prev = np.full(size, -1, dtype=np.int32) if shared else None
         self.prev_site = np.full(size, -1, dtype=np.int32) if shared else None
+        self.prev_guard = np.full(size, -1, dtype=np.int32) if shared else None
 
-    def others(self, idx: np.ndarray, program: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """For elements ``idx``: which were accessed by a program other than ``program``, which program and where;
-        ``None`` when none was (the usual case, found with one comparison)."""
+    def others(
+        self, idx: np.ndarray, program: int, held: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """For elements ``idx``: which were accessed by a program other than ``program`` that held none of the locks
+        ``held`` (their guards) then, which program and where; ``None`` when none was (the usual case, found with
+        one comparison)."""
         last = self.last[idx]
-        hit = last.view(np.uint32) < program
+        hit_last = last.view(np.uint32) < program
+        if held.size and hit_last.any():
+            hit_last &= ~np.isin(self.last_guard[idx], held)
         prev = self.prev[idx] if self.prev is not None else None
-        if prev is not None:
-            hit |= prev >= 0  # an earlier program than the last, which is at most the running one
+        hit_prev = None
+        if prev is not None and self.prev_guard is not None:
+            hit_prev = prev >= 0  # an earlier program than the last, which is at most the running one
+            if held.size and hit_prev.any():
+                hit_prev &= ~np.isin(self.prev_guard[idx], held)
+        hit = hit_last if hit_prev is None else hit_last | hit_prev
         if not hit.any():
             return None
         site = self.last_site[idx]
-        if prev is None or self.prev_site is None:
+        if hit_prev is None or prev is None or self.prev_site is None:
             return hit, last, site
-        use_prev = last.view(np.uint32) >= program  # the last is the running program (or none): name the one before
-        return hit, np.where(use_prev, prev, last), np.where(use_prev, self.prev_site[idx], site)
+        return hit, np.where(hit_last, last, prev), np.where(hit_last, site, self.prev_site[idx])
 
-    def add(self, idx: np.ndarray, program: int, site: int) -> None:
-        if self.prev is not None and self.prev_site is not None:
+    def add(self, idx: np.ndarray, program: int, site: int, guard: int) -> None:
+        if self.prev is not None and self.prev_site is not None and self.prev_guard is not None:
             last = self.last[idx]
             moved = last != program
             if moved.any():
                 self.prev[idx[moved]] = last[moved]
                 self.prev_site[idx[moved]] = self.last_site[idx[moved]]
+                self.prev_guard[idx[moved]] = self.last_guard[idx[moved]]
         self.last[idx] = program
         self.last_site[idx] = site
+        self.last_guard[idx] = guard
 
 
 class _Shadow:
@@ -159,6 +176,42 @@ class RaceTracker:
         self._site_ids: dict[tuple[str, int], int] = {}
         #: The linear id of the program running now (set by the interpreter's loop).
         self.program = 0
+        self._locks: dict[int, int] = {}  # a lock's id by its address
+        self._held: list[int] = []  # the ids of the locks the program `_holder` holds, innermost last
+        self._holder = -1
+
+    def _held_now(self) -> list[int]:
+        if self._holder != self.program:  # a new program holds nothing yet
+            self._held.clear()
+            self._holder = self.program
+        return self._held
+
+    def holds(self, addrs: np.ndarray) -> bool:
+        """Whether the running program holds a lock at one of ``addrs`` (real addresses)."""
+        held = self._held_now()
+        return any(self._locks.get(int(a)) in held for a in np.asarray(addrs).reshape(-1))
+
+    def acquired(self, addrs: np.ndarray) -> None:
+        """The running program took the lock at ``addrs`` (one real address)."""
+        address = int(np.asarray(addrs).reshape(-1)[0])
+        lock = self._locks.setdefault(address, len(self._locks))
+        held = self._held_now()
+        if lock not in held:
+            held.append(lock)
+
+    def released(self, addrs: np.ndarray, mask: np.ndarray | None) -> None:
+        """The running program made an ordering atomic at ``addrs`` (real addresses, where ``mask`` is true): it
+        gives back the locks it held there."""
+        held = self._held_now()
+        if not held:
+            return
+        addrs = np.asarray(addrs).reshape(-1)
+        if mask is not None and np.ndim(mask):
+            addrs = addrs[np.broadcast_to(np.asarray(mask, bool), np.shape(addrs)).reshape(-1)]
+        for address in addrs.tolist():
+            lock = self._locks.get(int(address))
+            if lock in held:
+                held.remove(lock)
 
     def record(self, located: Located, itemsize: int, kind: str) -> None:
         """Records one access of the current program; raises at the first conflict with another program's.
@@ -172,6 +225,7 @@ class RaceTracker:
         else:
             groups = [(int(slot), located.addrs[slots == slot]) for slot in np.unique(slots)]
         site: int | None = None
+        held = np.asarray(self._held_now(), dtype=np.int32)
         for slot, addrs in groups:
             buffer = self.buffers[slot]
             if not buffer.writable:
@@ -184,7 +238,7 @@ class RaceTracker:
                 site = self._site()
             for other_kind in _CONFLICTS[kind]:
                 record = shadow.records.get(other_kind)
-                found = record.others(idx, self.program) if record is not None else None
+                found = record.others(idx, self.program, held) if record is not None else None
                 if found is not None:
                     hit, others, sites = found
                     where = np.flatnonzero(hit)
@@ -202,7 +256,7 @@ class RaceTracker:
                             )
                         )
                     )
-            shadow.record(kind).add(idx, self.program, site)
+            shadow.record(kind).add(idx, self.program, site, int(held[-1]) if held.size else -1)
 
     def unwritten(self, buffer: Buffer) -> np.ndarray:
         """The indices of the elements of ``buffer`` that no program stored to (plainly or atomically)."""

@@ -22,7 +22,10 @@ syntax tree is rewritten so that:
 * the index of a ``for`` loop over ``range`` or ``tl.range`` is a scalar tensor of its bounds' type (int32 for
   most loops), as the code generator's ``scf.for`` makes it, where the interpreter gave a Python int
   (``i.to(tl.int64)`` failed, and its arithmetic did not wrap). ``tl.static_range`` keeps Python ints, as the code
-  generator unrolls it with constants.
+  generator unrolls it with constants;
+* each trip of a ``while`` loop starts by checking that the previous trip changed something (`spins`): one that
+  wrote nothing and left the loop's variables as they were would repeat forever, as a spin lock that no program
+  releases does when the programs run one after another.
 
 The same rewrite applies to the ``@triton.jit`` helpers a kernel calls, in whichever module they live. The
 rewritten function runs in a namespace made of Triton's interpreter module, the kernel's module globals and its
@@ -41,6 +44,7 @@ from typing import Any
 
 from jt_core import _compat, frontend
 from jt_core.errors import UnsupportedKernelError
+from jt_core.interpreter import spins
 from jt_core.interpreter.numerics import new_stretch
 
 __all__ = ["BooleanChain", "failing_line", "logical_not", "loop_indices", "rewrite", "source_line"]
@@ -52,6 +56,8 @@ _INDICES = "_jt_loop_indices"
 _STRETCH = "_jt_new_stretch"
 _BRANCH = "_jt_branch"
 _BRANCH_END = "_jt_branch_end"
+_TRIPS = "_jt_while_trips"
+_TRIP = "_jt_while_trip"
 _END_MARK = "_jt_ends_branch"
 _MODULES = {
     "_jt_language": "triton.language",
@@ -195,6 +201,7 @@ class _CompiledMeaning(ast.NodeTransformer):
         self._aliases = aliases
         self._shadowed = shadowed  # whether the name ``range`` is bound to something other than Python's
         self._branches = 0
+        self._loops = 0
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
         self.generic_visit(node)  # rewrites the operands in place
@@ -226,8 +233,20 @@ class _CompiledMeaning(ast.NodeTransformer):
 
     def visit_While(self, node: ast.While) -> Any:
         self.generic_visit(node)
-        node.body.insert(0, _stretch(node))
-        return [node, _stretch(node)]
+        # Each trip of the body starts by comparing what the loop assigns, and whether anything was written, with
+        # the previous trip: a trip that changed nothing would repeat forever (`spins`).
+        self._loops += 1
+        trips = f"_jt_trips_{self._loops}"
+        assigned = {
+            n.id
+            for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and not n.id.startswith("_jt_")
+        }
+        start = ast.Assign(targets=[ast.Name(id=trips, ctx=ast.Store())], value=_call(_TRIPS))
+        names = ast.Tuple(elts=[ast.Constant(value=name) for name in sorted(assigned)], ctx=ast.Load())
+        check = ast.copy_location(ast.Expr(_call(_TRIP, ast.Name(id=trips, ctx=ast.Load()), names)), node)
+        node.body[:0] = [_stretch(node), check]
+        return [_located(start, node), node, _stretch(node)]
 
     def visit_If(self, node: ast.If) -> Any:
         self.generic_visit(node)
@@ -383,6 +402,8 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
                     _STRETCH: new_stretch,
                     _BRANCH: branch,
                     _BRANCH_END: branch_end,
+                    _TRIPS: spins.Trips,
+                    _TRIP: spins.trip,
                 }
             )
             for variable in {module for module, _ in aliases.values()}:
@@ -391,7 +412,8 @@ def rewrite(py_fn: Callable[..., Any]) -> Callable[..., Any]:
             exec(code, namespace, local)
             return local[self.fn.__name__]
 
-    rewritten = _Rewriter(py_fn).rewrite_ast()
+    with _compat.jit_registry_kept(py_fn):
+        rewritten = _Rewriter(py_fn).rewrite_ast()
     if rewritten is py_fn:
         raise UnsupportedKernelError(
             f"kernel {py_fn.__name__!r} has no readable source, so Triton's interpreter cannot run it on the CPU"

@@ -41,7 +41,7 @@ import numpy as np
 
 from jt_core import frontend, memory
 from jt_core.errors import DataRaceError, KernelRuntimeError, OutOfBoundsAccessError, UnsupportedKernelError
-from jt_core.interpreter import descriptors, extern, mapped, rewriting
+from jt_core.interpreter import descriptors, extern, mapped, rewriting, spins
 from jt_core.interpreter.access import AccessChecker, Buffer, addresses
 from jt_core.interpreter.integers import IntegerFixes
 from jt_core.interpreter.numerics import FloatFixes, ReductionOrder, new_stretch, subnormals_kept
@@ -127,6 +127,10 @@ class _CheckedLibrary:
             self._races.record(located, itemsize, op)
         return real
 
+    def _ordering(self, sem: Any) -> bool:
+        """Whether an atomic of memory semantics ``sem`` orders the accesses around it (any but relaxed)."""
+        return sem != self._lib.MEM_SEMANTIC.RELAXED
+
     def load(self, ptrs: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
         ptrs = self._check(ptrs, mask, dtype.itemsize, LOAD)
@@ -140,20 +144,36 @@ class _CheckedLibrary:
         ptrs = self._check(ptrs, mask, value.dtype.itemsize, STORE)
         if value.dtype == np.dtype(ml_dtypes.bfloat16):
             value = value.view(np.uint16)
+        spins.wrote()
         return self._lib.store(ptrs, value, mask)
 
     def atomic_rmw(self, op: Any, ptrs: np.ndarray, value: np.ndarray, mask: np.ndarray, sem: Any) -> Any:
         value = np.asarray(value)
         ptrs = self._check(ptrs, mask, value.dtype.itemsize, ATOMIC)
+        spins.wrote()
+        if self._races is not None and self._ordering(sem):
+            self._races.released(ptrs, mask)
         if op == self._lib.RMW_OP.XCHG and value.dtype.kind not in "biu":
             # Triton's library exchanges integers only; an exchange moves bits, whatever they mean.
             bits = np.dtype(f"u{value.dtype.itemsize}")
             return self._lib.atomic_rmw(op, ptrs, value.view(bits), mask, sem).view(value.dtype)
         return self._lib.atomic_rmw(op, ptrs, value, mask, sem)
 
-    def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, *rest: Any) -> Any:
+    def atomic_cas(self, ptrs: np.ndarray, cmp: np.ndarray, val: np.ndarray, sem: Any, *rest: Any) -> Any:
         ptrs = self._check(ptrs, None, np.asarray(val).dtype.itemsize, ATOMIC)
-        return self._lib.atomic_cas(ptrs, cmp, val, *rest)
+        held = self._races is not None and self._races.holds(ptrs)
+        old = np.asarray(self._lib.atomic_cas(ptrs, cmp, val, sem, *rest))
+        bits = np.dtype(f"u{old.dtype.itemsize}")
+        swapped = old.view(bits) == np.broadcast_to(np.asarray(cmp, old.dtype), old.shape).view(bits)
+        if swapped.any():
+            spins.wrote()  # (else memory is as it was)
+            if self._races is not None and self._ordering(sem):
+                # A compare-and-swap that swaps one element takes a lock there, or gives back one this program holds.
+                if held:
+                    self._races.released(ptrs, None)
+                elif old.size == 1:
+                    self._races.acquired(ptrs)
+        return old
 
 
 #: The interpreter's versions of kernels and helpers, by function (held weakly): bounded and emptied by
@@ -498,6 +518,8 @@ def run(
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
             if isinstance(cause, UnsupportedKernelError):
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)}{_at(exc)} [program_id {program}]") from None
+            if isinstance(cause, spins.Spinning):
+                raise KernelRuntimeError(spins.message(kernel_name, program, _at(exc))) from None
             raise KernelRuntimeError(
                 f"kernel {kernel_name!r} failed on the CPU interpreter at program_id {program}{_at(exc)}: "
                 f"{type(cause).__name__}: {cause}"

@@ -5,8 +5,10 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * fixtures: ``jt_plugin_manager`` (a fresh `Registry` over the installed plugins,
   installed as the process-wide one for the test), ``jt_register_plugin`` (register a module or object as a plugin
   for one test), ``jt_fake_entry_points`` (build a registry from fake entry points, e.g. a broken plugin),
-  ``jt_hook_recorder`` (records hook calls); outside pytest, `using_plugins` (a ``with`` block in which jt
-  uses the installed plugins plus fake entry points) and `dialect_for` (the dialect chosen for a kernel);
+  ``jt_hook_recorder`` (records hook calls), ``jt_cpu_paths_by_name`` (the CPU path a call names is the one it
+  takes, whatever ``JT_CPU_RACE_CHECK`` or ``JT_CPU_DIFFERENTIAL`` say); outside pytest, `using_plugins` (a
+  ``with`` block in which jt uses the installed plugins plus fake entry points) and `dialect_for` (the dialect
+  chosen for a kernel);
 * caches of the session's own: ``JT_CACHE_DIR`` and ``TRITON_CACHE_DIR`` point at a fresh folder while the session
   runs (or at the folder ``JT_TEST_CACHE_DIR`` names, kept between sessions), so that tests, their xdist workers and
   the processes they start leave the user's caches as they found them (`folders`);
@@ -48,6 +50,7 @@ from jt_core.testing.fixtures import (
     HookRecorder,
     dialect_for,
     fake_entry_point,
+    jt_cpu_paths_by_name,
     jt_fake_entry_points,
     jt_hook_recorder,
     jt_plugin_manager,
@@ -121,6 +124,7 @@ __all__ = [
     "failing_writes",
     "fake_entry_point",
     "half_write_kernel",
+    "jt_cpu_paths_by_name",
     "jt_fake_entry_points",
     "jt_hook_recorder",
     "jt_plugin_manager",

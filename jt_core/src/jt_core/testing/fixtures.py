@@ -1,7 +1,7 @@
 """The fixtures of jt's pytest plugin, and the same outside pytest: a fresh set of plugins for a test
 (`using_plugins`, ``jt_plugin_manager``, ``jt_fake_entry_points``, ``jt_register_plugin``, with
-`fake_entry_point`), the dialect chosen for a kernel (`dialect_for`), and a recorder of hook calls
-(``jt_hook_recorder``, `HookRecorder`)."""
+`fake_entry_point`), the dialect chosen for a kernel (`dialect_for`), a recorder of hook calls
+(``jt_hook_recorder``, `HookRecorder`), and the CPU path a test names taken as named (``jt_cpu_paths_by_name``)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ __all__ = [
     "dialect_for",
     "fake_entry_point",
     "jt_fake_entry_points",
+    "jt_cpu_paths_by_name",
     "jt_hook_recorder",
     "jt_plugin_manager",
     "jt_register_plugin",
@@ -67,6 +68,18 @@ def using_plugins(
 def dialect_for(kernel: Any) -> Dialect:
     """The dialect jt's plugins in use choose for ``kernel`` (the first that claims it), as a call of it is bound."""
     return registries.get_registry().dialect_for(unwrap_kernel(kernel).fn)
+
+
+#: The environment variables that send CPU calls to another path than the one a call names, or add calls beside it.
+CPU_PATH_SWITCHES = ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU")
+
+
+@pytest.fixture
+def jt_cpu_paths_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unsets `CPU_PATH_SWITCHES` for the test: its calls take the CPU path they name (or the default, the compiled
+    path), with no comparison beside them, whatever the session's environment switched on."""
+    for name in CPU_PATH_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -83,9 +83,11 @@ def compare(
     """
     for index, (mine, theirs) in enumerate(zip(compiled, interpreted, strict=True)):
         a, b = np.asarray(mine), np.asarray(theirs)
+        shape = list(a.shape)
+        a, b = a.reshape(-1), b.reshape(-1)  # a 0-d array's bytes cannot be viewed
         floating = _is_float(a.dtype)
-        wide_a = a.astype(np.float64).reshape(-1) if floating else None
-        wide_b = b.astype(np.float64).reshape(-1) if floating else None
+        wide_a = a.astype(np.float64) if floating else None
+        wide_b = b.astype(np.float64) if floating else None
         if allowed is None or wide_a is None or wide_b is None:
             same = (a.view(np.uint8).reshape(a.size, -1) == b.view(np.uint8).reshape(b.size, -1)).all(axis=1)
             if wide_a is not None and wide_b is not None:
@@ -102,12 +104,10 @@ def compare(
                 continue
             differ = np.flatnonzero(~near)
             how = f"to rtol={rtol}, atol={atol}"
-        shown = ", ".join(
-            f"[{i}] {a.reshape(-1)[i]!r} (compiled) != {b.reshape(-1)[i]!r} (interpreter)" for i in differ[:4]
-        )
+        shown = ", ".join(f"[{i}] {a[i]!r} (compiled) != {b[i]!r} (interpreter)" for i in differ[:4])
         raise DifferentialMismatchError(
             f"triton_call {name!r}: the compiled CPU path and Triton's interpreter disagree {how} on output {index} "
-            f"({a.dtype}{list(a.shape)}), at {differ.size} of {a.size} elements: {shown}"
+            f"({a.dtype}{shape}), at {differ.size} of {a.size} elements: {shown}"
         )
 
 
