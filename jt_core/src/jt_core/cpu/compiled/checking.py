@@ -7,9 +7,9 @@ interpreter, on the same operands: the interpreter stops at the first stray acce
 kernel, the argument, the element and the program, as it does for a call it runs itself. When a program waited in
 a loop that could never end (a spin lock no program releases: `jt_core.translation.control`), the check fails
 with that, without running the interpreter (which fails such a loop too: `jt_core.interpreter.spins`). No host
-callback is involved, so the check works inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. A kernel whose
-accesses were all proven inside their buffers when it was traced has no check, and neither has a call lowered for
-``jax.export`` (`jt_core.cpu.compiled.launcher`).
+callback is involved, so the check works inside ``custom_partitioning`` bodies and in every process of a
+``jax.distributed`` job. A kernel whose accesses were all proven inside their buffers when it was traced has no
+check, and neither has a call lowered for ``jax.export`` (`jt_core.cpu.compiled.launcher`).
 """
 
 from __future__ import annotations
