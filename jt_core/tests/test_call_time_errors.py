@@ -137,8 +137,8 @@ def test_summary_counts_aliased_outputs_both_ways() -> None:
     with pytest.raises(KernelCallTypeError) as info:  # too many: the summary counts both ways
         jt.triton_call(X, 40, 2.0, X, kernel=scale_inplace_kernel, out_shape=X, input_output_aliases={0: 0}, grid=3)
     assert (
-        "takes 2 operands (x_ptr, n) and 1 output (factor), or 3 operands when its 1 aliased output have no pointer "
-        "parameter of their own (current convention); the call gives 4 operands"
+        "takes 2 operands (x_ptr, n) and 1 output (factor), or 3 operands when its aliased output has no pointer "
+        "parameter of its own (current convention); the call gives 4 operands"
     ) in str(info.value)
 
 

@@ -203,8 +203,13 @@ def _misfit(
     )
     if num_aliased:
         summary += (
-            f", or {_count(taken + num_aliased, 'operand')} when its {_count(num_aliased, 'aliased output')} have no "
-            "pointer parameter of their own (current convention)"
+            f", or {_count(taken + num_aliased, 'operand')} when "
+            + (
+                "its aliased output has no pointer parameter of its own"
+                if num_aliased == 1
+                else f"its {num_aliased} aliased outputs have no pointer parameters of their own"
+            )
+            + " (current convention)"
         )
     summary += f"; the call gives {_count(len(args) + len(keyword_operands), 'operand')}"
     if keyword_operands:
