@@ -566,7 +566,7 @@ ULPS_F64 = {
     "erfinv": 8,
     "erfcinv": 64,
     "normcdfinv": 64,
-    "normcdf": 16,
+    "normcdf": 64,  # erfc's, which it is in the lower tail (jax 0.12.1's is ~30 ulp off near 1e-11)
     "pow": 8,
     "exp10": 8,
     "sinpi": 8,
