@@ -87,12 +87,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("compiled",),
         slack=("ftz",),
     ),
-    "exp2_accuracy": Known(
-        "new: tl.math.exp2 loses accuracy with its argument",
-        "the compiled path's exp2 (XLA's, exp(x * ln 2)) is off by up to ~35 units in the last place near |x| = 100",
-        ("compiled",),
-        slack=("exp2_accuracy",),
-    ),
     "adding_a_zero_xla_proves": Known(
         "new: adding an integer XLA proves zero to -0.0 keeps -0.0 on the compiled path",
         "x + v with v an integer expression of values known when tracing that XLA folds to 0 (num_programs(1) "
