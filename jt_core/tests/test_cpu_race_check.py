@@ -197,6 +197,33 @@ def test_accesses_made_while_holding_a_spin_lock_do_not_race() -> None:
     np.testing.assert_allclose(np.asarray(total), [np.asarray(x, np.float64).sum()], rtol=1e-5)
 
 
+@triton.jit
+def nested_locks_kernel(x_ptr, out_ptr, locks_ptr, BLOCK: tl.constexpr):
+    """Even programs add under two locks (the outer one, then an inner one), odd ones under the outer one alone."""
+    pid = tl.program_id(0)
+    partial = tl.sum(tl.load(x_ptr + pid * BLOCK + tl.arange(0, BLOCK)), axis=0)
+    inner = pid % 2 == 0
+    while tl.atomic_cas(locks_ptr, 0, 1) == 1:
+        pass
+    if inner:
+        while tl.atomic_cas(locks_ptr + 1, 0, 1) == 1:
+            pass
+    tl.store(out_ptr, tl.load(out_ptr) + partial)
+    if inner:
+        tl.atomic_xchg(locks_ptr + 1, 0)
+    tl.atomic_xchg(locks_ptr, 0)
+
+
+def test_accesses_under_nested_locks_are_ordered_by_the_lock_they_share() -> None:
+    x = rand(64)
+    shapes = (jax.ShapeDtypeStruct((1,), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.int32))
+    with jt.cpu_checks(races=True, unwritten="error"):
+        total, _ = jax.block_until_ready(
+            jt.triton_call(x, kernel=nested_locks_kernel, out_shape=shapes, grid=4, BLOCK=16, zeroed_outputs=(0, 1))
+        )
+    np.testing.assert_allclose(np.asarray(total), [np.asarray(x, np.float64).sum()], rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("options", "why"), [({"early": True}, "the lock given back first"), ({"sem": "relaxed"}, "relaxed atomics")]
 )

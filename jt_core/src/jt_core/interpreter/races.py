@@ -65,7 +65,7 @@ class _Record:
     def __init__(self, size: int, shared: bool) -> None:
         self.last = np.full(size, -1, dtype=np.int32)
         self.last_site = np.full(size, -1, dtype=np.int32)
-        self.last_guard = np.full(size, -1, dtype=np.int32)  # the innermost lock held then (-1: none)
+        self.last_guard = np.full(size, -1, dtype=np.int32)  # the set of locks held then (-1: none)
         self.prev = np.full(size, -1, dtype=np.int32) if shared else None
         self.prev_site = np.full(size, -1, dtype=np.int32) if shared else None
         self.prev_guard = np.full(size, -1, dtype=np.int32) if shared else None
@@ -73,9 +73,9 @@ class _Record:
     def others(
         self, idx: np.ndarray, program: int, held: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """For elements ``idx``: which were accessed by a program other than ``program`` that held none of the locks
-        ``held`` (their guards) then, which program and where; ``None`` when none was (the usual case, found with
-        one comparison)."""
+        """For elements ``idx``: which were accessed by a program other than ``program`` holding none of the locks
+        the running program holds (``held``: the ids of the lock sets that share one with it), which program and
+        where; ``None`` when none was (the usual case, found with one comparison)."""
         last = self.last[idx]
         hit_last = last.view(np.uint32) < program
         if held.size and hit_last.any():
@@ -178,6 +178,7 @@ class RaceTracker:
         self.program = 0
         self._locks: dict[int, int] = {}  # a lock's id by its address
         self._held: list[int] = []  # the ids of the locks the program `_holder` holds, innermost last
+        self._lock_sets: dict[frozenset[int], int] = {}  # the sets of locks accesses were made under, by id
         self._holder = -1
 
     def _held_now(self) -> list[int]:
@@ -185,6 +186,16 @@ class RaceTracker:
             self._held.clear()
             self._holder = self.program
         return self._held
+
+    def _guard(self) -> tuple[int, np.ndarray]:
+        """The id of the set of locks the running program holds (-1: none), and the ids of every set recorded that
+        shares a lock with it."""
+        held = frozenset(self._held_now())
+        if not held:
+            return -1, np.zeros(0, dtype=np.int32)
+        guard = self._lock_sets.setdefault(held, len(self._lock_sets))
+        sharing = [index for members, index in self._lock_sets.items() if members & held]
+        return guard, np.asarray(sharing, dtype=np.int32)
 
     def holds(self, addrs: np.ndarray) -> bool:
         """Whether the running program holds a lock at one of ``addrs`` (real addresses)."""
@@ -225,7 +236,7 @@ class RaceTracker:
         else:
             groups = [(int(slot), located.addrs[slots == slot]) for slot in np.unique(slots)]
         site: int | None = None
-        held = np.asarray(self._held_now(), dtype=np.int32)
+        guard, held = self._guard()
         for slot, addrs in groups:
             buffer = self.buffers[slot]
             if not buffer.writable:
@@ -256,7 +267,7 @@ class RaceTracker:
                             )
                         )
                     )
-            shadow.record(kind).add(idx, self.program, site, int(held[-1]) if held.size else -1)
+            shadow.record(kind).add(idx, self.program, site, guard)
 
     def unwritten(self, buffer: Buffer) -> np.ndarray:
         """The indices of the elements of ``buffer`` that no program stored to (plainly or atomically)."""
