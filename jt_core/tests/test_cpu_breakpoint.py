@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 import jt_core as jt
+from jt_core.testing.fixtures import CPU_PATH_SWITCHES
 
 #: A kernel module with a breakpoint in program 1, and a script that calls it on random data and checks the result.
 KERNEL = """\
@@ -55,14 +56,13 @@ print("the call finished with the right result")
 
 #: The switches that send every call to the interpreter (CI's second run sets them): each test here says which
 #: path it takes.
-PATH_SWITCHES = ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU")
 
 
 @pytest.mark.parametrize("launcher", [None, "interpreter"], ids=["default", "interpreter"])
 def test_breakpoint_in_a_kernel_stops_the_debugger_inside_it(tmp_path: Path, launcher: str | None) -> None:
     (tmp_path / "kernels.py").write_text(KERNEL)
     (tmp_path / "script.py").write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k not in PATH_SWITCHES}
+    env = {k: v for k, v in os.environ.items() if k not in CPU_PATH_SWITCHES}
     env.update(JT_TRACE_PLUGINS="1", PYTHONBREAKPOINT="pdb.set_trace")
     ran = subprocess.run(
         [sys.executable, "script.py", *([launcher] if launcher else [])],
@@ -106,12 +106,9 @@ def debug_switch_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr, DEBUG: tl.constexpr
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) - 1)
 
 
-def test_a_breakpoint_behind_a_false_constexpr_keeps_the_compiled_path(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.mark.usefixtures("jt_cpu_paths_by_name")
+def test_a_breakpoint_behind_a_false_constexpr_keeps_the_compiled_path(caplog: pytest.LogCaptureFixture) -> None:
     """The front end never reaches it, so nothing of the kernel needs the interpreter."""
-    for name in PATH_SWITCHES:
-        monkeypatch.delenv(name, raising=False)
     x = np.random.default_rng(3).standard_normal(32).astype(np.float32)
     with caplog.at_level(logging.INFO, logger="jt_core"):
         out = jax.jit(
@@ -155,13 +152,12 @@ def plus_one_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + 1)
 
 
+@pytest.mark.usefixtures("jt_cpu_paths_by_name")
 def test_the_reason_for_a_kernel_compiled_without_the_front_end_reads_as_one(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With ``JT_CPU_COMPILE_CHECK=0`` a call to the interpreter skips the front end, and the compiled path, asked
     later for the same kernel, says why it hands it over in words that follow "the compiled path cannot express"."""
-    for name in PATH_SWITCHES:
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JT_CPU_COMPILE_CHECK", "0")
     x = np.random.default_rng(5).standard_normal(16).astype(np.float32)
     with caplog.at_level(logging.INFO, logger="jt_core"):

@@ -53,6 +53,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import jt_core as jt
+from jt_core.testing.fixtures import CPU_PATH_SWITCHES
 
 # Generated programs overflow, divide by zero and take logarithms of negatives on purpose, and shift int1 values by
 # True (Triton warns of a shift by the type's width; both CPU paths give what LLVM folds it to, the docs say which).
@@ -348,7 +349,7 @@ def both_paths_as_asked() -> Iterator[None]:
     to the interpreter or compare them again. The generated kernels' files are removed afterwards."""
     if os.environ.get("JT_CPU_DIFFERENTIAL"):
         pytest.skip("the fuzzer compares both paths itself: it runs in the pass without JT_CPU_DIFFERENTIAL")
-    saved = {name: os.environ.pop(name) for name in list(os.environ) if name in _SWITCHES}
+    saved = {name: os.environ.pop(name) for name in list(os.environ) if name in CPU_PATH_SWITCHES}
     try:
         yield
     finally:
@@ -360,8 +361,6 @@ def both_paths_as_asked() -> Iterator[None]:
         _KERNELS.clear()
         shutil.rmtree(_FOLDER, ignore_errors=True)
 
-
-_SWITCHES = ("JT_CPU_DIFFERENTIAL", "JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_LAUNCHER_CPU")
 
 STRATEGIES = {
     "elementwise": lambda: programs.elementwise(AVOID),

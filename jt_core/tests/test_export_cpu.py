@@ -24,10 +24,8 @@ import jt_core as jt
 
 
 @pytest.fixture(autouse=True)
-def _compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def _compiled_path(jt_cpu_paths_by_name: None) -> None:
     """The calls run on the compiled path, as they do by default (the CI run in the interpreter sets these)."""
-    for name in ("JT_CPU_RACE_CHECK", "JT_CPU_UNWRITTEN", "JT_CPU_DIFFERENTIAL", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @triton.jit

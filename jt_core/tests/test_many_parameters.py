@@ -107,11 +107,8 @@ def _lowering_operations(outputs: int, folder: Path) -> int:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_lowering_a_call_costs_operations_linear_in_its_outputs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in ("JT_CPU_RACE_CHECK", "JT_CPU_DIFFERENTIAL", "JT_LAUNCHER_CPU"):
-        monkeypatch.delenv(name, raising=False)  # the compiled path, as by default
+@pytest.mark.usefixtures("jt_cpu_paths_by_name")  # the compiled path, as by default
+def test_lowering_a_call_costs_operations_linear_in_its_outputs(tmp_path: Path) -> None:
     _lowering_operations(4, tmp_path)
     small, large = _lowering_operations(250, tmp_path), _lowering_operations(1000, tmp_path)
     assert large < 4.5 * small, f"250 outputs: {small} operations, 1000 outputs: {large} ({large / small:.1f}x)"

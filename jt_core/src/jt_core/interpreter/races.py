@@ -51,6 +51,8 @@ _CONFLICTS = {LOAD: (STORE, ATOMIC), STORE: (LOAD, STORE, ATOMIC), ATOMIC: (LOAD
 #: (a store by any second program is a race at once, so stores keep only the first).
 _SHARED = (LOAD, ATOMIC)
 _DOES = {LOAD: "loads", STORE: "stores to", ATOMIC: "atomically updates"}
+_NO_LOCKS = np.zeros(0, dtype=np.int32)
+_NO_LOCKS.setflags(write=False)
 
 
 class _Record:
@@ -90,7 +92,7 @@ class _Record:
         if not hit.any():
             return None
         site = self.last_site[idx]
-        if hit_prev is None or prev is None or self.prev_site is None:
+        if prev is None or self.prev_site is None:
             return hit, last, site
         return hit, np.where(hit_last, last, prev), np.where(hit_last, site, self.prev_site[idx])
 
@@ -192,7 +194,7 @@ class RaceTracker:
         shares a lock with it."""
         held = frozenset(self._held_now())
         if not held:
-            return -1, np.zeros(0, dtype=np.int32)
+            return -1, _NO_LOCKS
         guard = self._lock_sets.setdefault(held, len(self._lock_sets))
         sharing = [index for members, index in self._lock_sets.items() if members & held]
         return guard, np.asarray(sharing, dtype=np.int32)

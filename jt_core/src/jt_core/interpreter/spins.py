@@ -6,7 +6,8 @@ and leaves every name the loop assigns as it was would be repeated exactly, fore
 1) == 1: pass`` on a lock an earlier program kept, or one that starts taken. The rewritten kernel
 (`jt_core.interpreter.rewriting`) makes a `Trips` before each ``while`` loop and calls `trip` at the start of each
 trip of its body; `trip` compares the state with the previous trip's and raises `Spinning` when nothing moved. The
-compiled path finds the same loops in its own way (`jt_core.translation.control`), with the same message.
+compiled path finds the same loops in its own way (`jt_core.translation.control`); both errors start "triton_call
+'NAME' never finishes: a program waits in a while loop".
 
 A value `trip` cannot compare (a block pointer, a NaN) counts as changed, so such a loop runs on as it would have.
 """

@@ -19,11 +19,12 @@ from jt_core.plugin.roles import Dialect
 from jt_core.plugin.specs import PLUGIN_API_VERSION
 
 __all__ = [
+    "CPU_PATH_SWITCHES",
     "HookRecorder",
     "dialect_for",
     "fake_entry_point",
-    "jt_fake_entry_points",
     "jt_cpu_paths_by_name",
+    "jt_fake_entry_points",
     "jt_hook_recorder",
     "jt_plugin_manager",
     "jt_register_plugin",
