@@ -334,10 +334,17 @@ def test_every_call_through_both_paths_agrees(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_difference_between_the_two_paths_fails_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.translation import lang
+
+    from jt_core.translation import rules
 
     monkeypatch.setenv("JT_CPU_DIFFERENTIAL", "1")
-    monkeypatch.setitem(lang.ELEMENTWISE, "math.sqrt", (lambda a: jnp.sqrt(a) * 1.0000001, False))
+    sqrt = rules.rule_of("math.sqrt")
+    assert sqrt is not None
+
+    def wrong(out: Any, attr: Any, numbers: Any, a: Any) -> Any:
+        return jnp.sqrt(a) * 1.0000001
+
+    monkeypatch.setitem(rules.all_rules(), "math.sqrt", dataclasses.replace(sqrt, compute=wrong))
     x = np.random.default_rng(6).standard_normal(16).astype(np.float32) + 3
     with pytest.raises(Exception) as raised:
         jax.block_until_ready(run(sqrt_kernel, x, out_shape=x, grid=1, BLOCK=16, name="mul_add"))

@@ -32,11 +32,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jt_core.translation.backend import TranslatedKernel, TranslatingBackend
     from jt_core.translation.launcher import TranslatingLauncher, poisoned_where_strayed
+    from jt_core.translation.numerics import GPU_NUMERICS, XLA_NUMERICS, Numerics
     from jt_core.translation.strategy import CPU_STRATEGY, Strategy
 
 #: The names of the translation's plugin surface, and the module of each.
 _SURFACE = {
     "CPU_STRATEGY": "strategy",
+    "GPU_NUMERICS": "numerics",
+    "Numerics": "numerics",
+    "XLA_NUMERICS": "numerics",
     "Strategy": "strategy",
     "TranslatedKernel": "backend",
     "TranslatingBackend": "backend",
@@ -46,6 +50,9 @@ _SURFACE = {
 
 __all__ = [
     "CPU_STRATEGY",
+    "GPU_NUMERICS",
+    "XLA_NUMERICS",
+    "Numerics",
     "Strategy",
     "TranslatedKernel",
     "TranslatingBackend",

@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-__all__ = ["Box", "View", "read", "write"]
+__all__ = ["Box", "View", "from_region", "gather", "read", "to_region", "write"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +196,22 @@ def _offsets(view: View, begin: Any) -> jax.Array:
     return jnp.broadcast_to(offsets, view.counts)
 
 
+def from_region(region: jax.Array, view: View) -> jax.Array:
+    """The view's elements from its region (its `View.needed` elements from the lowest one)."""
+    return _from_region(_padded(region, view.extent), view)
+
+
+def to_region(values: jax.Array, view: View, fill: Any) -> jax.Array:
+    """``values`` (of the view's shape) laid out as the view's `View.needed` elements from the lowest one, ``fill``
+    between them."""
+    return _to_region(values, view, fill)[: view.needed]
+
+
+def gather(flat: jax.Array, view: View, begin: Any) -> jax.Array:
+    """The view's elements by a gather (a view that does not nest), zero outside ``flat``."""
+    return _gathered(flat, view, begin)
+
+
 def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
     """The view's elements by a gather; its offsets wrap around in ``index_type`` as the kernel's would."""
     index = _offsets(view, begin).astype(index_type)
@@ -205,10 +221,10 @@ def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int
     )
 
 
-def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
+def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64, inside: bool = False) -> jax.Array:
     """The view's elements of ``flat``, its lowest element at ``begin`` (an int, or a traced integer scalar); an
     element outside ``flat`` reads zero. Where a traced ``begin`` puts the view partly outside ``flat``, it is
-    gathered, its offsets held in ``index_type`` (as the kernel holds them).
+    gathered, its offsets held in ``index_type`` (as the kernel holds them), unless ``inside`` says it never does.
 
     The view must nest (`View.nest`)."""
     if isinstance(begin, int):
@@ -228,8 +244,10 @@ def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -
         return _from_region(_padded(region, view.extent), view)
 
     begin = jnp.asarray(begin, jnp.int64)
-    inside = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
-    return lax.cond(inside, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
+    if inside:
+        return sliced(begin)
+    fits = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
+    return lax.cond(fits, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
 
 
 def _padded(region: jax.Array, length: int) -> jax.Array:

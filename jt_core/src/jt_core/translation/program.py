@@ -112,9 +112,11 @@ class Function:
     body: tuple[Block, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Program:
     """A kernel's TTIR module.
+
+    A program is itself: two programs are equal only if they are one (the plans made for it are kept with it).
 
     Attributes:
         entry: The kernel's function name.
