@@ -62,5 +62,5 @@ def test_every_rule_lowers_its_operation_or_says_why_it_is_refused() -> None:
 
 
 def test_a_second_rule_for_an_operation_is_refused() -> None:
-    with pytest.raises(ValueError, match="'tt.load' already has a rule"):
+    with pytest.raises(ValueError, match=r"'tt\.load' already has a rule"):
         rules.refuse("tt.load", "a load")

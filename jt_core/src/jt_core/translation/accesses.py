@@ -190,7 +190,7 @@ def _load(ctx: RuleContext, state: State) -> State:
         value, state = k.memory.load(state, pointer, k.guarded(mask, ty.shape), other, ty.shape)
         k.set(op.results[0], value)
         return state
-    pointer = _pointer_operand(ctx)
+    pointer = dataclasses.replace(_pointer_operand(ctx), reach=k.bounds(op.operands[0]))
     lanes = k.limits(op.operands[1]) if len(op.operands) > 1 else None
     if lanes is not None:
         return _load_lanes(ctx, pointer, lanes, state)
@@ -222,7 +222,7 @@ def within(pointer: Pointer, lanes: masks.Limits, shape: tuple[int, ...]) -> Poi
         known = dataclasses.replace(known, const=known.const + shifted, shape=box)
     else:
         known = None
-    return Pointer(pointer.buffer, offset, pointer.pointee, known)
+    return Pointer(pointer.buffer, offset, pointer.pointee, known, pointer.reach)
 
 
 def _load_lanes(ctx: RuleContext, pointer: Pointer, lanes: masks.Limits, state: State) -> State:

@@ -230,15 +230,34 @@ def _unrolled(k: Any, op: Operation, loop: Loop, inits: list[Any], state: State)
     iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
     values = inits
     assert loop.most is not None
+    trips = None if loop.trips.value == "static" else _trips(k, op)
+    types = [k.type(v) for v in op.results]
     for trip in range(loop.most):
         k.trips[loop.symbol] = trip
         if lang.is_static(lower):
             iv: Any = int(np.asarray(int(lower) + trip * int(step)).astype(iv_dtype))
         else:
             iv = (jnp.asarray(lower).astype(jnp.int64) + trip * int(step)).astype(iv_dtype)
-        values, state = k.run_block(body, [iv, *values], state)
+        if trips is None:
+            values, state = k.run_block(body, [iv, *values], state)
+            continue
+        # Programs whose own trips are fewer leave this one masked, their values as they were.
+        active = trip < trips
+        with k.guard(active):
+            moved, state = k.run_block(body, [iv, *values], state)
+        old = _packed(values, types, inits, op.line)
+        new = _packed(moved, types, inits, op.line)
+        chosen = [_chosen(active, n, o) for n, o in zip(new, old, strict=True)]
+        values = _unpacked(k, inits, chosen, body.arguments[1:])
     k.trips.pop(loop.symbol, None)
     return list(values), state
+
+
+def _trips(k: Any, op: Operation) -> jax.Array:
+    """How many trips a ``scf.for`` makes in the program being traced."""
+    iv_type = k.type(op.regions[0][0].arguments[0])
+    lower, upper, step = (lang.as_array(k.get(v), iv_type).astype(jnp.int64) for v in op.operands[:3])
+    return jnp.maximum(0, (upper - lower + step - 1) // jnp.maximum(step, 1))
 
 
 def _collected_products(
@@ -266,9 +285,8 @@ def _rolled(
     iv_type = k.type(body.arguments[0])
     iv_dtype = lang.dtype_of(iv_type.element)
     lower = lang.as_array(k.get(op.operands[0]), iv_type).astype(jnp.int64)
-    upper = lang.as_array(k.get(op.operands[1]), iv_type).astype(jnp.int64)
     step = lang.as_array(k.get(op.operands[2]), iv_type).astype(jnp.int64)
-    trips = jnp.maximum(0, (upper - lower + step - 1) // jnp.maximum(step, 1))
+    trips = _trips(k, op)
     predicated = mode is LoopMode.PREDICATED
 
     def iteration(t: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:

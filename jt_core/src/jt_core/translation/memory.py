@@ -56,12 +56,14 @@ class BufferSpec:
 @dataclasses.dataclass(frozen=True)
 class Pointer:
     """A pointer value: the buffer it points into, the offset (in elements of the buffer) of each lane, the type it
-    points to, and the offset's affine form where it is known (`jt_core.translation.affine`)."""
+    points to, the offset's affine form where it is known (`jt_core.translation.analysis.affine`), and the lowest
+    and highest offset its lanes take over every program and trip, where the analyses know them (``reach``)."""
 
     buffer: int
     offset: Any
     pointee: str
     affine: Affine | None = dataclasses.field(default=None, compare=False)
+    reach: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
 
 
 class State(NamedTuple):

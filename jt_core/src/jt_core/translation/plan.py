@@ -119,9 +119,9 @@ def _form_text(form: Any) -> str:
 
 
 def loop_modes(facts: Facts, strategy: Strategy, side_by_side: bool) -> dict[tuple[tuple[int, ...], int], LoopMode]:
-    """How each loop is traced: step by step where its trips are known and few (side by side only: in order, every
-    loop is an XLA loop); predicated where programs side by side make different trip counts with a known most; an
-    XLA loop otherwise."""
+    """How each loop is traced: step by step where its trips (or the most any program makes) are known and few (side
+    by side only: in order, every loop is an XLA loop), each program's trips past its own end masked; predicated
+    where programs side by side make different trip counts with a known most; an XLA loop otherwise."""
     modes = {}
     for key, loop in facts.loops.items():
         if loop.is_while:
@@ -129,7 +129,7 @@ def loop_modes(facts: Facts, strategy: Strategy, side_by_side: bool) -> dict[tup
         if not side_by_side:
             modes[key] = LoopMode.ROLLED if loop.trips in (Trips.STATIC, Trips.UNIFORM) else LoopMode.PER_PROGRAM
         elif (
-            loop.trips is Trips.STATIC
+            loop.trips in (Trips.STATIC, Trips.BOUNDED)
             and loop.most is not None
             and loop.size * loop.most <= strategy.unrolled_operations
         ):

@@ -143,7 +143,7 @@ class _BoxMemory(Memory):
         flat = self._array(state, pointer.buffer)
         base = self._base(a)
         index_type = jnp.asarray(pointer.offset).dtype
-        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type)
+        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type, pointer.reach)
         value = _to_value(block, _storage(spec), value_type)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if not strays:

@@ -59,7 +59,9 @@ class Windows:
             flat = self.memory._array(state, buffer)
             self.originals[buffer] = flat
             view = self._view(window, window.width)
-            owned = blocks.read(flat, view, window.low) if view.nest is not None else blocks.gather(flat, view, window.low)
+            owned = (
+                blocks.read(flat, view, window.low) if view.nest is not None else blocks.gather(flat, view, window.low)
+            )
             owned = owned.reshape((*(self.counts[k] for k in self.mapped), window.width))
             # What lies past the part a program owns only its masked lanes reach: zeros stand for it.
             reach_low, reach_width = window.reach
@@ -185,7 +187,9 @@ def _region_of(size: int) -> Any:
 
     def direct(copy: jax.Array, begin: jax.Array) -> jax.Array:
         lead = copy.ndim - 1
-        return lax.dynamic_slice(copy, (*(jnp.zeros((), begin.dtype) for _ in range(lead)), begin), (*copy.shape[:lead], size))
+        return lax.dynamic_slice(
+            copy, (*(jnp.zeros((), begin.dtype) for _ in range(lead)), begin), (*copy.shape[:lead], size)
+        )
 
     fn = custom_vmap(direct)
 
@@ -213,7 +217,9 @@ def _updated(copy: jax.Array, region: jax.Array, begin: jax.Array) -> jax.Array:
 
 
 @_updated.def_vmap
-def _updated_vmap(axis_size: int, in_batched: Sequence[bool], copy: jax.Array, region: jax.Array, begin: jax.Array) -> Any:
+def _updated_vmap(
+    axis_size: int, in_batched: Sequence[bool], copy: jax.Array, region: jax.Array, begin: jax.Array
+) -> Any:
     if in_batched[2] or not (in_batched[0] and in_batched[1]):
         copy = copy if in_batched[0] else jnp.broadcast_to(copy, (axis_size, *copy.shape))
         region = region if in_batched[1] else jnp.broadcast_to(region, (axis_size, *region.shape))

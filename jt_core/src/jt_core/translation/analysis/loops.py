@@ -128,14 +128,15 @@ def analyse_for(walk: Walk, op: Operation) -> None:
         buffers = init.buffers if yielded.buffers is None or init.buffers is None else init.buffers | yielded.buffers
         static = init.static if moved == 0 else None
         carried.append(Fact(form=form, buffers=buffers, static=static, varies=init.varies or yielded.varies))
-    loop = dataclasses.replace(
-        loop, carried=tuple(None if s is None else Affine.constant(s) for s in steps), dots=_accumulating(walk, body)
-    )
+    loop = dataclasses.replace(loop, carried=tuple(None if s is None else Affine.constant(s) for s in steps))
     walk.loops[(walk.path, id(op))] = loop
 
     # Second walk: the carried values' forms known where they are inductions.
     walk.forget(body)
     yielded = walk.in_loop(loop, lambda: walk.block(body, [counter, *carried]))
+    walk.loops[(walk.path, id(op))] = dataclasses.replace(
+        loop, dots=walk.in_loop(loop, lambda: _accumulating(walk, body))
+    )
     for index, value in enumerate(op.results):
         init = inits[index]
         after = yielded[index] if index < len(yielded) else UNKNOWN
@@ -169,9 +170,17 @@ def _accumulating(walk: Walk, body: Block) -> tuple[tuple[Operation, int, tuple[
         if len(users.get(dot.operands[2], ())) != 1 or len(users.get(result, ())) != 1:
             continue
         loads = [made.get(v) for v in dot.operands[:2]]
-        whole = all(op is not None and op.name == "tt.load" and len(op.operands) == 1 for op in loads)
+        whole = all(op is not None and op.name == "tt.load" and _unmasked(walk, op) for op in loads)
         found.append((dot, index, (loads[0], loads[1]) if whole else None))
     return tuple(found)  # type: ignore[arg-type]
+
+
+def _unmasked(walk: Walk, load: Operation) -> bool:
+    """Whether a load reads every lane of its block in every program and trip: no mask, or one always on."""
+    if len(load.operands) == 1:
+        return True
+    mask = walk.fact(load.operands[1]).mask
+    return mask is not None and mask.always_on(walk.grid, walk.ranges)
 
 
 def analyse_while(walk: Walk, op: Operation) -> None:
