@@ -33,29 +33,44 @@ def _softmax64(s: np.ndarray) -> np.ndarray:
 # -- attention forward ---------------------------------------------------------------------------------------------
 
 
-def attention_case(batch: int, heads: int, n_ctx: int, head_dim: int, causal: bool, **overrides: Any) -> Case:
+def attention_case(
+    batch: int, heads: int, n_ctx: int, head_dim: int, causal: bool, host_descriptors: bool = False, **overrides: Any
+) -> Case:
     """The attention forward pass on bf16 q, k, v [batch, heads, n_ctx, head_dim], autotuned (``overrides`` fix
-    metaparameters or options, pruning the configs), returning the output and the log-sum-exp per query."""
+    metaparameters or options, pruning the configs), returning the output and the log-sum-exp per query. The kernel
+    makes its tensor descriptors, or with ``host_descriptors`` is given `jt.TensorDescriptor` arguments whose block
+    shapes each config's pre_hook sets."""
     scale = 1.0 / math.sqrt(head_dim)
     shape = (batch, heads, n_ctx, head_dim)
+    rows = batch * heads * n_ctx
 
     def kernel(q: Any, k: Any, v: Any) -> Any:
         lse = jax.ShapeDtypeStruct((batch, heads, n_ctx), jnp.float32)
         grid = lambda meta: (n_ctx // meta["BLOCK_M"], batch * heads)  # noqa: E731
-        return jt.triton_call(
-            q,
-            k,
-            v,
+        operands: tuple[Any, ...] = (q, k, v)
+        outputs: tuple[Any, ...] = (q, lse)
+        aliases = {}
+        if host_descriptors:
+            # The block shape given here is a placeholder: each config's pre_hook sets its own. The output is a
+            # fresh buffer wrapped in a descriptor, aliased to the call's first output.
+            block = [16, head_dim]
+            flat = [jt.TensorDescriptor(a.reshape(rows, head_dim), block_shape=block) for a in (q, k, v)]
+            out = jt.TensorDescriptor(jnp.empty((rows, head_dim), q.dtype), block_shape=block)
+            operands, outputs, aliases = (*flat, out), (out.base, lse), {3: 0}
+        out, lse_out = jt.triton_call(
+            *operands,
             sm_scale=scale,
             n_heads_total=batch * heads,
             N_CTX=n_ctx,
-            kernel=mk.attention_forward_kernel,
-            out_shape=(q, lse),
+            kernel=mk.attention_forward_host_descriptors_kernel if host_descriptors else mk.attention_forward_kernel,
+            out_shape=outputs,
+            input_output_aliases=aliases,
             grid=grid,
             HEAD_DIM=head_dim,
             CAUSAL=causal,
             **overrides,
         )
+        return out.reshape(shape), lse_out
 
     def reference(q: Any, k: Any, v: Any) -> Any:
         s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
@@ -75,8 +90,9 @@ def attention_case(batch: int, heads: int, n_ctx: int, head_dim: int, causal: bo
         return np.einsum("bhqk,bhkd->bhqd", np.exp(s - lse[..., None]), v), lse
 
     kind = "causal" if causal else "full"
+    where = "host" if host_descriptors else "kernel"
     return Case(
-        f"attention fwd {kind} descriptors {batch}x{heads}x{n_ctx}x{head_dim}",
+        f"attention fwd {kind} {where} descriptors {batch}x{heads}x{n_ctx}x{head_dim}",
         lambda rng: tuple(normal(rng, shape, jnp.bfloat16) for _ in range(3)),
         jax.jit(kernel),
         jax.jit(reference),

@@ -296,6 +296,7 @@ def model_cases() -> list[Case]:
     return [
         attention_case(4, 16, 2048, 128, causal=False),
         attention_case(4, 16, 2048, 128, causal=True),
+        attention_case(4, 16, 2048, 128, causal=True, host_descriptors=True),
         paged_decode_case(32, 32, 4, 128, max_len=4096, page=16, splits=8, block_n=64),
         rotary_case(4, 2048, 32, 128, rot=128, interleaved=False, block_s=16, dtype=jnp.bfloat16),
         _cross_entropy_case(4096, 128256, smoothing=0.1, block_v=32768, dtype=jnp.bfloat16),
@@ -310,6 +311,7 @@ def small_model_cases() -> list[Case]:
     return [
         attention_case(1, 2, 128, 32, causal=False, num_warps=4, num_stages=3),
         attention_case(1, 2, 256, 32, causal=True, BLOCK_M=64, BLOCK_N=32),
+        attention_case(1, 2, 256, 32, causal=True, host_descriptors=True, BLOCK_M=64, BLOCK_N=32),
         paged_decode_case(3, 8, 2, 32, max_len=48, page=4, splits=2, block_n=16),
         rotary_case(2, 24, 3, 32, rot=16, interleaved=False, block_s=8, dtype=np.float32),
         rotary_varlen_case((5, 19, 12), 2, 16, interleaved=True, block_s=8),

@@ -1,13 +1,14 @@
 """Triton kernels of the kind language models are built from, written in the styles of the public libraries that
-serve and train them: an attention forward pass with tensor descriptors made in the kernel (Triton's fused-attention
-tutorial), a paged, grouped decode attention in two kernels (SGLang), rotary embeddings applied in place
-(flash-attention), a large-vocabulary cross entropy that writes its gradient over the logits (Liger-Kernel), a
-chunk-local cumulative sum (flash-linear-attention), an autotuned matrix product with many configurations and
-grouped program order (FlagGems), and a state-space decode step that updates its state cache in place (mamba).
+serve and train them: an attention forward pass through tensor descriptors, made in the kernel or given by the host
+(Triton's fused-attention tutorial), a paged, grouped decode attention in two kernels (SGLang), rotary embeddings
+applied in place (flash-attention), a large-vocabulary cross entropy that writes its gradient over the logits
+(Liger-Kernel), a chunk-local cumulative sum (flash-linear-attention), an autotuned matrix product with many
+configurations and grouped program order (FlagGems), and a state-space decode step that updates its state cache in
+place (mamba).
 
 Each keeps the constructs that make such kernels what they are: loop bounds that depend on the program id, lengths
 and addresses loaded from memory, writes into an input's buffer, descriptors, autotuning. Their calls, references
-and sizes are in ``tpu_model_cases.py``.
+and sizes are in ``tpu_attention_cases.py`` and ``tpu_model_cases.py``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
 
-# -- attention forward: descriptors made in the kernel, causal blocks split by the program id -------------------
+# -- attention forward: tensor descriptors, causal blocks split by the program id --------------------------------------
 
 
 def attention_configs_that_fit(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
@@ -39,13 +41,41 @@ def attention_configs_that_fit(configs: list[Any], named_args: dict[str, Any], *
     return kept
 
 
-ATTENTION_CONFIGS = [
-    triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
-    for block_m in (128, 64)
-    for block_n in (64, 32, 128)
-    for warps in (8, 4)
-    for stages in (3, 2)
-]
+def set_descriptor_blocks(nargs: dict[str, Any]) -> None:
+    """A config's pre_hook: gives host-side descriptors the block shapes of the config (a query block for q and the
+    output, a key block for k and v)."""
+    if not isinstance(nargs["q_in"], TensorDescriptor):
+        return
+    head_dim = nargs["HEAD_DIM"]
+    for name, block in (("q_in", "BLOCK_M"), ("out_in", "BLOCK_M"), ("k_in", "BLOCK_N"), ("v_in", "BLOCK_N")):
+        nargs[name].block_shape = [nargs[block], head_dim]
+
+
+def _attention_configs(pre_hook: Any) -> list[Any]:
+    return [
+        triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages, pre_hook=pre_hook)
+        for block_m in (128, 64)
+        for block_n in (64, 32, 128)
+        for warps in (8, 4)
+        for stages in (3, 2)
+    ]
+
+
+#: The attention configs for pointers, and for host-side descriptors (the same, with the hook that sets their block
+#: shapes). jt refuses a pre_hook on a call with no descriptor argument, even one that would return at once there.
+ATTENTION_CONFIGS = _attention_configs(None)
+ATTENTION_HOST_DESCRIPTOR_CONFIGS = _attention_configs(set_descriptor_blocks)
+
+
+@triton.jit
+def _as_descriptor(desc_or_ptr, rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    # A descriptor made on the host is used as it is; a pointer gets one made here, over [rows, HEAD_DIM].
+    if isinstance(desc_or_ptr, tl.tensor_descriptor):
+        return desc_or_ptr
+    else:
+        return tl.make_tensor_descriptor(
+            desc_or_ptr, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK, HEAD_DIM]
+        )
 
 
 @triton.jit
@@ -83,17 +113,12 @@ def _attend_key_blocks(
     return acc, row_sum, row_max
 
 
-@triton.autotune(
-    configs=ATTENTION_CONFIGS,
-    key=["N_CTX", "HEAD_DIM", "CAUSAL"],
-    prune_configs_by={"early_config_prune": attention_configs_that_fit},
-)
 @triton.jit
-def attention_forward_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    out_ptr,
+def attention_forward(
+    q_in,
+    k_in,
+    v_in,
+    out_in,
     lse_ptr,
     sm_scale,
     n_heads_total,
@@ -103,23 +128,15 @@ def attention_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    # One program per (query block, batch x head); q, k, v and out are [batch * heads * N_CTX, HEAD_DIM] through
-    # descriptors made here, so a block is addressed by its first row.
+    # One program per (query block, batch x head); q, k, v and out are [batch * heads * N_CTX, HEAD_DIM], each a
+    # descriptor made on the host or a pointer this kernel makes one for, so a block is addressed by its first row.
     q_block = tl.program_id(0)
     head = tl.program_id(1)
     rows = n_heads_total * N_CTX
-    q_desc = tl.make_tensor_descriptor(
-        q_ptr, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_M, HEAD_DIM]
-    )
-    k_desc = tl.make_tensor_descriptor(
-        k_ptr, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_N, HEAD_DIM]
-    )
-    v_desc = tl.make_tensor_descriptor(
-        v_ptr, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_N, HEAD_DIM]
-    )
-    o_desc = tl.make_tensor_descriptor(
-        out_ptr, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1], block_shape=[BLOCK_M, HEAD_DIM]
-    )
+    q_desc = _as_descriptor(q_in, rows, HEAD_DIM, BLOCK_M)
+    k_desc = _as_descriptor(k_in, rows, HEAD_DIM, BLOCK_N)
+    v_desc = _as_descriptor(v_in, rows, HEAD_DIM, BLOCK_N)
+    o_desc = _as_descriptor(out_in, rows, HEAD_DIM, BLOCK_M)
     seq_row = head * N_CTX
     q_start = q_block * BLOCK_M
     q_pos = q_start + tl.arange(0, BLOCK_M)
@@ -153,12 +170,26 @@ def attention_forward_kernel(
         acc, row_sum, row_max = _attend_key_blocks(
             acc, row_sum, row_max, q, k_desc, v_desc, seq_row, 0, N_CTX, q_pos, qk_scale, BLOCK_N, False
         )
-    o_desc.store([seq_row + q_start, 0], (acc / row_sum[:, None]).to(out_ptr.dtype.element_ty))
+    o_desc.store([seq_row + q_start, 0], (acc / row_sum[:, None]).to(q_desc.dtype))
     # The log-sum-exp a backward pass needs, in natural log.
     tl.store(lse_ptr + seq_row + q_pos, (row_max + tl.math.log2(row_sum)) * _LN2)
 
 
-# -- paged decode attention: a page table and lengths read from memory, then a combine over the splits ----------
+def _autotuned_attention(configs: list[Any]) -> Any:
+    return triton.autotune(
+        configs=configs,
+        key=["N_CTX", "HEAD_DIM", "CAUSAL"],
+        prune_configs_by={"early_config_prune": attention_configs_that_fit},
+    )(attention_forward)
+
+
+#: `attention_forward` autotuned, for q, k, v and out given as pointers (the kernel makes their descriptors).
+attention_forward_kernel = _autotuned_attention(ATTENTION_CONFIGS)
+#: `attention_forward` autotuned, for q, k, v and out given as `jt.TensorDescriptor` arguments.
+attention_forward_host_descriptors_kernel = _autotuned_attention(ATTENTION_HOST_DESCRIPTOR_CONFIGS)
+
+
+# -- paged decode attention: a page table and lengths read from memory, then a combine over the splits -----------------
 
 
 @triton.jit
@@ -250,7 +281,7 @@ def paged_decode_combine_kernel(
     tl.store(out_ptr + row * HEAD_DIM + dims, out.to(out_ptr.dtype.element_ty))
 
 
-# -- rotary embedding in place, positions offset by a per-sequence value read from memory -------------------------
+# -- rotary embedding in place, positions offset by a per-sequence value read from memory ------------------------------
 
 
 @triton.heuristics({"VARLEN": lambda args: args["cu_seqlens"] is not None})
@@ -309,7 +340,7 @@ def rotary_in_place_kernel(
         tl.store(rows + second_dim[None, :], (a * sin + b * cos).to(x_ptr.dtype.element_ty), mask=live)
 
 
-# -- cross entropy over a large vocabulary: two passes per row, the gradient written over the logits ------------
+# -- cross entropy over a large vocabulary: two passes per row, the gradient written over the logits -------------------
 
 
 @triton.jit
@@ -360,7 +391,7 @@ def vocab_cross_entropy_kernel(
         tl.store(row_ptr + start + cols, grad.to(logits_ptr.dtype.element_ty), mask=inside)
 
 
-# -- chunk-local cumulative sum over time, every head of a chunk in one program ------------------------------------
+# -- chunk-local cumulative sum over time, every head of a chunk in one program ----------------------------------------
 
 
 @triton.autotune(configs=[triton.Config({}, num_warps=warps) for warps in (1, 2, 4, 8)], key=["BT", "H", "REVERSE"])
@@ -403,7 +434,7 @@ def chunk_cumsum_kernel(
     tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=live)
 
 
-# -- an autotuned matrix product: grouped program order, even-K and split-K variants -----------------------------
+# -- an autotuned matrix product: grouped program order, even-K and split-K variants -----------------------------------
 
 
 def matmul_configs_that_fit(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
@@ -506,7 +537,7 @@ def grouped_matmul_kernel(
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=inside)
 
 
-# -- a state-space decode step: the state cache updated in place at slots read from memory -----------------------
+# -- a state-space decode step: the state cache updated in place at slots read from memory -----------------------------
 
 
 @triton.heuristics({"BLOCK_STATE": lambda args: triton.next_power_of_2(args["dstate"])})
