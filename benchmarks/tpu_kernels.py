@@ -4,9 +4,10 @@ The cases are jt-tpu's (``jt_tpu/tests/tpu_kernels.py``): seven kernels written 
 softmax, a layer norm, a bf16 matrix product at 1024^3 and 4096^3, a histogram through ``tl.atomic_add``, a row
 cumsum), Triton's tutorials 02, 03 and 05 (forward), and three Liger-Kernel-style kernels (rms_norm, swiglu,
 cross_entropy). Tutorial 01 is the vector add. ``--model`` runs instead the kernels language models are built from
-(``jt_tpu/tests/tpu_model_cases.py``: attention forward with descriptors, causal and not; paged decode attention;
-rotary in place; a 128k-vocabulary cross entropy with its gradient in place; a chunked cumsum; a 13-config autotuned
-matmul; a state-space decode step) at a model's sizes. For each case, in one process:
+(``jt_tpu/tests/tpu_model_cases.py``: attention forward with descriptors, causal and not, made in the kernel or on
+the host; paged decode attention; rotary in place; a 128k-vocabulary cross entropy with its gradient in place; a
+chunked cumsum; a 13-config autotuned matmul; a state-space decode step) at a model's sizes. For each case, in one
+process:
 
 * the first call of the jitted kernel (jt's trace and lowering, XLA's compile, one run), wall time;
 * the error of both against a float64 NumPy reference, relative to its norm (the kernel's must be within the
