@@ -471,7 +471,8 @@ def test_an_argument_left_out_that_could_be_either_of_two_parameters_gets_both_r
     assert {first.split(": ", 1)[1], second.split(": ", 1)[1]} == {
         f"{given}, and its 1 output (out_shape/out_type) takes Y; nothing is given for eps. Give it by keyword "
         "(eps=...).",
-        f"{given}, and its 1 output (out_shape/out_type) takes eps; nothing is given for Y. Give it by keyword (Y=...).",
+        f"{given}, and its 1 output (out_shape/out_type) takes eps; nothing is given for Y. Give it by keyword "
+        "(Y=...).",
     }
 
 
