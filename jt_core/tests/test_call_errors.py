@@ -295,8 +295,8 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         lambda: jt.triton_call(X, X, 20, kernel=k.add_current_kernel, out_shape=X, grid=2),
         jt.KernelCompileError,
         r"(?s)The call gave the kernel's parameters: x_ptr: operand 0 \(\*fp32\), y_ptr: operand 1 \(\*fp32\), "
-        r"out_ptr: 20 \(i32\), n: output 0 \(\*fp32\)\.\nParameter 'out_ptr' got a scalar: .* pass scalars by "
-        r"keyword",
+        r"out_ptr: 20 \(i32\), n: output 0 \(\*fp32\)\.\nParameter 'out_ptr' got a scalar \(20\): .* Fix: pass "
+        r"scalars by keyword \(here n=20\)",
     ),
     (
         "a kernel Triton's front end refuses, named with the platform it was compiled for",

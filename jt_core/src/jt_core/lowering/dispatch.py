@@ -11,7 +11,7 @@ from jax._src.interpreters import mlir
 
 from jt_core import _compat, distributed
 from jt_core.call import KernelCall
-from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, KernelCompileError, UnsupportedKernelError
 from jt_core.lowering import compiling
 from jt_core.lowering.devices import computation_devices, lowering_device
 from jt_core.lowering.fallback import lower_with
@@ -39,11 +39,16 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
     """
     devices = computation_devices(ctx)
     job = distributed.job_of(devices)
-    if job is None:
-        return _lower(ctx, operands, call, platform, devices, None)
-    exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
-    with exchange.reporting():
-        return _lower(ctx, operands, call, platform, devices, exchange)
+    try:
+        if job is None:
+            return _lower(ctx, operands, call, platform, devices, None)
+        exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
+        with exchange.reporting():
+            return _lower(ctx, operands, call, platform, devices, exchange)
+    except KernelCompileError as exc:
+        # The error says where in the kernel, which call and the fix; jt's frames from here down to the compile
+        # would only print before it. Triton's error stays its cause.
+        raise exc.with_traceback(None) from exc.__cause__
 
 
 def _lower(
