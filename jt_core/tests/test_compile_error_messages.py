@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import triton
 import triton.language as tl
@@ -118,3 +119,23 @@ def test_the_printed_error_is_short_and_ends_with_the_whole_story(jitted: bool) 
     assert len(printed.splitlines()) <= 70, printed
     last = printed[printed.rindex("jt_core.errors.KernelCompileError: ") :]
     assert "in _shifted" in last and "is not defined" in last and "Fix: define" in last
+
+
+@triton.jit
+def copy_count_kernel(src_ptr, dst_ptr, count, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offsets, tl.load(src_ptr + offsets, mask=offsets < count), mask=offsets < count)
+
+
+def test_a_scalar_on_a_pointer_parameter_is_moved_by_the_kernel_s_own_parameter_name() -> None:
+    error = _refused(lambda: jt.triton_call(X, 16, kernel=copy_count_kernel, out_shape=X, grid=1, BLOCK=16))
+    message = str(error)
+    assert "src_ptr: operand 0 (*fp32), dst_ptr: 16 (i32), count: output 0 (*fp32)." in message
+    assert message.endswith(
+        "Parameter 'dst_ptr' got a scalar (16): positional values fill the kernel's parameters in order and outputs "
+        "take the parameters left over. Fix: pass scalars by keyword (here count=16) to put them where they belong."
+    )
+    assert "n_elements" not in message
+    x = jax.random.normal(jax.random.key(5), (16,), jnp.float32)
+    out = jt.triton_call(x, kernel=copy_count_kernel, out_shape=x, grid=1, count=16, BLOCK=16)  # the fix runs
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
