@@ -9,7 +9,7 @@ from typing import Any
 from jax._src import dispatch
 from jax._src.interpreters import mlir
 
-from jt_core import _compat, distributed
+from jt_core import _compat, distributed, tuning
 from jt_core.call import KernelCall
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, KernelCompileError, UnsupportedKernelError
 from jt_core.lowering import compiling
@@ -114,6 +114,8 @@ def _lower(
             if tuned is not call:
                 call = tuned
                 kernels = compiling.compile_all(requests(call))  # kept in memory: the chosen one's at once
+    if len(call.configs) == 1:
+        tuning.note_best_config(call, 0)  # a launcher given more chooses among them: it says which it runs
     return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
 
 

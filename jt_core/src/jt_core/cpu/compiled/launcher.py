@@ -25,7 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jt_core import _compat, distributed
+from jt_core import _compat, distributed, tuning
 from jt_core.call import KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
@@ -144,10 +144,10 @@ class CpuCompiledLauncher(TranslatingLauncher):
     ) -> Sequence[Any]:
 
         results = super().lower(ctx, call, kernels, operands, device)
+        index = self.traced(call, kernels)[0]  # the configuration the translation chose (and lowered)
+        tuning.note_best_config(call, index)
         if _compat.lowering_for_export(ctx) or not differential.enabled() or not _one_device(ctx):
             return results
-        traced = self.traced(call, kernels)
-        index = traced[0]
         return self._compared(ctx, call, kernels[index], index, operands, results, device)
 
     @staticmethod
