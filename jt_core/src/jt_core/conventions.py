@@ -426,7 +426,8 @@ def _missing_lines(
     if placed != in_order:
         later = placed[next(k for k, (a, b) in enumerate(zip(placed, in_order)) if a != b) :]
         lines.append(
-            f"  Positional values fill the non-constexpr parameters in order ({', '.join(in_order)}): pass "
+            f"  {'In the first reading, p' if found.other is not None else 'P'}ositional values fill the "
+            f"non-constexpr parameters in order ({', '.join(in_order)}): pass "
             f"{', '.join(later)} by keyword too ({', '.join(f'{name}=...' for name in later)})."
         )
     last_bound = max((free.index(name) for name in found.positional), default=-1)
