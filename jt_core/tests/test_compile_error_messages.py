@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import traceback
+import types
 from typing import Any
 
 import jax
@@ -69,6 +70,25 @@ def test_the_error_locates_the_refusal_from_the_kernel_down_to_the_helper() -> N
     assert lines[8] == "The call gave the kernel's parameters: x_ptr: operand 0 (*fp32), out_ptr: output 0 (*fp32)."
     assert lines[9].startswith("Fix: define shift_defined_nowhere where the kernel can see it")
     assert len(lines) == 10
+
+
+#: A module holding a helper, as kernels reach helpers of another module (``module.helper(...)``).
+helpers = types.ModuleType("helpers")
+helpers.shifted = _shifted  # type: ignore[attr-defined]
+
+
+@triton.jit
+def through_module_helper_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, helpers.shifted(x_ptr, offsets))
+
+
+def test_a_helper_reached_through_a_module_is_located_too() -> None:
+    error = _refused(lambda: jt.triton_call(X, kernel=through_module_helper_kernel, out_shape=X, grid=1, BLOCK=16))
+    helper_file, helper_line = _line(_shifted, "shift_defined_nowhere")
+    lines = str(error).splitlines()
+    assert lines[2] == "    tl.store(out_ptr + offsets, helpers.shifted(x_ptr, offsets))"
+    assert lines[4] == f'  File "{helper_file}", line {helper_line}, in _shifted'
 
 
 def test_triton_s_error_is_the_cause() -> None:

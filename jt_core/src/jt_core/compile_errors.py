@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,8 @@ __all__ = ["compile_error_message", "placement_hint"]
 
 
 def _jit_functions(kernel: Any) -> Iterator[Any]:
-    """The kernel function object and the ``@triton.jit`` helpers it reaches through its globals, once each."""
+    """The kernel function object and the ``@triton.jit`` helpers it reaches through its globals (``helper(...)``,
+    ``module.helper(...)``), once each."""
     seen: set[int] = set()
     pending = [kernel]
     while pending:
@@ -37,8 +39,10 @@ def _jit_functions(kernel: Any) -> Iterator[Any]:
             continue
         for name in code.co_names:
             value = scope.get(name)
-            if hasattr(value, "fn") and hasattr(value, "src"):
-                pending.append(value)
+            found = (
+                [value] if not isinstance(value, types.ModuleType) else [getattr(value, n, None) for n in code.co_names]
+            )
+            pending += [item for item in found if hasattr(item, "fn") and hasattr(item, "src")]
 
 
 def _frame(error: Any, kernel: Any) -> str | None:

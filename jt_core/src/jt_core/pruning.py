@@ -246,6 +246,10 @@ def hook_block_shapes(
 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Runs one config's hooks on stand-ins and returns the block shapes they set, by descriptor leaf name.
 
+    A hook that sets nothing for this call runs and is done with: Triton's fused-attention tutorial returns from
+    its hook at once when the kernel makes its descriptors itself (its arguments are then arrays), so the same
+    kernel runs with host descriptors or without.
+
     Args:
         hooks: ``(what, hook)`` pairs in Triton's order: the config's ``pre_hook``, the autotuner's ``pre_hook``,
             its ``post_hook`` (called with ``exception=None``).
@@ -254,10 +258,6 @@ def hook_block_shapes(
         values: The config's metaparameters and options (``BLOCK_M``, ``num_warps``...).
         label: The config, for messages.
         signature: The kernel's signature, for messages.
-
-    A hook that sets nothing for this call runs and is done with: Triton's fused-attention tutorial returns from
-    its hook at once when the kernel makes its descriptors itself (its arguments are then arrays), so the same
-    kernel runs with host descriptors or without.
 
     Raises:
         NotImplementedError: For a hook that does anything but set ``block_shape`` on descriptors (or raises).
