@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core import _compat, coverage, trials
+from jt_core import _compat, coverage, trials, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import NoUsableConfigError, UnsupportedKernelError
 from jt_core.plugin.roles import Launcher
@@ -428,6 +428,7 @@ class TranslatingLauncher(Launcher):
 
         exporting = _compat.lowering_for_export(ctx)
         index = self.chosen(call, kernels)
+        tuning.note_best_config(call, index)  # the configuration it runs, on the user's autotuner, as Triton sets it
         run = kernel_function(call, kernels[index], index, self.strategy(), self.fuses())
         with jax.enable_x64(True):
             jaxpr = _without_dead_code(_compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals)))
