@@ -98,7 +98,9 @@ class Plan:
         for loop in facts.loops.values():
             mode = self.loop_mode(loop).value
             most = "" if loop.most is None else f", at most {loop.most}"
-            lines.append(f"  loop at {loop.op.line}: {loop.trips.value} trips{most}, {loop.size} operations: {mode}")
+            lines.append(
+                f"  loop at {_line_of(loop.op)}: {loop.trips.value} trips{most}, {loop.size} operations: {mode}"
+            )
         for access in facts.accesses:
             form = "unknown offsets" if access.form is None else _form_text(access.form)
             lines.append(f"  {access.kind} at {access.op.line}: buffers {sorted(access.buffers)}, {form}")
@@ -107,6 +109,15 @@ class Plan:
             where = "" if window is None else f" ({window.width} elements from {window.low} per program)"
             lines.append(f"  buffer {buffer}: {mode.value}{where}")
         return "\n".join(lines)
+
+
+def _line_of(op: Any) -> str | None:
+    """A loop's source line: its own, or its body's first that has one."""
+    if op.line:
+        return op.line
+    return next(
+        (inner.line for region in op.regions for block in region for inner in block.operations if inner.line), None
+    )
 
 
 def _at(line: str | None) -> str:

@@ -114,6 +114,15 @@ class _BoxMemory(Memory):
             return None  # offsets that would wrap around in 32 bits: the gather computes them as the kernel does
         return view, low, high
 
+    def _reach(self, pointer: Pointer) -> tuple[int, int] | None:
+        """The offsets the box's lanes of an access may take: its reach over the grid, and over the programs past
+        the grid's end that a last box of a loop of boxes holds."""
+        if pointer.reach is None or pointer.affine is None:
+            return pointer.reach
+        past = self.chunks * self.box.counts[0] - self.kernel.facts.grid[0]
+        step = pointer.affine.pids[0] * max(0, past)
+        return pointer.reach[0] + min(0, step), pointer.reach[1] + max(0, step)
+
     def _base(self, a: Affine) -> Any:
         """The offset of the box's first program's first lane (an int where it is known when tracing)."""
         first = self.box.first
@@ -143,7 +152,7 @@ class _BoxMemory(Memory):
         flat = self._array(state, pointer.buffer)
         base = self._base(a)
         index_type = jnp.asarray(pointer.offset).dtype
-        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type, pointer.reach)
+        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type, self._reach(pointer))
         value = _to_value(block, _storage(spec), value_type)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if not strays:

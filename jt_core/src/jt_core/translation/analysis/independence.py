@@ -179,7 +179,8 @@ def _stores(
             return "a store through offsets not known as an affine form when tracing", _line(store)
     forms = [s.form for s in stores]
     same = all(form == forms[0] for form in forms)
-    if not (affine.disjoint(forms[:1], grid, ranges) if same else _apart(stores, grid, ranges) is not None):  # type: ignore[list-item]
+    exact = same and affine.disjoint(forms[:1], grid, ranges)  # type: ignore[list-item]
+    if not exact and _apart(stores, grid, ranges) is None:
         return "stores that may reach one element from two programs", _line(stores[0])
     loads = [a for a in accesses if a.kind == "load"]
     for load in loads:
