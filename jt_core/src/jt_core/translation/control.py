@@ -154,7 +154,7 @@ def _outside(k: Any, loop: Loop, mode: LoopMode) -> list[tuple[Operation, int, A
     a loop traced step by step, of the operands each step collects (one batched product after it)."""
     if loop.most is None or loop.most < 2 or loop.trips.value != "static":
         return []
-    found = []
+    found: list[tuple[Operation, int, Any]] = []
     for dot, index, loads in loop.dots:
         facts = [k.access_fact(load) for load in loads] if loads is not None else []
         if loads is not None and all(f is not None and f.form is not None for f in facts):

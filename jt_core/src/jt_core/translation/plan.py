@@ -96,10 +96,10 @@ class Plan:
             f"  grid {grid}; {self.chunk} program(s) side by side at a time" if self.side_by_side else f"  grid {grid}"
         )
         for loop in facts.loops.values():
-            mode = self.loop_mode(loop).value
+            how = self.loop_mode(loop).value
             most = "" if loop.most is None else f", at most {loop.most}"
             lines.append(
-                f"  loop at {_line_of(loop.op)}: {loop.trips.value} trips{most}, {loop.size} operations: {mode}"
+                f"  loop at {_line_of(loop.op)}: {loop.trips.value} trips{most}, {loop.size} operations: {how}"
             )
         for access in facts.accesses:
             form = "unknown offsets" if access.form is None else _form_text(access.form)

@@ -28,13 +28,13 @@ class Lowering(Protocol):
     """How an operation lowers: traces it in the rule's context, from the memory state before it to the one after
     (`jt_core.translation.memory.State`)."""
 
-    def __call__(self, ctx: RuleContext, state: Any) -> Any: ...
+    def __call__(self, ctx: RuleContext, state: Any, /) -> Any: ...
 
 
 class Transfer(Protocol):
     """What an operation tells the analyses: sets its results' facts in the walk (and records its accesses)."""
 
-    def __call__(self, walk: Any, op: Operation) -> None: ...
+    def __call__(self, walk: Any, op: Operation, /) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)

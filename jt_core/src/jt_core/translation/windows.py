@@ -11,7 +11,6 @@ through only before the program stores to that buffer, reads the buffer as it wa
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -131,7 +130,7 @@ class Windows:
         copy = state.buffers[memory._slots[pointer.buffer]]
         local = self._local(pointer, shape)
         if pointer.affine is None:
-            original = dataclasses.replace(state, buffers=_replaced(state, memory, pointer.buffer, self.originals))
+            original = state._replace(buffers=_replaced(state, memory, pointer.buffer, self.originals))
             value, _ = Memory.load(memory, original, pointer, mask, other, shape)
             return value, state
         if local is not None:

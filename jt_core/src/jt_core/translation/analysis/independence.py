@@ -114,8 +114,8 @@ def independence(
     for access in facts.accesses:
         for buffer in access.buffers:
             by_buffer.setdefault(buffer, []).append(access)
-    for buffer, found in by_buffer.items():
-        accesses = [_narrowed(a, grid, ranges) for a in found]
+    for buffer, made in by_buffer.items():
+        accesses = [_narrowed(a, grid, ranges) for a in made]
         accesses = [a for a in accesses if a.kind != "none"]
         writes = [a for a in accesses if a.kind != "load"]
         if not writes:
@@ -179,7 +179,7 @@ def _stores(
             return "a store through offsets not known as an affine form when tracing", _line(store)
     forms = [s.form for s in stores]
     same = all(form == forms[0] for form in forms)
-    exact = same and affine.disjoint(forms[:1], grid, ranges)  # type: ignore[list-item]
+    exact = same and affine.disjoint(forms[:1], grid, ranges)  # type: ignore[arg-type]
     if not exact and _apart(stores, grid, ranges) is None:
         return "stores that may reach one element from two programs", _line(stores[0])
     loads = [a for a in accesses if a.kind == "load"]

@@ -110,24 +110,24 @@ def analyse_for(walk: Walk, op: Operation) -> None:
     recording = walk.recording
     walk.recording = False
     try:
-        first = walk.in_loop(
+        walked = walk.in_loop(
             loop, lambda: walk.block(body, [counter, *_carried_unknowns(walk, loop, inits, body.arguments[1:])])
         )
     finally:
         walk.recording = recording
     unknowns = _carried_unknowns(walk, loop, inits, body.arguments[1:])
-    first = list(first) + [UNKNOWN] * (len(inits) - len(first))
+    first = list(walked) + [UNKNOWN] * (len(inits) - len(walked))
     steps = [_step(u.form, y.form) for u, y in zip(unknowns, first, strict=True)]
     carried = []
-    for init, value, yielded, moved in zip(inits, body.arguments[1:], first, steps, strict=True):
+    for init, value, once, moved in zip(inits, body.arguments[1:], first, steps, strict=True):
         form = None
         if moved is not None and init.form is not None:
             form = walk.exact(init.form.plus(trip.times(moved).broadcast(init.form.shape)), walk.type(value).element)
             if walk.type(value).is_pointer:
                 form = init.form.plus(trip.times(moved).broadcast(init.form.shape))
-        buffers = init.buffers if yielded.buffers is None or init.buffers is None else init.buffers | yielded.buffers
+        buffers = init.buffers if once.buffers is None or init.buffers is None else init.buffers | once.buffers
         static = init.static if moved == 0 else None
-        carried.append(Fact(form=form, buffers=buffers, static=static, varies=init.varies or yielded.varies))
+        carried.append(Fact(form=form, buffers=buffers, static=static, varies=init.varies or once.varies))
     loop = dataclasses.replace(loop, carried=tuple(None if s is None else Affine.constant(s) for s in steps))
     walk.loops[(walk.path, id(op))] = loop
 
@@ -212,7 +212,7 @@ def analyse_if(walk: Walk, op: Operation) -> None:
         for value, fact in zip(op.results, results, strict=False):
             walk.set(value, fact)
         return
-    sides = []
+    sides: list[list[Fact]] = []
     for block, side in ((then_block, True), (else_block, False)):
         if block is None:
             sides.append([])

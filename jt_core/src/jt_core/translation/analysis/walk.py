@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from jt_core.translation.analysis.affine import Affine, Symbol
 from jt_core.translation.analysis.facts import UNKNOWN, Access, Fact, Facts, Loop, Place
@@ -38,6 +38,8 @@ from jt_core.translation.program import Block, Operation, Program, TensorType
 from jt_core.translation.rules import rule_of
 
 __all__ = ["Walk", "used_values"]
+
+_T = TypeVar("_T")
 
 #: How many blocks the branches of early returns may reach, counting each time one is visited.
 MAX_BRANCHED_BLOCKS = 256
@@ -268,7 +270,7 @@ class Walk:
         finally:
             self.branch_stack.pop()
 
-    def in_loop(self, loop: Loop, walk: Callable[[], list[Fact]]) -> list[Fact]:
+    def in_loop(self, loop: Loop, walk: Callable[[], _T]) -> _T:
         """Walks a loop's body, the loop's trip a symbol of the range ``loop`` knows."""
         self.loop_stack.append(loop)
         if loop.most is not None and loop.most > 0:
