@@ -186,6 +186,7 @@ def _load(ctx: RuleContext, state: State) -> State:
     ty = k.type(op.results[0])
     if isinstance(target, BlockPointer):
         pointer, mask = _block_lanes(target, op.attr("boundaryCheck") or (), k.access_form(op))
+        pointer = dataclasses.replace(pointer, reach=k.access_reach(op))
         other: Any = jnp.nan if op.attr("padding") == 2 else None
         value, state = k.memory.load(state, pointer, k.guarded(mask, ty.shape), other, ty.shape)
         k.set(op.results[0], value)

@@ -249,7 +249,7 @@ def read(
         return _gathered(flat, view, begin, index_type)
 
     def sliced(begin: jax.Array) -> jax.Array:
-        region = lax.dynamic_slice_in_dim(flat, begin, view.needed)
+        region = _region_at(view.needed)(flat, begin)
         return _from_region(_padded(region, view.extent), view)
 
     begin = jnp.asarray(begin, jnp.int64)
@@ -258,10 +258,28 @@ def read(
     if reach is not None:
         front, back = max(0, -reach[0]), max(0, reach[1] + 1 - flat.shape[0])
         padded = lax.pad(flat, jnp.zeros((), flat.dtype), [(front, back, 0)]) if front or back else flat
-        region = lax.dynamic_slice_in_dim(padded, begin + front, view.needed)
+        region = _region_at(view.needed)(padded, begin + front)
         return _from_region(_padded(region, view.extent), view)
     fits = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
     return lax.cond(fits, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
+
+
+@functools.lru_cache(maxsize=256)
+def _region_at(size: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``flat[begin : begin + size]`` (a dynamic slice), kept one where ``jax.vmap`` batches neither (JAX makes a
+    dynamic slice it meets under ``vmap`` a gather, whether or not its operands are batched)."""
+
+    def direct(flat: jax.Array, begin: jax.Array) -> jax.Array:
+        return lax.dynamic_slice_in_dim(flat, begin, size)
+
+    fn = custom_vmap(direct)
+
+    @fn.def_vmap
+    def _rule(axis_size: int, in_batched: Sequence[bool], flat: jax.Array, begin: jax.Array) -> Any:
+        axes = [0 if b else None for b in in_batched]
+        return jax.vmap(direct, in_axes=axes)(flat, begin), True
+
+    return fn
 
 
 def _padded(region: jax.Array, length: int) -> jax.Array:

@@ -200,6 +200,7 @@ def _access(ctx: RuleContext, desc: Descriptor, first: int, state: State) -> tup
     last offset is not 16-byte aligned."""
     offsets = [ctx.get(v) for v in ctx.op.operands[first:]]
     pointer, inside = _lanes(desc, offsets, ctx.kernel.access_form(ctx.op))
+    pointer = dataclasses.replace(pointer, reach=ctx.kernel.access_reach(ctx.op))
     return pointer, inside, _flagged(state, _unaligned(offsets[-1], lang.dtype_of(desc.pointee).itemsize))
 
 

@@ -165,6 +165,13 @@ class Kernel:
         found = self.access_fact(op)
         return None if found is None else self.bind(found.form)
 
+    def access_reach(self, op: Operation) -> tuple[int, int] | None:
+        """The lowest and highest offset an access's lanes take over every program and trip, where known."""
+        found = self.access_fact(op)
+        if found is None or found.form is None:
+            return None
+        return found.form.bounds(self.facts.grid, self.facts.ranges)
+
     def access_limits(self, op: Operation) -> masks.Limits | None:
         """The box of an access's lanes its mask has on, where the analyses know it as one here."""
         found = self.access_fact(op)

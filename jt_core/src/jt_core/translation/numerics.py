@@ -8,7 +8,8 @@ between a GPU's bits and the platform's XLA's own way (a `jt_core.translation.st
   TF32 where its input precision says so.
 * `XLA_NUMERICS` (a TPU's): as the platform's XLA computes, without float64 (a TPU has none): XLA's own reductions
   and cumulative sums, ``tl.dot``'s input precisions as XLA precision configs (``"ieee"`` highest, ``"tf32"``
-  high), float atomics summed in XLA's order.
+  high), float atomics summed in XLA's order; but bfloat16 results rounded after each operation, as Triton rounds
+  them, and ``tl.fma`` fused (from float32's own error-free transformations).
 
 Both keep what IEEE arithmetic keeps and XLA's simplifier would lose: a sum of ``-0.0`` is ``-0.0``.
 """
@@ -57,8 +58,12 @@ class Numerics:
     exact = False
 
     def round_bfloat16(self, x: jax.Array) -> jax.Array:
-        """A bfloat16 result as the platform leaves it."""
-        return x
+        """A bfloat16 result rounded to bfloat16, as Triton rounds each operation's: XLA computes bfloat16 arithmetic
+        in float32 and may keep the excess precision into the next operation (a TPU does). A reduce-precision is
+        one elementwise operation on the vector unit, fused with the operation it follows."""
+        if x.dtype != _BFLOAT16:
+            return x
+        return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
 
     def divide(self, x: jax.Array, y: jax.Array) -> jax.Array:
         """``x / y``: the platform's float32 quotient, narrower floats divided in float32."""
@@ -67,8 +72,25 @@ class Numerics:
         return lax.div(x, y)
 
     def fma(self, x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
-        """``tl.fma``."""
-        return x * y + z
+        """``tl.fma``: the product and the sum rounded once, without a wider type (a TPU has no float64). The product
+        is split exactly into a float32 and its error (Dekker's product, from halves of 12 bits), the sum of the
+        rounded product and ``z`` with its error (Knuth's two-sum); the result is their sum with the errors added
+        once: the fused result but where a tie of the final rounding falls between the two errors. Where the
+        operands are too large to split without overflow, ``x * y + z``."""
+        if x.dtype != jnp.float32 or not jnp.issubdtype(x.dtype, jnp.floating):
+            wide = jnp.float32 if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+            out = x.astype(wide) * y.astype(wide) + z.astype(wide)
+            return out.astype(x.dtype)
+        shape = jnp.broadcast_shapes(x.shape, y.shape, z.shape)
+        x, y, z = (jnp.broadcast_to(v, shape).astype(jnp.float32) for v in (x, y, z))
+        product = x * y
+        error = _product_error(x, y, product)
+        total = product + z
+        bent = total - product
+        lost = (product - (total - bent)) + (z - bent)
+        fused = total + (error + lost)
+        splittable = (jnp.abs(x) < 2.0**100) & (jnp.abs(y) < 2.0**100) & jnp.isfinite(fused)
+        return jnp.where(splittable, fused, product + z)
 
     def exp2(self, x: jax.Array) -> jax.Array:
         return jnp.exp2(x)
@@ -91,7 +113,6 @@ class Numerics:
 
     def dot(self, a: jax.Array, b: jax.Array, dtype: Any, precision: str) -> jax.Array:
         """``a @ b`` in ``dtype``, batched over leading axes, at the XLA precision ``precision`` maps to."""
-        config = lax.Precision.HIGHEST
         # Narrower floats' products are exact in float32 at XLA's default precision (one pass of the matrix unit).
         if a.dtype == jnp.float32 or b.dtype == jnp.float32:
             config = XLA_PRECISIONS.get(precision, lax.Precision.HIGHEST)
@@ -155,6 +176,20 @@ class GpuNumerics(Numerics):
 
     def orderless_float_atomics(self) -> bool:
         return False
+
+
+def _split(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``x`` as the exact sum of two float32 values of 12 significant bits each (Veltkamp's split)."""
+    scaled = x * np.float32(4097.0)
+    high = scaled - (scaled - x)
+    return high, x - high
+
+
+def _product_error(x: jax.Array, y: jax.Array, product: jax.Array) -> jax.Array:
+    """``x * y - product`` exactly, for the rounded ``product`` (Dekker's product, without a fused multiply-add)."""
+    x_high, x_low = _split(x)
+    y_high, y_low = _split(y)
+    return ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
 
 
 def _dot_general(a: jax.Array, b: jax.Array, dtype: Any, config: Any) -> jax.Array:

@@ -15,6 +15,12 @@ in order give when:
 * an atomic's buffer is touched by nothing else, and its combiner gives the same memory whatever order the lanes
   come in (integer sums, extremes; float sums where the numerics leave the order to XLA).
 
+A store through offsets known only when it runs (a state slot loaded from memory) is made after the programs too,
+provided its program loads nothing of that buffer after it: two programs that store to one element through such
+offsets race, as they do on a GPU, where either may win (`BufferMode.SCATTERED`). A buffer that a program loads
+again after its own stores, or that it stores to inside a loop traced as an XLA loop, is written through each
+program's window of it (`BufferMode.WINDOW`) where every access is an affine form and the windows are apart.
+
 Anything else makes the programs run in order, and the reason is the plan's.
 """
 
@@ -39,6 +45,10 @@ class BufferMode(enum.Enum):
     """How programs run side by side write one buffer."""
 
     DEFERRED = "stores made after the programs"
+    SCATTERED = (
+        "stores made after the programs, some through offsets known only when they run (two programs that store to"
+        " one element race, as they do on a GPU)"
+    )
     WINDOW = "each program's window of it its own, written back after the programs"
     ATOMIC = "atomics combined after the programs"
 
@@ -129,7 +139,8 @@ def independence(
             continue
         found = _stores(accesses, writes, unrolled, grid, ranges)
         if found is None:
-            modes[buffer] = BufferMode.DEFERRED
+            placed = all(a.form is not None and _bounded(a.form, ranges) for a in writes)
+            modes[buffer] = BufferMode.DEFERRED if placed else BufferMode.SCATTERED
             continue
         window = _window(accesses, grid, ranges)
         if window is None:
@@ -175,14 +186,21 @@ def _stores(
             return "a store inside a loop traced as an XLA loop", _line(store)
         if len(store.buffers) != 1:
             return "a store through a pointer into one of several arguments", _line(store)
-        if store.form is None or not _bounded(store.form, ranges):
-            return "a store through offsets not known as an affine form when tracing", _line(store)
+    # A store through offsets known only when it runs (a slot loaded from memory) is made after the programs as
+    # the others are: programs that store to one element through it race, as on a GPU, where either may win.
+    placed = [s for s in stores if s.form is not None and _bounded(s.form, ranges)]
+    scattered = [s for s in stores if s not in placed]
+    loads = [a for a in accesses if a.kind == "load"]
+    for store in scattered:
+        later = next((load for load in loads if _before(store, load)), None)
+        if later is not None:
+            return "a program loading a buffer after it stored to it through offsets known when it runs", _line(later)
+    stores = placed
     forms = [s.form for s in stores]
     same = all(form == forms[0] for form in forms)
-    exact = same and affine.disjoint(forms[:1], grid, ranges)  # type: ignore[arg-type]
-    if not exact and _apart(stores, grid, ranges) is None:
+    exact = bool(stores) and same and affine.disjoint(forms[:1], grid, ranges)  # type: ignore[arg-type]
+    if stores and not exact and _apart(stores, grid, ranges) is None:
         return "stores that may reach one element from two programs", _line(stores[0])
-    loads = [a for a in accesses if a.kind == "load"]
     for load in loads:
         earlier = [s for s in stores if _before(s, load)]
         if load.form is None or not _bounded(load.form, ranges):
@@ -191,8 +209,8 @@ def _stores(
             continue
         if any(_meets(store, load, ranges) for store in earlier):
             return "a program loading what it stored itself", _line(load)
-    known = [a for a in accesses if a.form is not None and _bounded(a.form, ranges)]
-    if loads and not all(a.form == forms[0] for a in known) and _apart(known, grid, ranges) is None:
+    known = [a for a in accesses if a.form is not None and _bounded(a.form, ranges) and a not in scattered]
+    if stores and loads and not all(a.form == forms[0] for a in known) and _apart(known, grid, ranges) is None:
         return "a buffer loaded where another program may write it", _line(loads[0])
     return None
 
