@@ -66,6 +66,7 @@ class Windows:
             reach_low, reach_width = window.reach
             before = window.low - reach_low
             after = reach_low + reach_width - window.low - window.width
+            after += -reach_width % window.row  # whole rows (`Window.row`)
             pad = [(0, 0)] * (owned.ndim - 1) + [(before, after)]
             copies.append(jnp.pad(owned, pad) if before or after else owned)
         return copies
@@ -135,7 +136,7 @@ class Windows:
             return value, state
         if local is not None:
             view, begin = local
-            value = blocks.from_region(_region(copy, jnp.asarray(begin, jnp.int64), view.needed), view)
+            value = _read(copy, view, jnp.asarray(begin, jnp.int64), self.windows[pointer.buffer].row)
         else:
             index = jnp.clip(self._offsets(pointer, shape), 0, copy.shape[0] - 1)
             value = copy[index]
@@ -159,11 +160,9 @@ class Windows:
         local = self._local(pointer, shape)
         if local is not None:
             view, begin = local
-            begin = jnp.asarray(begin, jnp.int64)
-            region = blocks.to_region(values, view, 0)
-            old = _region(copy, begin, view.needed)
-            lanes = blocks.to_region(jnp.ones(shape, bool) if wanted is None else wanted, view, False)
-            updated = _updated(copy, jnp.where(lanes, region, old), begin)
+            updated = _write(
+                copy, view, jnp.asarray(begin, jnp.int64), values, wanted, self.windows[pointer.buffer].row
+            )
         else:
             index = self._offsets(pointer, shape)
             index = jnp.where(wanted, index, copy.shape[0]) if wanted is not None else index
@@ -171,6 +170,110 @@ class Windows:
         buffers = list(state.buffers)
         buffers[slot] = updated
         return State(tuple(buffers), state.faults)
+
+
+def _grid(view: blocks.View, row: int) -> tuple[int, int, int] | None:
+    """For a view whose lanes are a block of rows of ``row`` elements (lane steps ``(row, 1)``): the axis stepping
+    over rows, and the counts of rows and of columns; else ``None``."""
+    varying = [(abs(s), a) for a, (s, n) in enumerate(zip(view.steps, view.counts, strict=True)) if s and n > 1]
+    if row <= 1 or sorted(step for step, _ in varying) != [1, row] or any(s < 0 for s in view.steps):
+        return None
+    over = next(a for step, a in varying if step == row)
+    inner = next(a for step, a in varying if step == 1)
+    return over, view.counts[over], view.counts[inner]
+
+
+def _read(copy: jax.Array, view: blocks.View, begin: jax.Array, row: int) -> jax.Array:
+    """A view's elements of a program's copy from ``begin``: a block of rows and columns of the copy held in rows,
+    where its lanes are one that does not cross a row's end; else the region between its first and last lane."""
+
+    def flat(copy: jax.Array, begin: jax.Array) -> jax.Array:
+        return blocks.from_region(_region(copy, begin, view.needed), view)
+
+    found = _grid(view, row)
+    if found is None:
+        return flat(copy, begin)
+    over, rows, cols = found
+
+    def block(copy: jax.Array, begin: jax.Array) -> jax.Array:
+        lines = copy.reshape((*copy.shape[:-1], copy.shape[-1] // row, row))
+        picked = _block_of(rows, cols)(lines, begin // row, begin % row)
+        picked = picked if over == min(a for a in range(len(view.counts)) if view.counts[a] > 1) else picked.T
+        return picked.reshape(view.counts)
+
+    return lax.cond(begin % row + cols <= row, block, flat, copy, begin)
+
+
+def _write(
+    copy: jax.Array, view: blocks.View, begin: jax.Array, values: jax.Array, wanted: jax.Array | None, row: int
+) -> jax.Array:
+    """The copy with ``values`` written at a view's lanes from ``begin`` where ``wanted`` (as `_read` finds them)."""
+    lanes = jnp.ones(view.counts, bool) if wanted is None else wanted
+
+    def flat(copy: jax.Array, begin: jax.Array) -> jax.Array:
+        region = blocks.to_region(values, view, 0)
+        old = _region(copy, begin, view.needed)
+        on = blocks.to_region(lanes, view, False)
+        return _updated(copy, jnp.where(on, region, old), begin)
+
+    found = _grid(view, row)
+    if found is None:
+        return flat(copy, begin)
+    over, rows, cols = found
+    first = min(a for a in range(len(view.counts)) if view.counts[a] > 1)
+
+    def block(copy: jax.Array, begin: jax.Array) -> jax.Array:
+        lines = copy.reshape((*copy.shape[:-1], copy.shape[-1] // row, row))
+        new, on = (x.reshape((rows, cols) if over == first else (cols, rows)) for x in (values, lanes))
+        if over != first:
+            new, on = new.T, on.T
+        old = _block_of(rows, cols)(lines, begin // row, begin % row)
+        placed = _placed(lines, jnp.where(on, new, old), begin // row, begin % row)
+        return placed.reshape(copy.shape)
+
+    return lax.cond(begin % row + cols <= row, block, flat, copy, begin)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_of(rows: int, cols: int) -> Any:
+    """``lines[r : r + rows, c : c + cols]`` of a copy held in rows, one slice of all copies under ``jax.vmap``."""
+
+    def direct(lines: jax.Array, r: jax.Array, c: jax.Array) -> jax.Array:
+        lead = lines.ndim - 2
+        zeros = (jnp.zeros((), r.dtype),) * lead
+        return lax.dynamic_slice(lines, (*zeros, r, c), (*lines.shape[:lead], rows, cols))
+
+    fn = custom_vmap(direct)
+
+    @fn.def_vmap
+    def _rule(axis_size: int, in_batched: Sequence[bool], lines: jax.Array, r: jax.Array, c: jax.Array) -> Any:
+        if in_batched[1] or in_batched[2]:
+            return jax.vmap(direct, in_axes=[0 if b else None for b in in_batched])(lines, r, c), True
+        if not in_batched[0]:
+            return direct(lines, r, c), False
+        return fn(lines, r, c), True
+
+    return fn
+
+
+@custom_vmap
+def _placed(lines: jax.Array, block: jax.Array, r: jax.Array, c: jax.Array) -> jax.Array:
+    """``lines`` with ``block`` written at row ``r``, column ``c``: one update of all copies under ``jax.vmap``."""
+    lead = lines.ndim - 2
+    zeros = (jnp.zeros((), r.dtype),) * lead
+    return lax.dynamic_update_slice(lines, block, (*zeros, r, c))
+
+
+@_placed.def_vmap
+def _placed_vmap(
+    axis_size: int, in_batched: Sequence[bool], lines: jax.Array, block: jax.Array, r: jax.Array, c: jax.Array
+) -> Any:
+    if in_batched[2] or in_batched[3] or not (in_batched[0] and in_batched[1]):
+        lines = lines if in_batched[0] else jnp.broadcast_to(lines, (axis_size, *lines.shape))
+        block = block if in_batched[1] else jnp.broadcast_to(block, (axis_size, *block.shape))
+        axes = (0, 0, 0 if in_batched[2] else None, 0 if in_batched[3] else None)
+        return jax.vmap(_placed.fun, in_axes=axes)(lines, block, r, c), True  # type: ignore[attr-defined]
+    return _placed(lines, block, r, c), True
 
 
 def _replaced(state: State, memory: Memory, buffer: int, originals: Mapping[int, jax.Array]) -> tuple:

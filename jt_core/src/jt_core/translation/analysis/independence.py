@@ -64,12 +64,16 @@ class Window:
         width: How many elements from there the lanes that are on reach (what the program owns).
         reach: The lowest offset and the count of elements every lane of an access reaches, masked ones too
             (what the program's copy holds, so that a block partly past its end is one slice of it).
+        row: The length of the rows the accesses' two-dimensional blocks step over (their larger lane step, where
+            they share one; 1 otherwise): the program's copy is held in rows of it, so that such a block is a slice
+            of rows and columns, not of every element between its first and last.
     """
 
     pids: tuple[int, int, int]
     low: int
     width: int
     reach: tuple[int, int]
+    row: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +282,17 @@ def _apart(accesses: Sequence[Access], grid: tuple[int, int, int], ranges: Mappi
     reaches = [_span(dataclasses.replace(a, mask=None), ranges) for a in accesses]
     reach_low = min(r[0] for r in reaches if r is not None)
     reach_high = max(r[1] for r in reaches if r is not None)
-    return Window(pids, low, high - low + 1, (reach_low, reach_high - reach_low + 1))
+    rows = {_row(a.form) for a in accesses} - {1}  # type: ignore[arg-type]
+    row = rows.pop() if len(rows) == 1 else 1
+    return Window(pids, low, high - low + 1, (reach_low, reach_high - reach_low + 1), row)
+
+
+def _row(form: affine.Affine) -> int:
+    """The row length a two-dimensional block of lanes steps over (lane steps ``(row, 1)``), else 1."""
+    varying = sorted(abs(c) for c, n in zip(form.lanes, form.shape, strict=True) if c and n > 1)
+    if len(varying) == 2 and varying[0] == 1 and varying[1] > 1:
+        return varying[1]
+    return 1
 
 
 def _narrowed(access: Access, grid: tuple[int, int, int], ranges: Mapping) -> Access:
