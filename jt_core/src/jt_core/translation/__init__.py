@@ -26,8 +26,9 @@ surface, with `jt_core.plugin`); each loads its module on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jt_core._surface import lazy_surface
 
 if TYPE_CHECKING:
     from jt_core.translation.backend import TranslatedKernel, TranslatingBackend
@@ -61,12 +62,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _SURFACE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jt_core.translation' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"jt_core.translation.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_surface(__name__, _SURFACE, __all__)

@@ -27,7 +27,7 @@ from jt_core.translation.program import Operation, parse_type
 from jt_core.translation.rules import RuleContext, rule
 from jt_core.translation.values import Address, BlockPointer, Unsupported
 
-__all__ = ["boxed_load", "pointer_argument", "pointer_parameter", "static_ints", "within"]
+__all__ = ["boxed_load", "pointer_argument", "pointer_parameter", "static_ints", "tensor_access", "within"]
 
 
 # -- pointer arithmetic ------------------------------------------------------------------------------------------
@@ -147,30 +147,40 @@ def _mask_fact(walk: Any, op: Operation, index: int) -> tuple[masks.Mask | None,
     return walk.fact(op.operands[index]).mask, True
 
 
-def _block_access(walk: Any, descriptor: Descriptor | None) -> Affine | None:
-    """The form of the lanes a block pointer's access reaches, where its base, offsets and strides are known."""
-    if descriptor is None or descriptor.base is None:
-        return None
-    rank = len(descriptor.block)
-    if any(s is None for s in descriptor.strides) or any(o is None for o in descriptor.offsets):
-        return None
-    form = descriptor.base.broadcast(descriptor.block)
+def tensor_access(
+    found: Descriptor | None, offsets: Sequence[Affine | None], checked: Sequence[int] | None = None
+) -> tuple[Affine | None, masks.Mask | None]:
+    """The form of the lanes a block pointer's or a tensor descriptor's access reaches at ``offsets`` (its block's
+    first element's indices), and the mask of the lanes inside the tensor along the ``checked`` axes (``None``:
+    every axis), where the analyses know its base, strides and, for the mask, shape."""
+    if found is None or found.base is None or any(s is None for s in found.strides):
+        return None, None
+    block = found.block
+    rank = len(block)
+    if len(offsets) != rank or any(o is None for o in offsets):
+        return None, None
+    form = found.base.broadcast(block)
+    atoms = []
     for axis in range(rank):
         lanes = [0] * rank
         lanes[axis] = 1
-        index = descriptor.offsets[axis].broadcast(descriptor.block)  # type: ignore[union-attr]
-        index = index.plus(Affine(0, (0, 0, 0), tuple(lanes), descriptor.block))
-        form = form.plus(index.times(int(descriptor.strides[axis])))  # type: ignore[arg-type]
-    return form
+        index = offsets[axis].broadcast(block).plus(Affine(0, (0, 0, 0), tuple(lanes), block))  # type: ignore[union-attr]
+        form = form.plus(index.times(int(found.strides[axis])))  # type: ignore[arg-type]
+        if checked is None or axis in checked:
+            atoms.append((index.times(-1).shifted(-1), True))  # index >= 0: -index - 1 < 0
+            if found.shape[axis] is None:
+                return form, None
+            atoms.append((index.shifted(-int(found.shape[axis])), True))  # type: ignore[arg-type]
+    return form, masks.Mask(block, tuple(atoms))
 
 
 def _analyse_load(walk: Any, op: Operation) -> None:
     target = walk.fact(op.operands[0])
     shape = walk.type(op.results[0]).shape
     if target.descriptor is not None:
-        checked = bool(op.attr("boundaryCheck"))
-        form = _block_access(walk, target.descriptor)
-        walk.access("load", op, target.descriptor.buffers, form, None, checked, shape)
+        checked = tuple(op.attr("boundaryCheck") or ())
+        form, inside = tensor_access(target.descriptor, target.descriptor.offsets, checked)
+        walk.access("load", op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
     else:
         mask, masked = _mask_fact(walk, op, 1)
         walk.access("load", op, target.buffers, target.form, mask, masked, shape)
@@ -276,8 +286,9 @@ def _analyse_store(walk: Any, op: Operation) -> None:
     target = walk.fact(op.operands[0])
     shape = walk.type(op.operands[1]).shape
     if target.descriptor is not None:
-        form = _block_access(walk, target.descriptor)
-        walk.access("store", op, target.descriptor.buffers, form, None, bool(op.attr("boundaryCheck")), shape)
+        checked = tuple(op.attr("boundaryCheck") or ())
+        form, inside = tensor_access(target.descriptor, target.descriptor.offsets, checked)
+        walk.access("store", op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
         return
     mask, masked = _mask_fact(walk, op, 2)
     walk.access("store", op, target.buffers, target.form, mask, masked, shape)

@@ -205,28 +205,10 @@ def _access(ctx: RuleContext, desc: Descriptor, first: int, state: State) -> tup
 
 
 def _access_facts(walk: Any, op: Operation, first: int) -> tuple[Affine | None, Mask | None]:
-    """The form of a descriptor access's lanes, and the mask of those inside the tensor, where the analyses know
-    the descriptor's layout and the offsets (operands ``first`` on)."""
+    """The form of a descriptor access's lanes, and the mask of those inside the tensor (`accesses.tensor_access`),
+    its offsets operands ``first`` on."""
     found = walk.fact(op.operands[0]).descriptor
-    if found is None or found.base is None or any(s is None for s in found.strides):
-        return None, None
-    block = found.block
-    rank = len(block)
-    offsets = [walk.form(v) for v in op.operands[first:]]
-    if len(offsets) != rank or any(o is None for o in offsets):
-        return None, None
-    form = found.base.broadcast(block)
-    atoms = []
-    for axis in range(rank):
-        lanes = [0] * rank
-        lanes[axis] = 1
-        index = offsets[axis].broadcast(block).plus(Affine(0, (0, 0, 0), tuple(lanes), block))  # type: ignore[union-attr]
-        form = form.plus(index.times(int(found.strides[axis])))  # type: ignore[arg-type]
-        atoms.append((index.times(-1).shifted(-1), True))  # index >= 0: -index - 1 < 0
-        if found.shape[axis] is not None:
-            atoms.append((index.shifted(-int(found.shape[axis])), True))  # type: ignore[arg-type]
-    inside = Mask(block, tuple(atoms)) if all(n is not None for n in found.shape) else None
-    return form, inside
+    return accesses.tensor_access(found, [walk.form(v) for v in op.operands[first:]])
 
 
 def _analyse_access(first: int, kind: str) -> Any:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -20,11 +19,8 @@ import numpy as np
 from jax import lax
 
 from jt_core.translation import side_by_side
-from jt_core.translation.kernel import Kernel
-from jt_core.translation.memory import Memory, State, merged_faults, no_error
-from jt_core.translation.plan import Plan
-from jt_core.translation.program import Program
-from jt_core.translation.strategy import Strategy
+from jt_core.translation.kernel import Job
+from jt_core.translation.memory import State, merged_faults, no_error
 
 __all__ = ["run_grid"]
 
@@ -44,53 +40,26 @@ def _program_ids(linear: Any, grid: tuple[int, int, int]) -> tuple[Any, Any, Any
     return tuple(i if isinstance(i, int) else i.astype(jnp.int32) for i in (x, y, z))  # type: ignore[return-value]
 
 
-def run_grid(
-    plan: Plan,
-    program: Program,
-    memory: Memory,
-    arguments: Sequence[Any],
-    state: State,
-    fuse: bool,
-    strategy: Strategy,
-) -> State:
-    """Runs every program of the plan's grid, side by side or in order as the plan says.
-
-    Args:
-        plan: The kernel's plan (not a refusal).
-        program: The kernel.
-        memory: Its buffers.
-        arguments: The entry function's arguments: `Pointer` for pointers, Python scalars for scalars.
-        state: The initial state.
-        fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
-        strategy: The platform's choices.
-    """
-    grid = plan.facts.grid
+def run_grid(job: Job, state: State) -> State:
+    """Runs every program of the plan's grid, side by side or in order as the plan says, from ``state``."""
+    grid = job.plan.facts.grid
     if math.prod(grid) == 0:
         return state
-    if not plan.side_by_side:
-        return _in_order(plan, program, memory, grid, arguments, state, fuse, strategy)
-    if side_by_side.fits(plan):
-        return side_by_side.run(plan, program, memory, arguments, state, fuse, strategy)
-    return _side_by_side(plan, program, memory, grid, arguments, state, fuse, strategy)
+    if not job.plan.side_by_side:
+        return _in_order(job, state)
+    if side_by_side.fits(job.plan):
+        return side_by_side.run(job, state)
+    return _side_by_side(job, state)
 
 
-def _in_order(
-    plan: Plan,
-    program: Program,
-    memory: Memory,
-    grid: tuple[int, int, int],
-    arguments: Sequence[Any],
-    state: State,
-    fuse: bool,
-    strategy: Strategy,
-) -> State:
-    kernel = Kernel(plan, program, memory, strategy, fuse, vector=False)
-    entry = program.functions[program.entry].body[0]
+def _in_order(job: Job, state: State) -> State:
+    grid = job.plan.facts.grid
+    kernel = job.kernel(vector=False)
 
     def one(linear: Any, carried: State) -> State:
         kernel.start_program()
         kernel.pids = _program_ids(linear, grid)
-        _, carried = kernel.run_block(entry, list(arguments), carried)
+        _, carried = kernel.run_block(job.entry, list(job.arguments), carried)
         return carried
 
     total = math.prod(grid)
@@ -100,20 +69,14 @@ def _in_order(
     return lax.fori_loop(linear(0), linear(total), lambda i, s: one(i, s), state)
 
 
-def _side_by_side(
-    plan: Plan,
-    program: Program,
-    memory: Memory,
-    grid: tuple[int, int, int],
-    arguments: Sequence[Any],
-    state: State,
-    fuse: bool,
-    strategy: Strategy,
-) -> State:
+def _side_by_side(job: Job, state: State) -> State:
+    grid = job.plan.facts.grid
+    memory = job.memory
     total = math.prod(grid)
-    chunk = plan.chunk
-    kernel = Kernel(plan, program, memory, strategy, fuse, vector=True)
-    entry = program.functions[program.entry].body[0]
+    chunk = job.plan.chunk
+    kernel = job.kernel(vector=True)
+    entry = job.entry
+    arguments = job.arguments
     recorded: list[int] = []
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:

@@ -32,7 +32,29 @@ from jt_core.translation.rules import RuleContext, rule_of
 from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import BlockPointer, Unsupported
 
-__all__ = ["Kernel"]
+__all__ = ["Job", "Kernel"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What running a kernel's grid takes, the state aside: its plan, its TTIR, its buffers, the entry function's
+    arguments (`Pointer` for pointers, Python scalars for scalars), whether products and sums may fuse
+    (``enable_fp_fusion``), and the platform's choices."""
+
+    plan: Plan
+    program: Any
+    memory: Memory
+    arguments: Sequence[Any]
+    fuse: bool
+    strategy: Strategy
+
+    def kernel(self, vector: bool) -> Kernel:
+        """A trace of the kernel, its programs side by side (``vector``) or one at a time."""
+        return Kernel(self.plan, self.program, self.memory, self.strategy, self.fuse, vector)
+
+    @property
+    def entry(self) -> Block:
+        return self.program.functions[self.program.entry].body[0]
 
 
 class Kernel:
@@ -83,7 +105,6 @@ class Kernel:
         self._known: dict[int, Any] = {}
         #: The values that are results of helper calls (``tt.call``).
         self.call_results = {r for op in program.operations() if _calls(op) for r in op.results}
-        self._regions = _regions(program)
         self._branches = 0
 
     # -- values ------------------------------------------------------------------------------------------------
@@ -293,7 +314,7 @@ class Kernel:
             if found is not None and found.terminator:
                 return [self.env[v] for v in op.operands], state
             if found is not None and found.jumps:
-                return control.branch(self, op, self._regions[id(block)], state)
+                return control.branch(self, op, self.ir.regions[id(block)], state)
             try:
                 state = self.operation(op, state)
             except Unsupported as exc:
@@ -356,19 +377,3 @@ def _within(program: Any, block: Block, path: tuple[int, ...]) -> Iterator[tuple
                         yield from visit(function.body, (*at, id(op)))
 
     yield from visit([block], path)
-
-
-def _regions(program: Any) -> dict[int, tuple[Block, ...]]:
-    """The blocks of the region each block belongs to, by the block's identity: where a branch finds its target."""
-    found: dict[int, tuple[Block, ...]] = {}
-
-    def visit(blocks: tuple[Block, ...]) -> None:
-        for block in blocks:
-            found[id(block)] = blocks
-            for op in block.operations:
-                for region in op.regions:
-                    visit(region)
-
-    for function in program.functions.values():
-        visit(function.body)
-    return found

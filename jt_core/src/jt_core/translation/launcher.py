@@ -39,6 +39,7 @@ from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import Fact
 from jt_core.translation.descriptors import Descriptor, block_of
 from jt_core.translation.grid import run_grid
+from jt_core.translation.kernel import Job
 from jt_core.translation.memory import BufferSpec, Memory, State, no_error
 from jt_core.translation.plan import Plan
 from jt_core.translation.program import Program
@@ -205,7 +206,7 @@ def kernel_function(
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
         fused = config.options.enable_fp_fusion and fuse
         with floats.opaque_constants(floats.opaque_zero()):
-            state = run_grid(chosen, program, memory, arguments, state, fused, strategy)
+            state = run_grid(Job(chosen, program, memory, arguments, fused, strategy), state)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
         return [*outputs, state.faults]

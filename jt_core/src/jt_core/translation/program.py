@@ -148,6 +148,23 @@ class Program:
         return found
 
     @functools.cached_property
+    def regions(self) -> Mapping[int, tuple[Block, ...]]:
+        """The blocks of the region each block belongs to, by the block's identity: where a branch (``cf.br``, what
+        an early ``return`` makes) finds its target."""
+        found: dict[int, tuple[Block, ...]] = {}
+
+        def visit(blocks: tuple[Block, ...]) -> None:
+            for block in blocks:
+                found[id(block)] = blocks
+                for op in block.operations:
+                    for region in op.regions:
+                        visit(region)
+
+        for function in self.functions.values():
+            visit(function.body)
+        return found
+
+    @functools.cached_property
     def users(self) -> Mapping[int, list[Operation]]:
         """The operations that read each value, nested ones included, one entry per operand the value fills."""
         found: dict[int, list[Operation]] = {}

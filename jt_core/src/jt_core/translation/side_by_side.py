@@ -26,7 +26,7 @@ from jax import lax
 from jt_core.translation import blocks
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.independence import BufferMode
-from jt_core.translation.kernel import Kernel
+from jt_core.translation.kernel import Job, Kernel
 from jt_core.translation.lang import dtype_of
 from jt_core.translation.memory import (
     Memory,
@@ -39,8 +39,6 @@ from jt_core.translation.memory import (
     no_error,
 )
 from jt_core.translation.plan import Plan
-from jt_core.translation.program import Program
-from jt_core.translation.strategy import Strategy
 from jt_core.translation.windows import Windows
 
 __all__ = ["fits", "run"]
@@ -295,17 +293,10 @@ def fits(plan: Plan) -> bool:
     return plan.chunk >= grid[1] * grid[2]
 
 
-def run(
-    plan: Plan,
-    program: Program,
-    memory: Memory,
-    arguments: Sequence[Any],
-    state: State,
-    fuse: bool,
-    strategy: Strategy,
-) -> State:
+def run(job: Job, state: State) -> State:
     """Runs every program of the plan's grid side by side, in boxes of up to the plan's chunk of programs (which
-    `fits` a box of whole planes)."""
+    `fits` a box of whole planes), from ``state``."""
+    plan, memory, arguments = job.plan, job.memory, job.arguments
     grid = plan.facts.grid
     chunk = plan.chunk
     plane = grid[1] * grid[2]
@@ -313,8 +304,8 @@ def run(
     chunks = -(-grid[0] // along)
     counts = (along, grid[1], grid[2])
     mapped = tuple(k for k in range(3) if counts[k] > 1)
-    kernel = Kernel(plan, program, memory, strategy, fuse, vector=True)
-    entry = program.functions[program.entry].body[0]
+    kernel = job.kernel(vector=True)
+    entry = job.entry
     windows = Windows(memory, plan.windows, counts) if plan.windows else None
     recorded: list[Any] = []
     #: Whether no access of the programs could stray (their faults are the ones they started with, untouched).

@@ -90,7 +90,6 @@ class Walk:
         #: Whether accesses and refusals are recorded (not while a loop's body is first walked to find its steps).
         self.recording = True
         self.used = used_values(program)
-        self._regions = _regions(program)
         self._order = 0
         self._branched = 0
         #: The operation being walked (whose line a refusal names).
@@ -216,7 +215,7 @@ class Walk:
             if found is not None and found.terminator:
                 return [self.fact(v) for v in op.operands]
             if found is not None and found.jumps:
-                return self._branch(op, self._regions.get(id(block), (block,)))
+                return self._branch(op, self.ir.regions.get(id(block), (block,)))
             self.operation(op)
         return []
 
@@ -354,22 +353,6 @@ def defined(block: Block) -> list[int]:
     return found
 
 
-def _regions(program: Program) -> dict[int, tuple[Block, ...]]:
-    """The blocks of the region each block belongs to, by the block's identity: where a branch finds its target."""
-    found: dict[int, tuple[Block, ...]] = {}
-
-    def visit(blocks: tuple[Block, ...]) -> None:
-        for block in blocks:
-            found[id(block)] = blocks
-            for op in block.operations:
-                for region in op.regions:
-                    visit(region)
-
-    for function in program.functions.values():
-        visit(function.body)
-    return found
-
-
 def used_values(program: Program) -> set[int]:
     """The values something with an effect depends on (what the other values are computed for is nothing)."""
     operations = program.operations()
@@ -386,7 +369,3 @@ def used_values(program: Program) -> set[int]:
                         live.add(value)
                         changed = True
     return live
-
-
-def replaced(fact: Fact, **changes: Any) -> Fact:
-    return dataclasses.replace(fact, **changes)
