@@ -22,7 +22,7 @@ from jt_core.translation import elementwise, lang
 from jt_core.translation.analysis import masks
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import Descriptor, Fact
-from jt_core.translation.memory import Pointer, State
+from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, parse_type
 from jt_core.translation.rules import RuleContext, rule
 from jt_core.translation.values import Address, BlockPointer, Unsupported
@@ -44,19 +44,26 @@ def _analyse_addptr(walk: Any, op: Operation) -> None:
 @rule("tt.addptr", analyse=_analyse_addptr)
 def _addptr(ctx: RuleContext, state: State) -> State:
     k, op = ctx.kernel, ctx.op
-    pointer = k.get(op.operands[0])
-    if not isinstance(pointer, Pointer):
-        raise Unsupported("tt.addptr on something that is not a pointer", op.line)
+    found = k.get(op.operands[0])
     offset = k.get(op.operands[1])
-    if lang.is_static(offset) and lang.is_static(pointer.offset):
-        new: Any = int(pointer.offset) + int(offset)
-    else:
-        step = k.array(op.operands[1])
-        if step.dtype.itemsize < 4:
-            step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
-        bounds = k.bounds(op.operands[0])
-        new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
-    k.set(op.results[0], Pointer(pointer.buffer, new, pointer.pointee, k.form(op.results[0])))
+
+    def moved(pointer: Pointer) -> Pointer:
+        if lang.is_static(offset) and lang.is_static(pointer.offset):
+            new: Any = int(pointer.offset) + int(offset)
+        else:
+            step = k.array(op.operands[1])
+            if step.dtype.itemsize < 4:
+                step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
+            bounds = k.bounds(op.operands[0])
+            new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
+        return Pointer(pointer.buffer, new, pointer.pointee, k.form(op.results[0]))
+
+    if isinstance(found, Choice):
+        k.set(op.results[0], Choice(tuple(moved(p) for p in found.pointers), found.which))
+        return state
+    if not isinstance(found, Pointer):
+        raise Unsupported("tt.addptr on something that is not a pointer", op.line)
+    k.set(op.results[0], moved(found))
     return state
 
 
@@ -115,11 +122,18 @@ def _itemsize(element: str) -> int:
 def _ptr_bitcast(ctx: RuleContext, state: State) -> State:
     value = ctx.operand(0)
     ty = ctx.type(ctx.op.results[0])
-    if isinstance(value, Pointer):
+
+    def cast(pointer: Pointer) -> Pointer:
         pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
-        if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(value.pointee).itemsize:
+        if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(pointer.pointee).itemsize:
             raise Unsupported("a pointer cast to elements of another size")
-        ctx.set(ctx.op.results[0], Pointer(value.buffer, value.offset, pointee, value.affine))
+        return Pointer(pointer.buffer, pointer.offset, pointee, pointer.affine)
+
+    if isinstance(value, Pointer):
+        ctx.set(ctx.op.results[0], cast(value))
+        return state
+    if isinstance(value, Choice):
+        ctx.set(ctx.op.results[0], Choice(tuple(cast(p) for p in value.pointers), value.which))
         return state
     return elementwise.lower(ctx, state)
 
@@ -201,6 +215,8 @@ def _load(ctx: RuleContext, state: State) -> State:
         value, state = k.memory.load(state, pointer, k.guarded(mask, ty.shape), other, ty.shape)
         k.set(op.results[0], value)
         return state
+    if isinstance(target, Choice):
+        return _each_load(ctx, target, state)
     pointer = dataclasses.replace(_pointer_operand(ctx), reach=k.bounds(op.operands[0]))
     lanes = k.limits(op.operands[1]) if len(op.operands) > 1 else None
     if lanes is not None:
@@ -208,6 +224,28 @@ def _load(ctx: RuleContext, state: State) -> State:
     mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
     value, state = k.memory.load(state, pointer, k.guarded(mask, ty.shape), other, ty.shape)
+    k.set(op.results[0], value)
+    return state
+
+
+def _picked(choice: Choice, index: int, mask: Any, shape: tuple[int, ...]) -> jax.Array:
+    """The lanes of a choice of pointers that take its ``index``-th, within ``mask``."""
+    mine = jnp.broadcast_to(jnp.asarray(choice.which) == index, shape)
+    return mine if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & mine
+
+
+def _each_load(ctx: RuleContext, choice: Choice, state: State) -> State:
+    """A load through pointers into several buffers, chosen lane by lane: each buffer's lanes loaded under the
+    mask of the lanes that point into it, the values chosen alike."""
+    k, op = ctx.kernel, ctx.op
+    shape = k.type(op.results[0]).shape
+    mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
+    other = k.array(op.operands[2]) if len(op.operands) > 2 else None
+    value: Any = None
+    for index, pointer in enumerate(choice.pointers):
+        mine = _picked(choice, index, mask, shape)
+        loaded, state = k.memory.load(state, pointer, k.guarded(mine, shape), other, shape)
+        value = loaded if value is None else jnp.where(mine, loaded, value)
     k.set(op.results[0], value)
     return state
 
@@ -302,6 +340,12 @@ def _store(ctx: RuleContext, state: State) -> State:
     if isinstance(target, BlockPointer):
         pointer, mask = _block_lanes(target, op.attr("boundaryCheck") or (), k.access_form(op))
         return k.memory.store(state, pointer, value, mask, tuple(target.block), guard=k.predicate)
+    if isinstance(target, Choice):
+        shape = k.type(op.operands[1]).shape
+        mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
+        for index, pointer in enumerate(target.pointers):
+            state = k.memory.store(state, pointer, value, _picked(target, index, mask, shape), shape, guard=k.predicate)
+        return state
     pointer = _pointer_operand(ctx)
     shape = k.type(op.operands[1]).shape
     lanes = k.limits(op.operands[2]) if len(op.operands) > 2 else None
@@ -318,6 +362,8 @@ def _store(ctx: RuleContext, state: State) -> State:
 
 def _analyse_atomic(walk: Any, op: Operation) -> None:
     target = walk.fact(op.operands[0])
+    if target.buffers is not None and len(target.buffers) > 1:
+        walk.refuse("an atomic through a pointer into one of several arguments", op.line)
     shape = walk.type(op.results[0]).shape
     used = op.results[0] in walk.used
     if op.name == "tt.atomic_cas":

@@ -30,12 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import lang, mapped, reductions
+from jt_core.translation import elementwise, lang, mapped, reductions
 from jt_core.translation.analysis import loops
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import Loop
 from jt_core.translation.descriptors import Descriptor
-from jt_core.translation.memory import SPINS, Pointer, State
+from jt_core.translation.memory import SPINS, Choice, Pointer, State
 from jt_core.translation.plan import LoopMode
 from jt_core.translation.program import Block, Operation, TensorType
 from jt_core.translation.rules import RuleContext, rule
@@ -348,6 +348,13 @@ def _both_sides(
         return results[0], state
     chosen: list[Any] = []
     for mine, theirs in zip(results[0], results[1], strict=True):
+        if isinstance(mine, (Pointer, Choice)) and isinstance(theirs, (Pointer, Choice)):
+            if isinstance(mine, Pointer) and isinstance(theirs, Pointer) and mine.buffer == theirs.buffer:
+                offset = jnp.where(taken, jnp.asarray(mine.offset), jnp.asarray(theirs.offset))
+                chosen.append(Pointer(mine.buffer, offset, mine.pointee))
+            else:  # a branch that points one value at another argument: each lane's side chooses
+                chosen.append(elementwise.chosen(taken, mine, theirs))
+            continue
         _same_target(mine, theirs, line)
         if isinstance(mine, Pointer):
             offset = jnp.where(taken, jnp.asarray(mine.offset), jnp.asarray(theirs.offset))
@@ -375,7 +382,10 @@ def _if(ctx: RuleContext, state: State) -> State:
         for value, result in zip(op.results, results, strict=True):
             k.set(value, result)
         return state
-    if k.vector and not any(b is not None and _waits(k, b) for b in (then_block, else_block)):
+    # Programs side by side run both sides masked; so does a branch that points a value at another argument (a
+    # value in one of two buffers is a choice of pointers, which no XLA branch can hand on).
+    repointed = any(len(k.facts.fact(k.path, v).buffers or ()) > 1 for v in op.results)
+    if (k.vector or repointed) and not any(b is not None and _waits(k, b) for b in (then_block, else_block)):
         results, state = _both_sides(k, k.array(op.operands[0]), [(then_block, []), (else_block, [])], state, op.line)
         for value, result in zip(op.results, results, strict=True):
             k.set(value, result)

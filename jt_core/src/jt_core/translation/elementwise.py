@@ -24,12 +24,12 @@ from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import UNKNOWN, Fact
 from jt_core.translation.analysis.masks import Mask, comparison
 from jt_core.translation.lang import dtype_of, is_static
-from jt_core.translation.memory import Pointer, State
+from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, TensorType
 from jt_core.translation.rules import RuleContext, add_rules
 from jt_core.translation.values import Address, BlockPointer, Unsupported
 
-__all__ = ["analyse", "lower", "typed"]
+__all__ = ["analyse", "chosen", "lower", "typed"]
 
 
 # -- what the analyses learn -------------------------------------------------------------------------------------
@@ -124,8 +124,6 @@ def _pointer_choice(walk: Any, op: Operation, facts: Sequence[Fact], varies: boo
         a, b = facts[1], facts[2]
         if a.buffers is None or b.buffers is None:
             return UNKNOWN
-        if a.buffers != b.buffers or len(a.buffers) != 1:
-            walk.refuse("a choice between pointers into different arguments", op.line)
         form = a.form if a.form == b.form else None
         return Fact(form=form, buffers=a.buffers | b.buffers, varies=varies)
     if op.name == "arith.cmpi":
@@ -155,7 +153,7 @@ def lower(ctx: RuleContext, state: State) -> State:
     result = k.type(op.results[0])
     types = [k.type(v) for v in op.operands]
     attr = _attribute(op)
-    if any(isinstance(a, (Pointer, BlockPointer, Address)) for a in args):
+    if any(isinstance(a, (Pointer, Choice, BlockPointer, Address)) for a in args):
         k.set(op.results[0], _pointer_arithmetic(k, op, args))
         return state
     if all(is_static(a) for a in args):
@@ -226,16 +224,26 @@ def _pointer_arithmetic(k: Any, op: Operation, args: Sequence[Any]) -> Any:
         if op.name != "arith.cmpi":
             raise Unsupported(_ADDRESS_AS_NUMBER, op.line)
         return _address_comparison(k, op, args)
-    if op.name == "arith.select" and isinstance(args[1], Pointer) and isinstance(args[2], Pointer):
+    if op.name == "arith.select" and all(isinstance(a, (Pointer, Choice)) for a in args[1:]):
         a, b = args[1], args[2]
-        if a.buffer != b.buffer:
-            raise Unsupported("a choice between pointers into different arguments", op.line)
-        offset = jnp.where(k.array(op.operands[0]), jnp.asarray(a.offset), jnp.asarray(b.offset))
-        return Pointer(a.buffer, offset, a.pointee, k.form(op.results[0]))
+        if isinstance(a, Pointer) and isinstance(b, Pointer) and a.buffer == b.buffer:
+            offset = jnp.where(k.array(op.operands[0]), jnp.asarray(a.offset), jnp.asarray(b.offset))
+            return Pointer(a.buffer, offset, a.pointee, k.form(op.results[0]))
+        return chosen(k.array(op.operands[0]), a, b)
     if op.name == "arith.cmpi" and all(isinstance(a, Pointer) for a in args) and args[0].buffer == args[1].buffer:
         x, y = jnp.asarray(args[0].offset), jnp.asarray(args[1].offset)
         return integers.apply(integers.JAX, "arith.cmpi", [x, y], np.dtype(bool), op.attr("predicate"))
     raise Unsupported(f"pointer arithmetic through {op.name}", op.line)
+
+
+def chosen(condition: Any, a: Any, b: Any) -> Choice:
+    """``a`` where ``condition`` holds, ``b`` elsewhere, for pointers (or choices of them) into different buffers."""
+    first = a.pointers if isinstance(a, Choice) else (a,)
+    second = b.pointers if isinstance(b, Choice) else (b,)
+    which_a = a.which if isinstance(a, Choice) else 0
+    which_b = (b.which if isinstance(b, Choice) else 0) + len(first)
+    which = jnp.where(jnp.asarray(condition, bool), jnp.asarray(which_a, jnp.int32), jnp.asarray(which_b, jnp.int32))
+    return Choice((*first, *second), which)
 
 
 def _address_comparison(k: Any, op: Operation, args: Sequence[Any]) -> Any:

@@ -27,7 +27,7 @@ from jt_core.errors import UnsupportedKernelError
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.lang import dtype_of, is_static
 
-__all__ = ["SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
+__all__ = ["Choice", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,15 @@ class Pointer:
     pointee: str
     affine: Affine | None = dataclasses.field(default=None, compare=False)
     reach: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A pointer into one of several buffers, chosen lane by lane: lane ``i`` is ``pointers[which[i]]``'s (what
+    ``tl.where`` makes of pointers into two arguments, or a branch that points one at another argument)."""
+
+    pointers: tuple[Pointer, ...]
+    which: Any
 
 
 class State(NamedTuple):

@@ -14,7 +14,7 @@ from jt_core.translation import lang
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import UNKNOWN, Fact
 from jt_core.translation.analysis.masks import Mask
-from jt_core.translation.memory import Pointer, State
+from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, TensorType
 from jt_core.translation.rules import RuleContext, rule
 from jt_core.translation.values import Unsupported
@@ -181,9 +181,18 @@ def _shaped(fn: Callable[[jax.Array, Operation, TensorType], jax.Array]) -> Call
         k, op = ctx.kernel, ctx.op
         value = k.get(op.operands[0])
         ty = k.type(op.results[0])
+        form = k.form(op.results[0])
+
+        def moved(pointer: Pointer) -> Pointer:
+            offset = pointer.offset if lang.is_static(pointer.offset) else fn(jnp.asarray(pointer.offset), op, ty)
+            return Pointer(pointer.buffer, offset, pointer.pointee, form)
+
         if isinstance(value, Pointer):
-            moved = value.offset if lang.is_static(value.offset) else fn(jnp.asarray(value.offset), op, ty)
-            k.set(op.results[0], Pointer(value.buffer, moved, value.pointee, k.form(op.results[0])))
+            k.set(op.results[0], moved(value))
+            return state
+        if isinstance(value, Choice):
+            which = fn(jnp.broadcast_to(jnp.asarray(value.which), k.type(op.operands[0]).shape), op, ty)
+            k.set(op.results[0], Choice(tuple(moved(p) for p in value.pointers), which))
             return state
         k.set(op.results[0], fn(k.array(op.operands[0]), op, ty))
         return state

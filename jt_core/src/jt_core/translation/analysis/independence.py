@@ -188,8 +188,6 @@ def _stores(
             return "a store inside a while loop", _line(store)
         if not _straight(store, unrolled):
             return "a store inside a loop traced as an XLA loop", _line(store)
-        if len(store.buffers) != 1:
-            return "a store through a pointer into one of several arguments", _line(store)
     # A store through offsets known only when it runs (a slot loaded from memory) is made after the programs as
     # the others are: programs that store to one element through it race, as on a GPU, where either may win.
     placed = [s for s in stores if s.form is not None and _bounded(s.form, ranges)]

@@ -125,6 +125,8 @@ def analyse_for(walk: Walk, op: Operation) -> None:
             form = walk.exact(init.form.plus(trip.times(moved).broadcast(init.form.shape)), walk.type(value).element)
             if walk.type(value).is_pointer:
                 form = init.form.plus(trip.times(moved).broadcast(init.form.shape))
+        if init.buffers is not None and once.buffers is not None and not once.buffers <= init.buffers:
+            walk.refuse("a pointer moved to another argument inside a loop", op.line)
         buffers = init.buffers if once.buffers is None or init.buffers is None else init.buffers | once.buffers
         static = init.static if moved == 0 else None
         carried.append(Fact(form=form, buffers=buffers, static=static, varies=init.varies or once.varies))
