@@ -58,6 +58,18 @@ def test_model_kernels_with_affine_accesses_lower_to_slices_and_products(case: t
         assert ops[op] <= most, f"{ops[op]} {op} in {case.name}"
 
 
+def test_paged_decode_gathers_whole_rows_of_its_cache() -> None:
+    """The KV cache's rows are found through a page table (addresses loaded from memory): each step gathers one
+    index per row of head_dim elements, not one per element (8.4M indices a step at this size, where 65,536)."""
+    case = next(c for c in tpu_model_cases.model_cases() if c.name.startswith("paged decode"))
+    text = exported_for_tpu(case.kernel, *case.inputs(np.random.default_rng(0))).mlir_module()
+    gathers = [line for line in text.splitlines() if "stablehlo.gather" in line]
+    from_cache = [line for line in gathers if "(tensor<131072x4x128xbf16>" in line]
+    assert len(from_cache) == 2, gathers  # k and v
+    for line in from_cache:
+        assert "slice_sizes = array<i64: 1, 1, 128>" in line and "tensor<32x4x8x64x3xi32>" in line, line
+
+
 @triton.jit
 def scaled_rows_kernel(x_ptr, out_ptr, n_cols, scale, BLOCK: tl.constexpr):
     row = tl.program_id(0)

@@ -38,7 +38,8 @@ def _analyse_addptr(walk: Any, op: Operation) -> None:
     form = None
     if pointer.form is not None and offset.form is not None:
         form = pointer.form.plus(offset.form)
-    walk.set(op.results[0], Fact(form=form, buffers=pointer.buffers, varies=pointer.varies or offset.varies))
+    rows = None if form is not None else pointer.rows_known().plus(offset.rows_known())
+    walk.set(op.results[0], Fact(form=form, buffers=pointer.buffers, varies=pointer.varies or offset.varies, rows=rows))
 
 
 @rule("tt.addptr", analyse=_analyse_addptr)
@@ -56,7 +57,7 @@ def _addptr(ctx: RuleContext, state: State) -> State:
                 step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
             bounds = k.bounds(op.operands[0])
             new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
-        return Pointer(pointer.buffer, new, pointer.pointee, k.form(op.results[0]))
+        return Pointer(pointer.buffer, new, pointer.pointee, k.form(op.results[0]), rows=k.rows(op.results[0]))
 
     if isinstance(found, Choice):
         k.set(op.results[0], Choice(tuple(moved(p) for p in found.pointers), found.which))

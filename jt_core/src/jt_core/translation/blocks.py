@@ -255,6 +255,11 @@ def read(
     begin = jnp.asarray(begin, jnp.int64)
     if inside:
         return sliced(begin)
+    if reach is None and flat.shape[0] <= PADDED_READ_ELEMENTS:
+        # A view wherever its start may be: zeros a view long on each side hold every view that is partly inside,
+        # and one wholly outside reads zeros where the slice's start is clamped (a gather of every element, seconds
+        # on a TPU for a table read by each program at a place loaded from memory, costs more than the copy).
+        reach = (-view.needed, flat.shape[0] - 1 + view.needed)
     if reach is not None:
         front, back = max(0, -reach[0]), max(0, reach[1] + 1 - flat.shape[0])
         padded = lax.pad(flat, jnp.zeros((), flat.dtype), [(front, back, 0)]) if front or back else flat
@@ -280,6 +285,11 @@ def _region_at(size: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
         return jax.vmap(direct, in_axes=axes)(flat, begin), True
 
     return fn
+
+
+#: The most elements of a buffer that a read at a start known only when the kernel runs copies, padded, to read
+#: one slice (larger ones are read by a slice where the view fits, a gather where not).
+PADDED_READ_ELEMENTS = 1 << 22
 
 
 def _padded(region: jax.Array, length: int) -> jax.Array:
@@ -455,10 +465,12 @@ def _peeled(
         part = View(view.steps, tuple(counts))
         offset = offset + (part.low - view.low)
         # With programs still to peel, this is only what a program alone reads (what a ``vmap`` that does not
-        # peel batches): a gather, cheap to trace; the box's whole view is read once all are peeled.
-        block = (
-            _gathered(flat, part, offset, index_type) if pending else read(flat, part, offset, index_type, reach=reach)
-        )
+        # peel batches, as where each program's block starts at a place loaded from memory): its own slice, or a
+        # gather where its view does not nest; the box's whole view is read once all are peeled.
+        if pending and part.nest is None:
+            block = _gathered(flat, part, offset, index_type)
+        else:
+            block = read(flat, part, offset, index_type, reach=reach)
         # The box's axes: the peeled ones first, the last peeled outermost; the others (one program each) dropped.
         others = tuple(k for k in range(3) if k not in peeled)
         block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))

@@ -23,6 +23,9 @@ from jt_core.translation import extern, folding, integers, lang
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import UNKNOWN, Fact
 from jt_core.translation.analysis.masks import Mask, comparison
+from jt_core.translation.analysis.rows import ANY as NO_ROWS
+from jt_core.translation.analysis.rows import EQUAL as EQUAL_ROWS
+from jt_core.translation.analysis.rows import Rows
 from jt_core.translation.lang import dtype_of, is_static
 from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, TensorType
@@ -80,7 +83,34 @@ def analyse(walk: Any, op: Operation) -> None:
             if form is None and op.name == "arith.select" and facts[1].form == facts[2].form:
                 form = facts[1].form
     mask = _mask(walk, op, facts, result) if result.element == "i1" else None
-    walk.set(op.results[0], Fact(form=form, mask=mask, static=static, varies=varies))
+    lanes = None
+    if form is None and result.element.startswith("i") and result.element != "i1":
+        lanes = _rows(op.name, [f.rows_known() for f in facts])
+    walk.set(op.results[0], Fact(form=form, mask=mask, static=static, varies=varies, rows=lanes))
+
+
+#: Integer operations that keep their operand's value (and rows) lane by lane, as far as addresses go.
+_CONVERSIONS = frozenset({"arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast", "arith.index_castui"})
+
+
+def _rows(name: str, operands: Sequence[Rows]) -> Rows | None:
+    """How an integer block without a form runs along its rows (`Rows`), from its operands' (``None``: nothing
+    known)."""
+    found = NO_ROWS
+    if name == "arith.addi":
+        found = operands[0].plus(operands[1])
+    elif name == "arith.subi":
+        found = operands[0].plus(operands[1], -1)
+    elif name == "arith.muli":
+        for one, other in ((operands[0], operands[1]), (operands[1], operands[0])):
+            if one.step == 0 and one.modulus == 0:  # the same number in every lane
+                found = other.times(one.residue)
+                break
+    elif name in _CONVERSIONS:
+        found = operands[0]
+    elif all(r.step == 0 for r in operands):
+        found = EQUAL_ROWS  # lanes equal along each row stay equal through any element-wise operation
+    return None if found == NO_ROWS else found
 
 
 def _refusals(walk: Any, op: Operation, types: Sequence[TensorType], result: TensorType) -> None:

@@ -24,6 +24,7 @@ from jt_core.translation import floats, lang
 from jt_core.translation.analysis import masks
 from jt_core.translation.analysis.affine import Affine, Symbol
 from jt_core.translation.analysis.facts import Access, Loop
+from jt_core.translation.analysis.rows import Rows
 from jt_core.translation.fusing import Fusing
 from jt_core.translation.memory import Memory, Pointer, State
 from jt_core.translation.plan import LoopMode, Plan
@@ -161,6 +162,10 @@ class Kernel:
     def form(self, value: int) -> Affine | None:
         """The affine form of an integer (or of a pointer's offsets), bound here, where the analyses know one."""
         return self.bind(self.facts.fact(self.path, value).form)
+
+    def rows(self, value: int) -> Rows | None:
+        """How a block without a form runs along its rows, where the analyses know it (`Rows`)."""
+        return self.facts.fact(self.path, value).rows
 
     def bounds(self, value: int) -> tuple[int, int] | None:
         """The range a value's form takes over every program, lane and symbol's range, where known."""

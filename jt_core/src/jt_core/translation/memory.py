@@ -25,6 +25,7 @@ from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
 from jt_core.translation.analysis.affine import Affine
+from jt_core.translation.analysis.rows import Rows
 from jt_core.translation.lang import dtype_of, is_static
 
 __all__ = ["Choice", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
@@ -57,13 +58,15 @@ class BufferSpec:
 class Pointer:
     """A pointer value: the buffer it points into, the offset (in elements of the buffer) of each lane, the type it
     points to, the offset's affine form where it is known (`jt_core.translation.analysis.affine`), and the lowest
-    and highest offset its lanes take over every program and trip, where the analyses know them (``reach``)."""
+    and highest offset its lanes take over every program and trip, where the analyses know them (``reach``); for
+    offsets without a form, how they run along the block's rows (``rows``), where known."""
 
     buffer: int
     offset: Any
     pointee: str
     affine: Affine | None = dataclasses.field(default=None, compare=False)
     reach: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
+    rows: Rows | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,11 +279,54 @@ class Memory:
         if start is not None:
             piece = array if shape[0] == array.shape[0] else lax.slice(array, (start,), (start + shape[0],))
             return _to_value(piece, _storage(spec), value_type), state
+        rows = self._row_gather(pointer, shape)
+        if rows is not None:
+            gathered = rows(state, offsets)
+            if active is None:
+                return _to_value(gathered, _storage(spec), value_type), state
+            return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
         if active is None:  # a lane outside the buffer reads its nearest element (the bounds check reports it)
             gathered = self._gathered(state, pointer.buffer, jnp.clip(offsets, 0, spec.size - 1))
             return _to_value(gathered, _storage(spec), value_type), state
         gathered = self._gathered(state, pointer.buffer, jnp.where(active, offsets, 0))
         return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
+
+    def _row_gather(self, pointer: Pointer, shape: tuple[int, ...]) -> Callable[[State, jax.Array], jax.Array] | None:
+        """Where an access's rows are consecutive elements that each lie within one row of its buffer (a page's
+        row of a KV cache, found through a table), the gather of whole rows: one index per row where there was one
+        per element. A row whose start strays reads its nearest row (its lanes are the bounds check's, as ever)."""
+        spec = self.specs[pointer.buffer]
+        rows = pointer.rows
+        if rows is None or len(shape) < 1 or shape[-1] < 2 or len(spec.shape) < 2 or spec.size >= 2**31:
+            return None
+        extent = spec.shape[-1]
+        column = rows.within_rows_of(extent, shape[-1])
+        if column is None:
+            return None
+        length = shape[-1]
+
+        def gather(state: State, offsets: jax.Array) -> jax.Array:
+            constant = self.constants[pointer.buffer]
+            held = constant if constant is not None else state.buffers[self._slots[pointer.buffer]]
+            if held.shape != spec.shape:
+                held = lax.reshape(held, spec.shape)
+            index = offsets[..., 0].astype(jnp.int32) // extent
+            coordinates = [jnp.full(index.shape, column, jnp.int32)]
+            for size in reversed(spec.shape[:-1]):
+                coordinates.append(index % size)
+                index = index // size
+            starts = jnp.stack(coordinates[::-1], axis=-1)
+            leading = len(spec.shape) - 1
+            dims = lax.GatherDimensionNumbers(
+                offset_dims=(starts.ndim - 1,),
+                collapsed_slice_dims=tuple(range(leading)),
+                start_index_map=tuple(range(len(spec.shape))),
+            )
+            return lax.gather(
+                held, starts, dims, slice_sizes=(1,) * leading + (length,), mode=lax.GatherScatterMode.CLIP
+            )
+
+        return gather
 
     def _gathered(self, state: State, buffer: int, offsets: jax.Array) -> jax.Array:
         """The elements at ``offsets`` (inside the buffer) of a buffer, gathered from the buffer in its own shape, its

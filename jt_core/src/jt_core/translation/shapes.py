@@ -14,6 +14,8 @@ from jt_core.translation import lang
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import UNKNOWN, Fact
 from jt_core.translation.analysis.masks import Mask
+from jt_core.translation.analysis.rows import ANY as NO_ROWS
+from jt_core.translation.analysis.rows import Rows
 from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, TensorType
 from jt_core.translation.rules import RuleContext, rule
@@ -132,9 +134,25 @@ def _moving(move: Callable[[Affine, Operation, TensorType], Affine | None]) -> C
             mask = found.mask.moved(lambda f: move(f, op, ty), ty.shape)
         elif found.static is not None and ty.element == "i1":
             mask = Mask(ty.shape, (), not bool(found.static))
-        walk.set(op.results[0], Fact(form=form, mask=mask, buffers=found.buffers, varies=found.varies))
+        rows = None if form is not None or ty.element == "i1" else _moved_rows(found, op, walk.type(op.operands[0]), ty)
+        walk.set(op.results[0], Fact(form=form, mask=mask, buffers=found.buffers, varies=found.varies, rows=rows))
 
     return analyse
+
+
+def _moved_rows(found: Fact, op: Operation, source: TensorType, ty: TensorType) -> Rows | None:
+    """How a block made by a splat, a broadcast or a new axis runs along its rows (`Rows`), where the source's
+    values are not known as a form: a row of equal lanes, or a row made of lanes of the source's rows."""
+    known = found.rows_known()
+    moved = None
+    if op.name == "tt.splat":
+        moved = known.split_last()
+    elif op.name == "tt.broadcast":
+        last_repeated = bool(source.shape) and source.shape[-1] == 1 and ty.shape[-1] != 1
+        moved = known.repeated() if last_repeated else known
+    elif op.name == "tt.expand_dims":
+        moved = known.split_last() if int(op.attr("axis")) == len(ty.shape) - 1 else known
+    return None if moved is None or moved == NO_ROWS else moved
 
 
 def _splat_form(a: Affine, op: Operation, ty: TensorType) -> Affine:
@@ -183,9 +201,11 @@ def _shaped(fn: Callable[[jax.Array, Operation, TensorType], jax.Array]) -> Call
         ty = k.type(op.results[0])
         form = k.form(op.results[0])
 
+        rows = k.rows(op.results[0])
+
         def moved(pointer: Pointer) -> Pointer:
             offset = pointer.offset if lang.is_static(pointer.offset) else fn(jnp.asarray(pointer.offset), op, ty)
-            return Pointer(pointer.buffer, offset, pointer.pointee, form)
+            return Pointer(pointer.buffer, offset, pointer.pointee, form, rows=rows)
 
         if isinstance(value, Pointer):
             k.set(op.results[0], moved(value))

@@ -20,6 +20,7 @@ from jt_core.translation.analysis.affine import Affine, Ranges, Symbol
 from jt_core.translation.analysis.masks import Mask
 from jt_core.translation.analysis.products import Fusions
 from jt_core.translation.analysis.relabeling import Relabeling
+from jt_core.translation.analysis.rows import ANY, Rows
 from jt_core.translation.program import Operation
 
 __all__ = ["Access", "Descriptor", "Fact", "Facts", "Loop", "Place", "Trips", "UNKNOWN"]
@@ -63,6 +64,8 @@ class Fact:
         varies: Whether the value may differ from program to program (it depends on the program id, or on what
             memory holds where programs read apart).
         address: Whether the value is a pointer turned into an integer (``tt.ptr_to_int``).
+        rows: For an integer or pointer block without a form, how its lanes run along the last axis where that is
+            known (`jt_core.translation.analysis.rows.Rows`); a value with a form has its rows in the form.
     """
 
     form: Affine | None = None
@@ -72,6 +75,13 @@ class Fact:
     descriptor: Descriptor | None = None
     varies: bool = True
     address: bool = False
+    rows: Rows | None = None
+
+    def rows_known(self) -> Rows:
+        """How the value's lanes run along its last axis, from its form where it has one."""
+        if self.form is not None:
+            return Rows.of_form(self.form)
+        return self.rows if self.rows is not None else ANY
 
 
 #: A value nothing is known of.

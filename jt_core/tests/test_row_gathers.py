@@ -1,0 +1,95 @@
+"""Rows found through a table (a paged cache's rows, addresses loaded from memory): gathered whole where each lies
+within one row of its buffer, element by element where it may not, and right either way, on both CPU paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+
+import jt_core as jt
+from jt_core.translation.analysis.rows import ANY, Rows
+
+PATHS = ["compiled", "interpreter"]
+
+
+@pytest.fixture(autouse=True)
+def each_path_alone(jt_cpu_paths_by_name: None) -> None:
+    """The path a call names is the one that runs it."""
+
+
+@triton.jit
+def table_rows_kernel(cache_ptr, table_ptr, out_ptr, n_rows, stride, shift, WIDTH: tl.constexpr, ROWS: tl.constexpr):
+    # Program p copies ROWS rows of WIDTH elements, each starting at table[row] * stride + shift.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    live = rows < n_rows
+    slot = tl.load(table_ptr + rows, mask=live, other=0)
+    cols = tl.arange(0, WIDTH)
+    values = tl.load(cache_ptr + (slot * stride + shift)[:, None] + cols[None, :], mask=live[:, None], other=-1.0)
+    tl.store(out_ptr + rows[:, None] * WIDTH + cols[None, :], values, mask=live[:, None])
+
+
+def _copy_rows(cache: Any, table: Any, stride: int, shift: int, width: int, launcher: str) -> Any:
+    return jt.triton_call(
+        cache,
+        table,
+        kernel=table_rows_kernel,
+        out_shape=jax.ShapeDtypeStruct((table.shape[0], width), cache.dtype),
+        grid=(triton.cdiv(table.shape[0], 8),),
+        n_rows=table.shape[0],
+        stride=stride,
+        shift=shift,
+        WIDTH=width,
+        ROWS=8,
+        launcher=launcher,
+    )
+
+
+#: (cache shape, stride, shift, width): rows that fill a row of the cache, the second half of one, and rows that
+#: straddle two rows of the cache (which only an element-by-element gather reads right).
+LAYOUTS = [((64, 4, 32), 128, 32, 32), ((64, 4, 32), 128, 16, 16), ((256, 48), 48, 40, 16), ((300, 7), 5, 0, 8)]
+
+
+@pytest.mark.parametrize("launcher", PATHS)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+def test_rows_found_through_a_table_read_right(layout: Any, launcher: str) -> None:
+    shape, stride, shift, width = layout
+    rng = np.random.default_rng(0)
+    cache = rng.standard_normal(shape).astype(np.float32)
+    slots = (cache.size - shift - width) // stride
+    table = rng.integers(0, slots, 20).astype(np.int32)
+    out = jax.jit(lambda c, t: _copy_rows(c, t, stride, shift, width, launcher))(cache, table)
+    flat = cache.reshape(-1)
+    expected = np.stack([flat[s * stride + shift : s * stride + shift + width] for s in table])
+    np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_rows_gathered_whole_only_where_each_lies_within_a_row_of_the_buffer() -> None:
+    def gathers(layout: Any) -> list[str]:
+        shape, stride, shift, width = layout
+        spec = jax.ShapeDtypeStruct(shape, np.float32), jax.ShapeDtypeStruct((20,), np.int32)
+        text = jax.jit(lambda c, t: _copy_rows(c, t, stride, shift, width, "compiled")).lower(*spec).as_text()
+        return [line for line in text.splitlines() if "stablehlo.gather" in line and "xf32>" in line]
+
+    for layout in LAYOUTS[:2]:
+        found = gathers(layout)
+        assert found and all(f"slice_sizes = array<i64: 1, 1, {layout[3]}>" in line for line in found), found
+    for layout in LAYOUTS[2:]:  # rows may straddle two rows of the buffer: element by element
+        found = gathers(layout)
+        assert found and all(line.count("slice_sizes = array<i64: 1, 1>") for line in found), found
+
+
+def test_rows_arithmetic() -> None:
+    start = ANY.times(128).plus(Rows(0, 0, 32))  # slot * 128 + 32, slot loaded from memory
+    offsets = start.split_last().plus(Rows(1, 0, 0))  # [:, None] + a row of consecutive lanes
+    assert offsets == Rows(1, 128, 32)
+    assert offsets.within_rows_of(128, 64) == 32  # a row of 64 lanes from column 32 of a row of 128
+    assert offsets.within_rows_of(128, 128) is None  # it would run past the row's end
+    assert offsets.within_rows_of(256, 64) is None  # 128 apart: not one column of rows of 256
+    assert Rows(2, 128, 0).within_rows_of(128, 8) is None  # every second element: not consecutive
+    assert Rows(3, 12, 5).split_last() == Rows(0, 3, 2)  # lanes 5, 8, 11, ... modulo 12 are 2 modulo 3
+    assert ANY.plus(Rows(1, 0, 0)).within_rows_of(128, 8) is None  # rows of unknown lanes stay unknown
