@@ -21,7 +21,7 @@ import jt_core as jt
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.ffi_launcher import TARGET_NAME, CpuFfiLauncher
 from jt_core.plugin import facade
-from jt_core.testing import LauncherConformance, accumulate_kernel, scale_inplace_kernel
+from jt_core.testing import LauncherConformance, accumulate_kernel, run_cases, scale_inplace_kernel
 
 BEHAVIOUR = Path(__file__).with_name("test_call_behaviour.py")
 RNG = np.random.default_rng(4321)
@@ -60,20 +60,7 @@ def test_the_compiled_launcher_comes_first_and_the_ffi_launcher_next_when_their_
 
 @pytest.mark.parametrize("launcher", ["compiled", "ffi", "interpreter"])
 def test_call_behaviour_suite_passes_with_each_cpu_launcher(launcher: str) -> None:
-    env = {**os.environ, "JT_LAUNCHER_CPU": launcher, "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(BEHAVIOUR)],
-        cwd=BEHAVIOUR.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    summary = re.search(r"(\d+) passed", output)
-    assert summary is not None and int(summary.group(1)) >= 60, output
-    assert "skipped" not in output and "failed" not in output, output
+    run_cases(BEHAVIOUR, passed=60, environ={"JT_LAUNCHER_CPU": launcher})
 
 
 def test_lowered_call_is_the_ffi_custom_call_with_an_id_and_name() -> None:

@@ -14,7 +14,7 @@ from jt_core import hookimpl
 from jt_core.errors import KernelCompileError
 from jt_core.plugin.roles import CompileRequest
 from jt_core.plugin.values import CompiledKernel
-from jt_core.testing import HookRecorder, sample_add_kernel
+from jt_core.testing import HookRecorder, run_cases, sample_add_kernel
 from jt_core.testing.markers import has_platform
 
 pytest_plugins = ["pytester"]
@@ -230,3 +230,23 @@ def test_the_launcher_suite_runs_the_calls_the_launcher_lowers(
     pytester.makepyfile(LAUNCHER_SUITE.format(reason=None, body=body))
     result = pytester.runpytest("-p", "jt_core.testing", "-k", "runs_sample_call")
     result.assert_outcomes(failed=fails, passed=2 - fails)
+
+
+@pytest.mark.parametrize(
+    ("cases", "passed", "says"),
+    [
+        ("def test_a():\n    assert jax.device_count() == 3\n", 1, None),
+        ("def test_a():\n    assert jax.device_count() == 2\n", 1, "assert 3 == 2"),
+        ("def test_a():\n    pytest.skip('no')\n", 0, "skipped"),
+        ("def test_a():\n    pass\n", 2, "at least 2 to pass"),
+    ],
+    ids=["passes", "fails", "skips", "too-few"],
+)
+def test_run_cases_fails_unless_every_case_passes(tmp_path: Any, cases: str, passed: int, says: str | None) -> None:
+    module = tmp_path / "cases_here.py"
+    module.write_text("import jax\nimport pytest\n\n\n" + cases)
+    if says is None:
+        assert "1 passed" in run_cases(module, passed=passed, host_devices=3)
+        return
+    with pytest.raises(pytest.fail.Exception, match=says):
+        run_cases(module, passed=passed, host_devices=3)

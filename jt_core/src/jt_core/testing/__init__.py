@@ -24,8 +24,9 @@ Activate it in a ``conftest.py`` with ``pytest_plugins = ["jt_core.testing"]``. 
 * for GPU plugins: `custom_calls`, `backend_config` and `output_operand_aliases` (what a lowering
   emits), `decode_jaxlib_call` (jaxlib's kernel-call message), `run_on_cpu_client` (jt's launch handler
   on XLA's CPU client) and the conformance class `LaunchHandlerConformance`;
-* `run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine, and
-  `no_compiler_path`, a ``PATH`` without C or C++ compilers (a machine that has none);
+* `run_job`, which runs a script as the processes of a ``jax.distributed`` job on one machine, `run_cases`, which
+  runs a module of test cases in a fresh interpreter (with several CPU devices, say, which JAX fixes when it starts),
+  and `no_compiler_path`, a ``PATH`` without C or C++ compilers (a machine that has none);
 * conformance classes `BackendConformance`, `LauncherConformance` and `DialectConformance`
   that a plugin's test module subclasses, providing the object under test as a fixture (each also runs the checks
   jt makes when a plugin registers the object), and `record_lowerings`, which records the calls a launcher
@@ -66,7 +67,7 @@ from jt_core.testing.gpu import (
     output_operand_aliases,
     run_on_cpu_client,
 )
-from jt_core.testing.jobs import JobProcess, run_job
+from jt_core.testing.jobs import JobProcess, run_cases, run_job
 from jt_core.testing.kernels import (
     accumulate_kernel,
     add_tiles_kernel,
@@ -135,6 +136,7 @@ __all__ = [
     "output_operand_aliases",
     "read_tile_kernel",
     "record_lowerings",
+    "run_cases",
     "run_job",
     "run_on_cpu_client",
     "sample_add_kernel",

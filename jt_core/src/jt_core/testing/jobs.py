@@ -1,10 +1,12 @@
-"""Running a script as the processes of a ``jax.distributed`` job on this machine: `run_job`."""
+"""Running a script as the processes of a ``jax.distributed`` job on this machine (`run_job`), and a module of test
+cases in a fresh interpreter, where JAX starts with what they need (`run_cases`)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-__all__ = ["JobProcess", "run_job"]
+__all__ = ["JobProcess", "run_cases", "run_job"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,3 +116,29 @@ def run_job(
         outputs = "\n".join(f"--- process {p.index}:\n{p.output[-6000:]}" for p in finished)
         pytest.fail(f"the job did not finish in {timeout} s (a hang?); every process was killed\n{outputs}")
     return finished
+
+
+def run_cases(
+    path: os.PathLike[str] | str, passed: int, environ: Mapping[str, str] = (), host_devices: int | None = None
+) -> str:
+    """Runs the test cases of ``path`` with pytest in a fresh interpreter, on the CPU, with ``environ`` added to
+    the environment (and ``host_devices`` CPU devices, which JAX fixes when it starts); fails the calling test
+    unless they all pass, at least ``passed`` of them, none skipped. Returns their output."""
+    path = os.fspath(path)
+    env = {**os.environ, **dict(environ), "JAX_PLATFORMS": "cpu"}
+    if host_devices is not None:
+        flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={host_devices}"
+        env["XLA_FLAGS"] = flags.strip()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", path],
+        cwd=os.path.dirname(path) or None,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    ran = re.search(r"(\d+) passed", output)
+    if result.returncode or ran is None or int(ran.group(1)) < passed or "skipped" in output or "failed" in output:
+        pytest.fail(f"the cases of {path} (at least {passed} to pass, none skipped):\n{output}", pytrace=False)
+    return output
