@@ -119,13 +119,13 @@ def run_job(
 
 
 def run_cases(
-    path: os.PathLike[str] | str, passed: int, environ: Mapping[str, str] = (), host_devices: int | None = None
+    path: os.PathLike[str] | str, passed: int, environ: Mapping[str, str] | None = None, host_devices: int | None = None
 ) -> str:
     """Runs the test cases of ``path`` with pytest in a fresh interpreter, on the CPU, with ``environ`` added to
     the environment (and ``host_devices`` CPU devices, which JAX fixes when it starts); fails the calling test
     unless they all pass, at least ``passed`` of them, none skipped. Returns their output."""
     path = os.fspath(path)
-    env = {**os.environ, **dict(environ), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, **(environ or {}), "JAX_PLATFORMS": "cpu"}
     if host_devices is not None:
         flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={host_devices}"
         env["XLA_FLAGS"] = flags.strip()
