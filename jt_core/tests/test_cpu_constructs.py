@@ -310,3 +310,35 @@ def test_the_interpreter_patches_the_language_whatever_kernels_ran_before(tmp_pa
         [sys.executable, "-c", script, os.path.dirname(__file__)], env=env, capture_output=True, text=True
     )
     assert ran.returncode == 0 and ran.stdout.strip().endswith("ok"), ran.stderr[-3000:]
+
+
+@triton.jit
+def integer_tiles_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    source = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    target = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    m = tl.program_id(0) * BM
+    n = tl.program_id(1) * BN
+    tile = source.load([m, n])
+    target.store([m, n], tile * 3 - 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32], ids=str)
+def test_integer_tensor_descriptors(rng: np.random.Generator, dtype: Any) -> None:
+    m, n = 40, 64
+    info = np.iinfo(dtype)
+    x = rng.integers(max(info.min, -1000), min(info.max, 1000), (m, n)).astype(dtype)
+    with jax.enable_x64(np.dtype(dtype).itemsize == 8):
+        out = run(
+            integer_tiles_kernel,
+            x_ptr=x,
+            out_type=jax.ShapeDtypeStruct((m, n), dtype),
+            grid=(triton.cdiv(m, 16), triton.cdiv(n, 32)),
+            M=m,
+            N=n,
+            BM=16,
+            BN=32,
+        )
+        out = np.asarray(out)
+    with np.errstate(over="ignore"):
+        expected = x * dtype(3) - dtype(1)  # wrapping around as the kernel's integers do
+    np.testing.assert_array_equal(out, expected)

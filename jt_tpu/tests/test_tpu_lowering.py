@@ -14,7 +14,7 @@ import tpu_kernels
 import tpu_model_cases
 import triton
 import triton.language as tl
-from tpu_testlib import exported_for_tpu, operations
+from tpu_testlib import exported_for_tpu, operations, tpu_strategy_on_cpu
 
 import jt_core as jt
 
@@ -110,3 +110,26 @@ def test_an_exported_call_serializes_and_runs_where_deserialized() -> None:
     exported = jax.export.export(jax.jit(_scaled), platforms=("tpu", "cpu"))(jax.ShapeDtypeStruct(x.shape, x.dtype))
     restored = jax.export.deserialize(exported.serialize())
     np.testing.assert_array_equal(np.asarray(restored.call(jnp.asarray(x))), x * 2)
+
+
+@triton.jit
+def integer_tiles_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    source = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    target = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    tile = source.load([tl.program_id(0) * BM, tl.program_id(1) * BN])
+    target.store([tl.program_id(0) * BM, tl.program_id(1) * BN], tile * 3 - 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8], ids=str)
+def test_integer_tensor_descriptors_are_slices_and_right_under_the_tpu_strategy(dtype: Any) -> None:
+    x = np.random.default_rng(0).integers(-100, 100, (40, 64)).astype(dtype)
+
+    def tiles(v: Any) -> Any:
+        return jt.triton_call(v, kernel=integer_tiles_kernel, out_shape=v, grid=(3, 2), M=40, N=64, BM=16, BN=32)
+
+    ops = operations(exported_for_tpu(jax.jit(tiles), x))
+    assert ops["custom_call"] == ops["gather"] == ops["scatter"] == ops["while"] == 0
+    with tpu_strategy_on_cpu():
+        out = np.asarray(jax.jit(tiles)(x))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(out, x * dtype(3) - dtype(1))
