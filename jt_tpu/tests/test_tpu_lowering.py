@@ -133,3 +133,27 @@ def test_integer_tensor_descriptors_are_slices_and_right_under_the_tpu_strategy(
         out = np.asarray(jax.jit(tiles)(x))
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(out, x * dtype(3) - dtype(1))
+
+
+@triton.jit
+def wrapping_lanes_kernel(x_ptr, start, out_ptr, BLOCK: tl.constexpr):
+    # Lanes past int32's largest value wrap to negative ones (masked in); (lane * 65536) * 65536 wraps to 0.
+    lanes = tl.arange(0, BLOCK) + start
+    offs = tl.arange(0, BLOCK)
+    values = tl.load(x_ptr + offs + (offs * 65536) * 65536)
+    tl.store(out_ptr + offs, values, mask=lanes < 2147483647)
+
+
+def test_integers_wrap_in_int32_under_the_tpu_strategy() -> None:
+    x = np.arange(1, 17, dtype=np.float32)
+
+    def wrapping(v: Any) -> Any:
+        return jt.triton_call(
+            v, 2**31 - 5, kernel=wrapping_lanes_kernel, out_shape=v, grid=1, zeroed_outputs=(0,), BLOCK=16
+        )
+
+    with tpu_strategy_on_cpu():
+        out = np.asarray(jax.jit(wrapping)(x))
+    lanes = (np.arange(16, dtype=np.int64) + 2**31 - 5 + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(out, np.where(lanes < 2**31 - 1, x, 0))
+    assert out[4] == 0 and out[5] == 6  # lane 4 is the largest int32, lane 5 wrapped below it
