@@ -27,7 +27,7 @@ from jt_core.translation.program import Operation, parse_type
 from jt_core.translation.rules import RuleContext, rule
 from jt_core.translation.values import Address, BlockPointer, Unsupported
 
-__all__ = ["boxed_load", "pointer_argument", "pointer_parameter", "static_ints", "tensor_access", "within"]
+__all__ = ["boxed_load", "describe", "pointer_argument", "pointer_parameter", "static_ints", "tensor_access", "within"]
 
 
 # -- pointer arithmetic ------------------------------------------------------------------------------------------
@@ -412,20 +412,25 @@ def static_ints(walk: Any, values: Sequence[int]) -> tuple[int | None, ...]:
     return tuple(found)
 
 
-def _analyse_make_block_ptr(walk: Any, op: Operation) -> None:
+def describe(walk: Any, op: Operation, rank: int, block: tuple[int, ...], offsets: Sequence[int] = ()) -> None:
+    """The fact of a block pointer or tensor descriptor made by ``op`` (its base, ``rank`` sizes, ``rank`` strides,
+    then ``offsets``, a block pointer's)."""
     base = walk.fact(op.operands[0])
-    rank = (len(op.operands) - 1) // 3
-    values = op.operands[1:]
-    pointee = parse_type(walk.type(op.results[0]).pointee or "")
-    descriptor = Descriptor(
+    found = Descriptor(
         base.buffers if base.buffers is not None else frozenset(),
         base.form,
-        static_ints(walk, values[:rank]),
-        static_ints(walk, values[rank : 2 * rank]),
-        tuple(walk.form(v) for v in values[2 * rank :]),
-        pointee.shape,
+        static_ints(walk, op.operands[1 : 1 + rank]),
+        static_ints(walk, op.operands[1 + rank : 1 + 2 * rank]),
+        tuple(walk.form(v) for v in offsets),
+        block,
     )
-    walk.set(op.results[0], Fact(buffers=descriptor.buffers, descriptor=descriptor, varies=walk.varies(*op.operands)))
+    walk.set(op.results[0], Fact(buffers=found.buffers, descriptor=found, varies=walk.varies(*op.operands)))
+
+
+def _analyse_make_block_ptr(walk: Any, op: Operation) -> None:
+    rank = (len(op.operands) - 1) // 3
+    pointee = parse_type(walk.type(op.results[0]).pointee or "")
+    describe(walk, op, rank, pointee.shape, op.operands[1 + 2 * rank :])
 
 
 @rule("tt.make_tensor_ptr", analyse=_analyse_make_block_ptr)

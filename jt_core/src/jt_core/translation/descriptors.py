@@ -97,8 +97,6 @@ def parameter(buffer: int, shape: Sequence[int], strides: Sequence[int], block: 
 
 
 def _analyse_make(walk: Any, op: Operation) -> None:
-    base = walk.fact(op.operands[0])
-    rank = (len(op.operands) - 1) // 2
     try:
         block, element = block_of(walk.type(op.results[0]).text)
     except Unsupported as exc:
@@ -108,15 +106,7 @@ def _analyse_make(walk: Any, op: Operation) -> None:
         lang.dtype_of(element)
     except Exception:
         walk.refuse(f"values of type {element}", op.line)
-    found = analysed.Descriptor(
-        base.buffers if base.buffers is not None else frozenset(),
-        base.form,
-        accesses.static_ints(walk, op.operands[1 : 1 + rank]),
-        accesses.static_ints(walk, op.operands[1 + rank :]),
-        (),
-        block,
-    )
-    walk.set(op.results[0], Fact(buffers=found.buffers, descriptor=found, varies=walk.varies(*op.operands)))
+    accesses.describe(walk, op, (len(op.operands) - 1) // 2, block)
 
 
 @rule("tt.make_tensor_descriptor", analyse=_analyse_make)
