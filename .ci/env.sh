@@ -5,8 +5,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The virtualenvs and the docs site live outside the clone, in one folder every clone of jt reuses (jt itself is
 # reinstalled from the checkout each time): JT_CI_HOME, by default ~/.cache/jt-ci.
 JT_CI_HOME="${JT_CI_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/jt-ci}"
-# The oldest Python jt claims (Requires-Python in every pyproject.toml) and the one CI runs everything on.
+# The Python the newest and the pinned version sets run on, and the oldest one jt claims (Requires-Python in every
+# pyproject.toml), which the py311 set runs on: a TPU VM's Python, and many hosted notebooks'.
 JT_PYTHON_VERSION=3.12
+JT_OLDEST_PYTHON_VERSION=3.11
 # pip reports errors only: a machine's own pip configuration can warn on every install (an index folder it lacks).
 PIP_QUIET=(-qq --disable-pip-version-check)
 
@@ -15,9 +17,13 @@ step() {
     printf '[%4ds] %s%s\n' "$SECONDS" "${STEP_LABEL:+$STEP_LABEL: }" "$*"
 }
 
+# find_python [VERSION]: the path of a Python VERSION (default JT_PYTHON_VERSION): JT_PYTHON<VERSION without its dot>
+# (JT_PYTHON312, JT_PYTHON311) or JT_PYTHON where it is that version, else the first found on PATH, in pyenv's
+# versions or in /usr.
 find_python() {
-    local candidate want="$JT_PYTHON_VERSION"
-    for candidate in "${JT_PYTHON:-}" "python$want" "$HOME"/.pyenv/versions/"$want".*/bin/python"$want" \
+    local candidate want="${1:-$JT_PYTHON_VERSION}" named="JT_PYTHON${1:-$JT_PYTHON_VERSION}"
+    named="${named//./}"
+    for candidate in "${!named:-}" "${JT_PYTHON:-}" "python$want" "$HOME"/.pyenv/versions/"$want".*/bin/python"$want" \
         /usr/local/bin/python"$want" /usr/bin/python"$want"; do
         [ -n "$candidate" ] || continue
         if command -v "$candidate" >/dev/null 2>&1 &&
@@ -34,7 +40,7 @@ find_python() {
             return 0
         fi
     fi
-    echo "error: Python $want not found (install it, or set JT_PYTHON=/path/to/python$want)" >&2
+    echo "error: Python $want not found (install it, or set $named=/path/to/python$want)" >&2
     return 1
 }
 
@@ -58,14 +64,21 @@ for folder in ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
 PY
 }
 
-# make_venv NAME SET [TOOLS]: creates or updates $JT_CI_HOME/venv-NAME with the "latest" or "pinned" version set and
-# jt installed from the checkout; TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out.
-# Sets VENV to the virtualenv's folder.
+# set_python SET: the Python version the version set SET runs on.
+set_python() {
+    if [ "$1" = py311 ]; then echo "$JT_OLDEST_PYTHON_VERSION"; else echo "$JT_PYTHON_VERSION"; fi
+}
+
+# make_venv NAME SET [TOOLS]: creates or updates $JT_CI_HOME/venv-NAME with a version set and jt installed from the
+# checkout. The sets: "latest" (the newest jax and triton), "pinned" (jax/jaxlib 0.11.2 and triton 3.6.0), both on
+# Python JT_PYTHON_VERSION, and "py311" (jax/jaxlib 0.10.2 and triton 3.8.0, a TPU VM's stack, on Python
+# JT_OLDEST_PYTHON_VERSION). TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out. Sets
+# VENV to the virtualenv's folder.
 make_venv() {
     local name="$1" set="$2" tools="${3:-dev}" python
     VENV="$JT_CI_HOME/venv-$name"
     mkdir -p "$JT_CI_HOME"
-    python="$(find_python)"
+    python="$(find_python "$(set_python "$set")")"
     if [ ! -x "$VENV/bin/python" ]; then
         step "creating the virtualenv $VENV with $("$python" -V) ($python)"
         "$python" -m venv "$VENV"
@@ -86,6 +99,10 @@ make_venv() {
         pinned)
             step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes, flatbuffers"
             "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes flatbuffers
+            ;;
+        py311)
+            step "installing jax$extra 0.10.2, jaxlib 0.10.2 and triton 3.8.0, with pluggy, numpy, ml_dtypes, flatbuffers"
+            "${pip[@]}" "jax$extra==0.10.2" jaxlib==0.10.2 triton==3.8.0 pluggy numpy ml_dtypes flatbuffers
             ;;
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac

@@ -25,6 +25,7 @@ import triton.language.core as core
 from triton.language.standard import _log2, zeros_like
 
 import jt_core as jt
+from jt_core import _compat
 from jt_core.errors import ConfigSkippedWarning, KernelRuntimeError, UnsupportedKernelError
 
 PATHS = [
@@ -654,6 +655,11 @@ def test_top_300_of_512_by_a_bitonic_argsort_of_values_and_indices(path: str, rn
     np.testing.assert_array_equal(np.asarray(values), np.take_along_axis(x, order, 1))
 
 
+@pytest.mark.skipif(
+    not _compat.barriers_outlast_fusion(),
+    reason="jaxlib 0.10's XLA removes the optimisation barriers between the steps before fusing, and duplicates each "
+    "step into every later one again (100 s to compile here, against 12 s with jaxlib 0.12)",
+)
 def test_a_512_element_bitonic_argsort_compiles_in_seconds() -> None:
     """Its 45 compare-and-swap steps, each a helper's result handed to the next: fused, XLA duplicated every earlier
     step into each use of a later one (114 s to compile, 0.2 s to run, on the 2-core development machine); with the
