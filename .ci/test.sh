@@ -112,7 +112,7 @@ prepared_rc="$(mktemp)"
     status=0
     STEP_LABEL=beside
     make_venv pinned pinned
-    make_venv py311 py311
+    make_venv py311 py311 runtime  # its suites run in venv-separate-py311, whose tools prepare_separated installs
     install_build_tools "$JT_CI_HOME/venv-py311/bin/python" || status=1
     install_build_tools "$JT_CI_HOME/venv-pinned/bin/python" || status=1
     build_wheelhouse "$JT_CI_HOME/venv-py311/bin/python" "$JT_CI_HOME/venv-pinned/bin/python" || status=1

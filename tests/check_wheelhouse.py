@@ -134,6 +134,38 @@ def test_an_sdist_and_a_pure_wheel_per_distribution_and_a_platform_wheel_per_nat
         assert path.stat().st_size < MAX_WHEEL_BYTES, f"{path.name} weighs more than {MAX_WHEEL_BYTES} bytes"
 
 
+#: How far a size the getting-started page quotes may be from the wheel's: a tenth (a wheel grows with each module).
+SIZE_SLACK = 0.1
+
+
+def quoted_sizes() -> dict[str, dict[str, int]]:
+    """The wheels' sizes the getting-started page quotes, in KiB: ``{"platform": {"jt-core": 517, ...}, "pure":
+    {...}}``."""
+    text = " ".join(GETTING_STARTED.read_text(encoding="utf-8").split())
+    found = re.search(
+        r"built by `bash \.ci/wheels\.sh`, weigh (.*?); the pure wheels \(`python -m build`\) (.*?)\.", text
+    )
+    assert found, "getting-started.md no longer says what the wheels weigh"
+    return {
+        kind: {name: int(size) for size, name in re.findall(r"(\d+) KiB \((jt-\w+)\)", part)}
+        for kind, part in (("platform", found[1]), ("pure", found[2]))
+    }
+
+
+def test_the_getting_started_page_gives_each_wheels_size() -> None:
+    quoted = quoted_sizes()
+    wrong = []
+    for folder, platform in WHEELS:
+        path = platform_wheel_path(folder) if platform else WHEELHOUSE / f"{folder}-{VERSION}-py3-none-any.whl"
+        size = path.stat().st_size / 1024
+        kind, name = ("platform" if platform else "pure"), folder.replace("_", "-")
+        said = quoted[kind].get(name)
+        if said is None or abs(said - size) > max(1.0, SIZE_SLACK * size):
+            wrong.append(f"{kind} wheel of {name}: {said} KiB quoted, {size:.0f} KiB built")
+    assert not wrong, "getting-started.md, 'What the wheels carry': " + "; ".join(wrong)
+    assert sum(map(len, quoted.values())) == len(WHEELS), quoted
+
+
 @pytest.mark.parametrize(("folder", "platform"), WHEELS, ids=WHEEL_IDS)
 def test_wheel_metadata_is_complete(folder: str, platform: bool) -> None:
     meta = wheel_metadata(folder, platform)

@@ -1,15 +1,49 @@
-"""Every difference between supported JAX and Triton versions, named once."""
+"""Every difference between supported JAX, Triton and Python versions, named once."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import re
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
+
+#: Held by every parse of Python source into an AST that jt makes or has Triton make (`parse_python`,
+#: `serialize_kernel_parsing`).
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse(source)``, one parse in the process at a time: CPython 3.11 keeps the recursion depth of its AST
+    constructor per interpreter rather than per parse, so two threads parsing at once can fail with ``SystemError:
+    AST constructor recursion depth mismatch`` (CPython gh-106905; seen with 3.11.7). A parse takes milliseconds."""
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
+def serialize_kernel_parsing() -> None:
+    """Has Triton parse a kernel's source (``JITFunction.parse``, which every compile's front end calls, in Triton
+    3.6 to 3.9) one parse at a time, as `parse_python` does, from now on in this process: the configurations of an
+    autotuned kernel compiled side by side in threads failed on Python 3.11.7 with the ``SystemError`` above. The
+    rest of each compile still runs side by side."""
+    from triton.runtime import jit
+
+    parse = jit.JITFunction.parse
+    if getattr(parse, "_jt_one_at_a_time", False):
+        return
+
+    @functools.wraps(parse)
+    def one_at_a_time(self: Any) -> Any:
+        with _AST_LOCK:
+            return parse(self)
+
+    one_at_a_time._jt_one_at_a_time = True  # type: ignore[attr-defined]
+    jit.JITFunction.parse = one_at_a_time
 
 
 def entry_points_for_group(group: str) -> Iterable[Any]:
