@@ -209,8 +209,9 @@ def persistent_scale_kernel(x_ptr, out_ptr, n, PROGRAMS: tl.constexpr, BLOCK: tl
         tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3, mask=mask)
 
 
-def _zero_hook(nargs):  # pragma: no cover - refused before it could run
-    raise AssertionError("config pre_hooks are refused")
+def _zero_hook(nargs):
+    """Zeroes the output, as a torch hook may: jt runs hooks on stand-ins, which have no data to zero."""
+    nargs["out_ptr"].zero_()
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 16}, pre_hook=_zero_hook)], key=["n"])

@@ -12,6 +12,7 @@ raised); the test compares the two processes' files.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -134,12 +135,21 @@ def sharding() -> dict[str, Any]:
             )
         ),
     }
+    # On an explicit mesh set for the trace, a partition rule splits the call with jax.shard_map.
+    explicit = jax.make_mesh((jax.device_count(),), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    programs["explicit"] = jax.jit(jt.partitioned(jt.Elementwise())(add))
     for name, f in programs.items():
-        out = f(x, y)
-        np.testing.assert_allclose(gathered(out), xs + ys, rtol=1e-6)
-        # The compiled program, after partitioning (JAX's lowered text of a partition rule names a callback by
-        # its address in the process).
-        compiled = f.lower(x, y).compile().as_text()
+        with jax.set_mesh(explicit) if name == "explicit" else contextlib.nullcontext():
+            a, b = (
+                (jax.sharding.reshard(v, NamedSharding(explicit, P("x"))) for v in (x, y))
+                if name == "explicit"
+                else (x, y)
+            )
+            out = f(a, b)
+            np.testing.assert_allclose(gathered(out), xs + ys, rtol=1e-6)
+            # The compiled program, after partitioning (JAX's lowered text of a partition rule names a callback by
+            # its address in the process).
+            compiled = f.lower(a, b).compile().as_text()
         found[name] = {"all_gather": "all-gather" in compiled, "program": digest(compiled)}
     # The global size given to every shard is refused on every process alike, with a message about local sizes.
     refused = jax.jit(

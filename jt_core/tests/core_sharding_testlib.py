@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 import jt_core as jt
 from jt_core import tuning
 from jt_core.cpu.ffi_launcher import CpuFfiLauncher
-from jt_core.errors import KernelCallValueError, UnsupportedKernelError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 from jt_core.testing import sample_add_kernel
 
 assert "xla_force_host_platform_device_count=4" in os.environ.get("XLA_FLAGS", ""), "run with 4 host devices"
@@ -43,8 +43,9 @@ def add(x: Any, y: Any, launcher: str | None = None) -> Any:
 
 @pytest.fixture
 def mesh() -> Any:
+    # Auto axes (where XLA partitions through custom_partitioning): explicit ones are the shard_map cases'.
     assert jax.device_count() == 4
-    return jax.make_mesh((4,), ("x",))
+    return jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
 @pytest.fixture
@@ -168,6 +169,51 @@ def test_partitioned_triton_call_runs_per_shard_with_the_ffi_launcher(mesh: Any,
         assert "triton_kernel_call_jt_cpu" in text and "f32[2,16]" in text  # each shard runs on its 2 rows
 
 
+def add_with_global_size(a: Any, rule: Any) -> Any:
+    return jt.triton_call(
+        a,
+        a,
+        kernel=sample_add_kernel,
+        out_shape=a,
+        grid=lambda meta: (triton.cdiv(meta["n"], 64),),
+        n=a.size,
+        BLOCK=64,
+        partition=rule,
+    )
+
+
+@pytest.mark.parametrize("rule", [jt.Elementwise(), jt.BatchDims(0)], ids=repr)
+def test_partitioned_call_on_an_explicit_mesh_is_split_by_shard_map_and_serializes(
+    rng: np.random.Generator, rule: Any
+) -> None:
+    # On an explicit mesh the rule splits the call with jax.shard_map: no gather, the operands' sharding kept, and
+    # an export with no host callback in it (custom_partitioning's cannot be serialized).
+    explicit = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    f = jax.jit(jt.partitioned(rule)(functools.partial(add, launcher="ffi")))
+    values = rng.standard_normal((8, 16), dtype=np.float32)
+    with jax.set_mesh(explicit):
+        x = jax.device_put(values, NamedSharding(explicit, P("x")))
+        y = jax.device_put(-2 * values, NamedSharding(explicit, P(None, "x")))  # resharded to the rows first
+        out = f(x, y)
+        np.testing.assert_allclose(out, -values, rtol=1e-6)
+        assert out.sharding.spec[0] == "x"
+        text = compiled_text(f, x, x)
+        assert "all-gather" not in text and "f32[2,16]" in text  # each device runs its 2 rows
+        spec = jax.ShapeDtypeStruct((8, 16), jnp.float32, sharding=NamedSharding(explicit, P("x")))
+        exported = jax.export.export(jax.jit(jt.partitioned(rule)(add)), platforms=["cpu"])(spec, spec)
+        # Host callbacks run inside shard_map: the interpreter, refused under custom_partitioning, runs per shard.
+        interpreted = jax.jit(jt.partitioned(rule)(functools.partial(add, launcher="interpreter")))
+        np.testing.assert_allclose(interpreted(x, x), 2 * values, rtol=1e-6)
+        with pytest.raises(KernelCallValueError, match="scalar argument 'n' is 128, the global element count"):
+            jax.jit(lambda a: add_with_global_size(a, rule))(x)
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_allclose(restored.call(x, x), 2 * values, rtol=1e-6)
+    auto = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    spec = jax.ShapeDtypeStruct((8, 16), jnp.float32, sharding=NamedSharding(auto, P("x")))
+    with pytest.raises(NotImplementedError, match="host_callbacks"):  # what the explicit mesh avoids
+        jax.export.export(jax.jit(jt.partitioned(rule)(add)), platforms=["cpu"])(spec, spec).serialize()
+
+
 def test_partitioned_triton_call_through_host_callbacks_is_refused_clearly(mesh: Any, rng: np.random.Generator) -> None:
     x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
     f = jax.jit(jt.partitioned(jt.Elementwise())(functools.partial(add, launcher="interpreter")))
@@ -289,6 +335,39 @@ def test_partition_rule_shape_errors() -> None:
     g = jt.partitioned(jt.BatchDims(0))(lambda a, b: a + b.sum())
     with pytest.raises(KernelCallValueError, match="batch dimension 0 has size 3 in operand 1"):
         jax.jit(g).trace(jnp.ones((4, 2)), jnp.ones((3, 1)))
+
+
+def test_batch_dims_gives_operands_named_whole_to_every_shard(mesh: Any, rng: np.random.Generator) -> None:
+    @jt.partitioned(jt.BatchDims(0, whole=(1,)))
+    def scaled(x: Any, w: Any) -> Any:
+        return x * w[None, :] + x.shape[0]
+
+    x = jax.device_put(rng.standard_normal((8, 16), dtype=np.float32), NamedSharding(mesh, P("x")))
+    w = jax.device_put(rng.standard_normal(16, dtype=np.float32), NamedSharding(mesh, P("x")))  # gathered whole
+    out = jax.jit(scaled)(x, w)
+    np.testing.assert_allclose(out, np.asarray(x) * np.asarray(w) + 2, rtol=1e-6)  # 2 local rows
+    assert out.sharding.spec[0] == "x"
+    assert repr(jt.BatchDims(0, whole=(1,))) == "BatchDims(0, whole=(1,))"
+    with pytest.raises(KernelCallValueError, match=r"operand 1 has shape \(16,\), which has no dimension 1 \(name it"):
+        jax.jit(jt.partitioned(jt.BatchDims(1))(lambda a, b: a)).trace(x, w)
+    with pytest.raises(KernelCallValueError, match="names operand 2 whole, but the call has 2 array operands"):
+        jax.jit(jt.partitioned(jt.BatchDims(0, whole=(2,)))(lambda a, b: a)).trace(x, w)
+    with pytest.raises(KernelCallTypeError, match=r"whole=\.\.\.\) takes the positions of array operands"):
+        jt.BatchDims(0, whole=1)  # type: ignore[arg-type]
+
+
+def test_a_partitioned_function_closing_over_an_array_is_refused_naming_it(mesh: Any) -> None:
+    weight = jnp.ones(16, jnp.float32)
+
+    @jt.partitioned(jt.BatchDims(0))
+    def scaled(x: Any) -> Any:
+        return x * weight
+
+    x = jax.device_put(np.ones((8, 16), np.float32), NamedSharding(mesh, P("x")))
+    with pytest.raises(KernelCallValueError, match=r"'.*scaled' closes over 1 array\(s\) \(float32\[16\]\)"):
+        jax.jit(scaled)(x)
+    with pytest.raises(KernelCallValueError, match="pass them as arguments"):
+        jax.jit(lambda a, w: jt.partitioned(jt.Elementwise())(lambda b: b * w)(a))(x, x)
 
 
 def test_triton_call_partition_needs_a_callable_grid() -> None:

@@ -311,11 +311,36 @@ def test_a_hook_that_does_more_than_set_block_shapes_is_refused(hook: Any, effec
         scale_tiles(tiled(hook), rand(32, 32))
 
 
-def test_a_hook_of_a_call_without_descriptors_is_refused_as_jax_triton_refuses_it() -> None:
-    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=1, pre_hook=lambda _: None)], key=["n"])(
+def test_a_hook_that_sets_nothing_for_a_call_without_descriptors_runs_and_the_call_proceeds() -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def hook(nargs: dict[str, Any]) -> None:
+        seen.append((nargs["BLOCK"], nargs["num_warps"], nargs["n"], type(nargs["x_ptr"]).__name__))
+
+    configs = [triton.Config({"BLOCK": block}, num_warps=1, pre_hook=hook) for block in (32, 64)]
+    kernel = triton.autotune(configs=configs, key=["n"], pre_hook=hook, post_hook=lambda nargs, exception: None)(
         scale_kernel
     )
-    with pytest.raises(NotImplementedError, match=r"no jt.TensorDescriptor argument. Remove the hook"):
+    x = rand(200)
+    out, used = scale(kernel, x)
+    np.testing.assert_array_equal(out, np.asarray(x) * 2)
+    assert used.tolist()[0] == 32  # the first config runs on the CPU
+    assert sorted(set(seen)) == [(32, 1, 200, "ArrayStandIn"), (64, 1, 200, "ArrayStandIn")]
+
+
+@pytest.mark.parametrize(
+    ("hook", "effect"),
+    [
+        (lambda nargs: nargs["out_ptr"].zero_(), r"raised AttributeError: 'zero_'"),
+        (lambda nargs: setattr(nargs["x_ptr"], "shape", (4,)), r"sets 'shape' of array argument 'x_ptr'"),
+    ],
+    ids=["zeroes", "sets an attribute"],
+)
+def test_a_hook_that_sets_something_jt_cannot_honour_is_refused_without_descriptors_too(hook: Any, effect: str) -> None:
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=1, pre_hook=hook)], key=["n"])(
+        scale_kernel
+    )
+    with pytest.raises(NotImplementedError, match=r"the triton.Config pre_hook of .*" + effect + r".*reset_to_zero"):
         scale(kernel, rand(64))
 
 

@@ -295,8 +295,8 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         lambda: jt.triton_call(X, X, 20, kernel=k.add_current_kernel, out_shape=X, grid=2),
         jt.KernelCompileError,
         r"(?s)The call gave the kernel's parameters: x_ptr: operand 0 \(\*fp32\), y_ptr: operand 1 \(\*fp32\), "
-        r"out_ptr: 20 \(i32\), n: output 0 \(\*fp32\)\.\nParameter 'out_ptr' got a scalar: .* pass scalars by "
-        r"keyword",
+        r"out_ptr: 20 \(i32\), n: output 0 \(\*fp32\)\.\nParameter 'out_ptr' got a scalar \(20\): .* Fix: pass "
+        r"scalars by keyword \(here n=20\)",
     ),
     (
         "a kernel Triton's front end refuses, named with the platform it was compiled for",
@@ -371,12 +371,15 @@ def test_a_missing_scalar_is_named_with_what_the_call_bound() -> None:
     message = _missing_message(lambda: jt.triton_call(X, X, 20, kernel=scale_add_kernel, out_shape=X, grid=2, BLOCK=16))
     assert message.startswith(
         "triton_call is missing 1 argument of kernel scale_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: "
-        "tl.constexpr): alpha.\n"  # 20 is an integer: n (a count) takes it rather than alpha
+        "tl.constexpr): alpha (or n: "  # 20 is an integer: n (a count) likelier takes it than alpha
     )
     assert (
-        "read best as x_ptr=float32[20] (positional 0), y_ptr=float32[20] (positional 1), n=20 (positional 2), and "
+        "One reading: x_ptr=float32[20] (positional 0), y_ptr=float32[20] (positional 1), n=20 (positional 2), and "
         "its 1 output (out_shape/out_type) takes out_ptr; nothing is given for alpha. Give it by keyword (alpha=...)."
     ) in message
+    assert "alpha=20 (positional 2), and its 1 output (out_shape/out_type) takes out_ptr; nothing is given for n. " in (
+        message
+    )
 
 
 def test_a_missing_pointer_operand_is_named_not_the_scalar_that_slid_into_its_place() -> None:
@@ -409,7 +412,7 @@ def test_a_missing_argument_among_keyword_operands_is_named() -> None:
 
 def test_an_output_left_out_of_out_shape_is_offered_as_the_reason() -> None:
     message = _missing_message(lambda: jt.triton_call(X, X, 20, kernel=sum_diff_kernel, out_shape=X, grid=2, BLOCK=16))
-    assert "tl.constexpr): sum_ptr.\n" in message  # the outputs take the last parameters
+    assert "tl.constexpr): sum_ptr (or diff_ptr: " in message  # the outputs likelier take the last parameters
     assert "If sum_ptr takes an output, out_shape (or out_type) describes 1 output and needs 2." in message
 
 
@@ -437,6 +440,51 @@ def test_a_missing_argument_beside_an_aliased_output_with_its_own_pointer_counts
         "If its aliased output has no pointer parameter of its own (current convention), 3 arguments are missing"
         in (message)
     )
+
+
+@triton.jit
+def rms_norm_rows_kernel(X, Y, W, stride, N, eps, BLOCK: tl.constexpr):
+    """``Y = X / rms(X) * W`` per row, in the style of Triton's normalisation tutorials: short capital names."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < N
+    x = tl.load(X + row * stride + cols, mask=inside, other=0.0)
+    rms = tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    tl.store(Y + row * stride + cols, x / rms * tl.load(W + cols, mask=inside), mask=inside)
+
+
+def test_an_argument_left_out_that_could_be_either_of_two_parameters_gets_both_readings_and_fixes() -> None:
+    rows, weight = jnp.ones((4, 32)), jnp.ones(32)
+    message = _missing_message(
+        lambda: jt.triton_call(
+            X=rows, W=weight, stride=32, N=32, kernel=rms_norm_rows_kernel, out_shape=rows, grid=4, BLOCK=32
+        )
+    )
+    head, first, second = message.splitlines()[:3]
+    assert head.startswith(
+        "triton_call is missing 1 argument of kernel rms_norm_rows_kernel(X, Y, W, stride, N, eps, BLOCK: "
+        "tl.constexpr): "
+    )
+    assert head.endswith(": the call reads two ways, each below with its fix).")
+    given = "X=float32[4, 32] (keyword), W=float32[32] (keyword), stride=32 (keyword), N=32 (keyword)"
+    assert first.startswith("  One reading: ") and second.startswith("  The other reading: ")
+    assert {first.split(": ", 1)[1], second.split(": ", 1)[1]} == {
+        f"{given}, and its 1 output (out_shape/out_type) takes Y; nothing is given for eps. Give it by keyword "
+        "(eps=...).",
+        f"{given}, and its 1 output (out_shape/out_type) takes eps; nothing is given for Y. Give it by keyword "
+        "(Y=...).",
+    }
+
+
+def test_the_fix_the_other_reading_names_makes_the_call_run() -> None:
+    rows = jax.random.normal(jax.random.key(3), (4, 32), jnp.float32)
+    weight = jax.random.normal(jax.random.key(4), (32,), jnp.float32)
+    out = jt.triton_call(
+        X=rows, W=weight, stride=32, N=32, eps=1e-6, kernel=rms_norm_rows_kernel, out_shape=rows, grid=4, BLOCK=32
+    )
+    x = np.asarray(rows, np.float64)
+    want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * np.asarray(weight, np.float64)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_float_is_not_read_as_a_count() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,3 +157,60 @@ def test_store_past_a_too_small_out_shape_blames_out_shape_in_a_real_call() -> N
     assert "out_shape is too small" in message
     out = jt.triton_call(x, kernel=masked_copy_kernel, out_shape=x, grid=3, n=40, BLOCK=16)
     np.testing.assert_array_equal(out, x)
+
+
+# -- the source line of the access ----------------------------------------------------------------------------------
+
+
+@triton.jit
+def _store_tile(out_ptr, offsets, values):
+    tl.store(out_ptr + offsets, values)  # no mask: this line is the one that strays
+
+
+@triton.jit
+def copy_through_helper_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    _store_tile(out_ptr, offsets, tl.load(x_ptr + offsets, mask=offsets < n, other=0.0))
+
+
+@triton.jit
+def write_input_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    values = tl.load(x_ptr + offsets)
+    tl.store(x_ptr + offsets, values * 2)
+    tl.store(out_ptr + offsets, values)
+
+
+def _kernel_line(kernel: object, text: str) -> str:
+    """``FILE:LINE: TEXT`` of the line of ``kernel``'s source (a ``@triton.jit`` function) that holds ``text``."""
+    fn = getattr(kernel, "fn", kernel)
+    lines, first = inspect.getsourcelines(fn)
+    index = next(i for i, line in enumerate(lines) if text in line)
+    return f"{fn.__code__.co_filename}:{first + index}: {lines[index].strip()}"
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "ffi", "interpreter"])
+def test_an_out_of_bounds_store_names_the_source_line_of_the_store_in_a_helper(launcher: str) -> None:
+    x = jnp.asarray(np.random.default_rng(2).standard_normal(40), dtype=jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        jax.block_until_ready(
+            jt.triton_call(x, kernel=copy_through_helper_kernel, out_shape=x, grid=3, n=40, BLOCK=16, launcher=launcher)
+        )
+    error = jt.errors.from_runtime_error(raised.value)
+    assert isinstance(error, OutOfBoundsAccessError), raised.value
+    message = str(error)
+    assert "out-of-bounds store of 4 bytes from argument 'out_ptr' (output 0) at element 40" in message
+    assert message.endswith(f"[program_id (2, 0, 0) at {_kernel_line(_store_tile, 'tl.store(')}]")
+
+
+@pytest.mark.parametrize("launcher", ["compiled", "interpreter"])
+def test_a_store_into_an_input_names_the_source_line_of_the_store(launcher: str) -> None:
+    x = jnp.asarray(np.random.default_rng(3).standard_normal(16), dtype=jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        jax.block_until_ready(
+            jt.triton_call(x, kernel=write_input_kernel, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
+        )
+    error = jt.errors.from_runtime_error(raised.value)
+    assert isinstance(error, OutOfBoundsAccessError), raised.value
+    assert "stores into input 'x_ptr', which is not an output" in str(error)
+    assert str(error).endswith(f"[program_id (0, 0, 0) at {_kernel_line(write_input_kernel, 'tl.store(x_ptr')}]")

@@ -82,7 +82,7 @@ def masked_read_kernel(x_ptr, out_ptr, n, shift, BLOCK: tl.constexpr):
 
 
 @pytest.mark.parametrize("launcher", ["compiled", "ffi"])
-def test_an_out_of_bounds_load_names_the_argument_the_element_and_the_program(launcher: str) -> None:
+def test_an_out_of_bounds_load_names_the_argument_the_element_the_program_and_the_source_line(launcher: str) -> None:
     x = np.arange(40, dtype=np.float32)
     with pytest.raises(Exception) as raised:
         jax.block_until_ready(
@@ -92,7 +92,11 @@ def test_an_out_of_bounds_load_names_the_argument_the_element_and_the_program(la
     assert isinstance(error, OutOfBoundsAccessError), raised.value
     message = str(error)
     assert "out-of-bounds load of 4 bytes from argument 'x_ptr' at element 40 (past its end;" in message
-    assert "[program_id (2, 0, 0)]" in message
+    source = f"{__file__}:{masked_read_kernel.fn.__code__.co_firstlineno + 3}"
+    assert message.endswith(f"[program_id (2, 0, 0) at {source}: {KERNEL_LOAD_STORE_LINE}]")
+
+
+KERNEL_LOAD_STORE_LINE = "tl.store(out_ptr + i, tl.load(x_ptr + i + shift, mask=i < n, other=-1.0), mask=i < n)"
 
 
 @triton.jit
@@ -336,10 +340,17 @@ def test_every_call_through_both_paths_agrees(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_difference_between_the_two_paths_fails_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jt_core.translation import lang
+
+    from jt_core.translation import rules
 
     monkeypatch.setenv("JT_CPU_DIFFERENTIAL", "1")
-    monkeypatch.setitem(lang.ELEMENTWISE, "math.sqrt", (lambda a: jnp.sqrt(a) * 1.0000001, False))
+    sqrt = rules.rule_of("math.sqrt")
+    assert sqrt is not None
+
+    def wrong(out: Any, attr: Any, numbers: Any, a: Any) -> Any:
+        return jnp.sqrt(a) * 1.0000001
+
+    monkeypatch.setitem(rules.all_rules(), "math.sqrt", dataclasses.replace(sqrt, compute=wrong))
     x = np.random.default_rng(6).standard_normal(16).astype(np.float32) + 3
     with pytest.raises(Exception) as raised:
         jax.block_until_ready(run(sqrt_kernel, x, out_shape=x, grid=1, BLOCK=16, name="mul_add"))

@@ -17,7 +17,7 @@ import triton.language as tl
 
 import jt_core as jt
 from jt_core.errors import DifferentialMismatchError, KernelRuntimeError, OutOfBoundsAccessError
-from jt_core.translation.affine import Affine
+from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.memory import STRAYED, BufferSpec, Memory, Pointer, State, no_error
 
 PATHS = ["compiled", "ffi"]

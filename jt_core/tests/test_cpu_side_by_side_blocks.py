@@ -174,7 +174,7 @@ def test_an_in_place_kernel_whose_programs_load_only_what_they_store_runs_side_b
     np.testing.assert_array_equal(out, x * 2 + 1)
 
 
-def test_in_place_kernels_that_read_what_another_program_or_a_store_before_wrote_run_in_order() -> None:
+def test_an_in_place_kernel_that_reads_what_another_program_wrote_runs_in_order() -> None:
     x = random(100)
 
     def running(x: jax.Array, launcher: str = "compiled") -> jax.Array:
@@ -194,6 +194,11 @@ def test_in_place_kernels_that_read_what_another_program_or_a_store_before_wrote
     np.testing.assert_array_equal(out, np.asarray(jax.jit(lambda x: running(x, "ffi"))(x)))
     np.testing.assert_array_equal(out, np.repeat(np.arange(1, 5, dtype=np.float32), 32)[:100])
 
+
+def test_an_in_place_kernel_that_reads_its_own_store_runs_side_by_side_in_windows() -> None:
+    # Each program stores its block, then loads it back: its own window of the buffer, where it sees its store.
+    x = random(100)
+
     def reread(x: jax.Array, launcher: str = "compiled") -> Any:
         return jt.triton_call(
             x,
@@ -206,7 +211,7 @@ def test_in_place_kernels_that_read_what_another_program_or_a_store_before_wrote
             launcher=launcher,
         )
 
-    assert "while" in jax.jit(reread).lower(x).as_text()
+    assert "while" not in jax.jit(reread).lower(x).as_text()
     written, doubled = (np.asarray(a) for a in jax.jit(reread)(x))
     np.testing.assert_array_equal(written, 5)
     np.testing.assert_array_equal(doubled, 10)
@@ -263,16 +268,9 @@ def test_matmuls_with_and_without_tails_match_numpy(kernel: Any, shape: tuple[in
     compiled = np.asarray(call(kernel, a, b, **kwargs))
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
-    # Each path sums the products in float32 in an order of its own (the interpreter's is NumPy's BLAS, whose kernels
-    # differ from one processor to another): each result is within k roundings of the exact sum, relative to the sum
-    # of the products' magnitudes.
-    bound = k * np.finfo(np.float32).eps / 2 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+    # Each step's product of 16 terms is summed in XLA's order on one path and NumPy's on the other: a few ulps.
     interpreted = np.asarray(call(kernel, a, b, launcher="ffi", **kwargs))
-    for path, got in (("compiled", compiled), ("interpreter", interpreted)):
-        error = np.abs(got.astype(np.float64) - want)
-        assert (error <= bound).all(), (
-            f"{path}: {error.max()} over the bound at {np.unravel_index(np.argmax(error - bound), error.shape)}"
-        )
+    np.testing.assert_allclose(compiled, interpreted, rtol=4 * k * np.finfo(np.float32).eps, atol=1e-6)
 
 
 @triton.jit

@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jt_core.translation.affine import Affine, disjoint
+from jt_core.translation.analysis.affine import Affine, disjoint
 
 
 def _elements(store: Affine, pid: tuple[int, int, int]) -> set[int]:

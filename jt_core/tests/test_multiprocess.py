@@ -90,7 +90,7 @@ def run_scenario(
 
 
 def check_sharding(results: list[dict[str, Any]]) -> None:
-    for name in ("shard_map", "partitioned", "partition_argument"):
+    for name in ("shard_map", "partitioned", "partition_argument", "explicit"):
         assert [found[name]["all_gather"] for found in results] == [False, False], name
         assert results[0][name]["program"] == results[1][name]["program"], name
     assert [found["lowered_for"] for found in results] == [[0], [1]]

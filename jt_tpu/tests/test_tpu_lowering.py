@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tpu_kernels
+import tpu_model_cases
 import triton
 import triton.language as tl
 from tpu_testlib import exported_for_tpu, operations
@@ -37,6 +38,24 @@ def test_each_benchmark_kernel_lowers_to_slices_and_products(case: tpu_kernels.C
     if "matmul" in case.name:
         assert ops["dot_general"] == 1, "the K-loop is one product"
     assert sum(ops.values()) < 1000, "the lowering stays small (it was thousands of operations per K-loop)"
+
+
+#: Kernels of language models (``tpu_model_cases.py``) at a model's size that lower as the benchmark's do, with the
+#: most of each operation they may hold: a chunked cumsum over [8, 4096, 16] and the 13-config autotuned 4096^3 matmul.
+MODEL_KERNELS_AS_SLICES = {
+    "chunk cumsum": {"while": 0, "gather": 0, "scatter": 0},
+    "autotuned matmul": {"while": 0, "gather": 0, "scatter": 0, "dot_general": 1},
+}
+MODEL_CASES = [c for c in tpu_model_cases.model_cases() if any(c.name.startswith(k) for k in MODEL_KERNELS_AS_SLICES)]
+
+
+@pytest.mark.parametrize("case", MODEL_CASES, ids=[c.name for c in MODEL_CASES])
+def test_model_kernels_with_affine_accesses_lower_to_slices_and_products(case: tpu_kernels.Case) -> None:
+    ops = operations(exported_for_tpu(case.kernel, *case.inputs(np.random.default_rng(0))))
+    ceilings = next(kept for key, kept in MODEL_KERNELS_AS_SLICES.items() if case.name.startswith(key))
+    assert ops["custom_call"] == 0
+    for op, most in ceilings.items():
+        assert ops[op] <= most, f"{ops[op]} {op} in {case.name}"
 
 
 @triton.jit

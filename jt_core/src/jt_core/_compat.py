@@ -299,3 +299,44 @@ def lower_closed_jaxpr(ctx: Any, closed: Any, operands: Any) -> Any:
     )
     ctx.set_tokens_out(tokens)
     return out
+
+
+# -- explicit sharding (jax.set_mesh with explicit axes, shardings in the types) ---------------------------------------
+
+
+def concrete_mesh() -> Any | None:
+    """The mesh of the context (``jax.set_mesh``) with its devices, also while tracing under ``jax.jit`` (where
+    ``jax.sharding.get_mesh`` refuses); ``None`` where none is set or this jax cannot say."""
+    try:
+        from jax._src.mesh import get_concrete_mesh
+
+        mesh = get_concrete_mesh()
+    except Exception:  # a jax without it
+        return None
+    return None if mesh is None or getattr(mesh, "empty", True) else mesh
+
+
+def is_explicit_axis(axis_type: Any) -> bool:
+    """Whether a mesh axis's type is explicit (the arrays' types carry their shardings along it)."""
+    import jax
+
+    explicit = getattr(getattr(jax.sharding, "AxisType", None), "Explicit", None)
+    return explicit is not None and axis_type == explicit
+
+
+def typeof(array: Any) -> Any:
+    """The abstract value of ``array``, with its sharding where JAX keeps one in types."""
+    import jax
+
+    getter = getattr(jax, "typeof", None)
+    return getter(array) if getter is not None else getattr(array, "aval", None)
+
+
+def reshard(array: Any, sharding: Any) -> Any:
+    """``array`` resharded to ``sharding`` (a ``NamedSharding``), where its type's sharding differs."""
+    import jax
+
+    current = getattr(getattr(typeof(array), "sharding", None), "spec", None)
+    if current is not None and tuple(current) == tuple(sharding.spec):
+        return array
+    return jax.sharding.reshard(array, sharding)

@@ -235,7 +235,8 @@ def _misfit(
             if num_aliased and missing is not None:
                 current = _missing_arguments(nonconstexpr, args, keyword_operands, num_outputs - num_aliased)
                 if current is not None and current.misfit < missing.misfit:
-                    missing = dataclasses.replace(current, current=True)
+                    other = current.other and dataclasses.replace(current.other, current=True)
+                    missing = dataclasses.replace(current, current=True, other=other)
         if missing is not None:
             lines = _missing_lines(signature, missing, args, keyword_operands, free, num_outputs, num_aliased)
         else:
@@ -274,6 +275,9 @@ class _Missing:
             arguments do not tell them apart; positional values then fill the earliest parameters).
         misfit: How badly the arguments fit this reading (0: not at all badly).
         current: Whether aliased outputs have no parameter of their own in this reading (the current convention).
+        other: The next likeliest reading when it leaves other parameters without a value and fits almost as well
+            (it differs only in what the names weakly suggest: that outputs come last, that an integer is a
+            count), so that the error gives both and the fix for each.
     """
 
     missing: tuple[str, ...]
@@ -282,6 +286,12 @@ class _Missing:
     alternatives: tuple[str, ...]
     misfit: float = 0.0
     current: bool = False
+    other: _Missing | None = None
+
+
+#: How much worse than the likeliest reading another may fit and still be offered beside it: less than one
+#: output on a parameter not named like an output.
+_NEAR = 0.5
 
 
 #: The most readings of a call with too few arguments that are weighed against each other.
@@ -362,12 +372,22 @@ def _missing_arguments(
     cost, _, _, outs, holes, filled = scored[0]
     chosen = {free[i] for i in holes}
     others = {free[i] for entry in scored if entry[0] == cost for i in entry[4]} - chosen
+    near = next((e for e in scored[1:] if e[0] - cost < _NEAR and {free[i] for i in e[4]} != chosen), None)
     return _Missing(
         missing=tuple(free[i] for i in holes),
         outputs=tuple(free[i] for i in outs),
         positional={free[i]: k for k, i in enumerate(filled)},
         alternatives=tuple(name for name in free if name in others),
         misfit=cost,
+        other=None
+        if near is None
+        else _Missing(
+            missing=tuple(free[i] for i in near[4]),
+            outputs=tuple(free[i] for i in near[3]),
+            positional={free[i]: k for k, i in enumerate(near[5])},
+            alternatives=(),
+            misfit=near[0],
+        ),
     )
 
 
@@ -390,27 +410,24 @@ def _missing_lines(
             f" (or {', '.join(found.alternatives)}: the arguments' names and values fit either, and positional values "
             "fill the earliest parameters first)"
         )
-    bound = [f"{name}={describe_value(args[index])} (positional {index})" for name, index in found.positional.items()]
-    bound += [f"{name}={describe_value(value)} (keyword)" for name, value in keyword_operands.items()]
-    reading = f"  The arguments read best as {', '.join(bound)}" if bound else "  The call gives no operand"
-    if found.outputs:
-        taken = "takes" if len(found.outputs) == 1 else "take"
-        outputs = _count(len(found.outputs), "output" if not found.current else "output not aliased")
-        reading += f", and its {outputs} (out_shape/out_type) {taken} {', '.join(found.outputs)}"
-    if found.current:
-        writes = "writes" if num_aliased == 1 else "write"
-        reading += f", and its {_count(num_aliased, 'aliased output')} {writes} through the input's pointer"
-    given = ", ".join(f"{name}=..." for name in found.missing)
-    lines = [
-        f"{head}.",
-        f"{reading}; nothing is given for {names}. Give {'it' if count == 1 else 'them'} by keyword ({given}).",
-    ]
+    elif found.other is not None:
+        head += f" (or {', '.join(found.other.missing)}: the call reads two ways, each below with its fix)"
+    if found.other is None:
+        best = "  The arguments read best as" if found.positional or keyword_operands else "  The call gives"
+        lines = [f"{head}.", _reading_line(best, found, args, keyword_operands, num_aliased)]
+    else:
+        lines = [
+            f"{head}.",
+            _reading_line("  One reading:", found, args, keyword_operands, num_aliased),
+            _reading_line("  The other reading:", found.other, args, keyword_operands, num_aliased),
+        ]
     in_order = list(free[: len(args)])
     placed = list(found.positional)
     if placed != in_order:
         later = placed[next(k for k, (a, b) in enumerate(zip(placed, in_order)) if a != b) :]
         lines.append(
-            f"  Positional values fill the non-constexpr parameters in order ({', '.join(in_order)}): pass "
+            f"  {'In the first reading, p' if found.other is not None else 'P'}ositional values fill the "
+            f"non-constexpr parameters in order ({', '.join(in_order)}): pass "
             f"{', '.join(later)} by keyword too ({', '.join(f'{name}=...' for name in later)})."
         )
     last_bound = max((free.index(name) for name in found.positional), default=-1)
@@ -436,6 +453,26 @@ def _missing_lines(
             f"convention), {_count(rest, 'argument')} {'is' if rest == 1 else 'are'} missing."
         )
     return lines
+
+
+def _reading_line(
+    opening: str, found: _Missing, args: Sequence[Any], keyword_operands: Mapping[str, Any], num_aliased: int
+) -> str:
+    """One reading of a call that gives too few arguments: what each argument fills, which parameters the outputs
+    take, what is left without a value, and how to give it."""
+    bound = [f"{name}={describe_value(args[index])} (positional {index})" for name, index in found.positional.items()]
+    bound += [f"{name}={describe_value(value)} (keyword)" for name, value in keyword_operands.items()]
+    reading = f"{opening} {', '.join(bound) or 'no operand'}"
+    if found.outputs:
+        taken = "takes" if len(found.outputs) == 1 else "take"
+        outputs = _count(len(found.outputs), "output" if not found.current else "output not aliased")
+        reading += f", and its {outputs} (out_shape/out_type) {taken} {', '.join(found.outputs)}"
+    if found.current:
+        writes = "writes" if num_aliased == 1 else "write"
+        reading += f", and its {_count(num_aliased, 'aliased output')} {writes} through the input's pointer"
+    count, names = len(found.missing), ", ".join(found.missing)
+    given = ", ".join(f"{name}=..." for name in found.missing)
+    return f"{reading}; nothing is given for {names}. Give {'it' if count == 1 else 'them'} by keyword ({given})."
 
 
 def _filled_summary(nonconstexpr: Sequence[str], reading: _Reading, num_outputs: int) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "compiling",
     "cpu_dot_precision",
     "interpreting",
+    "is_front_end_error",
     "linear_front_end",
     "refusal",
     "release_frames",
@@ -513,6 +514,14 @@ def refusal(source: Any) -> str | None:
     return None
 
 
+def is_front_end_error(error: BaseException) -> bool:
+    """Whether ``error`` is Triton's front end refusing a kernel's source (``CompilationError``): it says where in
+    the source itself, and its traceback is Triton's code generator walking the kernel."""
+    from triton.compiler.errors import CompilationError
+
+    return isinstance(error, CompilationError)
+
+
 def release_frames(error: BaseException) -> None:
     """Lets go of what the finished frames in the tracebacks of a failed compile's ``error``, and of its causes,
     hold: the frames of the compile, from the plugin's hook down into Triton.
@@ -523,6 +532,9 @@ def release_frames(error: BaseException) -> None:
     them, and at exit Triton's bindings report every one still alive as leaked. So the tracebacks end where they
     enter Triton, whose frames are kept as text in a note (file, line and source, as a traceback prints them), and
     the finished frames before that drop their local variables. Frames still running (the caller's) are left alone.
+    An error of Triton's front end (`is_front_end_error`) keeps no traceback and no note: its message locates the
+    refusal in the kernel's source, and its frames, the code generator's recursion over the kernel, would print
+    a hundred lines before the error that says what happened.
     """
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
@@ -540,6 +552,9 @@ def release_frames(error: BaseException) -> None:
             except RuntimeError:  # a frame still running
                 pass
             previous, tb = tb, tb.tb_next
+        if is_front_end_error(current):
+            current.__traceback__ = None
+            continue
         if tb is None:
             continue
         inside = "".join(traceback.format_list(traceback.extract_tb(tb)))

@@ -32,7 +32,7 @@ from jax import tree_util
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jt_core import distributed
+from jt_core import _compat, distributed
 from jt_core.call import SCALAR, CallOptions, KernelCall
 from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
 from jt_core.lowering import agreement
@@ -111,36 +111,57 @@ class BatchDims(PartitionRule):
 
     ``BatchDims(0)``: row ``b`` of each output depends only on row ``b`` of each operand. Negative dimensions
     count from the end. The batch dimensions may be sharded; every other dimension is replicated.
+    ``BatchDims(0, whole=(1,))``: array operand 1 (a norm's weight, a table every row reads) has no batch
+    dimension and every shard receives it whole; zero-dimensional operands always are.
     """
 
     dims: tuple[int, ...]
+    whole: frozenset[int]
 
-    def __init__(self, *dims: int) -> None:
+    def __init__(self, *dims: int, whole: Sequence[int] = ()) -> None:
         if not dims or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
             raise KernelCallTypeError(f"BatchDims takes one or more dimension indices (ints), got {dims!r}")
+        if isinstance(whole, int) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in whole):
+            raise KernelCallTypeError(
+                f"BatchDims(whole=...) takes the positions of array operands as a tuple of ints >= 0, got {whole!r}"
+            )
         object.__setattr__(self, "dims", tuple(dims))
+        object.__setattr__(self, "whole", frozenset(whole))
+
+    def __repr__(self) -> str:
+        whole = f", whole={tuple(sorted(self.whole))}" if self.whole else ""
+        return f"BatchDims({', '.join(map(str, self.dims))}{whole})"
 
     def factors(self, operand_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> Factors:
         sizes: dict[int, int] = {}
         replicated: set[str] = set()
+        past = sorted(i for i in self.whole if i >= len(operand_shapes))
+        if past:
+            raise KernelCallValueError(
+                f"partition={self!r} names operand {past[0]} whole, but the call has {len(operand_shapes)} array "
+                "operands (counted from 0, in the order given)"
+            )
 
         def one(kind: str, index: int, shape: Shape) -> tuple[str, ...]:
             rank = len(shape)
+            if kind == "operand" and (index in self.whole or rank == 0):
+                replicated.update(f"o{index}_{axis}" for axis in range(rank))
+                return tuple(f"o{index}_{axis}" for axis in range(rank))
+            hint = f" (name it in whole=(..., {index}) if every shard takes it whole)" if kind == "operand" else ""
             batch = {}
             for k, d in enumerate(self.dims):
                 axis = d + rank if d < 0 else d
                 if not 0 <= axis < rank:
                     raise KernelCallValueError(
-                        f"partition=BatchDims{self.dims}: {kind} {index} has shape {tuple(shape)}, which has no "
-                        f"dimension {d}"
+                        f"partition={self!r}: {kind} {index} has shape {tuple(shape)}, which has no dimension {d}{hint}"
                     )
                 if axis in batch:
-                    raise KernelCallValueError(f"partition=BatchDims{self.dims} names dimension {axis} twice")
+                    raise KernelCallValueError(f"partition={self!r} names dimension {axis} twice")
                 batch[axis] = k
                 if sizes.setdefault(k, shape[axis]) != shape[axis]:
                     raise KernelCallValueError(
-                        f"partition=BatchDims{self.dims}: batch dimension {d} has size {shape[axis]} in {kind} "
-                        f"{index} (shape {tuple(shape)}) but {sizes[k]} elsewhere; batch dimensions must match"
+                        f"partition={self!r}: batch dimension {d} has size {shape[axis]} in {kind} "
+                        f"{index} (shape {tuple(shape)}) but {sizes[k]} elsewhere; batch dimensions must match{hint}"
                     )
             names = []
             for axis in range(rank):
@@ -248,6 +269,9 @@ def _apply(
     ``check`` looks at its calls first.
     """
     factors = rule.factors([tuple(a.shape) for a in arrays], [tuple(s.shape) for s in out_shapes])
+    mesh = _explicit_mesh()
+    if mesh is not None:
+        return _shard_mapped(factors, mesh, body_for, arrays, out_shapes, check)
 
     def infer(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
         _, out_shardings = choose_shardings(factors, mesh, arg_shapes, [r.shape for r in result_shape])
@@ -285,6 +309,58 @@ def _apply(
         need_replication_factors=tuple(sorted(factors.replicated)),
     )
     return tuple(function(*arrays))
+
+
+def _explicit_mesh() -> Any | None:
+    """The mesh of the context (``jax.set_mesh``) where its axes are explicit (JAX's explicit sharding: an array's
+    type carries its sharding): the call is then split over it with ``jax.shard_map``, which ``jax.export``
+    serializes, where ``custom_partitioning`` holds a host callback it cannot. ``None`` otherwise. The mesh is the
+    concrete one, whose devices the lowering needs to compare the processes of a ``jax.distributed`` job."""
+    mesh = _compat.concrete_mesh()
+    if mesh is None or not all(_compat.is_explicit_axis(t) for t in getattr(mesh, "axis_types", ())):
+        return None
+    return mesh
+
+
+def _shard_mapped(
+    factors: Factors,
+    mesh: Any,
+    body_for: Callable[[Sequence[Any] | None], Callable[..., tuple[Any, ...]]],
+    arrays: Sequence[Any],
+    out_shapes: Sequence[Any],
+    check: ShardCheck | None,
+) -> tuple[Any, ...]:
+    """The call split over an explicit mesh with ``jax.shard_map``, its operands and outputs sharded as the rule
+    chooses from the operands' own shardings (`choose_shardings`)."""
+    typed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_compat.typeof(a).sharding) for a in arrays]
+    in_shardings, out_shardings = choose_shardings(factors, mesh, typed, [tuple(s.shape) for s in out_shapes])
+    local_args = [jax.ShapeDtypeStruct(_local(s.spec, a.shape, mesh), a.dtype) for s, a in zip(in_shardings, arrays)]
+    local = [jax.ShapeDtypeStruct(_local(s.spec, r.shape, mesh), r.dtype) for s, r in zip(out_shardings, out_shapes)]
+    body = body_for(local)
+    if check is not None:
+        equations = list(_equations(jax.make_jaxpr(body)(*local_args).jaxpr))
+        shapes = ShardShapes(
+            tuple(tuple(a.shape) for a in arrays),
+            tuple(tuple(a.shape) for a in local_args),
+            tuple(tuple(r.shape) for r in out_shapes),
+            tuple(tuple(r.shape) for r in local),
+        )
+        check([eqn.params["call"] for eqn in equations if eqn.primitive.name == "triton_kernel_call"], shapes)
+    moved = [_compat.reshard(a, s) for a, s in zip(arrays, in_shardings)]
+    split = jax.shard_map(
+        body, mesh=mesh, in_specs=tuple(s.spec for s in in_shardings), out_specs=tuple(s.spec for s in out_shardings)
+    )
+    return tuple(split(*moved))
+
+
+def _local(spec: Any, shape: Sequence[int], mesh: Any) -> Shape:
+    """A global shape's shard under ``spec`` on ``mesh``."""
+    local = list(shape)
+    for axis, entry in enumerate(tuple(spec)[: len(shape)]):
+        names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        for name in names:
+            local[axis] //= mesh.shape[name]
+    return tuple(local)
 
 
 def _refuse_host_callbacks(equations: Sequence[Any], mesh: Any) -> None:
@@ -421,13 +497,30 @@ def partitioned(rule: PartitionRule) -> Callable[[F], F]:
 
                 return body
 
-            out_shapes = jax.eval_shape(body_for(None), *arrays)
+            # Traced on unsharded values: under explicit sharding the operands' own types could clash (a weight
+            # sharded like the rows), which the split resolves by resharding them first.
+            unsharded = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+            closed, out_shapes = jax.make_jaxpr(body_for(None), return_shape=True)(*unsharded)
+            _refuse_closures(fn, closed.consts)
             flat = _apply(rule, body_for, arrays, out_shapes)
             return tree_util.tree_unflatten(out_tree[0], flat)
 
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def _refuse_closures(fn: Any, consts: Sequence[Any]) -> None:
+    """Raises where the function given to `partitioned` closes over arrays: each shard would need them whole,
+    and neither ``custom_partitioning`` nor ``jax.shard_map`` over explicit axes can pass them on."""
+    if not consts:
+        return
+    shapes = ", ".join(f"{jnp.dtype(c.dtype).name}{list(np.shape(c))}" for c in consts[:4])
+    raise KernelCallValueError(
+        f"@jt.partitioned function {getattr(fn, '__qualname__', fn)!r} closes over {len(consts)} array(s) "
+        f"({shapes}{', ...' if len(consts) > 4 else ''}): pass them as arguments of the function instead; with "
+        "BatchDims, name an array every shard takes whole in whole=(its position among the array arguments,)"
+    )
 
 
 #: Runs one ``triton_call``: ``run(args, metaparams, options)``.

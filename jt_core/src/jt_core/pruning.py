@@ -10,11 +10,12 @@
   configs are copies of the user's ``triton.Config`` objects, which are never mutated.
 * A config's ``pre_hook`` and the autotuner's ``pre_hook``/``post_hook`` take the kernel's arguments; Triton's
   fused-attention tutorial uses them only to set its host-side tensor descriptors' block shapes from the config
-  (``nargs["desc_q"].block_shape = [BLOCK_M, HEAD_DIM]``). jt runs each hook when it binds each config, on stand-ins
-  that record what the hook does: setting ``block_shape`` on a `jt_core.TensorDescriptor` argument is kept, and
-  becomes that config's block shape; anything else (writing to another attribute or to the dict, calling a tensor
-  method such as ``zero_()``, raising) refuses the call, naming the hook and what it did. A hook never sees a
-  buffer, so it cannot touch data.
+  (``nargs["desc_q"].block_shape = [BLOCK_M, HEAD_DIM]``), and return at once when the kernel makes its descriptors
+  itself (``tl.make_tensor_descriptor``: the arguments are then arrays). jt runs each hook when it binds each config,
+  on stand-ins that record what the hook does: setting ``block_shape`` on a `jt_core.TensorDescriptor` argument is
+  kept, and becomes that config's block shape; a hook that sets nothing is harmless; anything else (writing to
+  another attribute or to the dict, calling a tensor method such as ``zero_()``, raising) refuses the call, naming
+  the hook and what it did. A hook never sees a buffer, so it cannot touch data.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ __all__ = [
 #: What jt runs of a hook, for messages.
 ALLOWED_HOOKS = (
     "jt runs a hook while it binds each config, on stand-ins of the arguments, and keeps what it does only when it "
-    "sets block_shape of jt.TensorDescriptor arguments (nargs['desc'].block_shape = [BLOCK_M, HEAD_DIM]); a hook "
-    "that does anything else cannot run: zero outputs with reset_to_zero=[...] or zeroed_outputs=, keep inputs with "
-    "restore_value=[...]"
+    "sets block_shape of jt.TensorDescriptor arguments (nargs['desc'].block_shape = [BLOCK_M, HEAD_DIM]) or sets "
+    "nothing; a hook that does anything else cannot run: zero outputs with reset_to_zero=[...] or zeroed_outputs=, "
+    "keep inputs with restore_value=[...]"
 )
 
 
@@ -245,6 +246,10 @@ def hook_block_shapes(
 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Runs one config's hooks on stand-ins and returns the block shapes they set, by descriptor leaf name.
 
+    A hook that sets nothing for this call runs and is done with: Triton's fused-attention tutorial returns from
+    its hook at once when the kernel makes its descriptors itself (its arguments are then arrays), so the same
+    kernel runs with host descriptors or without.
+
     Args:
         hooks: ``(what, hook)`` pairs in Triton's order: the config's ``pre_hook``, the autotuner's ``pre_hook``,
             its ``post_hook`` (called with ``exception=None``).
@@ -255,16 +260,9 @@ def hook_block_shapes(
         signature: The kernel's signature, for messages.
 
     Raises:
-        NotImplementedError: For a hook that does anything but set ``block_shape`` on descriptors, and for any hook
-            of a call with no descriptor argument (there it can set nothing; jax-triton refuses such hooks too).
-        KernelCallValueError: For a hook that raises, or sets a block shape that is not a list of ints.
+        NotImplementedError: For a hook that does anything but set ``block_shape`` on descriptors (or raises).
+        KernelCallValueError: For a hook that sets a block shape that is not a list of ints.
     """
-    if not descriptors:
-        what = hooks[0][0]
-        raise NotImplementedError(
-            f"{what} of {signature} (config [{label}]) has nothing to set: the call has no jt.TensorDescriptor "
-            f"argument. Remove the hook. {ALLOWED_HOOKS}"
-        )
     fresh: dict[str, DescriptorStandIn] = {}
 
     def renew(name: str, value: Any) -> Any:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from jt_core import cache, distributed, files, integrity, memory
-from jt_core.call import INPUT, OUTPUT, KernelCall
+from jt_core.call import INPUT, OUTPUT, KernelCall, LaunchConfig
 from jt_core.errors import ProcessAgreementError
 from jt_core.options import exact_form
 
@@ -33,6 +33,7 @@ __all__ = [
     "caller_reports_skips",
     "choose_config",
     "load_choice",
+    "note_best_config",
     "record_path",
     "save_choice",
     "skipped_configs",
@@ -259,6 +260,59 @@ def take_recent_choice(call: KernelCall) -> int | None:
     any device), or ``None``; taken, so that a later question gets only a later choice."""
     index = _recent.pop(tuning_key(call, ""))
     return index if index is not None and 0 <= index < len(call.configs) else None
+
+
+def _autotuner(kernel: Any) -> Any | None:
+    """The ``@triton.autotune`` object among the wrappers of the kernel a caller passed, or ``None``."""
+    from triton.runtime.autotuner import Autotuner
+
+    current = kernel
+    for _ in range(16):  # as deep as `jt_core.configs.unwrap_kernel` looks
+        if isinstance(current, Autotuner):
+            return current
+        current = getattr(current, "fn", None)
+        if current is None:
+            return None
+    return None
+
+
+def _config_of(autotuner: Any, config: LaunchConfig) -> Any:
+    """The autotuner's ``triton.Config`` that ``config`` runs with: the first whose values and compile options are
+    the configuration's (its values alone where a heuristic set an option). A prune function may return configs
+    of its own, not among the autotuner's: then one made like them."""
+    from triton import Config
+
+    values, options = config.constexpr_dict, config.options
+
+    def fits(candidate: Any, with_options: bool) -> bool:
+        if any(name not in values or values[name] != value for name, value in candidate.kwargs.items()):
+            return False
+        return not with_options or all(
+            getattr(candidate, option, None) in (None, getattr(options, option))
+            for option in ("num_warps", "num_stages", "num_ctas")
+        )
+
+    for with_options in (True, False):
+        found = next((c for c in autotuner.configs if fits(c, with_options)), None)
+        if found is not None:
+            return found
+    names = {name for candidate in autotuner.configs for name in candidate.kwargs}
+    return Config(
+        {name: values[name] for name in values if name in names},
+        num_warps=options.num_warps,
+        num_stages=options.num_stages,
+        num_ctas=options.num_ctas,
+    )
+
+
+def note_best_config(call: KernelCall, index: int) -> None:
+    """Sets ``best_config`` of the caller's ``@triton.autotune`` object to the ``triton.Config`` that configuration
+    ``index`` of ``call`` runs with, as Triton's autotuner sets it when it has chosen. Nothing else of the object
+    changes; a call of a kernel that is not autotuned is left alone."""
+    autotuner = _autotuner(call.kernel)
+    if autotuner is None or not 0 <= index < len(call.configs):
+        return
+    autotuner.best_config = _config_of(autotuner, call.configs[index])
 
 
 def agreed_config(exchange: distributed.Exchange, call: KernelCall, choose: Callable[[], int | None]) -> int:

@@ -10,23 +10,23 @@ import jax
 import numpy as np
 
 from jt_core.plugin import CompiledKernel, KernelCall, UnsupportedKernelError
-from jt_core.translation import Strategy, TranslatingLauncher
+from jt_core.translation import XLA_NUMERICS, Strategy, TranslatingLauncher
 
 __all__ = ["TPU_STRATEGY", "TpuLauncher"]
 
 #: How a TPU runs a translated kernel: every program of the grid side by side while their largest value fits in
-#: 1 GiB (a v5e chip holds 16), no float64 (a TPU has none: quotients are float32's own), int32 addresses, products
-#: and sums rounded as XLA's TPU compiler computes them, loops of known trip count traced step by step up to 16,384
-#: operations (their loads slices), block accesses as strided slices however far apart their rows lie, and a
-#: K-loop of ``tl.dot`` as one product.
+#: 1 GiB (a v5e chip holds 16), arithmetic as XLA's TPU compiler computes it (no float64: a TPU has none), loops
+#: traced step by step only up to 256 operations (longer ones are XLA loops, whose lowering takes the same time
+#: whatever their trip count), block accesses as strided slices however far apart their rows lie, a K-loop of
+#: ``tl.dot`` as one product, and a load's stray lane read as zero rather than a fault (a kernel may read past an
+#: array and never use the lanes that stray, as a GPU lets it).
 TPU_STRATEGY = Strategy(
+    numerics=XLA_NUMERICS,
     side_by_side_bytes=1 << 30,
-    float64=False,
-    int64_addresses=False,
-    exact_rounding=False,
     ordered_accumulation=False,
-    unrolled_operations=16384,
+    unrolled_operations=256,
     slice_span=1 << 20,
+    stray_loads_fault=False,
 )
 
 #: Element types a TPU has no arithmetic for: a call that passes or computes them is refused.

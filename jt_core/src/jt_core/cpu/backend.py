@@ -5,31 +5,27 @@ the interpreter too, which runs what the compiled path cannot."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from jt_core import frontend, settings
+from jt_core import settings
 from jt_core.call import CPU_CHECKS, CompileOptions
 from jt_core.checks import CpuChecks
 from jt_core.interpreter import runner
 from jt_core.interpreter.execute import INTERPRETED_DIALECTS
 from jt_core.plugin import facade
-from jt_core.plugin.roles import Backend, CompileRequest, Dialect
+from jt_core.plugin.roles import CompileRequest, Dialect
 from jt_core.plugin.values import CompiledKernel, Target
-from jt_core.translation.extract import enum_names, extract
+from jt_core.translation.backend import TranslatingBackend, translate
 from jt_core.translation.program import Program
 
-__all__ = ["CPU_TARGET", "PROGRAM_FORMAT", "CpuBackend", "CpuKernel", "CpuOptions", "compile_check_enabled"]
+__all__ = ["CPU_TARGET", "CpuBackend", "CpuKernel", "CpuOptions", "compile_check_enabled"]
 
 #: The target of every CPU kernel.
 CPU_TARGET = Target(platform="cpu", arch="interpreter", warp_size=1)
 
 #: The launchers that run a call in Triton's interpreter.
 INTERPRETER_LAUNCHERS = ("interpreter", "ffi")
-#: The version of what the disk cache keeps of a CPU kernel (its TTIR as `Program.to_bytes` writes it, from the front
-#: end as `jt_core.frontend.build` runs it, where ``tl.dot``'s default input precision is ``"ieee"``).
-PROGRAM_FORMAT = 7
 
 
 def compile_check_enabled() -> bool:
@@ -76,8 +72,9 @@ def _interpreter_chosen(request: CompileRequest) -> bool:
     return named in INTERPRETER_LAUNCHERS
 
 
-class CpuBackend(Backend):
-    """Runs kernels on the host: compiled by XLA from their TTIR, or with Triton's interpreter."""
+class CpuBackend(TranslatingBackend):
+    """Runs kernels on the host: compiled by XLA from their TTIR (the translation's compile, `TranslatingBackend`),
+    or with Triton's interpreter."""
 
     platform = "cpu"
 
@@ -101,32 +98,15 @@ class CpuBackend(Backend):
             "on a GPU platform such as 'cuda' (jt-cuda) or 'rocm' (jt-rocm)"
         )
 
-    def may_keep_on_disk(self, request: CompileRequest) -> bool:
-        # The disk cache keeps a CPU kernel's TTIR, so that a warm first call skips Triton's front end (whose import
-        # alone, which brings in the Gluon language, is 25-50 ms on a 2-core host).
-        return True
-
     def cache_tag(self) -> str:
-        # TRITON_F32_DEFAULT, where set, is tl.dot's default input precision (the front end writes it in the TTIR).
-        dot = os.environ.get("TRITON_F32_DEFAULT", "")
         checked = "checked" if compile_check_enabled() else "unchecked"
-        return f"{checked}-program{PROGRAM_FORMAT}" + (f"-{dot}" if dot else "")
-
-    def restore(self, cached: CompiledKernel, request: CompileRequest) -> CompiledKernel:
-        program, why_not = None, str(cached.metadata.get("why_not") or "") or None
-        at = str(cached.metadata.get("why_not_at") or "") or None
-        if cached.binary:
-            try:
-                program = Program.from_bytes(cached.binary)
-            except ValueError as exc:
-                program, why_not, at = None, str(exc), None
-        return self._compiled(request, program, why_not, at)
+        return f"{checked}-{super().cache_tag()}"
 
     def compile(self, request: CompileRequest) -> CompiledKernel:
-        """Runs Triton's front end on the kernel (about 6 ms per configuration for a vector add, 15 to 35 ms for a
-        matrix product) and keeps the TTIR it gives. Unless ``JT_CPU_COMPILE_CHECK=0``, what the front end refuses
-        (a block size that is not a power of two, a pointer used as a number, an unknown name) fails the call when
-        it is lowered, with Triton's message, rather than in the middle of a run."""
+        """Runs Triton's front end on the kernel (`TranslatingBackend.compile`). Unless ``JT_CPU_COMPILE_CHECK=0``,
+        what the front end refuses (a block size that is not a power of two, a pointer used as a number, an
+        unknown name) fails the call when it is lowered, with Triton's message, rather than in the middle of a
+        run."""
         if _interpreter_chosen(request):
             # Rewritten now, so that a kernel without source fails at lowering, not at run. A call on the compiled
             # path has it rewritten only if it ends in the interpreter: the front end reads the same source, and the
@@ -134,42 +114,13 @@ class CpuBackend(Backend):
             runner.interpreted(request.kernel.fn)
             if not compile_check_enabled():
                 skipped = "a kernel compiled without Triton's front end (JT_CPU_COMPILE_CHECK=0, for the interpreter)"
-                return self._compiled(request, None, skipped)
-        source = request.dialect.make_source(request.kernel, request.specialization, request.target)
-        names = enum_names()
-
-        def read(module: Any) -> tuple[Program | None, str | None]:
-            try:
-                return extract(module, names), None
-            except Exception as exc:  # a module this jt cannot read runs in the interpreter
-                return None, f"a kernel whose Triton IR jt could not read ({type(exc).__name__}: {exc})"
-
-        stops: list[str] = []
-        try:
-            program, why_not = frontend.build(source, read, stops)
-        except Exception as exc:
-            if compile_check_enabled():
-                raise
-            lines = str(exc).strip().splitlines() or [""]
-            program, why_not = None, f"a kernel Triton's front end refused ({type(exc).__name__}: {lines[-1]})"
-        at = None
-        if stops:  # Python's debugger stops only where the kernel runs as Python: in the interpreter
-            program, why_not, at = None, "breakpoint() (Python's debugger)", stops[0]
+                return self.compiled(request, None, skipped)
+        program, why_not, at = translate(request, refuse=compile_check_enabled())
         if program is None:
             runner.interpreted(request.kernel.fn)  # it runs in the interpreter: fails now where it cannot
-        return self._compiled(request, program, why_not, at)
+        return self.compiled(request, program, why_not, at)
 
-    @staticmethod
-    def _compiled(
-        request: CompileRequest, program: Program | None, why_not: str | None, at: str | None = None
-    ) -> CompiledKernel:
+    def payload(self, request: CompileRequest, program: Program | None, why_not: str | None, at: str | None) -> Any:
         options = request.options
         assert isinstance(options, CpuOptions), options
-        return CompiledKernel(
-            name=request.call.name,
-            target=request.target,
-            binary=program.to_bytes() if program is not None else b"",
-            metadata=({"why_not": why_not} if why_not else {}) | ({"why_not_at": at} if at else {}),
-            num_warps=options.num_warps,
-            payload=CpuKernel(request.kernel.fn, options.checks, program, why_not, at),
-        )
+        return CpuKernel(request.kernel.fn, options.checks, program, why_not, at)

@@ -59,6 +59,7 @@ class LoweredCall:
                 if index is None:
                     index, results = self._choose(operands)
                     self.chosen = index
+                    tuning.note_best_config(self.call, index)
                     if results is not None:
                         for out, value in zip(outputs, results):
                             np.copyto(out, value)

@@ -16,8 +16,9 @@ importing the package costs nothing until a GPU call needs it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jt_core._surface import lazy_surface
 
 if TYPE_CHECKING:
     from jt_core.gpu import jaxlib_call
@@ -56,14 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _SURFACE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jt_core.gpu' has no attribute {name!r}")
-    if not module:
-        return importlib.import_module(f"jt_core.gpu.{name}")
-    return getattr(importlib.import_module(f"jt_core.gpu.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_surface(__name__, _SURFACE, __all__)

@@ -500,7 +500,7 @@ def run(
         except DataRaceError:
             raise  # names both programs already
         except OutOfBoundsAccessError as exc:
-            raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}]") from None
+            raise type(exc)(f"{_in_kernel(kernel_name, exc)} [program_id {program}{_at(exc)}]") from None
         except UnsupportedKernelError as exc:
             raise type(exc)(f"{_in_kernel(kernel_name, exc)}{_at(exc)} [program_id {program}]") from None
         except NotImplementedError as exc:
@@ -515,7 +515,7 @@ def run(
             if isinstance(cause, DataRaceError):
                 raise DataRaceError(str(cause)) from None
             if isinstance(cause, OutOfBoundsAccessError):
-                raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}]") from None
+                raise type(cause)(f"{_in_kernel(kernel_name, cause)} [program_id {program}{_at(exc)}]") from None
             if isinstance(cause, UnsupportedKernelError):
                 raise type(cause)(f"{_in_kernel(kernel_name, cause)}{_at(exc)} [program_id {program}]") from None
             if isinstance(cause, spins.Spinning):

@@ -9,9 +9,9 @@ from typing import Any
 from jax._src import dispatch
 from jax._src.interpreters import mlir
 
-from jt_core import _compat, distributed
+from jt_core import _compat, distributed, tuning
 from jt_core.call import KernelCall
-from jt_core.errors import KernelCallTypeError, KernelCallValueError, UnsupportedKernelError
+from jt_core.errors import KernelCallTypeError, KernelCallValueError, KernelCompileError, UnsupportedKernelError
 from jt_core.lowering import compiling
 from jt_core.lowering.devices import computation_devices, lowering_device
 from jt_core.lowering.fallback import lower_with
@@ -39,11 +39,16 @@ def lower_for_platform(ctx: Any, *operands: Any, call: KernelCall, platform: str
     """
     devices = computation_devices(ctx)
     job = distributed.job_of(devices)
-    if job is None:
-        return _lower(ctx, operands, call, platform, devices, None)
-    exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
-    with exchange.reporting():
-        return _lower(ctx, operands, call, platform, devices, exchange)
+    try:
+        if job is None:
+            return _lower(ctx, operands, call, platform, devices, None)
+        exchange = distributed.Exchange(job, distributed.call_digest(call), f"triton_call {call.name!r}")
+        with exchange.reporting():
+            return _lower(ctx, operands, call, platform, devices, exchange)
+    except KernelCompileError as exc:
+        # The error says where in the kernel, which call and the fix; jt's frames from here down to the compile
+        # would only print before it. Triton's error stays its cause.
+        raise exc.with_traceback(None) from exc.__cause__
 
 
 def _lower(
@@ -109,6 +114,8 @@ def _lower(
             if tuned is not call:
                 call = tuned
                 kernels = compiling.compile_all(requests(call))  # kept in memory: the chosen one's at once
+    if len(call.configs) == 1:
+        tuning.note_best_config(call, 0)  # a launcher given more chooses among them: it says which it runs
     return lower_with(ctx, call, kernels, operands, device, platform, launcher, exchange)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jt_core import frontend
-from jt_core.call import SCALAR, KernelCall
+from jt_core.compile_errors import compile_error_message
 from jt_core.errors import JtError, KernelCompileError
 from jt_core.plugin.records import BROKEN
 from jt_core.plugin.registry import SET_ASIDE, get_registry
@@ -92,22 +92,6 @@ def dialect_for(kernel: Any) -> Dialect:
     return get_registry().dialect_for(kernel)
 
 
-def _placement_hint(call: KernelCall) -> str:
-    """Where a scalar went to a parameter named as a pointer (``*_ptr``): how values reach parameters."""
-    misplaced = [
-        slot.name
-        for slot in call.slots
-        if slot.kind == SCALAR and slot.value is not None and slot.name.endswith("_ptr")
-    ]
-    if not misplaced:
-        return ""
-    return (
-        f".\nParameter {misplaced[0]!r} got a scalar: positional values fill the kernel's parameters in order and "
-        "outputs take the parameters left over, so pass scalars by keyword (e.g. n_elements=x.size) to put them "
-        "where they belong"
-    )
-
-
 def _target_text(request: CompileRequest) -> str:
     """The platform and the backend's label of the target (``"cuda sm90"``, ``"rocm gfx942"``, ``"cpu"``)."""
     platform = request.target.platform
@@ -142,12 +126,8 @@ def compile_kernel(request: CompileRequest) -> CompiledKernel:
                 continue
             if not isinstance(exc, Exception):
                 raise
-            raise KernelCompileError(
-                f"compiling triton_call {request.call.name!r} (kernel {request.call.signature_text()}) for "
-                f"{_target_text(request)} with config [{request.config.label}] failed:\n"
-                f"{type(exc).__name__}: {exc}\nThe call gave the kernel's parameters: {request.call.binding_text()}"
-                f"{_placement_hint(request.call)}"
-            ) from exc
+            message = compile_error_message(request.call, request.config, _target_text(request), exc)
+            raise KernelCompileError(message) from exc
     if result is None:
         raise KernelCompileError(f"no plugin compiled {request.call.name!r} for {request.target.platform}")
     return result

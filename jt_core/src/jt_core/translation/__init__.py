@@ -26,17 +26,22 @@ surface, with `jt_core.plugin`); each loads its module on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jt_core._surface import lazy_surface
 
 if TYPE_CHECKING:
     from jt_core.translation.backend import TranslatedKernel, TranslatingBackend
     from jt_core.translation.launcher import TranslatingLauncher, poisoned_where_strayed
+    from jt_core.translation.numerics import GPU_NUMERICS, XLA_NUMERICS, Numerics
     from jt_core.translation.strategy import CPU_STRATEGY, Strategy
 
 #: The names of the translation's plugin surface, and the module of each.
 _SURFACE = {
     "CPU_STRATEGY": "strategy",
+    "GPU_NUMERICS": "numerics",
+    "Numerics": "numerics",
+    "XLA_NUMERICS": "numerics",
     "Strategy": "strategy",
     "TranslatedKernel": "backend",
     "TranslatingBackend": "backend",
@@ -46,6 +51,9 @@ _SURFACE = {
 
 __all__ = [
     "CPU_STRATEGY",
+    "GPU_NUMERICS",
+    "XLA_NUMERICS",
+    "Numerics",
     "Strategy",
     "TranslatedKernel",
     "TranslatingBackend",
@@ -54,12 +62,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _SURFACE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jt_core.translation' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"jt_core.translation.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_surface(__name__, _SURFACE, __all__)

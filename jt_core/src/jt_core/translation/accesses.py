@@ -1,8 +1,10 @@
-"""Pointers and memory: pointer arithmetic, loads, stores and atomics through pointers and block pointers.
+"""The rules of pointers and memory: pointer arithmetic, loads, stores and atomics through pointers and block
+pointers (``tl.make_block_ptr``).
 
-In a vectorised run (`jt_core.translation.grid`) a store is only recorded, to be made after every program
-ran; a store the vectorised run cannot prove safe (inside a loop or branch, through a pointer whose affine form is
-unknown) or an atomic stops it, and the programs run one after the other instead.
+Their analyses give every pointer the buffers it may point into and its offsets' form, and record every access
+(`jt_core.translation.analysis.walk.Walk.access`); their lowerings read what the analyses found (a mask that is a box
+of lanes loads only the box; an offset's form makes a block access a slice of its buffer where the programs run
+side by side, `jt_core.translation.side_by_side`).
 """
 
 from __future__ import annotations
@@ -16,32 +18,52 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import lang, masks
-from jt_core.translation.affine import Affine
-from jt_core.translation.memory import Pointer, State
+from jt_core.translation import elementwise, lang
+from jt_core.translation.analysis import masks
+from jt_core.translation.analysis.affine import Affine
+from jt_core.translation.analysis.facts import Descriptor, Fact
+from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, parse_type
-from jt_core.translation.tracer import Handler, Tracer
-from jt_core.translation.values import BlockPointer, NotVectorizable, Unsupported
+from jt_core.translation.rules import RuleContext, rule
+from jt_core.translation.values import Address, BlockPointer, Unsupported
 
-__all__ = ["HANDLERS"]
+__all__ = ["boxed_load", "pointer_argument", "pointer_parameter", "static_ints", "tensor_access", "within"]
 
 
-def _addptr(k: Tracer, op: Operation, state: State) -> State:
-    pointer = k.get(op.operands[0])
-    if not isinstance(pointer, Pointer):
-        raise Unsupported("tt.addptr on something that is not a pointer", op.line)
+# -- pointer arithmetic ------------------------------------------------------------------------------------------
+
+
+def _analyse_addptr(walk: Any, op: Operation) -> None:
+    pointer, offset = walk.fact(op.operands[0]), walk.fact(op.operands[1])
+    form = None
+    if pointer.form is not None and offset.form is not None:
+        form = pointer.form.plus(offset.form)
+    walk.set(op.results[0], Fact(form=form, buffers=pointer.buffers, varies=pointer.varies or offset.varies))
+
+
+@rule("tt.addptr", analyse=_analyse_addptr)
+def _addptr(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
+    found = k.get(op.operands[0])
     offset = k.get(op.operands[1])
-    step_affine = k.affine_of(op.operands[1])
-    affine = None if pointer.affine is None or step_affine is None else pointer.affine.plus(step_affine)
-    if lang.is_static(offset) and lang.is_static(pointer.offset):
-        new: Any = int(pointer.offset) + int(offset)
-    else:
-        step = k.array(op.operands[1])
-        if step.dtype.itemsize < 4:
-            step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
-        bounds = pointer.affine.bounds(k.grid) if pointer.affine is not None else None
-        new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
-    k.env[op.results[0]] = Pointer(pointer.buffer, new, pointer.pointee, affine)
+
+    def moved(pointer: Pointer) -> Pointer:
+        if lang.is_static(offset) and lang.is_static(pointer.offset):
+            new: Any = int(pointer.offset) + int(offset)
+        else:
+            step = k.array(op.operands[1])
+            if step.dtype.itemsize < 4:
+                step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
+            bounds = k.bounds(op.operands[0])
+            new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
+        return Pointer(pointer.buffer, new, pointer.pointee, k.form(op.results[0]))
+
+    if isinstance(found, Choice):
+        k.set(op.results[0], Choice(tuple(moved(p) for p in found.pointers), found.which))
+        return state
+    if not isinstance(found, Pointer):
+        raise Unsupported("tt.addptr on something that is not a pointer", op.line)
+    k.set(op.results[0], moved(found))
     return state
 
 
@@ -75,61 +97,169 @@ def _offset_sum(base: Any, step: jax.Array, size: int, bounds: tuple[int, int] |
     return jnp.where(overflow, jnp.int32(_INT32.min), total)
 
 
-def _ptr_bitcast(k: Tracer, op: Operation, state: State) -> State:
-    value = k.get(op.operands[0])
-    ty = k.type(op.results[0])
-    if isinstance(value, Pointer):
+def _analyse_bitcast(walk: Any, op: Operation) -> None:
+    ty = walk.type(op.results[0])
+    source = walk.type(op.operands[0])
+    if not source.is_pointer:
+        elementwise.analyse(walk, op)
+        return
+    found = walk.fact(op.operands[0])
+    pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
+    before = parse_type(source.pointee or "").element
+    if pointee is None or _itemsize(pointee) != _itemsize(before):
+        walk.refuse("a pointer cast to elements of another size", op.line)
+    walk.set(op.results[0], dataclasses.replace(found))
+
+
+def _itemsize(element: str) -> int:
+    try:
+        return lang.dtype_of(element).itemsize
+    except Exception:
+        return 0
+
+
+@rule("tt.bitcast", analyse=_analyse_bitcast, compute=elementwise.typed(lang.bitcast), picks_float8=True)
+def _ptr_bitcast(ctx: RuleContext, state: State) -> State:
+    value = ctx.operand(0)
+    ty = ctx.type(ctx.op.results[0])
+
+    def cast(pointer: Pointer) -> Pointer:
         pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
-        if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(value.pointee).itemsize:
+        if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(pointer.pointee).itemsize:
             raise Unsupported("a pointer cast to elements of another size")
-        k.env[op.results[0]] = Pointer(value.buffer, value.offset, pointee, value.affine)
+        return Pointer(pointer.buffer, pointer.offset, pointee, pointer.affine)
+
+    if isinstance(value, Pointer):
+        ctx.set(ctx.op.results[0], cast(value))
         return state
-    k.elementwise(op)
+    if isinstance(value, Choice):
+        ctx.set(ctx.op.results[0], Choice(tuple(cast(p) for p in value.pointers), value.which))
+        return state
+    return elementwise.lower(ctx, state)
+
+
+def _analyse_ptr_to_int(walk: Any, op: Operation) -> None:
+    walk.set(op.results[0], Fact(address=True, varies=walk.varies(op.operands[0])))
+
+
+@rule("tt.ptr_to_int", analyse=_analyse_ptr_to_int)
+def _ptr_to_int(ctx: RuleContext, state: State) -> State:
+    pointer = ctx.operand(0)
+    if not isinstance(pointer, Pointer):
+        raise Unsupported("a pointer turned into an integer", ctx.op.line)
+    ctx.set(ctx.op.results[0], Address(pointer))
     return state
 
 
-def _pointer_operand(k: Tracer, op: Operation) -> Pointer:
-    pointer = k.get(op.operands[0])
-    if isinstance(pointer, BlockPointer):
-        raise Unsupported("a block pointer here", op.line)
-    if not isinstance(pointer, Pointer):
-        raise Unsupported(f"{op.name} through something that is not a pointer", op.line)
-    return pointer
+# -- loads, stores, atomics --------------------------------------------------------------------------------------
 
 
-def _load(k: Tracer, op: Operation, state: State) -> State:
+def _mask_fact(walk: Any, op: Operation, index: int) -> tuple[masks.Mask | None, bool]:
+    """The mask operand ``index`` of an access, as a box where known, and whether there is one."""
+    if len(op.operands) <= index:
+        return None, False
+    return walk.fact(op.operands[index]).mask, True
+
+
+def tensor_access(
+    found: Descriptor | None, offsets: Sequence[Affine | None], checked: Sequence[int] | None = None
+) -> tuple[Affine | None, masks.Mask | None]:
+    """The form of the lanes a block pointer's or a tensor descriptor's access reaches at ``offsets`` (its block's
+    first element's indices), and the mask of the lanes inside the tensor along the ``checked`` axes (``None``:
+    every axis), where the analyses know its base, strides and, for the mask, shape."""
+    if found is None or found.base is None or any(s is None for s in found.strides):
+        return None, None
+    block = found.block
+    rank = len(block)
+    if len(offsets) != rank or any(o is None for o in offsets):
+        return None, None
+    form = found.base.broadcast(block)
+    atoms = []
+    for axis in range(rank):
+        lanes = [0] * rank
+        lanes[axis] = 1
+        index = offsets[axis].broadcast(block).plus(Affine(0, (0, 0, 0), tuple(lanes), block))  # type: ignore[union-attr]
+        form = form.plus(index.times(int(found.strides[axis])))  # type: ignore[arg-type]
+        if checked is None or axis in checked:
+            atoms.append((index.times(-1).shifted(-1), True))  # index >= 0: -index - 1 < 0
+            if found.shape[axis] is None:
+                return form, None
+            atoms.append((index.shifted(-int(found.shape[axis])), True))  # type: ignore[arg-type]
+    return form, masks.Mask(block, tuple(atoms))
+
+
+def _analyse_load(walk: Any, op: Operation) -> None:
+    target = walk.fact(op.operands[0])
+    shape = walk.type(op.results[0]).shape
+    if target.descriptor is not None:
+        checked = tuple(op.attr("boundaryCheck") or ())
+        form, inside = tensor_access(target.descriptor, target.descriptor.offsets, checked)
+        walk.access("load", op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
+    else:
+        mask, masked = _mask_fact(walk, op, 1)
+        walk.access("load", op, target.buffers, target.form, mask, masked, shape)
+    buffers = target.buffers if target.descriptor is None else target.descriptor.buffers
+    varies = target.varies or bool(buffers and buffers & walk.writable)
+    walk.set(op.results[0], Fact(varies=varies))
+
+
+@rule("tt.load", analyse=_analyse_load, effect=True)
+def _load(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
     target = k.get(op.operands[0])
     ty = k.type(op.results[0])
     if isinstance(target, BlockPointer):
-        pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
-        padding = op.attr("padding")
-        other: Any = jnp.nan if padding == 2 else None
-        value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
-        k.env[op.results[0]] = value
+        pointer, mask = _block_lanes(target, op.attr("boundaryCheck") or (), k.access_form(op))
+        pointer = dataclasses.replace(pointer, reach=k.access_reach(op))
+        other: Any = jnp.nan if op.attr("padding") == 2 else None
+        value, state = k.memory.load(state, pointer, k.guarded(mask, ty.shape), other, ty.shape)
+        k.set(op.results[0], value)
         return state
-    pointer = _pointer_operand(k, op)
-    lanes = k.limits.get(op.operands[1]) if len(op.operands) > 1 else None
+    if isinstance(target, Choice):
+        return _each_load(ctx, target, state)
+    pointer = dataclasses.replace(_pointer_operand(ctx), reach=k.bounds(op.operands[0]))
+    lanes = k.limits(op.operands[1]) if len(op.operands) > 1 else None
     if lanes is not None:
-        return _load_lanes(k, op, pointer, lanes, state)
+        return _load_lanes(ctx, pointer, lanes, state)
     mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
     other = k.array(op.operands[2]) if len(op.operands) > 2 else None
-    value, state = k.memory.load(state, pointer, guarded(k, mask, ty.shape), other, ty.shape)
-    k.env[op.results[0]] = value
-    if mask is None and k.predicate is None:
-        k.loaded_from[op.results[0]] = pointer
+    value, state = k.memory.load(state, pointer, k.guarded(mask, ty.shape), other, ty.shape)
+    k.set(op.results[0], value)
     return state
 
 
-def guarded(k: Tracer, mask: Any, shape: tuple[int, ...]) -> Any:
-    """An access's mask, and-ed with the condition of the branch it runs in where branches are run both
-    (`jt_core.translation.control`, inside programs run side by side)."""
-    if k.predicate is None:
-        return mask
-    predicate = jnp.broadcast_to(k.predicate, shape)
-    return predicate if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & predicate
+def _picked(choice: Choice, index: int, mask: Any, shape: tuple[int, ...]) -> jax.Array:
+    """The lanes of a choice of pointers that take its ``index``-th, within ``mask``."""
+    mine = jnp.broadcast_to(jnp.asarray(choice.which) == index, shape)
+    return mine if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & mine
 
 
-def _within(pointer: Pointer, lanes: masks.Limits, shape: tuple[int, ...]) -> Pointer:
+def _each_load(ctx: RuleContext, choice: Choice, state: State) -> State:
+    """A load through pointers into several buffers, chosen lane by lane: each buffer's lanes loaded under the
+    mask of the lanes that point into it, the values chosen alike."""
+    k, op = ctx.kernel, ctx.op
+    shape = k.type(op.results[0]).shape
+    mask = k.array(op.operands[1]) if len(op.operands) > 1 else None
+    other = k.array(op.operands[2]) if len(op.operands) > 2 else None
+    value: Any = None
+    for index, pointer in enumerate(choice.pointers):
+        mine = _picked(choice, index, mask, shape)
+        loaded, state = k.memory.load(state, pointer, k.guarded(mine, shape), other, shape)
+        value = loaded if value is None else jnp.where(mine, loaded, value)
+    k.set(op.results[0], value)
+    return state
+
+
+def _pointer_operand(ctx: RuleContext) -> Pointer:
+    pointer = ctx.operand(0)
+    if isinstance(pointer, BlockPointer):
+        raise Unsupported("a block pointer here", ctx.op.line)
+    if not isinstance(pointer, Pointer):
+        raise Unsupported(f"{ctx.op.name} through something that is not a pointer", ctx.op.line)
+    return pointer
+
+
+def within(pointer: Pointer, lanes: masks.Limits, shape: tuple[int, ...]) -> Pointer:
     """The pointer to the box ``lanes`` of a block: its offsets and affine form from the box's first lane on."""
     offset = pointer.offset
     if not lang.is_static(offset) and jnp.ndim(offset):
@@ -137,36 +267,48 @@ def _within(pointer: Pointer, lanes: masks.Limits, shape: tuple[int, ...]) -> Po
     known = pointer.affine
     if known is not None and known.shape == shape:
         shifted = sum(c * low for c, (low, _) in zip(known.lanes, lanes, strict=True))
-        shape = tuple(high - low for low, high in lanes)
-        known = dataclasses.replace(known, const=known.const + shifted, shape=shape)
+        box = tuple(high - low for low, high in lanes)
+        known = dataclasses.replace(known, const=known.const + shifted, shape=box)
     else:
         known = None
-    return Pointer(pointer.buffer, offset, pointer.pointee, known)
+    return Pointer(pointer.buffer, offset, pointer.pointee, known, pointer.reach)
 
 
-def _load_lanes(k: Tracer, op: Operation, pointer: Pointer, lanes: masks.Limits, state: State) -> State:
-    """A load under a mask known to be a box of lanes the same in every program: the box alone is loaded (a slice
-    where the whole block's elements would be a gather) and padded with ``other`` (or zeros) to the block."""
+def _load_lanes(ctx: RuleContext, pointer: Pointer, lanes: masks.Limits, state: State) -> State:
+    """A load under a mask known to be a box of lanes the same in every program (`boxed_load`)."""
+    k, op = ctx.kernel, ctx.op
     ty = k.type(op.results[0])
-    dtype = lang.dtype_of(ty.element)
     other = k.get(op.operands[2]) if len(op.operands) > 2 else None
-    if masks.is_full(lanes, ty.shape):
-        value, state = k.memory.load(state, pointer, guarded(k, None, ty.shape), None, ty.shape)
-        k.env[op.results[0]] = value
-        if k.predicate is None:
-            k.loaded_from[op.results[0]] = pointer
-        return state
+    array = k.array(op.operands[2]) if other is not None and not lang.is_static(other) else None
+    value, state = boxed_load(k, state, pointer, lanes, ty.shape, lang.dtype_of(ty.element), other, array)
+    k.set(op.results[0], value)
+    return state
+
+
+def boxed_load(
+    k: Any,
+    state: State,
+    pointer: Pointer,
+    lanes: masks.Limits,
+    shape: tuple[int, ...],
+    dtype: Any,
+    other: Any,
+    other_array: jax.Array | None,
+) -> tuple[jax.Array, State]:
+    """A load whose mask is the box ``lanes`` of the block, the same in every program: the box alone is loaded (a
+    slice where the whole block's elements would be a gather) and padded to the block with ``other`` (a value known
+    when tracing, or ``None`` for zeros) or, where ``other_array`` is given, with its elements."""
+    if masks.is_full(lanes, shape):
+        return k.memory.load(state, pointer, k.guarded(None, shape), None, shape)
     fill = jnp.zeros((), dtype) if other is None or not lang.is_static(other) else jnp.asarray(other, dtype)
     if masks.is_empty(lanes):
-        k.env[op.results[0]] = jnp.broadcast_to(k.array(op.operands[2]) if other is not None else fill, ty.shape)
-        return state
+        return jnp.broadcast_to(other_array if other_array is not None else fill, shape), state
     box = tuple(high - low for low, high in lanes)
-    value, state = k.memory.load(state, _within(pointer, lanes, ty.shape), guarded(k, None, box), None, box)
-    padded = lax.pad(value.astype(dtype), fill, [(low, n - high, 0) for (low, high), n in zip(lanes, ty.shape)])
-    if other is not None and not lang.is_static(other):
-        padded = jnp.where(_inside(lanes, ty.shape), padded, k.array(op.operands[2]))
-    k.env[op.results[0]] = padded
-    return state
+    value, state = k.memory.load(state, within(pointer, lanes, shape), k.guarded(None, box), None, box)
+    padded = lax.pad(value.astype(dtype), fill, [(low, n - high, 0) for (low, high), n in zip(lanes, shape)])
+    if other_array is not None:
+        padded = jnp.where(_inside(lanes, shape), padded, other_array)
+    return padded, state
 
 
 def _inside(lanes: masks.Limits, shape: tuple[int, ...]) -> jax.Array:
@@ -178,83 +320,155 @@ def _inside(lanes: masks.Limits, shape: tuple[int, ...]) -> jax.Array:
     return jnp.broadcast_to(inside, shape)
 
 
-def _store(k: Tracer, op: Operation, state: State) -> State:
+def _analyse_store(walk: Any, op: Operation) -> None:
+    target = walk.fact(op.operands[0])
+    shape = walk.type(op.operands[1]).shape
+    if target.descriptor is not None:
+        checked = tuple(op.attr("boundaryCheck") or ())
+        form, inside = tensor_access(target.descriptor, target.descriptor.offsets, checked)
+        walk.access("store", op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
+        return
+    mask, masked = _mask_fact(walk, op, 2)
+    walk.access("store", op, target.buffers, target.form, mask, masked, shape)
+
+
+@rule("tt.store", analyse=_analyse_store, effect=True, sign_safe=None)
+def _store(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
     target = k.get(op.operands[0])
     value = k.array(op.operands[1])
     if isinstance(target, BlockPointer):
-        if k.vector:
-            raise NotVectorizable("a store through a block pointer")
-        pointer, mask = _block_lanes(k, target, op.attr("boundaryCheck") or ())
+        pointer, mask = _block_lanes(target, op.attr("boundaryCheck") or (), k.access_form(op))
         return k.memory.store(state, pointer, value, mask, tuple(target.block), guard=k.predicate)
-    pointer = _pointer_operand(k, op)
+    if isinstance(target, Choice):
+        shape = k.type(op.operands[1]).shape
+        mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
+        for index, pointer in enumerate(target.pointers):
+            state = k.memory.store(state, pointer, value, _picked(target, index, mask, shape), shape, guard=k.predicate)
+        return state
+    pointer = _pointer_operand(ctx)
     shape = k.type(op.operands[1]).shape
-    lanes = k.limits.get(op.operands[2]) if len(op.operands) > 2 else None
+    lanes = k.limits(op.operands[2]) if len(op.operands) > 2 else None
     mask = k.array(op.operands[2]) if len(op.operands) > 2 and lanes is None else None
     if lanes is not None and masks.is_empty(lanes):
         return state  # a mask that is off everywhere stores nothing
     if lanes is not None and not masks.is_full(lanes, shape):
         # Only the box of lanes the mask has on, the same in every program, is stored.
-        pointer = _within(pointer, lanes, shape)
+        pointer = within(pointer, lanes, shape)
         value = jnp.broadcast_to(value, shape)[tuple(slice(low, high) for low, high in lanes)]
         shape = tuple(high - low for low, high in lanes)
-    if k.vector:
-        if k.region_depth:
-            raise NotVectorizable("a store inside a loop or a branch")
-        if pointer.affine is None:
-            raise NotVectorizable("a store through a pointer whose offsets are not affine")
-        k.stores.append((pointer.buffer, pointer.affine))
     return k.memory.store(state, pointer, value, mask, shape, guard=k.predicate)
 
 
-def _atomic_rmw(k: Tracer, op: Operation, state: State) -> State:
-    pointer = _pointer_operand(k, op)
+def _analyse_atomic(walk: Any, op: Operation) -> None:
+    target = walk.fact(op.operands[0])
+    if target.buffers is not None and len(target.buffers) > 1:
+        walk.refuse("an atomic through a pointer into one of several arguments", op.line)
+    shape = walk.type(op.results[0]).shape
+    used = op.results[0] in walk.used
+    if op.name == "tt.atomic_cas":
+        walk.access("atomic", op, target.buffers, target.form, None, False, shape, "CAS", True)
+    else:
+        mask, masked = _mask_fact(walk, op, 2)
+        kind = str(op.attr("atomic_rmw_op"))
+        walk.access("atomic", op, target.buffers, target.form, mask, masked, shape, kind, used)
+    walk.set(op.results[0], Fact())
+
+
+@rule("tt.atomic_rmw", analyse=_analyse_atomic, effect=True)
+def _atomic_rmw(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
+    pointer = _pointer_operand(ctx)
     shape = k.type(op.results[0]).shape
     value = k.array(op.operands[1])
     mask = k.array(op.operands[2]) if len(op.operands) > 2 else None
     kind = str(op.attr("atomic_rmw_op"))
-    used = op.results[0] in k.used
-    if k.vector and (k.region_depth or not k.memory.defers_atomic(kind, lang.dtype_of(pointer.pointee), used)):
-        raise NotVectorizable("an atomic")
-    found, state = k.memory.atomic(state, kind, pointer, [value], guarded(k, mask, shape), shape, used)
-    k.env[op.results[0]] = found
+    used = op.results[0] in k.facts.used
+    found, state = k.memory.atomic(state, kind, pointer, [value], k.guarded(mask, shape), shape, used)
+    k.set(op.results[0], found)
     return state
 
 
-def _atomic_cas(k: Tracer, op: Operation, state: State) -> State:
-    if k.vector:
-        raise NotVectorizable("an atomic")
-    pointer = _pointer_operand(k, op)
+@rule("tt.atomic_cas", analyse=_analyse_atomic, effect=True)
+def _atomic_cas(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
+    pointer = _pointer_operand(ctx)
     shape = k.type(op.results[0]).shape
     compare, value = k.array(op.operands[1]), k.array(op.operands[2])
-    found, state = k.memory.atomic(state, "CAS", pointer, [compare, value], None, shape, True)
-    k.env[op.results[0]] = found
+    found, state = k.memory.atomic(state, "CAS", pointer, [compare, value], k.guarded(None, shape), shape, True)
+    k.set(op.results[0], found)
     return state
 
 
-def _make_block_ptr(k: Tracer, op: Operation, state: State) -> State:
+# -- block pointers ----------------------------------------------------------------------------------------------
+
+
+def static_ints(walk: Any, values: Sequence[int]) -> tuple[int | None, ...]:
+    found = []
+    for value in values:
+        known = walk.static(value)
+        found.append(int(known) if known is not None and not isinstance(known, float) else None)
+    return tuple(found)
+
+
+def _analyse_make_block_ptr(walk: Any, op: Operation) -> None:
+    base = walk.fact(op.operands[0])
+    rank = (len(op.operands) - 1) // 3
+    values = op.operands[1:]
+    pointee = parse_type(walk.type(op.results[0]).pointee or "")
+    descriptor = Descriptor(
+        base.buffers if base.buffers is not None else frozenset(),
+        base.form,
+        static_ints(walk, values[:rank]),
+        static_ints(walk, values[rank : 2 * rank]),
+        tuple(walk.form(v) for v in values[2 * rank :]),
+        pointee.shape,
+    )
+    walk.set(op.results[0], Fact(buffers=descriptor.buffers, descriptor=descriptor, varies=walk.varies(*op.operands)))
+
+
+@rule("tt.make_tensor_ptr", analyse=_analyse_make_block_ptr)
+def _make_block_ptr(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
     base = k.get(op.operands[0])
     if not isinstance(base, Pointer):
         raise Unsupported("a block pointer on something that is not a pointer", op.line)
     rank = (len(op.operands) - 1) // 3
     values = [k.get(v) for v in op.operands[1:]]
     pointee = parse_type(k.type(op.results[0]).pointee or "")
-    k.env[op.results[0]] = BlockPointer(
-        base.buffer,
-        base.offset,
-        tuple(values[:rank]),
-        tuple(values[rank : 2 * rank]),
-        tuple(values[2 * rank :]),
-        pointee.shape,
-        pointee.element,
+    k.set(
+        op.results[0],
+        BlockPointer(
+            base.buffer,
+            base.offset,
+            tuple(values[:rank]),
+            tuple(values[rank : 2 * rank]),
+            tuple(values[2 * rank :]),
+            pointee.shape,
+            pointee.element,
+        ),
     )
     return state
 
 
-def _advance(k: Tracer, op: Operation, state: State) -> State:
-    block = k.get(op.operands[0])
-    steps = [k.get(v) for v in op.operands[1:]]
+def _analyse_advance(walk: Any, op: Operation) -> None:
+    found = walk.fact(op.operands[0])
+    descriptor = found.descriptor
+    if descriptor is not None:
+        steps = [walk.form(v) for v in op.operands[1:]]
+        offsets = tuple(
+            None if o is None or s is None else o.plus(s) for o, s in zip(descriptor.offsets, steps, strict=True)
+        )
+        descriptor = dataclasses.replace(descriptor, offsets=offsets)
+    walk.set(op.results[0], dataclasses.replace(found, descriptor=descriptor, varies=walk.varies(*op.operands)))
+
+
+@rule("tt.advance", analyse=_analyse_advance)
+def _advance(ctx: RuleContext, state: State) -> State:
+    block = ctx.operand(0)
+    steps = [ctx.get(v) for v in ctx.op.operands[1:]]
     offsets = tuple(_add(a, b) for a, b in zip(block.offsets, steps, strict=True))
-    k.env[op.results[0]] = dataclasses.replace(block, offsets=offsets)
+    ctx.set(ctx.op.results[0], dataclasses.replace(block, offsets=offsets))
     return state
 
 
@@ -264,8 +478,9 @@ def _add(a: Any, b: Any) -> Any:
     return jnp.asarray(a, jnp.int64) + jnp.asarray(b, jnp.int64)
 
 
-def _block_lanes(k: Tracer, block: BlockPointer, checked: Sequence[int]) -> tuple[Pointer, Any]:
-    """The lanes of a block pointer: one pointer per element of the block, and the mask of the checked axes."""
+def _block_lanes(block: BlockPointer, checked: Sequence[int], form: Affine | None) -> tuple[Pointer, Any]:
+    """The lanes of a block pointer: one pointer per element of the block (with the access's form, where the
+    analyses know it), and the mask of the checked axes."""
     offset: Any = jnp.asarray(block.base, jnp.int64)
     mask: Any = None
     rank = len(block.block)
@@ -280,7 +495,7 @@ def _block_lanes(k: Tracer, block: BlockPointer, checked: Sequence[int]) -> tupl
     offset = jnp.broadcast_to(offset, block.block)
     if mask is not None:
         mask = jnp.broadcast_to(mask, block.block)
-    return Pointer(block.buffer, offset, block.pointee), mask
+    return Pointer(block.buffer, offset, block.pointee, form), mask
 
 
 def pointer_argument(buffer: int, pointee: str) -> Pointer:
@@ -288,13 +503,6 @@ def pointer_argument(buffer: int, pointee: str) -> Pointer:
     return Pointer(buffer, 0, pointee, Affine.constant(0))
 
 
-HANDLERS: dict[str, Handler] = {
-    "tt.addptr": _addptr,
-    "tt.bitcast": _ptr_bitcast,
-    "tt.load": _load,
-    "tt.store": _store,
-    "tt.atomic_rmw": _atomic_rmw,
-    "tt.atomic_cas": _atomic_cas,
-    "tt.make_tensor_ptr": _make_block_ptr,
-    "tt.advance": _advance,
-}
+def pointer_parameter(buffer: int) -> Fact:
+    """What the analyses know of a pointer argument: it points at the start of buffer ``buffer``."""
+    return Fact(form=Affine.constant(0), buffers=frozenset({buffer}), varies=False)

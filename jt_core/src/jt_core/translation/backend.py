@@ -24,7 +24,7 @@ __all__ = ["PROGRAM_FORMAT", "TranslatedKernel", "TranslatingBackend", "translat
 
 #: The version of what the disk cache keeps of a translated kernel (its TTIR as `Program.to_bytes` writes it, from
 #: the front end as `jt_core.frontend.build` runs it, where ``tl.dot``'s default input precision is ``"ieee"``).
-PROGRAM_FORMAT = 6
+PROGRAM_FORMAT = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,12 +121,13 @@ class TranslatingBackend(Backend):
         self, request: CompileRequest, program: Program | None, why_not: str | None, at: str | None = None
     ) -> CompiledKernel:
         """The compiled kernel of ``request``: its program, or why there is none."""
+        options = request.options
         return CompiledKernel(
             name=request.call.name,
             target=request.target,
             binary=program.to_bytes() if program is not None else b"",
             metadata=({"why_not": why_not} if why_not else {}) | ({"why_not_at": at} if at else {}),
-            num_warps=request.config.options.num_warps,
+            num_warps=getattr(options, "num_warps", request.config.options.num_warps),
             payload=self.payload(request, program, why_not, at),
         )
 

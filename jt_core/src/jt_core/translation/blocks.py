@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-__all__ = ["Box", "View", "read", "write"]
+__all__ = ["Box", "View", "from_region", "gather", "read", "to_region", "write"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +196,22 @@ def _offsets(view: View, begin: Any) -> jax.Array:
     return jnp.broadcast_to(offsets, view.counts)
 
 
+def from_region(region: jax.Array, view: View) -> jax.Array:
+    """The view's elements from its region (its `View.needed` elements from the lowest one)."""
+    return _from_region(_padded(region, view.extent), view)
+
+
+def to_region(values: jax.Array, view: View, fill: Any) -> jax.Array:
+    """``values`` (of the view's shape) laid out as the view's `View.needed` elements from the lowest one, ``fill``
+    between them."""
+    return _to_region(values, view, fill)[: view.needed]
+
+
+def gather(flat: jax.Array, view: View, begin: Any) -> jax.Array:
+    """The view's elements by a gather (a view that does not nest), zero outside ``flat``."""
+    return _gathered(flat, view, begin)
+
+
 def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
     """The view's elements by a gather; its offsets wrap around in ``index_type`` as the kernel's would."""
     index = _offsets(view, begin).astype(index_type)
@@ -205,10 +221,19 @@ def _gathered(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int
     )
 
 
-def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -> jax.Array:
+def read(
+    flat: jax.Array,
+    view: View,
+    begin: Any,
+    index_type: Any = jnp.int64,
+    inside: bool = False,
+    reach: tuple[int, int] | None = None,
+) -> jax.Array:
     """The view's elements of ``flat``, its lowest element at ``begin`` (an int, or a traced integer scalar); an
     element outside ``flat`` reads zero. Where a traced ``begin`` puts the view partly outside ``flat``, it is
-    gathered, its offsets held in ``index_type`` (as the kernel holds them).
+    gathered, its offsets held in ``index_type`` (as the kernel holds them), unless ``inside`` says it never does,
+    or ``reach`` says which offsets the view's elements may take at most (the buffer is then padded with zeros to
+    hold them, and read as one slice).
 
     The view must nest (`View.nest`)."""
     if isinstance(begin, int):
@@ -224,12 +249,37 @@ def read(flat: jax.Array, view: View, begin: Any, index_type: Any = jnp.int64) -
         return _gathered(flat, view, begin, index_type)
 
     def sliced(begin: jax.Array) -> jax.Array:
-        region = lax.dynamic_slice_in_dim(flat, begin, view.needed)
+        region = _region_at(view.needed)(flat, begin)
         return _from_region(_padded(region, view.extent), view)
 
     begin = jnp.asarray(begin, jnp.int64)
-    inside = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
-    return lax.cond(inside, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
+    if inside:
+        return sliced(begin)
+    if reach is not None:
+        front, back = max(0, -reach[0]), max(0, reach[1] + 1 - flat.shape[0])
+        padded = lax.pad(flat, jnp.zeros((), flat.dtype), [(front, back, 0)]) if front or back else flat
+        region = _region_at(view.needed)(padded, begin + front)
+        return _from_region(_padded(region, view.extent), view)
+    fits = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
+    return lax.cond(fits, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
+
+
+@functools.lru_cache(maxsize=256)
+def _region_at(size: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``flat[begin : begin + size]`` (a dynamic slice), kept one where ``jax.vmap`` batches neither (JAX makes a
+    dynamic slice it meets under ``vmap`` a gather, whether or not its operands are batched)."""
+
+    def direct(flat: jax.Array, begin: jax.Array) -> jax.Array:
+        return lax.dynamic_slice_in_dim(flat, begin, size)
+
+    fn = custom_vmap(direct)
+
+    @fn.def_vmap
+    def _rule(axis_size: int, in_batched: Sequence[bool], flat: jax.Array, begin: jax.Array) -> Any:
+        axes = [0 if b else None for b in in_batched]
+        return jax.vmap(direct, in_axes=axes)(flat, begin), True
+
+    return fn
 
 
 def _padded(region: jax.Array, length: int) -> jax.Array:
@@ -362,6 +412,7 @@ def load(
     shape: tuple[int, ...],
     base: Any,
     index_type: Any = jnp.int64,
+    reach: tuple[int, int] | None = None,
 ) -> jax.Array:
     """One program's block of ``flat``, inside the ``jax.vmap`` of the box's programs: element ``i`` at ``base +
     pids . (program's position in the box) + lanes . i`` (``base`` the offset at the box's first program's first
@@ -373,12 +424,18 @@ def load(
     pending = tuple(k for k in range(3) if box.positions[k] is not None and pids[k] and box.counts[k] > 1)
     positions = [box.positions[k] for k in pending]
     if isinstance(base, int):  # kept out of the custom_vmap's operands, which would make it a traced value
-        return _peeled(view, base + view.low, (), pending, index_type)(flat, *positions)
-    return _peeled(view, None, (), pending, index_type)(flat, jnp.asarray(base, jnp.int64) + view.low, *positions)
+        return _peeled(view, base + view.low, (), pending, index_type, reach)(flat, *positions)
+    begin = jnp.asarray(base, jnp.int64) + view.low
+    return _peeled(view, None, (), pending, index_type, reach)(flat, begin, *positions)
 
 
 def _peeled(
-    view: View, begin: int | None, peeled: tuple[int, ...], pending: tuple[int, ...], index_type: Any
+    view: View,
+    begin: int | None,
+    peeled: tuple[int, ...],
+    pending: tuple[int, ...],
+    index_type: Any,
+    reach: tuple[int, int] | None = None,
 ) -> Callable[..., Any]:
     """The block of the programs at ``positions`` (one per ``pending`` axis), for every program of the box along the
     ``peeled`` axes (the leading axes of the result, the last peeled first), the box's lowest element at ``begin``
@@ -399,7 +456,9 @@ def _peeled(
         offset = offset + (part.low - view.low)
         # With programs still to peel, this is only what a program alone reads (what a ``vmap`` that does not
         # peel batches): a gather, cheap to trace; the box's whole view is read once all are peeled.
-        block = _gathered(flat, part, offset, index_type) if pending else read(flat, part, offset, index_type)
+        block = (
+            _gathered(flat, part, offset, index_type) if pending else read(flat, part, offset, index_type, reach=reach)
+        )
         # The box's axes: the peeled ones first, the last peeled outermost; the others (one program each) dropped.
         others = tuple(k for k in range(3) if k not in peeled)
         block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))
@@ -418,7 +477,7 @@ def _peeled(
             return jax.vmap(direct, in_axes=axes)(flat, *operands), True
         k = pending[mapped[0]]
         rest = tuple(p for i, p in enumerate(operands[given:]) if i != mapped[0])
-        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k), index_type)
+        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k), index_type, reach)
         return taker(flat, *operands[:given], *rest), True
 
     return fn

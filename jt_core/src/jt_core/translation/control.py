@@ -1,9 +1,22 @@
-"""``scf.for``, ``scf.if`` and ``scf.while`` as JAX's ``fori_loop``, ``cond`` and ``while_loop``; the branches of an
-early ``return`` (``cf.br``, ``cf.cond_br``) as ``cond``.
+"""The rules of loops, branches and calls: ``scf.for``, ``scf.if`` and ``scf.while`` as JAX's loops and ``cond`` (or
+as straight-line code, where the plan says so), the branches of an early ``return`` (``cf.br``, ``cf.cond_br``), and
+``tt.call``.
+
+A ``scf.for`` is lowered as the plan chose from its trip count (`jt_core.translation.plan.LoopMode`):
+
+* **unrolled**: traced once per trip, its trip a number (a short loop of known trips);
+* **rolled**: a ``fori_loop`` whose trip is a traced scalar the same in every program;
+* **predicated**: programs side by side whose trip counts differ (a causal block range from the program id) run
+  one ``fori_loop`` to the most trips any program makes, each program's loads, stores and carried values masked
+  past its own end;
+* **per program**: a ``fori_loop`` whose trip count each program computes (a length loaded from memory).
+
+A loop that only accumulates products of whole blocks (``acc = tl.dot(a, b, acc)``, a K-loop) has them computed as
+one product around the loop (`_whole_products`), or, traced step by step, as one batched product added in order.
 
 What a loop or branch carries must be arrays of fixed types: numbers are carried as their TTIR type, pointers as
-their offsets (int64) with the buffer they point into kept aside, since it cannot change from one iteration to the
-next (a loop that moves a pointer to another argument is refused).
+their offsets (int64) with the buffer they point into kept aside (the analysis refused a loop that moves a pointer to
+another argument).
 """
 
 from __future__ import annotations
@@ -17,22 +30,25 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import lang, mapped, reductions
-from jt_core.translation.affine import Affine
+from jt_core.translation import elementwise, lang, mapped, reductions
+from jt_core.translation.analysis import loops
+from jt_core.translation.analysis.affine import Affine
+from jt_core.translation.analysis.facts import Loop
 from jt_core.translation.descriptors import Descriptor
-from jt_core.translation.memory import SPINS, Pointer, State
+from jt_core.translation.memory import SPINS, Choice, Pointer, State
+from jt_core.translation.plan import LoopMode
 from jt_core.translation.program import Block, Operation, TensorType
-from jt_core.translation.tracer import Tracer
+from jt_core.translation.rules import RuleContext, rule
 from jt_core.translation.values import BlockPointer, Unsupported
 
-__all__ = ["BRANCHES", "cf_branch", "scf_for", "scf_if", "scf_while"]
+__all__ = ["branch"]
 
-_WRITES = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas"}
+
+# -- what loops and branches carry -------------------------------------------------------------------------------
 
 
 def _pack(value: Any, ty: TensorType) -> Any:
     """A value as the arrays a loop carries."""
-
     if isinstance(value, Pointer):
         return jnp.asarray(value.offset, jnp.int64)
     if isinstance(value, BlockPointer):
@@ -43,11 +59,11 @@ def _pack(value: Any, ty: TensorType) -> Any:
     return lang.as_array(value, ty)
 
 
-def _unpack(template: Any, carried: Any) -> Any:
-    """The value a loop's carried arrays hold, shaped like ``template`` (its value before the loop)."""
-
+def _unpack(template: Any, carried: Any, form: Affine | None = None) -> Any:
+    """The value a loop's carried arrays hold, shaped like ``template`` (its value before the loop); a pointer's
+    offsets with ``form``, what the analyses know of them in this trip."""
     if isinstance(template, Pointer):
-        return Pointer(template.buffer, carried, template.pointee)
+        return Pointer(template.buffer, carried, template.pointee, form)
     if isinstance(template, BlockPointer):
         rank = len(template.block)
         base, rest = carried[0], carried[1:]
@@ -66,7 +82,6 @@ def _unpack(template: Any, carried: Any) -> Any:
 
 
 def _same_target(template: Any, value: Any, line: str | None) -> None:
-
     for kind in (Pointer, BlockPointer, Descriptor):
         if isinstance(template, kind) != isinstance(value, kind):
             raise Unsupported("a loop or branch value that is a pointer on one path only", line)
@@ -86,246 +101,260 @@ def _packed(
     return out
 
 
-def _nested(k: Tracer, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
-    """Runs a block of a loop or branch that JAX's control flow runs (a vectorised run makes no store there)."""
-    k.region_depth += 1
-    try:
-        return k.run_block(block, args, state)
-    finally:
-        k.region_depth -= 1
+def _unpacked(k: Any, templates: Sequence[Any], arrays: Sequence[Any], values: Sequence[int]) -> list[Any]:
+    return [_unpack(t, a, k.form(v)) for t, a, v in zip(templates, arrays, values, strict=True)]
 
 
-def scf_for(k: Tracer, op: Operation, state: State) -> State:
-    """``scf.for``: a ``fori_loop`` over the iterations, with the trip count XLA sees when the bounds are known."""
-    lower, upper, step = (k.get(v) for v in op.operands[:3])
+# -- scf.for -----------------------------------------------------------------------------------------------------
+
+
+@rule("scf.for", analyse=loops.analyse_for)
+def _for(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
     inits = [k.get(v) for v in op.operands[3:]]
-    types = [k.type(v) for v in op.results]
-    body = op.regions[0][0]
-    iv_type = k.type(body.arguments[0])
-    static = all(lang.is_static(v) for v in (lower, upper, step))
-    if static:
-        count = max(0, lang.ceil_div(int(upper) - int(lower), int(step))) if int(step) > 0 else None
-        if count is None:
-            raise Unsupported("a loop whose step is not positive", op.line)
-        if count == 0:
-            for value, init in zip(op.results, inits, strict=True):
-                k.env[value] = init
-            return state
-        if k.vector and _size(body, k.used) * count <= k.strategy.unrolled_operations:
-            return _unrolled(k, op, [int(lower) + i * int(step) for i in range(count)], state)
-    elif k.vector:
-        uniform = _uniform_trips(k, op)
-        if uniform is not None and _size(body, k.used) * len(uniform) <= k.strategy.unrolled_operations:
-            return _unrolled(k, op, uniform, state)
-    iv_dtype = lang.dtype_of(iv_type.element)
-
-    def iteration(i: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
-        arrays, st = carry
-        if static:
-            iv = (jnp.asarray(lower, jnp.int64) + i.astype(jnp.int64) * int(step)).astype(iv_dtype)
+    loop = k.loop_fact(op)
+    if loop is None or loop.most == 0:
+        for value, init in zip(op.results, inits, strict=True):
+            k.set(value, init)
+        return state
+    mode = k.loop_mode(loop)
+    outside = _outside(k, loop, mode)
+    for dot, _, _ in outside:
+        k.outside.add(id(dot))
+    try:
+        whole, state = _whole_products(k, loop, outside, state)
+        values = _left_over(k, op, loop, outside, inits)
+        if values is not None:
+            pass  # nothing but the products and the inductions: the loop need not run
+        elif mode is LoopMode.UNROLLED:
+            values, state = _unrolled(k, op, loop, inits, state)
         else:
-            iv = (lang.as_array(lower, iv_type).astype(jnp.int64) + i.astype(jnp.int64) * step_array).astype(iv_dtype)
-        values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
-        yields, st = _nested(k, body, [iv, *values], st)
-        return _packed(yields, types, inits, op.line), st
+            values, state = _rolled(k, op, loop, mode, inits, state)
+        for dot, index, _ in outside:
+            acc = lang.as_array(values[index], k.type(op.results[index]))
+            precision = dot.attr("inputPrecision", "IEEE")
+            operands = whole.get(id(dot))
+            if operands is None:
+                values[index] = _collected_products(acc, k.collected[id(dot)], precision, ctx.strategy)
+                continue
+            a, b = operands
+            ordered = ctx.strategy.ordered_accumulation
+            values[index] = reductions.accumulated(acc, a, b, precision, ctx.strategy.numerics, ordered)
+    finally:
+        for dot, _, _ in outside:
+            k.outside.discard(id(dot))
+            k.collected.pop(id(dot), None)
+    for value, result in zip(op.results, values, strict=True):
+        k.set(value, result)
+    return state
+
+
+def _outside(k: Any, loop: Loop, mode: LoopMode) -> list[tuple[Operation, int, Any]]:
+    """The loop's accumulated products computed around it: of whole blocks loaded once (`_whole_products`), or, in
+    a loop traced step by step, of the operands each step collects (one batched product after it)."""
+    if loop.most is None or loop.most < 2 or loop.trips.value != "static":
+        return []
+    found: list[tuple[Operation, int, Any]] = []
+    for dot, index, loads in loop.dots:
+        facts = [k.access_fact(load) for load in loads] if loads is not None else []
+        if loads is not None and all(f is not None and f.form is not None for f in facts):
+            found.append((dot, index, loads))
+            continue
+        if mode is LoopMode.UNROLLED:
+            found.append((dot, index, None))
+            k.collected[id(dot)] = []
+    return found
+
+
+def _whole_products(
+    k: Any, loop: Loop, outside: Sequence[tuple[Operation, int, Any]], state: State
+) -> tuple[dict[int, tuple[jax.Array, jax.Array]], State]:
+    """The operands of each product computed around the loop, ``(steps, M, K)`` and ``(steps, K, N)``: two whole
+    blocks loaded once where each step's operands are unmasked loads whose offsets move by the same distance each
+    step (a K-loop's ``a_ptrs += BLOCK_K``), else the operands each unrolled step collected (`k.collected`), read
+    after the loop by `collected_products`."""
+    found: dict[int, tuple[jax.Array, jax.Array]] = {}
+    for dot, _, loads in outside:
+        if loads is None:
+            continue
+        operands = []
+        for load in loads:
+            access = k.access_fact(load)
+            pointer = k.stepped_pointer(access, loop)
+            value, state = k.memory.load(state, pointer, None, None, pointer.affine.shape)
+            operands.append(lang.widen_for_dot(value))
+        found[id(dot)] = (operands[0], operands[1])
+    return found, state
+
+
+def _left_over(
+    k: Any, op: Operation, loop: Loop, outside: Sequence[tuple[Operation, int, Any]], inits: list[Any]
+) -> list[Any] | None:
+    """The loop's results where its products are computed around it of whole blocks and nothing else is left of
+    it: its body makes no access but those products' loads, and every other value it carries is either unused after
+    it or an induction, whose last value is known (a K-loop's pointers). ``None`` where the loop must run."""
+    if not outside or any(loads is None for _, _, loads in outside) or loop.most is None:
+        return None
+    body = op.regions[0][0]
+    loads = {id(load) for _, _, pair in outside for load in pair}
+    if any(id(access.op) not in loads for access in k.accesses_within(body)):
+        return None
+    products = {index for _, index, _ in outside}
+    results = []
+    for index, (value, init) in enumerate(zip(op.results, inits, strict=True)):
+        step = loop.carried[index] if index < len(loop.carried) else None
+        if index in products or value not in k.facts.used:
+            results.append(init)
+        elif step is None:
+            return None
+        else:
+            results.append(_moved(init, step.const * loop.most))
+    return results
+
+
+def _moved(value: Any, amount: int) -> Any:
+    """A carried value moved by ``amount`` (an induction's last value)."""
+    if isinstance(value, Pointer):
+        offset = int(value.offset) + amount if lang.is_static(value.offset) else jnp.asarray(value.offset) + amount
+        return Pointer(value.buffer, offset, value.pointee)
+    if lang.is_static(value):
+        return int(value) + amount
+    return value + jnp.asarray(amount, jnp.asarray(value).dtype)
+
+
+def _unrolled(k: Any, op: Operation, loop: Loop, inits: list[Any], state: State) -> tuple[list[Any], State]:
+    """``scf.for`` traced once per trip: straight-line code, each trip's counter a number (or a traced scalar the
+    same in every program plus it)."""
+    body = op.regions[0][0]
+    lower, step = k.get(op.operands[0]), k.get(op.operands[2])
+    iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
+    values = inits
+    assert loop.most is not None
+    trips = None if loop.trips.value == "static" else _trips(k, op)
+    types = [k.type(v) for v in op.results]
+    for trip in range(loop.most):
+        k.trips[loop.symbol] = trip
+        if lang.is_static(lower):
+            iv: Any = int(np.asarray(int(lower) + trip * int(step)).astype(iv_dtype))
+        else:
+            iv = (jnp.asarray(lower).astype(jnp.int64) + trip * int(step)).astype(iv_dtype)
+        if trips is None:
+            values, state = k.run_block(body, [iv, *values], state)
+            continue
+        # Programs whose own trips are fewer leave this one masked, their values as they were.
+        active = trip < trips
+        with k.guard(active):
+            moved, state = k.run_block(body, [iv, *values], state)
+        old = _packed(values, types, inits, op.line)
+        new = _packed(moved, types, inits, op.line)
+        chosen = [_chosen(active, n, o) for n, o in zip(new, old, strict=True)]
+        values = _unpacked(k, inits, chosen, body.arguments[1:])
+    k.trips.pop(loop.symbol, None)
+    return list(values), state
+
+
+def _trips(k: Any, op: Operation) -> jax.Array:
+    """How many trips a ``scf.for`` makes in the program being traced."""
+    iv_type = k.type(op.regions[0][0].arguments[0])
+    lower, upper, step = (lang.as_array(k.get(v), iv_type).astype(jnp.int64) for v in op.operands[:3])
+    return jnp.maximum(0, (upper - lower + step - 1) // jnp.maximum(step, 1))
+
+
+def _collected_products(
+    acc: jax.Array, collected: Sequence[tuple[jax.Array, jax.Array]], precision: str, strategy: Any
+) -> jax.Array:
+    """``acc`` plus the products of the operands each unrolled step of a loop collected: one batched product where
+    the steps' blocks are alike, else one product after another."""
+    if len({(a.shape, b.shape) for a, b in collected}) == 1:
+        a = jnp.stack([a for a, _ in collected])
+        b = jnp.stack([b for _, b in collected])
+        return reductions.accumulated(acc, a, b, precision, strategy.numerics, strategy.ordered_accumulation)
+    for a, b in collected:
+        acc = reductions.product(a, b, acc, precision, strategy.numerics)
+    return acc
+
+
+def _rolled(
+    k: Any, op: Operation, loop: Loop, mode: LoopMode, inits: list[Any], state: State
+) -> tuple[list[Any], State]:
+    """``scf.for`` as a ``fori_loop``: over its trips (the same in every program, or each program's own), or, for
+    programs side by side whose trip counts differ, over the most trips any makes, each program masked past its
+    own end (``predicated``)."""
+    body = op.regions[0][0]
+    types = [k.type(v) for v in op.results]
+    iv_type = k.type(body.arguments[0])
+    iv_dtype = lang.dtype_of(iv_type.element)
+    lower = lang.as_array(k.get(op.operands[0]), iv_type).astype(jnp.int64)
+    step = lang.as_array(k.get(op.operands[2]), iv_type).astype(jnp.int64)
+    trips = _trips(k, op)
+    predicated = mode is LoopMode.PREDICATED
+
+    def iteration(t: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
+        arrays, st = carry
+        trip = t.astype(jnp.int64)
+        k.trips[loop.symbol] = trip
+        iv = (lower + trip * step).astype(iv_dtype)
+        values = _unpacked(k, inits, arrays, body.arguments[1:])
+        if not predicated:
+            yields, st = k.nested(body, [iv, *values], st)
+            return _packed(yields, types, inits, op.line), st
+        active = trip < trips
+        with k.guard(active):
+            yields, st = k.nested(body, [iv, *values], st)
+        moved = _packed(yields, types, inits, op.line)
+        return [_chosen(active, new, old) for new, old in zip(moved, arrays, strict=True)], st
 
     initial = _packed(inits, types, inits, op.line)
-    if static:
-        arrays, state = lax.fori_loop(0, count, iteration, (initial, state))
+    if predicated:
+        count: Any = loop.most
+    elif loop.trips.value == "static":
+        count = loop.most
     else:
-        lower_array = lang.as_array(lower, iv_type).astype(jnp.int64)
-        upper_array = lang.as_array(upper, iv_type).astype(jnp.int64)
-        step_array = lang.as_array(step, iv_type).astype(jnp.int64)
-        trips = jnp.maximum(0, (upper_array - lower_array + step_array - 1) // jnp.maximum(step_array, 1))
-        arrays, state = lax.fori_loop(jnp.int64(0), trips, iteration, (initial, state))
-    for value, template, array in zip(op.results, inits, arrays, strict=True):
-        k.env[value] = _unpack(template, array)
-    return state
-
-
-def _uniform_trips(k: Tracer, op: Operation) -> list[tuple[Any, Affine]] | None:
-    """The counters of a loop whose start depends on the program id (``for row in tl.range(pid, n_rows,
-    num_programs)``, a persistent kernel's) but whose trip count is the same in every program of the grid: each
-    counter's value and affine form, else ``None``."""
-    lower, upper, step = (k.affine_of(v) for v in op.operands[:3])
-    if lower is None or upper is None or step is None or not (upper.is_constant and step.is_constant):
-        return None
-    bounds = lower.bounds(k.grid)
-    if bounds is None or lower.shape or step.const <= 0:
-        return None
-    trips = {max(0, lang.ceil_div(upper.const - start, step.const)) for start in bounds}
-    if len(trips) != 1:
-        return None
-    start = k.array(op.operands[0]).astype(jnp.int64)
-    iv_dtype = lang.dtype_of(k.type(op.regions[0][0].arguments[0]).element)
-    return [
-        ((start + i * step.const).astype(iv_dtype), lower.plus(Affine.constant(i * step.const)))
-        for i in range(trips.pop())
-    ]
-
-
-def _unrolled(k: Tracer, op: Operation, counters: Sequence[Any], state: State) -> State:
-    """``scf.for`` traced once per iteration, the counter a known int in each (or a value the same in every program
-    but for a term in the program id: `_uniform_trips`, with its affine form); the products the loop accumulates
-    (`_accumulating_dots`) are computed together after it."""
-    body = op.regions[0][0]
-    iv_dtype = lang.dtype_of(k.type(body.arguments[0]).element)
-    defined = _defined(body)
-    values = [k.get(v) for v in op.operands[3:]]
-    dots = _accumulating_dots(k, body) if len(counters) > 1 else {}
-    for dot in dots.values():
-        k.deferred_dots[dot.results[0]] = []
-        k.dot_sources[dot.results[0]] = []
+        count = trips
     try:
-        for counter in counters:
-            for value in defined:  # what an earlier iteration knew of the affine form of a value is not this one's
-                k.affine.pop(value, None)
-                k.limits.pop(value, None)
-            if isinstance(counter, tuple):
-                iv, form = counter
-                k.affine[body.arguments[0]] = form
-            else:
-                iv = int(np.asarray(counter).astype(iv_dtype))
-            # Straight-line code: the counter is known, so a store in the body is a store like any other.
-            values, state = k.run_block(body, [iv, *values], state)
-        for index, dot in dots.items():
-            acc = lang.as_array(values[index], k.type(op.results[index]))
-            operands = k.deferred_dots[dot.results[0]]
-            precision = dot.attr("inputPrecision", "IEEE")
-            if not k.strategy.ordered_accumulation:
-                whole, state = _whole_operands(k, k.dot_sources[dot.results[0]], state)
-                if whole is not None:
-                    operands = [whole]
-            values[index] = reductions.accumulated(acc, operands, precision, k.strategy.ordered_accumulation)
+        arrays, state = lax.fori_loop(0 if isinstance(count, int) else jnp.int64(0), count, iteration, (initial, state))
     finally:
-        for dot in dots.values():
-            k.deferred_dots.pop(dot.results[0], None)
-            k.dot_sources.pop(dot.results[0], None)
-    for value, result in zip(op.results, values, strict=True):
-        k.env[value] = result
-    return state
+        k.trips.pop(loop.symbol, None)
+    return _unpacked(k, inits, arrays, op.results), state
 
 
-def _stepped(pointers: Sequence[Pointer | None]) -> Pointer | None:
-    """The pointer to every step's block at once, where each step loaded a whole block through the same pointer
-    moved by the same distance: its affine form has a new first axis, the steps (``a_ptrs += BLOCK_K`` in a K-loop)."""
-    if len(pointers) < 2 or any(p is None or p.affine is None or not p.affine.base_known for p in pointers):
-        return None
-    forms = [p.affine for p in pointers]  # type: ignore[union-attr]
-    first = forms[0]
-    assert first is not None
-    step = forms[1].const - first.const  # type: ignore[union-attr]
-    for index, form in enumerate(forms):
-        assert form is not None
-        same = (form.pids, form.lanes, form.shape) == (first.pids, first.lanes, first.shape)
-        if not same or form.const != first.const + index * step or pointers[index].buffer != pointers[0].buffer:  # type: ignore[union-attr]
-            return None
-    whole = Affine(first.const, first.pids, (step, *first.lanes), (len(forms), *first.shape))
-    offsets = jnp.stack([jnp.broadcast_to(jnp.asarray(p.offset), first.shape) for p in pointers])  # type: ignore[union-attr]
-    head = pointers[0]
-    assert head is not None
-    return Pointer(head.buffer, offsets, head.pointee, whole)
+def _chosen(active: Any, new: Any, old: Any) -> Any:
+    if isinstance(new, tuple):
+        return tuple(_chosen(active, n, o) for n, o in zip(new, old, strict=True))
+    return jnp.where(active, new, old)
 
 
-def _whole_operands(
-    k: Tracer, sources: Sequence[tuple[Pointer | None, Pointer | None]], state: State
-) -> tuple[tuple[jax.Array, jax.Array] | None, State]:
-    """The operands of a K-loop's products as one pair, read as one block each where every step loaded its
-    operands whole through pointers moved alike (`_stepped`): ``(M, K)`` and ``(K, N)``, ready for one product."""
-    a_pointer, b_pointer = _stepped([a for a, _ in sources]), _stepped([b for _, b in sources])
-    if a_pointer is None or b_pointer is None or a_pointer.affine is None or b_pointer.affine is None:
-        return None, state
-    a_shape, b_shape = a_pointer.affine.shape, b_pointer.affine.shape
-    if len(a_shape) != 3 or len(b_shape) != 3:
-        return None, state
-    a, state = k.memory.load(state, a_pointer, None, None, a_shape)
-    b, state = k.memory.load(state, b_pointer, None, None, b_shape)
-    steps, m, kk = a_shape
-    _, _, n = b_shape
-    a = lang.widen_for_dot(jnp.transpose(a, (1, 0, 2)).reshape(m, steps * kk))
-    b = lang.widen_for_dot(b.reshape(steps * b_shape[1], n))
-    return (a, b), state
-
-
-def _accumulating_dots(k: Tracer, body: Block) -> dict[int, Operation]:
-    """The ``tl.dot`` operations of a loop's body that only accumulate into what the loop carries (``acc =
-    tl.dot(a, b, acc)``, ``acc`` used by nothing else), by the index of the carried value."""
-    users = k.ir.users
-    carried = {value: index for index, value in enumerate(body.arguments[1:])}
-    yielded = body.operations[-1].operands
-    found = {}
-    for dot in body.operations:
-        if dot.name != "tt.dot" or dot.attr("inputPrecision", "IEEE") not in reductions.BATCHED_PRECISIONS:
-            continue
-        index = carried.get(dot.operands[2])
-        result = dot.results[0]
-        if index is not None and yielded[index] == result and len(users[dot.operands[2]]) == len(users[result]) == 1:
-            found[index] = dot
-    return found
-
-
-def _defined(block: Block) -> list[int]:
-    """The values a block defines: its arguments and its operations' results, nested ones included."""
-    found = list(block.arguments)
-    for op in block.operations:
-        found.extend(op.results)
-        for region in op.regions:
-            for inner in region:
-                found.extend(_defined(inner))
-    return found
-
-
-def _size(block: Block, used: set[int]) -> int:
-    """How many operations a block holds that compute what something uses, nested ones included."""
-    return sum(
-        (not op.results or any(r in used for r in op.results)) + sum(_size(b, used) for r in op.regions for b in r)
-        for op in block.operations
-    )
-
-
-def _loops(k: Tracer, block: Block, seen: frozenset[str] = frozenset()) -> bool:
-    """Whether running ``block`` may run a ``while`` loop (through the functions it calls too)."""
-    for op in block.operations:
-        if op.name == "scf.while":
-            return True
-        if op.name == "tt.call":
-            callee = str(op.attr("callee"))
-            function = k.ir.functions.get(callee)
-            if function is None or callee in seen or _loops(k, function.body[0], seen | {callee}):
-                return True
-        if any(_loops(k, b, seen) for region in op.regions for b in region):
-            return True
-    return False
+# -- branches ----------------------------------------------------------------------------------------------------
 
 
 def _both_sides(
-    k: Tracer, condition: jax.Array, sides: Sequence[tuple[Block | None, list[Any]]], state: State, line: str | None
+    k: Any, condition: jax.Array, sides: Sequence[tuple[Block | None, list[Any]]], state: State, line: str | None
 ) -> tuple[list[Any], State]:
     """A branch of programs side by side whose condition is known only when they run, run on both sides, each
-    side's loads, stores and atomics masked with its condition (`k.predicate`), its results chosen by it: the
-    programs then stay side by side where a branch would have made them run in order."""
-    outer, outer_path = k.predicate, k.path
+    side's loads, stores and atomics masked with its condition (`k.guard`), its results chosen by it: the programs
+    then stay side by side where a branch would have made them run in order."""
     taken = jnp.asarray(condition).astype(bool)
     results: list[list[Any]] = []
-    branch = len(k.env) + id(sides)  # one number per branch traced
-    try:
-        for (block, arguments), on, side in zip(sides, (taken, ~taken), (True, False), strict=True):
-            k.predicate = on if outer is None else outer & on
-            k.path = (*outer_path, (branch, side))
-            if block is None:
-                results.append([])
-                continue
+    branch_id = k.new_branch()
+    for (block, arguments), on, side in zip(sides, (taken, ~taken), (True, False), strict=True):
+        if block is None:
+            results.append([])
+            continue
+        with k.guard(on, (branch_id, side)):
             values, state = k.run_block(block, arguments, state)
-            results.append(values)
-    finally:
-        k.predicate, k.path = outer, outer_path
-    merge = getattr(k.memory, "merge_sides", None)
-    if merge is not None:
-        merge(branch, taken, outer)
+        results.append(values)
+    k.memory.merge_sides(branch_id, taken, k.predicate)
     if not results[1]:
         return results[0], state
     chosen: list[Any] = []
     for mine, theirs in zip(results[0], results[1], strict=True):
+        if isinstance(mine, (Pointer, Choice)) and isinstance(theirs, (Pointer, Choice)):
+            if isinstance(mine, Pointer) and isinstance(theirs, Pointer) and mine.buffer == theirs.buffer:
+                offset = jnp.where(taken, jnp.asarray(mine.offset), jnp.asarray(theirs.offset))
+                chosen.append(Pointer(mine.buffer, offset, mine.pointee))
+            else:  # a branch that points one value at another argument: each lane's side chooses
+                chosen.append(elementwise.chosen(taken, mine, theirs))
+            continue
         _same_target(mine, theirs, line)
         if isinstance(mine, Pointer):
             offset = jnp.where(taken, jnp.asarray(mine.offset), jnp.asarray(theirs.offset))
@@ -337,9 +366,11 @@ def _both_sides(
     return chosen, state
 
 
-def scf_if(k: Tracer, op: Operation, state: State) -> State:
-    """``scf.if``: the branch itself when its condition is known at trace time; for programs side by side, both
-    sides masked (`_both_sides`) where neither runs a ``while`` loop; else a ``lax.cond``."""
+@rule("scf.if", analyse=loops.analyse_if)
+def _if(ctx: RuleContext, state: State) -> State:
+    """``scf.if``: the side a condition known when tracing picks; for programs side by side, both sides masked
+    (`_both_sides`) where neither runs a ``while`` loop; else a ``lax.cond``."""
+    k, op = ctx.kernel, ctx.op
     condition = k.get(op.operands[0])
     then_block = op.regions[0][0]
     else_block = op.regions[1][0] if len(op.regions) > 1 and op.regions[1] else None
@@ -349,64 +380,105 @@ def scf_if(k: Tracer, op: Operation, state: State) -> State:
             return state
         results, state = k.run_block(chosen, [], state)
         for value, result in zip(op.results, results, strict=True):
-            k.env[value] = result
+            k.set(value, result)
         return state
-    if k.vector and not any(b is not None and _loops(k, b) for b in (then_block, else_block)):
+    # Programs side by side run both sides masked; so does a branch that points a value at another argument (a
+    # value in one of two buffers is a choice of pointers, which no XLA branch can hand on).
+    repointed = any(len(k.facts.fact(k.path, v).buffers or ()) > 1 for v in op.results)
+    if (k.vector or repointed) and not any(b is not None and _waits(k, b) for b in (then_block, else_block)):
         results, state = _both_sides(k, k.array(op.operands[0]), [(then_block, []), (else_block, [])], state, op.line)
         for value, result in zip(op.results, results, strict=True):
-            k.env[value] = result
+            k.set(value, result)
         return state
     types = [k.type(v) for v in op.results]
     templates: dict[str, list[Any]] = {}
 
-    def branch(name: str, block: Block | None) -> Any:
+    def side(name: str, block: Block | None) -> Any:
         def run(st: State) -> tuple[list[Any], State]:
             if block is None:
                 return [], st
-            results, st = _nested(k, block, [], st)
+            results, st = k.nested(block, [], st)
             templates[name] = results
             return _packed(results, types, results, op.line), st
 
         return run
 
     arrays, state = lax.cond(
-        jnp.asarray(k.array(op.operands[0])).astype(bool), branch("then", then_block), branch("else", else_block), state
+        jnp.asarray(k.array(op.operands[0])).astype(bool), side("then", then_block), side("else", else_block), state
     )
     taken = templates.get("then", [])
     for mine, theirs in zip(taken, templates.get("else", taken), strict=True):
         _same_target(mine, theirs, op.line)
     for value, template, array in zip(op.results, taken, arrays, strict=False):
-        k.env[value] = _unpack(template, array)
+        k.set(value, _unpack(template, array, k.form(value)))
     return state
 
 
-def _writes(k: Tracer, block: Block, seen: frozenset[str] = frozenset()) -> bool:
-    """Whether running ``block`` may store (through the functions it calls too)."""
-    for op in block.operations:
-        if op.name in _WRITES:
-            return True
-        if op.name == "tt.call":
-            callee = str(op.attr("callee"))
-            function = k.ir.functions.get(callee)
-            if function is None or callee in seen or _writes(k, function.body[0], seen | {callee}):
-                return True
-        if any(_writes(k, b, seen) for region in op.regions for b in region):
-            return True
-    return False
+def _waits(k: Any, block: Block) -> bool:
+    """Whether running ``block`` may run a ``while`` loop (through the functions it calls too)."""
+    return any(loop.is_while for loop in k.loops_within(block))
 
 
-def scf_while(k: Tracer, op: Operation, state: State) -> State:
+def branch(k: Any, op: Operation, region: Sequence[Block], state: State) -> tuple[list[Any], State]:
+    """``cf.br`` and ``cf.cond_br``, which Triton makes of an early ``return`` (never of a loop: Triton refuses a
+    ``return`` inside one, so the blocks of a function branch forward only): the target block runs on to the
+    function's ``tt.return``, whose values it returns. A condition known when traced picks its side; else both sides
+    run to the end inside a ``lax.cond``, or masked where the programs run side by side."""
+    targets = op.attr("successors")
+    if op.name == "cf.br":
+        return k.run_block(region[targets[0]], [k.get(v) for v in op.operands], state)
+    sides = [region[t] for t in targets]
+    split = 1 + len(sides[0].arguments)
+    arguments = [[k.get(v) for v in op.operands[1:split]], [k.get(v) for v in op.operands[split:]]]
+    condition = k.get(op.operands[0])
+    if lang.is_static(condition):
+        chosen = 0 if condition else 1
+        return k.run_block(sides[chosen], arguments[chosen], state)
+    if k.vector and not any(_waits(k, side) for side in sides):
+        return _both_sides(k, k.array(op.operands[0]), list(zip(sides, arguments, strict=True)), state, op.line)
+    # A function's blocks end in its return, those of the function tl.map_elementwise maps in the region's.
+    returned = next((o for b in region for o in b.operations if o.name in ("tt.return", mapped.RETURN)), None)
+    types = [k.type(v) for v in returned.operands] if returned is not None else []
+    templates: dict[int, list[Any]] = {}
+
+    def side(index: int) -> Any:
+        def run(st: State) -> tuple[list[Any], State]:
+            results, st = k.nested(sides[index], arguments[index], st)
+            templates[index] = results
+            return _packed(results, types, results, op.line), st
+
+        return run
+
+    arrays, state = lax.cond(jnp.asarray(k.array(op.operands[0])).astype(bool), side(0), side(1), state)
+    for mine, theirs in zip(templates[0], templates[1], strict=True):
+        _same_target(mine, theirs, op.line)
+    return [_unpack(t, a) for t, a in zip(templates[0], arrays, strict=True)], state
+
+
+def _jump(ctx: RuleContext, state: State) -> State:
+    raise Unsupported(f"{ctx.op.name} outside the end of a block", ctx.op.line)  # `branch` runs it, as a terminator
+
+
+rule("cf.br", jumps=True)(_jump)
+rule("cf.cond_br", jumps=True)(_jump)
+
+
+# -- scf.while ---------------------------------------------------------------------------------------------------
+
+
+@rule("scf.while", analyse=loops.analyse_while)
+def _while(ctx: RuleContext, state: State) -> State:
     """``scf.while``: a ``lax.while_loop`` whose condition runs the ``before`` region."""
-
+    k, op = ctx.kernel, ctx.op
     before, after = op.regions[0][0], op.regions[1][0]
-    if _writes(k, before):
+    if _stores(k, before):
         return _storing_while(k, op, state)
     inits = [k.get(v) for v in op.operands]
     arg_types = [k.type(v) for v in before.arguments]
 
     def forwarded(arrays: list[Any], st: State) -> tuple[Any, list[Any], State]:
         values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
-        handed, st = _nested(k, before, values, st)
+        handed, st = k.nested(before, values, st)
         return handed[0], handed[1:], st
 
     def condition(carry: tuple[list[Any], State]) -> jax.Array:
@@ -417,7 +489,7 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
     def body(carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
         arrays, st = carry
         _, values, st = forwarded(arrays, st)
-        yields, st = _nested(k, after, values, st)
+        yields, st = k.nested(after, values, st)
         return _packed(yields, arg_types, inits, op.line), st
 
     # The carried values start behind a barrier: XLA's loop analysis of jaxlib 0.11.2 counts the trips of a loop
@@ -427,11 +499,16 @@ def scf_while(k: Tracer, op: Operation, state: State) -> State:
     arrays, state = lax.while_loop(condition, body, (start, state))
     _, values, state = forwarded(arrays, state)
     for value, result in zip(op.results, values, strict=True):
-        k.env[value] = result
+        k.set(value, result)
     return state
 
 
-def _storing_while(k: Tracer, op: Operation, state: State) -> State:
+def _stores(k: Any, block: Block) -> bool:
+    """Whether running ``block`` may store (through the functions it calls too)."""
+    return any(access.kind != "load" for access in k.accesses_within(block))
+
+
+def _storing_while(k: Any, op: Operation, state: State) -> State:
     """``scf.while`` whose condition stores: a spin lock's ``while tl.atomic_cas(lock, 0, 1) == 1: pass``, a ticket
     taken with ``tl.atomic_add``. The condition runs once before the loop and once after each trip of the body,
     its stores kept (a ``lax.while_loop`` would run it again, and drop what it stores, to test it).
@@ -446,15 +523,15 @@ def _storing_while(k: Tracer, op: Operation, state: State) -> State:
     inits = [k.get(v) for v in op.operands]
     arg_types = [k.type(v) for v in before.arguments]
     handed_types = [k.type(v) for v in after.arguments]
-    handed, state = _nested(k, before, inits, state)
+    handed, state = k.nested(before, inits, state)
     templates = handed[1:]
 
     def trip(carry: tuple[jax.Array, list[Any], State]) -> tuple[jax.Array, list[Any], State]:
         _, arrays, st = carry
         values = [_unpack(t, a) for t, a in zip(templates, arrays, strict=True)]
-        yields, moved = _nested(k, after, values, st)
+        yields, moved = k.nested(after, values, st)
         yields = [_unpack(t, a) for t, a in zip(inits, _packed(yields, arg_types, inits, op.line), strict=True)]
-        again, moved = _nested(k, before, yields, moved)
+        again, moved = k.nested(before, yields, moved)
         next_arrays = _packed(again[1:], handed_types, templates, op.line)
         still = _same_bits([*next_arrays, *moved.buffers], [*arrays, *st.buffers])
         running = jnp.asarray(lang.as_array(again[0], k.type(before.operations[-1].operands[0]))).astype(bool)
@@ -466,7 +543,7 @@ def _storing_while(k: Tracer, op: Operation, state: State) -> State:
     start = (condition, _packed(templates, handed_types, templates, op.line), state)
     _, arrays, state = lax.while_loop(lambda carry: carry[0], trip, start)
     for value, template, array in zip(op.results, templates, arrays, strict=True):
-        k.env[value] = _unpack(template, array)
+        k.set(value, _unpack(template, array))
     return state
 
 
@@ -482,51 +559,42 @@ def _same_bits(new: Sequence[Any], old: Sequence[Any]) -> jax.Array:
     return same
 
 
-#: The terminators of a block that continue in another block of its region (what an early ``return`` makes).
-BRANCHES = ("cf.br", "cf.cond_br")
-
-#: How many blocks the branches of one function may run, counting each time a block is traced: an early ``return``
-#: inside an ``if`` traces what follows that ``if`` on both of its sides.
-_MAX_BRANCHED_BLOCKS = 256
+# -- calls and block ends ----------------------------------------------------------------------------------------
 
 
-def cf_branch(k: Tracer, op: Operation, region: Sequence[Block], state: State) -> tuple[list[Any], State]:
-    """``cf.br`` and ``cf.cond_br``, which Triton makes of an early ``return`` (never of a loop: Triton refuses a
-    ``return`` inside one, so the blocks of a function branch forward only): the target block runs on to the
-    function's ``tt.return``, whose values it returns. A condition known when traced picks its side; else both sides
-    run to the end inside a ``lax.cond``.
-    """
-    targets = op.attr("successors")
-    if not targets or any(t >= len(region) for t in targets):
-        raise Unsupported("a branch whose target blocks cannot be read", op.line)
-    k.branched_blocks += 1
-    if k.branched_blocks > _MAX_BRANCHED_BLOCKS:
-        raise Unsupported(f"more than {_MAX_BRANCHED_BLOCKS} blocks reached through early returns", op.line)
-    if op.name == "cf.br":
-        return k.run_block(region[targets[0]], [k.get(v) for v in op.operands], state)
-    sides = [region[t] for t in targets]
-    split = 1 + len(sides[0].arguments)
-    arguments = [[k.get(v) for v in op.operands[1:split]], [k.get(v) for v in op.operands[split:]]]
-    condition = k.get(op.operands[0])
-    if lang.is_static(condition):
-        chosen = 0 if condition else 1
-        return k.run_block(sides[chosen], arguments[chosen], state)
-    if k.vector and not any(_loops(k, side) for side in sides):
-        return _both_sides(k, k.array(op.operands[0]), list(zip(sides, arguments, strict=True)), state, op.line)
-    # A function's blocks end in its return, those of the function tl.map_elementwise maps in the region's.
-    returned = next((o for b in region for o in b.operations if o.name in ("tt.return", mapped.RETURN)), None)
-    types = [k.type(v) for v in returned.operands] if returned is not None else []
-    templates: dict[int, list[Any]] = {}
+@rule("tt.call", analyse=loops.analyse_call, effect=True, sums=True, calls=True)
+def _call(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
+    args = [k.get(v) for v in op.operands]
+    chained = [i for i, v in enumerate(op.operands) if v in k.call_results and _is_block(args[i])]
+    if chained:
+        # A helper's result handed straight to another helper (the stages of a sorting network): materialized
+        # between the two, XLA compiles each stage once; fused, it duplicates every earlier stage into each use of
+        # a later one (a 512-element bitonic argsort took minutes to compile).
+        kept = lax.optimization_barrier([args[i] for i in chained])
+        for i, array in zip(chained, kept, strict=True):
+            args[i] = array
+    results, state = k.call(op, args, state)
+    for value, result in zip(op.results, results, strict=True):
+        k.set(value, result)
+    return state
 
-    def side(index: int) -> Any:
-        def run(st: State) -> tuple[list[Any], State]:
-            results, st = _nested(k, sides[index], arguments[index], st)
-            templates[index] = results
-            return _packed(results, types, results, op.line), st
 
-        return run
+def _is_block(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of more than one dimension's worth of elements (a block, not a scalar)."""
+    return isinstance(value, jax.Array) and value.ndim > 0
 
-    arrays, state = lax.cond(jnp.asarray(k.array(op.operands[0])).astype(bool), side(0), side(1), state)
-    for mine, theirs in zip(templates[0], templates[1], strict=True):
-        _same_target(mine, theirs, op.line)
-    return [_unpack(t, a) for t, a in zip(templates[0], arrays, strict=True)], state
+
+def _ends(ctx: RuleContext, state: State) -> State:
+    raise Unsupported(f"{ctx.op.name} outside the end of a block", ctx.op.line)  # the kernel hands its values on
+
+
+for _name, _sums in (
+    ("scf.yield", True),
+    ("tt.return", True),
+    ("scf.condition", False),
+    ("tt.reduce.return", False),
+    ("tt.scan.return", False),
+    (mapped.RETURN, False),
+):
+    rule(_name, terminator=True, sums=_sums)(_ends)

@@ -1,11 +1,10 @@
 """Where XLA would round a kernel's floats otherwise than Triton does, and what the compiled path does about it.
 
-XLA's CPU compiler is free to do three things Triton's GPU compilers do not: compute bfloat16 arithmetic in float32
-and keep the excess precision into a following conversion (its ``--xla_allow_excess_precision``, on by default and
-read once, when JAX starts); turn a division by a broadcast value into a product with its rounded reciprocal; and
-simplify arithmetic with constants in ways that lose a zero's sign (``x + 0.0`` becomes ``x``). The compiled path
-rounds bfloat16 results explicitly (`round_bfloat16`), divides so that the quotient is correctly rounded
-(`divide`), and hides the kernel's zero constants from XLA's simplifier (`opaque_constants`).
+XLA's CPU compiler is free to do two things Triton's GPU compilers do not: turn a division by a broadcast value into a
+product with its rounded reciprocal, and simplify arithmetic with constants in ways that lose a zero's sign (``x +
+0.0`` becomes ``x``). The translation divides so that the quotient is correctly rounded where the strategy asks for
+a GPU's bits (`divide_exactly`), and hides the kernel's zero constants from XLA's simplifier (`opaque_constants`).
+(XLA's third liberty, bfloat16 arithmetic kept in float32, is `jt_core.translation.numerics`'.)
 """
 
 from __future__ import annotations
@@ -21,10 +20,10 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-from jt_core.translation import strategy as strategies
 from jt_core.translation.program import Program
+from jt_core.translation.rules import rule_of
 
-__all__ = ["constant", "divide", "opaque_constants", "round_bfloat16", "sign_safe_use", "sign_safe_values"]
+__all__ = ["constant", "divide_exactly", "opaque_constants", "sign_safe_use", "sign_safe_values"]
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -54,52 +53,28 @@ def opaque_constants(zero: jax.Array) -> Iterator[None]:
         _ZERO.reset(token)
 
 
-#: The operations, and the operands of each (``None``: all), where XLA's simplifier cannot lose a zero's sign to a
-#: zero constant: a comparison, a choice, a product, a quotient, a maximum or minimum, a store. (A difference can:
-#: XLA makes ``x - c`` of a zero ``c`` into ``x``, which is right for ``+0.0`` but not for ``-0.0``, since
-#: ``-0.0 - -0.0`` is ``+0.0``.) A constant hidden there only costs time: compared with a value XLA cannot see, a
-#: masked leaky ReLU ran at 2.6 times its time.
-_SIGN_SAFE: dict[str, tuple[int, ...] | None] = {
-    "arith.cmpf": None,
-    "arith.select": None,
-    "arith.mulf": None,
-    "arith.divf": None,
-    "tt.precise_divf": None,
-    "arith.maximumf": None,
-    "arith.minimumf": None,
-    "arith.maxnumf": None,
-    "arith.minnumf": None,
-    "tt.store": None,
-}
-
-
 def sign_safe_use(name: str, operand: int) -> bool:
-    """Whether operand ``operand`` of an operation ``name`` may be a zero constant XLA sees (`_SIGN_SAFE`)."""
-    if name not in _SIGN_SAFE:
+    """Whether operand ``operand`` of an operation ``name`` may be a zero constant XLA sees: a comparison, a choice,
+    a product, a quotient, a maximum or minimum, a store (its rule's ``sign_safe``). A difference is not: XLA makes
+    ``x - c`` of a zero ``c`` into ``x``, which is right for ``+0.0`` but not for ``-0.0``, since ``-0.0 - -0.0`` is
+    ``+0.0``. A constant hidden where it need not be only costs time: compared with a value XLA cannot see, a masked
+    leaky ReLU ran at 2.6 times its time."""
+    found = rule_of(name)
+    if found is None:
         return False
-    operands = _SIGN_SAFE[name]
-    return operands is None or operand in operands
+    return found.sign_safe is None or operand in found.sign_safe
 
 
-#: Operations that pass a value on unchanged but for its shape or type: a zero they make is as safe as its uses.
-_PASSING_ON = frozenset(
-    {
-        "tt.splat",
-        "tt.broadcast",
-        "tt.expand_dims",
-        "tt.reshape",
-        "tt.trans",
-        "arith.sitofp",
-        "arith.uitofp",
-        "arith.extf",
-        "arith.truncf",
-    }
-)
+def _passes_value(name: str) -> bool:
+    """Whether an operation passes a value on unchanged but for its shape or type (a splat, a conversion): a zero it
+    makes is as safe as its uses."""
+    found = rule_of(name)
+    return found is not None and (found.passes_value or found.passes_product)
 
 
 def sign_safe_values(program: Program) -> frozenset[int]:
-    """The values whose every use is `sign_safe_use`, through the operations that pass a value on (`_PASSING_ON`: a
-    splat, a conversion): those stay constants XLA sees, whatever their value; the others, where they are zeros
+    """The values whose every use is `sign_safe_use`, through the operations that pass a value on (a splat, a
+    conversion): those stay constants XLA sees, whatever their value; the others, where they are zeros
     when the kernel is traced (a zero constant, or what the compiled path computes from constants alone), are hidden
     (`opaque_constants`)."""
     uses = program.users
@@ -109,7 +84,7 @@ def sign_safe_values(program: Program) -> frozenset[int]:
         if value not in safe:
             safe[value] = all(
                 all(is_safe(result) for result in op.results)
-                if op.name in _PASSING_ON
+                if _passes_value(op.name)
                 else all(sign_safe_use(op.name, index) for index, used in enumerate(op.operands) if used == value)
                 for op in uses.get(value, ())
             )
@@ -131,7 +106,7 @@ def constant(value: np.ndarray, opaque: bool = True) -> jax.Array:
     return lax.sub(array, zero.astype(array.dtype))
 
 
-def divide(x: jax.Array, y: jax.Array) -> jax.Array:
+def divide_exactly(x: jax.Array, y: jax.Array) -> jax.Array:
     """``x / y`` correctly rounded, as the interpreter divides.
 
     XLA rewrites a division by a broadcast value (``x / s`` for a scalar ``s``, a row's sum, a constant) into a
@@ -143,11 +118,6 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
     programs run side by side: ``jax.vmap`` would broadcast an unmapped divisor over the programs outside the
     barrier that hides it (`_hidden_divisor`).
     """
-    if not strategies.active().float64:
-        # Without float64 (a TPU): the platform's own float32 quotient; narrower floats divided in float32.
-        if x.dtype.itemsize < 4:
-            return lax.div(x.astype(jnp.float32), y.astype(jnp.float32)).astype(x.dtype)
-        return lax.div(x, y)
     if x.dtype == jnp.float64:
         zero = _ZERO.get()
         if y.ndim == 0 and zero is not None:
@@ -169,12 +139,3 @@ def _hidden_divisor_vmap(axis_size: int, in_batched: list[bool], x: jax.Array, y
     x = x if in_batched[0] else jnp.broadcast_to(x, (axis_size, *x.shape))
     y = y if in_batched[1] else jnp.broadcast_to(y, (axis_size, *y.shape))
     return _hidden_divisor(x, y), True
-
-
-def round_bfloat16(x: jax.Array) -> jax.Array:
-    """A bfloat16 result rounded to bfloat16 where XLA would skip it: XLA computes bfloat16 arithmetic in float32 and,
-    with its excess precision on (the default, which cannot be turned off once JAX has started), drops the rounding
-    between an operation and a following conversion to float32 (``(a + b).to(tl.float32)``). Triton rounds each."""
-    if x.dtype != _BFLOAT16 or not strategies.active().exact_rounding:
-        return x
-    return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)

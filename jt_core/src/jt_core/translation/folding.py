@@ -17,7 +17,9 @@ import numpy as np
 
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter import numerics
+from jt_core.translation import integers
 from jt_core.translation.program import TensorType
+from jt_core.translation.rules import rule_of
 
 __all__ = ["UNSIGNED", "dtype_of", "evaluate", "fold", "is_float8", "is_static", "unsigned", "width", "wrap"]
 
@@ -73,23 +75,10 @@ def unsigned(value: int, element: str) -> int:
     return int(value) & ((1 << width(element)) - 1)
 
 
-def _cmp(predicate: int, a: int, b: int, element: str) -> bool:
-    if predicate >= 6:  # ult, ule, ugt, uge
-        a, b = unsigned(a, element), unsigned(b, element)
-    return [a == b, a != b, a < b, a <= b, a > b, a >= b, a < b, a <= b, a > b, a >= b][predicate]
-
-
-def _div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def _rem(a: int, b: int) -> int:
-    return a - _div(a, b) * b
-
-
 def fold(name: str, args: Sequence[Any], types: Sequence[TensorType], result: TensorType, attr: Any) -> Any:
-    """The value of an integer operation on scalars known at trace time, or ``None`` when it is not one of those.
+    """The value of an integer operation on scalars known at trace time, or ``None`` when it is not one of those
+    (or, like a division by zero or a shift past the type's width, what it gives is left to run time, as on the
+    device).
 
     Args:
         name: The operation.
@@ -100,103 +89,26 @@ def fold(name: str, args: Sequence[Any], types: Sequence[TensorType], result: Te
     """
     if result.shape or any(t.shape for t in types) or not all(t.element.startswith("i") for t in types):
         return None
-    if not (result.element.startswith("i")):
+    if not result.element.startswith("i") or name not in integers.INTEGER_OPERATIONS:
         return None
-    element = types[0].element if types else result.element
-    a = [int(v) for v in args]
-    if name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
-        return wrap(a[0], result.element)
-    if name in ("arith.extui", "arith.index_castui"):
-        return wrap(unsigned(a[0], element), result.element)
-    if name == "arith.cmpi":
-        return _cmp(int(attr), a[0], a[1], element)
-    if name == "arith.select":
-        return args[1] if args[0] else args[2]
-    if name in ("arith.divsi", "arith.remsi", "arith.divui", "arith.remui", "arith.ceildivsi", "arith.floordivsi"):
-        if a[1] == 0:
-            return None  # left to run time, as on the device
-        if name.endswith("ui"):
-            x, y = unsigned(a[0], element), unsigned(a[1], element)
-            return wrap(x // y if name == "arith.divui" else x % y, element)
-        if name == "arith.ceildivsi":
-            return wrap(-((-a[0]) // a[1]), element)
-        if name == "arith.floordivsi":
-            return wrap(a[0] // a[1], element)
-        return wrap(_div(a[0], a[1]) if name == "arith.divsi" else _rem(a[0], a[1]), element)
-    binary: dict[str, Callable[[int, int], int]] = {
-        "arith.addi": lambda x, y: x + y,
-        "arith.subi": lambda x, y: x - y,
-        "arith.muli": lambda x, y: x * y,
-        "arith.andi": lambda x, y: x & y,
-        "arith.ori": lambda x, y: x | y,
-        "arith.xori": lambda x, y: x ^ y,
-        "arith.maxsi": max,
-        "arith.minsi": min,
-        "arith.maxui": lambda x, y: x if unsigned(x, element) >= unsigned(y, element) else y,
-        "arith.minui": lambda x, y: x if unsigned(x, element) <= unsigned(y, element) else y,
-    }
-    if name in binary:
-        return wrap(binary[name](a[0], a[1]), element)
-    if name in ("arith.shli", "arith.shrsi", "arith.shrui"):
-        shift = a[1]
-        if not 0 <= shift < width(element):
-            return None
-        if name == "arith.shli":
-            return wrap(a[0] << shift, element)
-        if name == "arith.shrsi":
-            return wrap(a[0] >> shift, element)
-        return wrap(unsigned(a[0], element) >> shift, element)
-    return None
+    element = types[-1].element if types else result.element
+    if name in DIVISIONS and int(args[1]) == 0:
+        return None
+    if name in _SHIFTS and not 0 <= unsigned(int(args[1]), element) < width(element):
+        return None
+    arrays = [np.asarray(wrap(int(v), t.element), dtype_of(t.element)) for v, t in zip(args, types, strict=True)]
+    with np.errstate(all="ignore"):
+        found = integers.apply(integers.NUMPY, name, arrays, dtype_of(result.element), attr)
+    value = np.asarray(found)[()]
+    return bool(value) if result.element == "i1" else int(value)
+
+
+DIVISIONS = frozenset({"arith.divsi", "arith.remsi", "arith.divui", "arith.remui", "arith.ceildivsi"})
+DIVISIONS |= {"arith.floordivsi"}
+_SHIFTS = frozenset({"arith.shli", "arith.shrsi", "arith.shrui"})
 
 
 # -- the one value of a block known at trace time ---------------------------------------------------------------
-
-#: Element-wise float operations `evaluate` computes with NumPy, in float32 (float64 for float64 operands).
-_EVALUATED: dict[str, Callable[..., Any]] = {
-    "arith.addf": np.add,
-    "arith.subf": np.subtract,
-    "arith.mulf": np.multiply,
-    "arith.divf": np.divide,
-    "tt.precise_divf": np.divide,
-    "arith.remf": np.fmod,
-    "arith.negf": np.negative,
-    "arith.maxnumf": np.fmax,
-    "arith.minnumf": np.fmin,
-    "arith.maximumf": np.maximum,
-    "arith.minimumf": np.minimum,
-    "math.absf": np.abs,
-    "math.floor": np.floor,
-    "math.ceil": np.ceil,
-    "math.trunc": np.trunc,
-    "math.roundeven": np.rint,
-    "math.round": lambda x: np.copysign(np.trunc(x) + np.where(np.abs(x - np.trunc(x)) >= 0.5, np.sign(x), 0), x),
-    "math.sqrt": np.sqrt,
-    "tt.precise_sqrt": np.sqrt,
-    "math.copysign": np.copysign,
-    "math.fma": lambda x, y, z: (x.astype(np.float64) * y + z).astype(x.dtype),
-    "math.exp": np.exp,
-    "math.exp2": np.exp2,
-    "math.expm1": np.expm1,
-    "math.log": np.log,
-    "math.log2": np.log2,
-    "math.log10": np.log10,
-    "math.log1p": np.log1p,
-    "math.sin": np.sin,
-    "math.cos": np.cos,
-    "math.tan": np.tan,
-    "math.sinh": np.sinh,
-    "math.cosh": np.cosh,
-    "math.tanh": np.tanh,
-    "math.asin": np.arcsin,
-    "math.acos": np.arccos,
-    "math.atan": np.arctan,
-    "math.asinh": np.arcsinh,
-    "math.acosh": np.arccosh,
-    "math.atanh": np.arctanh,
-    "math.atan2": np.arctan2,
-    "math.cbrt": np.cbrt,
-    "math.powf": np.power,
-}
 
 _CMPF_NUMPY: list[Callable[[Any, Any], Any]] = [
     lambda a, b: False,
@@ -266,7 +178,8 @@ def _evaluated(name: str, xs: list[np.ndarray], out: np.dtype, attr: Any) -> Any
         return numerics.narrowed(xs[0], out, attr == "RTZ")[()]
     if name == "arith.cmpf":
         return bool(_CMPF_NUMPY[int(attr)](*(x.astype(np.float64) for x in xs)))
-    fn = _EVALUATED.get(name)
+    found = rule_of(name)
+    fn = None if found is None else found.evaluate
     if fn is None:
         return None
     wide = np.float64 if any(x.dtype == np.float64 for x in xs) else np.float32

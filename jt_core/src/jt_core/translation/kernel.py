@@ -1,16 +1,17 @@
-"""Tracing a kernel's TTIR with JAX: each operation as the JAX operations that compute it.
+"""Tracing a kernel's TTIR with JAX, as its plan says: each operation by its rule (`jt_core.translation.rules`),
+``tt.call`` inlined.
 
-A `Kernel` runs a block's operations on JAX values: element-wise ones here
-(`jt_core.translation.lang`), the rest through the handlers of `shapes`,
-`accesses`, `reductions` and
-`control`; ``tt.call`` is inlined. A construct it cannot express raises
-`Unsupported` while tracing, naming the operation and the kernel source line
-it comes from; the launcher then hands the call to the interpreter.
+A `Kernel` holds what one trace needs: the values traced so far, the buffers (`jt_core.translation.memory`), the
+program ids, the guard of the branch side or loop trip being traced, and each loop's trip where a symbol of the
+analyses' forms stands for it. It answers the rules' questions from the facts (`form`, `limits`, `access_fact`): the
+lowering proves nothing itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -19,150 +20,92 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
-from jt_core.interpreter import libdevice
-from jt_core.interpreter.libdevice import libdevice_name
-from jt_core.translation import (
-    accesses,
-    control,
-    descriptors,
-    extern,
-    floats,
-    folding,
-    lang,
-    mapped,
-    masks,
-    products,
-    reductions,
-    shapes,
-)
-from jt_core.translation.affine import Affine
+from jt_core.translation import floats, lang
+from jt_core.translation.analysis import masks
+from jt_core.translation.analysis.affine import Affine, Symbol
+from jt_core.translation.analysis.facts import Access, Loop
+from jt_core.translation.fusing import Fusing
 from jt_core.translation.memory import Memory, Pointer, State
-from jt_core.translation.program import Block, Operation, Program, TensorType
-from jt_core.translation.relabeling import Relabeling
-from jt_core.translation.strategy import CPU_STRATEGY, Strategy
-from jt_core.translation.values import Address, BlockPointer, NotVectorizable, Unsupported
+from jt_core.translation.plan import LoopMode, Plan
+from jt_core.translation.program import Block, Operation, TensorType
+from jt_core.translation.rules import RuleContext, rule_of
+from jt_core.translation.strategy import Strategy
+from jt_core.translation.values import BlockPointer, Unsupported
 
-__all__ = ["HANDLERS", "Kernel", "unsupported_operation"]
-
-#: Operations the compiled path does not express, with what to call them in the one line that says why a kernel
-#: runs in the interpreter instead.
-_REFUSED = {
-    "tt.elementwise_inline_asm": "inline asm (tl.inline_asm_elementwise)",
-    "tt.print": "device printing (tl.device_print / print)",
-    "tt.assert": "a device assertion (tl.device_assert)",
-    "tt.int_to_ptr": "an integer turned into a pointer",
-    "tt.dot_scaled": "a scaled dot product (tl.dot_scaled)",
-}
-
-#: Operations whose effect is more than their results.
-_EFFECTS = {"tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.call", "tt.load"}
-
-#: Operations with no effect on the CPU.
-_NO_EFFECT = {"gpu.barrier", "ttg.barrier", "tt.debug_barrier"}
-
-#: The operations whose result may be a mask known as a box of lanes (`Kernel._track_limits`).
-_LIMITED = frozenset({"arith.cmpi", "arith.andi", "tt.broadcast", "tt.expand_dims", "tt.splat", "arith.constant"})
-
-#: The integer operations that keep an affine form.
-_AFFINE_OPS = {
-    "arith.addi",
-    "arith.subi",
-    "arith.muli",
-    "arith.extsi",
-    "arith.trunci",
-    "arith.index_cast",
-    "arith.bitcast",  # between integers of one width (Triton's front end casts a loop's bounds so)
-    "arith.remsi",  # by a constant, of values known to lie in [0, constant): the values themselves
-    "arith.remui",
-    "arith.divsi",  # by a constant, of values in [0, constant): zero
-    "arith.divui",
-}
+__all__ = ["Job", "Kernel"]
 
 
-def unsupported_operation(program: Program) -> Unsupported | None:
-    """The first operation of ``program`` the compiled path refuses before tracing, or ``None``."""
-    for op in program.operations():
-        if op.name in _REFUSED:
-            return Unsupported(_REFUSED[op.name], op.line)
-    return None
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What running a kernel's grid takes, the state aside: its plan, its TTIR, its buffers, the entry function's
+    arguments (`Pointer` for pointers, Python scalars for scalars), whether products and sums may fuse
+    (``enable_fp_fusion``), and the platform's choices."""
+
+    plan: Plan
+    program: Any
+    memory: Memory
+    arguments: Sequence[Any]
+    fuse: bool
+    strategy: Strategy
+
+    def kernel(self, vector: bool) -> Kernel:
+        """A trace of the kernel, its programs side by side (``vector``) or one at a time."""
+        return Kernel(self.plan, self.program, self.memory, self.strategy, self.fuse, vector)
+
+    @property
+    def entry(self) -> Block:
+        return self.program.functions[self.program.entry].body[0]
 
 
 class Kernel:
-    """Traces the programs of a kernel: `jt_core.translation.grid` runs its entry block once per program, or
-    once for many programs side by side.
+    """One trace of a kernel: `jt_core.translation.grid` runs its entry block once per program, or once for many
+    programs side by side.
 
     Args:
+        plan: The kernel's plan (its facts included).
         program: The kernel's TTIR.
         memory: Its buffers.
-        grid: The grid, three axes.
-        fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
-        vector: Whether the programs run side by side (stores are recorded, and must be provably independent).
         strategy: The platform's choices.
-        relabel: The tiles the programs run over instead of their launched ids, where they do.
-        launch: The launched grid, where the programs run over another (``relabel``'s).
+        fuse: Whether a product and a sum may be fused into one multiply-add (``enable_fp_fusion``).
+        vector: Whether the programs run side by side.
     """
 
-    def __init__(
-        self,
-        program: Program,
-        memory: Memory,
-        grid: tuple[int, int, int],
-        fuse: bool,
-        vector: bool = False,
-        strategy: Strategy = CPU_STRATEGY,
-        relabel: Relabeling | None = None,
-        launch: tuple[int, int, int] | None = None,
-    ) -> None:
+    def __init__(self, plan: Plan, program: Any, memory: Memory, strategy: Strategy, fuse: bool, vector: bool) -> None:
         self.ir = program
+        self.plan = plan
+        self.facts = plan.facts
         self.strategy = strategy
-        #: Where the programs run over the tiles their ids map to: the relabeling (`jt_core.translation.relabeling`).
-        self.relabel = relabel
-        #: The grid launched (``tl.num_programs``); `grid` is the one the programs' ids range over.
-        self.launch = launch or grid
-        self.fuse = fuse
         self.memory = memory
-        self.grid = grid
         self.vector = vector
+        #: Where the programs run over the tiles their ids map to: the relabeling.
+        self.relabel = plan.relabel if vector else None
+        #: The grid launched (``tl.num_programs``); the facts' grid is the one the programs' ids range over.
+        self.launch = plan.facts.launch
         self.pids: tuple[Any, Any, Any] = (0, 0, 0)
         self.env: dict[int, Any] = {}
-        #: The affine form of the integer values that have one.
-        self.affine: dict[int, Affine] = {}
-        #: The masks known to be boxes of lanes, the same in every program (`jt_core.translation.masks`).
-        self.limits: dict[int, masks.Limits] = {}
-        #: Where both sides of a branch run (programs side by side), the condition of the side being traced: what
-        #: its loads, stores and atomics are masked with (`jt_core.translation.control`).
+        #: The call path of the function being traced (the facts' key).
+        self.path: tuple[int, ...] = ()
+        #: Where both sides of a branch run, or a loop's trips past some programs' ends (programs side by side), the
+        #: condition of the lanes being traced: what their loads, stores and atomics are masked with.
         self.predicate: Any = None
         #: The sides of the branches being traced that way, as (branch, side) pairs, outermost first.
-        self.path: tuple[tuple[int, bool], ...] = ()
+        self.branch_path: tuple[tuple[int, bool], ...] = ()
+        #: Each loop's trip, where it is being traced (an int, or a traced scalar), by the loop's symbol.
+        self.trips: dict[Symbol, Any] = {}
         #: How deep inside loops and branches run as JAX's control flow the operation being traced is.
         self.region_depth = 0
-        #: The stores of a vectorised run: the buffer and the affine form of the offsets.
-        self.stores: list[tuple[int, Affine]] = []
-        self.used = _used_values(program)
+        #: The products computed around the loop they accumulate in (`jt_core.translation.control`), and the
+        #: operands each step of such a loop collects where it is unrolled.
+        self.outside: set[int] = set()
+        self.collected: dict[int, list[tuple[jax.Array, jax.Array]]] = {}
         #: The values XLA may see as constants whatever their value (`jt_core.translation.floats.sign_safe_values`).
         self.sign_safe = floats.sign_safe_values(program)
-        #: The one value each element of a value holds where it is known at trace time: a block constant or splat,
-        #: and what element-wise operations compute from those and static scalars alone (`known`).
-        self.uniform: dict[int, Any] = {}
-        self.depth = 0
-        #: How many blocks early returns' branches traced so far (`control.cf_branch` bounds it).
-        self.branched_blocks = 0
-        #: The operands of the products an unrolled loop accumulates, by the dot's result (`control._unrolled`).
-        self.deferred_dots: dict[int, list[tuple[jax.Array, jax.Array]]] = {}
-        #: For the same products, the pointers their operands were loaded through, where each is a whole block
-        #: loaded as it is (``None`` otherwise): what lets a loop's loads be read as one block (`control._unrolled`).
-        self.dot_sources: dict[int, list[tuple[Pointer | None, Pointer | None]]] = {}
-        #: The pointers of the blocks loaded whole (no mask), by the value loaded.
-        self.loaded_from: dict[int, Pointer] = {}
-        #: Which products the kernel's sums fuse, and which round alone (`jt_core.translation.products`), where the
-        #: strategy rounds as a GPU does.
-        self.fusions = products.fusions(program) if strategy.exact_rounding else None
-        #: The factors of the products traced so far (a negated one's first factor negated), by value.
-        self.factors: dict[int, tuple[jax.Array, jax.Array]] = {}
-        #: The blocks of the region each block belongs to, by the block's identity: where a branch finds its target.
-        self._regions = _regions(program)
+        self.products = Fusing(plan.facts.fusions, fuse)
+        #: The one value each element of a value holds where it is known at trace time.
+        self._known: dict[int, Any] = {}
         #: The values that are results of helper calls (``tt.call``).
-        self.call_results = {r for op in program.operations() if op.name == "tt.call" for r in op.results}
+        self.call_results = {r for op in program.operations() if _calls(op) for r in op.results}
+        self._branches = 0
 
     # -- values ------------------------------------------------------------------------------------------------
 
@@ -172,27 +115,8 @@ class Kernel:
     def get(self, value: int) -> Any:
         return self.env[value]
 
-    def affine_of(self, value: int) -> Affine | None:
-        """The affine form of an integer value, where it is known: never for integers narrower than 32 bits, whose
-        arithmetic wraps where the form, whose sums and products are modulo 2**32 at most, would not."""
-        if _narrow(self.type(value)):
-            return None
-        known = self.affine.get(value)
-        if known is not None:
-            return known
-        found = self.env.get(value)
-        if isinstance(found, int) and not isinstance(found, bool):
-            return Affine.constant(found).broadcast(self.type(value).shape)
-        ty = self.type(value)
-        if not ty.shape and ty.element.startswith("i") and ty.element != "i1":
-            # A run-time scalar (a loop's counter): affine, with a base known only as a traced value.
-            return Affine.unknown_scalar(None if found is None else jnp.asarray(found, jnp.int64))
-        return None
-
-    def known(self, value: int) -> Any:
-        """The one value each element of ``value`` holds, where it is known at trace time (else ``None``)."""
-        found = self.env.get(value)
-        return found if lang.is_static(found) else self.uniform.get(value)
+    def set(self, value: int, what: Any) -> None:
+        self.env[value] = what
 
     def array(self, value: int) -> jax.Array:
         """A value as a JAX array of its type."""
@@ -201,17 +125,196 @@ class Kernel:
             raise Unsupported("a pointer used as a number")
         return lang.as_array(found, self.type(value))
 
+    def known(self, value: int) -> Any:
+        """The one value each element of ``value`` holds, where it is known at trace time (else ``None``)."""
+        found = self.env.get(value)
+        return found if lang.is_static(found) else self._known.get(value)
+
+    def set_known(self, value: int, known: Any) -> None:
+        # A value traced again (a loop's body, trip by trip) may be known in one trace and not another.
+        if known is None:
+            self._known.pop(value, None)
+        else:
+            self._known[value] = known
+
+    # -- facts -------------------------------------------------------------------------------------------------
+
+    def _symbol(self, symbol: Symbol) -> Any:
+        """What a symbol of the forms is where the kernel is being traced (``None``: not known here)."""
+        if symbol[0] == "trip":
+            return self.trips.get(symbol)
+        if symbol[0] == "scalar":
+            value = self.env.get(symbol[1][1])
+            if value is None or isinstance(value, (Pointer, BlockPointer)):
+                return None
+            if lang.is_static(value):
+                return int(value)
+            return jnp.asarray(value).astype(jnp.int64)
+        return None
+
+    def bind(self, form: Affine | None) -> Affine | None:
+        """A form of the facts with its symbols given their values here."""
+        if form is None:
+            return None
+        return form.bind(self._symbol) if form.terms else form
+
+    def form(self, value: int) -> Affine | None:
+        """The affine form of an integer (or of a pointer's offsets), bound here, where the analyses know one."""
+        return self.bind(self.facts.fact(self.path, value).form)
+
+    def bounds(self, value: int) -> tuple[int, int] | None:
+        """The range a value's form takes over every program, lane and symbol's range, where known."""
+        found = self.facts.fact(self.path, value).form
+        return None if found is None else found.bounds(self.facts.grid, self.facts.ranges)
+
+    def limits(self, value: int) -> masks.Limits | None:
+        """The box of lanes a mask has on, the same in every program, where the analyses know it as one here."""
+        found = self.env.get(value)
+        shape = self.type(value).shape
+        if isinstance(found, (bool, np.bool_)):
+            return masks.full(shape) if found else tuple((0, 0) for _ in shape)
+        fact = self.facts.fact(self.path, value).mask
+        if fact is None or fact.shape != shape:
+            return None
+        return fact.limits(self.facts.grid, self._symbol, self.facts.ranges)
+
+    def access_fact(self, op: Operation) -> Access | None:
+        return self.facts.access(self.path, op)
+
+    def access_form(self, op: Operation) -> Affine | None:
+        """The bound form of the lanes an access reaches (a block pointer's, a descriptor's), where known."""
+        found = self.access_fact(op)
+        return None if found is None else self.bind(found.form)
+
+    def access_reach(self, op: Operation) -> tuple[int, int] | None:
+        """The lowest and highest offset an access's lanes take over every program and trip, where known."""
+        found = self.access_fact(op)
+        if found is None or found.form is None:
+            return None
+        return found.form.bounds(self.facts.grid, self.facts.ranges)
+
+    def access_limits(self, op: Operation) -> masks.Limits | None:
+        """The box of an access's lanes its mask has on, where the analyses know it as one here."""
+        found = self.access_fact(op)
+        if found is None or found.mask is None:
+            return None
+        return found.mask.limits(self.facts.grid, self._symbol, self.facts.ranges)
+
+    def loop_fact(self, op: Operation) -> Loop | None:
+        return self.facts.loop(self.path, op)
+
+    def loop_mode(self, loop: Loop) -> LoopMode:
+        if not self.vector:
+            return LoopMode.ROLLED
+        return self.plan.loop_mode(loop)
+
+    def stepped_pointer(self, access: Access, loop: Loop) -> Pointer:
+        """The pointer to every trip's block of an unmasked load in ``loop`` at once: its form with the loop's trip as
+        a new first axis of the block (a K-loop's operands, `jt_core.translation.control`)."""
+        assert access.form is not None and loop.most is not None
+        step = access.form.coefficient(loop.symbol)
+        rest = dataclasses.replace(access.form, terms=tuple((s, c) for s, c in access.form.terms if s != loop.symbol))
+        bound = self.bind(rest)
+        assert bound is not None
+        whole = Affine(
+            bound.const,
+            bound.pids,
+            (step, *bound.lanes),
+            (loop.most, *bound.shape),
+            (),
+            bound.base_known,
+            bound.dynamic,
+        )
+        (buffer,) = access.buffers
+        pointee = self.type(access.op.results[0]).element
+        return Pointer(buffer, self.offsets(whole), pointee, whole)
+
+    def offsets(self, form: Affine) -> jax.Array:
+        """The offsets a bound form gives in this program (its program ids those being traced)."""
+        offsets: Any = jnp.asarray(form.const, jnp.int64)
+        if not form.base_known:
+            offsets = offsets + jnp.asarray(form.dynamic, jnp.int64)
+        for pid, coefficient in zip(self.pids, form.pids, strict=True):
+            if coefficient:
+                offsets = offsets + jnp.asarray(pid, jnp.int64) * coefficient
+        for axis, (coefficient, count) in enumerate(zip(form.lanes, form.shape, strict=True)):
+            if coefficient and count > 1:
+                shape = [1] * len(form.shape)
+                shape[axis] = count
+                offsets = offsets + lax.iota(jnp.int64, count).reshape(shape) * coefficient
+        return jnp.broadcast_to(offsets, form.shape)
+
+    def loops_within(self, block: Block) -> list[Loop]:
+        """The loops running ``block`` may run (through the functions it calls too)."""
+        return [found for op, path in _within(self.ir, block, self.path) if (found := self.facts.loop(path, op))]
+
+    def accesses_within(self, block: Block) -> list[Access]:
+        """The accesses running ``block`` may make (through the functions it calls too)."""
+        return [found for op, path in _within(self.ir, block, self.path) if (found := self.facts.access(path, op))]
+
+    def outside_loop(self, dot: Operation) -> bool:
+        """Whether a loop's product is computed around the loop; a step traced alone collects its operands."""
+        collected = self.collected.get(id(dot))
+        if collected is not None:
+            a, b = (lang.widen_for_dot(self.array(v)) for v in dot.operands[:2])
+            collected.append((a, b))
+        return id(dot) in self.outside
+
+    # -- guards ------------------------------------------------------------------------------------------------
+
+    def guarded(self, mask: Any, shape: tuple[int, ...]) -> Any:
+        """An access's mask, and-ed with the guard of the branch side or loop trip being traced."""
+        if self.predicate is None:
+            return mask
+        predicate = jnp.broadcast_to(self.predicate, shape)
+        return predicate if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & predicate
+
+    @contextlib.contextmanager
+    def guard(self, condition: Any, side: tuple[int, bool] | None = None) -> Iterator[None]:
+        """Traces what the block runs with ``condition`` and-ed into the guard (and, for a branch, its side)."""
+        outer, outer_path = self.predicate, self.branch_path
+        self.predicate = condition if outer is None else outer & condition
+        if side is not None:
+            self.branch_path = (*outer_path, side)
+        try:
+            yield
+        finally:
+            self.predicate, self.branch_path = outer, outer_path
+
+    def new_branch(self) -> int:
+        self._branches += 1
+        return self._branches
+
     # -- structure ---------------------------------------------------------------------------------------------
+
+    def start_program(self) -> None:
+        """Forgets what the program traced before knew: its values and what is known of them."""
+        self.env, self._known = {}, {}
+        self.products.forget()
+        self.predicate = None
+        self.branch_path = ()
+        self.trips = {}
+
+    def nested(self, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
+        """Runs a block of a loop or branch that JAX's control flow runs."""
+        self.region_depth += 1
+        try:
+            return self.run_block(block, args, state)
+        finally:
+            self.region_depth -= 1
 
     def run_block(self, block: Block, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
         """Runs a block's operations; returns what its terminator hands on, and the state."""
+        from jt_core.translation import control
+
         for value, arg in zip(block.arguments, args, strict=True):
             self.env[value] = arg
         for op in block.operations:
-            if op.name in _TERMINATORS:
+            found = rule_of(op.name)
+            if found is not None and found.terminator:
                 return [self.env[v] for v in op.operands], state
-            if op.name in control.BRANCHES:
-                return control.cf_branch(self, op, self._regions[id(block)], state)
+            if found is not None and found.jumps:
+                return control.branch(self, op, self.ir.regions[id(block)], state)
             try:
                 state = self.operation(op, state)
             except Unsupported as exc:
@@ -220,367 +323,57 @@ class Kernel:
                 raise
             except UnsupportedKernelError as exc:
                 raise Unsupported(str(exc), op.line) from None
-            except NotVectorizable:
-                raise
-            except Exception as exc:  # a construct this jt cannot trace: named with the line it comes from
-                raise Unsupported(f"what it failed to trace ({type(exc).__name__}: {exc})", op.line) from exc
         return [], state
 
     def operation(self, op: Operation, state: State) -> State:
-        name = op.name
-        if op.results and not op.regions and name not in _EFFECTS and not any(r in self.used for r in op.results):
+        found = rule_of(op.name)
+        if found is None or found.lower is None:
+            raise Unsupported(found.refused if found is not None and found.refused else f"the operation {op.name}")
+        if op.results and not op.regions and not found.effect and not any(r in self.facts.used for r in op.results):
             return state  # nothing reads it (Triton's overflow checks without debug=True, say)
-        if name in _REFUSED:
-            raise Unsupported(_REFUSED[name], op.line)
-        if name in _NO_EFFECT:
-            return state
-        handler = HANDLERS.get(name)
-        if handler is not None:
-            state = handler(self, op, state)
-            if name in _UNIFORM_KEPT:
-                self._keep_uniform(op)
-        else:
-            self.elementwise(op)
-        if name in _LIMITED:
-            self._track_limits(op)
-        if name in products.PASSING_ON and op.operands and op.operands[0] in self.factors:
-            shape = self.type(op.results[0]).shape
-            a, b = self.factors[op.operands[0]]
-            if name == "tt.expand_dims":
-                axis = int(op.attr("axis"))
-                self.factors[op.results[0]] = (jnp.expand_dims(a, axis), jnp.expand_dims(b, axis))
-            else:
-                self.factors[op.results[0]] = (jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape))
-        if self.relabel is not None and op.results and op.results[0] in self.relabel.axes:
+        state = found.lower(RuleContext(op, self, self.strategy, self.path), state)
+        if found.keeps_known and op.name != "arith.constant":
+            self.set_known(op.results[0], self.known(op.operands[0]))
+        if found.passes_product:
+            self.products.passed(op, self.type(op.results[0]).shape)
+        if self.relabel is not None and not self.path and op.results and op.results[0] in self.relabel.axes:
             axis = self.relabel.axes[op.results[0]]
             dtype = lang.dtype_of(self.type(op.results[0]).element)
             self.env[op.results[0]] = jnp.asarray(self.pids[axis]).astype(dtype)
-            self.uniform.pop(op.results[0], None)
-            unit = [0, 0, 0]
-            unit[axis] = 1
-            self.affine[op.results[0]] = Affine(0, (unit[0], unit[1], unit[2]))
+            self._known.pop(op.results[0], None)
         return state
 
-    def _keep_uniform(self, op: Operation) -> None:
-        """Records the one value of a block constant, or of a block an operation fills from one known value."""
-        if op.name == "arith.constant":
-            text = op.attr("text")
-            ty = self.type(op.results[0])
-            if ty.shape and isinstance(text, str) and "[" not in text and ty.element != "ptr":
-                element = TensorType((), ty.element, None, ty.element)
-                value = lang.constant(text, op.attr("value"), element)
-                self._set_uniform(op.results[0], value if lang.is_static(value) else None)
-            return
-        self._set_uniform(op.results[0], self.known(op.operands[0]))
-
-    def _set_uniform(self, value: int, known: Any) -> None:
-        # A value traced again (a loop's body, iteration by iteration) may be known in one trace and not another.
-        if known is None:
-            self.uniform.pop(value, None)
-        else:
-            self.uniform[value] = known
-
-    def start_program(self) -> None:
-        """Forgets what the program traced before knew: its values and what is known of them."""
-        self.env, self.affine, self.limits, self.stores, self.uniform = {}, {}, {}, [], {}
-        self.loaded_from, self.factors = {}, {}
-        self.predicate = None
-        self.path = ()
-
-    def _track_limits(self, op: Operation) -> None:
-        """Keeps which lanes a mask has on, where that is a box the same in every program."""
-        result = op.results[0]
-        shape = self.type(result).shape
-        if self.type(result).element != "i1":
-            return
-        value = self.env.get(result)
-        if isinstance(value, (bool, np.bool_)):
-            self.limits[result] = masks.full(shape) if value else tuple((0, 0) for _ in shape)
-            return
-        if op.name == "arith.cmpi":
-            lhs, rhs = (self.affine_of(v) for v in op.operands)
-            if lhs is None or rhs is None:
-                return
-            signs = [a.bounds(self.grid) for a in (lhs, rhs)]
-            unsigned_ok = all(b is not None and b[0] >= 0 for b in signs)
-            found = masks.compared(int(op.attr("predicate")), lhs, rhs, shape, self.grid, unsigned_ok)
-        elif op.name == "arith.andi":
-            known = [self.limits.get(v) for v in op.operands]
-            found = None if any(k is None for k in known) else masks.intersect(*known)  # type: ignore[arg-type]
-        elif op.name == "tt.broadcast":
-            known_one = self.limits.get(op.operands[0])
-            before = self.type(op.operands[0]).shape
-            found = None if known_one is None else masks.broadcast(known_one, before, shape)
-        elif op.name == "tt.expand_dims":
-            known_one = self.limits.get(op.operands[0])
-            found = None if known_one is None else masks.expanded(known_one, int(op.attr("axis")))
-        else:
-            found = None
-        if found is not None:
-            self.limits[result] = found
-
-    def elementwise(self, op: Operation) -> None:
-        args = [self.env[v] for v in op.operands]
-        result = self.type(op.results[0])
-        types = [self.type(v) for v in op.operands]
-        attr = op.attr("predicate")
-        if op.name in ("tt.fp_to_fp", "arith.truncf"):
-            attr = op.attr("rounding", op.attr("roundingmode"))
-        if op.name == "tt.clampf":
-            attr = op.attr("propagateNan")
-        if any(isinstance(a, (Pointer, BlockPointer, descriptors.Descriptor, Address)) for a in args):
-            self.pointer_arithmetic(op, args)
-            return
-        self._track(op)
-        if all(lang.is_static(a) for a in args):
-            folded = folding.fold(op.name, args, types, result, attr)
-            if folded is not None:
-                self.env[op.results[0]] = folded
-                return
-        known = [self.known(v) for v in op.operands]
-        value = None
-        if op.name != "tt.extern_elementwise" and all(k is not None for k in known):
-            value = folding.evaluate(op.name, known, types, result, attr)
-        self._set_uniform(op.results[0], value)
-        if value is not None and _float_zero(value, result):
-            # XLA computes the same zero from the same constants when it compiles, and its simplifier then turns
-            # x + 0.0 into x, which keeps x = -0.0 negative: the zero is hidden from it as a zero constant is.
-            zero = float(np.copysign(0.0, float(value)))
-            self.env[op.results[0]] = lang.as_array(zero, result, op.results[0] not in self.sign_safe)
-            return
-        arrays = [
-            lang.as_array(a, t, not floats.sign_safe_use(op.name, i))
-            for i, (a, t) in enumerate(zip(args, types, strict=True))
-        ]
-        if op.name == "tt.extern_elementwise":
-            symbol = str(op.attr("symbol", ""))
-            if not extern.computes(symbol):
-                raise Unsupported(f"{libdevice_name(symbol)} (the external function {symbol!r})", op.line)
-            out = extern.extern_call(symbol, arrays, lang.dtype_of(result.element))
-        else:
-            fused = self._fused(op, arrays)
-            out = lang.elementwise(op.name, arrays, result, attr) if fused is None else fused
-            if self.fusions is not None:
-                out = self._keep_products(op, arrays, out)
-        self.env[op.results[0]] = out
-
-    def _fused(self, op: Operation, arrays: list[jax.Array]) -> jax.Array | None:
-        """A sum or difference that fuses a product, rounded once (`jt_core.translation.products`), or ``None``."""
-        if self.fusions is None or not self.fuse or op.name not in ("arith.addf", "arith.subf"):
-            return None
-        index = self.fusions.fused.get(id(op))
-        if index is None or op.operands[index] not in self.factors:
-            return None
-        a, b = self.factors[op.operands[index]]
-        other = arrays[1 - index]
-        if op.name == "arith.subf":
-            if index == 0:
-                other = -other  # a * b - c
-            else:
-                a = -a  # c - a * b
-        return floats.round_bfloat16(libdevice.fused_multiply_add(libdevice.jax_arrays(), a, b, other.astype(a.dtype)))
-
-    def _keep_products(self, op: Operation, arrays: list[jax.Array], out: jax.Array) -> jax.Array:
-        """Keeps a product's factors for the sums that fuse it; a product that rounds alone while a sum may read it
-        is kept from XLA's own contraction (an optimisation barrier): XLA's CPU code fuses a float32 product and
-        sum, and float16 ones where the processor has AVX-512 FP16, which would give other bits on other hosts."""
-        if op.name == "arith.negf" and op.operands[0] in self.factors:
-            a, b = self.factors[op.operands[0]]
-            self.factors[op.results[0]] = (-a, b)
-        if op.name != "arith.mulf":
-            return out
-        if self.fuse:
-            self.factors[op.results[0]] = (arrays[0], arrays[1])
-        if self.fusions is not None and op.results[0] in self.fusions.rounded:
-            out = lax.optimization_barrier(out)
-        return out
-
-    def _track(self, op: Operation) -> None:
-        """Keeps the affine form of a sum, difference or product with a constant of affine integers."""
-        if op.name not in _AFFINE_OPS or _narrow(self.type(op.results[0])):
-            return
-        known = [self.affine_of(v) for v in op.operands]
-        if any(a is None for a in known):
-            return
-        a = known[0]
-        assert a is not None
-        if op.name == "arith.bitcast" and self.type(op.operands[0]).element != self.type(op.results[0]).element:
-            return
-        if op.name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
-            self.affine[op.results[0]] = a
-            return
-        b = known[1]
-        assert b is not None
-        if op.name in ("arith.remsi", "arith.remui", "arith.divsi", "arith.divui"):
-            bounds = a.bounds(self.grid)
-            if b.is_constant and b.const > 0 and bounds is not None and bounds[0] >= 0 and bounds[1] < b.const:
-                rem = op.name.startswith("arith.rem")
-                shape = self.type(op.results[0]).shape
-                self.affine[op.results[0]] = a if rem else Affine.constant(0, shape)
-            return
-        if op.name == "arith.addi":
-            self.affine[op.results[0]] = a.plus(b)
-        elif op.name == "arith.subi":
-            self.affine[op.results[0]] = a.plus(b, -1)
-        elif b.is_constant:
-            self.affine[op.results[0]] = a.times(b.const).broadcast(self.type(op.results[0]).shape)
-        elif a.is_constant:
-            self.affine[op.results[0]] = b.times(a.const).broadcast(self.type(op.results[0]).shape)
-
-    def pointer_arithmetic(self, op: Operation, args: Sequence[Any]) -> None:
-        """``arith.select`` between pointers of one buffer, and the pointer comparisons (of addresses too: with
-        zero, or with another into the same buffer)."""
-        if any(isinstance(a, Address) for a in args):
-            if op.name != "arith.cmpi":
-                raise Unsupported(_ADDRESS_AS_NUMBER, op.line)
-            self.env[op.results[0]] = _address_comparison(self, op, args)
-            return
-        if op.name == "arith.select" and isinstance(args[1], Pointer) and isinstance(args[2], Pointer):
-            a, b = args[1], args[2]
-            if a.buffer != b.buffer:
-                raise Unsupported("a choice between pointers into different arguments", op.line)
-            offset = jnp.where(self.array(op.operands[0]), jnp.asarray(a.offset), jnp.asarray(b.offset))
-            self.env[op.results[0]] = Pointer(a.buffer, offset, a.pointee)
-            return
-        if op.name == "arith.cmpi" and all(isinstance(a, Pointer) for a in args) and args[0].buffer == args[1].buffer:
-            x, y = jnp.asarray(args[0].offset), jnp.asarray(args[1].offset)
-            self.env[op.results[0]] = lang.elementwise(
-                "arith.cmpi", [x, y], self.type(op.results[0]), op.attr("predicate")
-            )
-            return
-        raise Unsupported(f"pointer arithmetic through {op.name}", op.line)
-
-    # -- calls -------------------------------------------------------------------------------------------------
-
-    def call(self, name: str, args: Sequence[Any], state: State, line: str | None) -> tuple[list[Any], State]:
-        function = self.ir.functions.get(name)
-        if function is None:
-            raise Unsupported(f"a call of {name}, which the module does not define", line)
-        self.depth += 1
-        if self.depth > 64:
-            raise Unsupported("recursion", line)
+    def call(self, op: Operation, args: Sequence[Any], state: State) -> tuple[list[Any], State]:
+        """Runs the helper ``op`` calls (the analysis found it defined, and no recursion)."""
+        function = self.ir.functions[str(op.attr("callee"))]
+        outer = self.path
+        self.path = (*outer, id(op))
         try:
             return self.run_block(function.body[0], args, state)
         finally:
-            self.depth -= 1
+            self.path = outer
 
 
-_ADDRESS_AS_NUMBER = "a pointer's address used as a number (the compiled path only knows that it is not null)"
-
-#: ``arith.cmpi`` predicates by number, and what each gives comparing a non-null address with zero (``None``: a
-#: signed comparison, which depends on the address).
-_VERSUS_NULL = {0: False, 1: True, 2: None, 3: None, 4: None, 5: None, 6: False, 7: False, 8: True, 9: True}
+def _calls(op: Operation) -> bool:
+    found = rule_of(op.name)
+    return found is not None and found.calls
 
 
-def _address_comparison(k: Kernel, op: Operation, args: Sequence[Any]) -> Any:
-    """An ``arith.cmpi`` of an address (`Address`): with zero, it is what a non-null pointer gives; with the
-    address of another pointer into the same buffer, the offsets' comparison (unsigned: byte addresses)."""
-    shape = k.type(op.results[0]).shape
-    predicate = int(op.attr("predicate"))
-    if all(isinstance(a, Address) for a in args):
-        a, b = args[0].pointer, args[1].pointer
-        if isinstance(a, Pointer) and isinstance(b, Pointer) and a.buffer == b.buffer:
-            return lang.elementwise(
-                "arith.cmpi", [jnp.asarray(a.offset), jnp.asarray(b.offset)], k.type(op.results[0]), predicate
-            )
-        raise Unsupported("a comparison of the addresses of two arguments, which the compiled path does not know")
-    other = op.operands[1] if isinstance(args[0], Address) else op.operands[0]
-    if isinstance(args[1], Address):  # 0 < p is p > 0
-        predicate = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}.get(predicate, predicate)
-    known = _VERSUS_NULL.get(predicate)
-    zero = k.affine_of(other)
-    if zero is None or not zero.is_constant or zero.const != 0 or known is None:
-        raise Unsupported(_ADDRESS_AS_NUMBER)
-    return known if not shape else jnp.full(shape, known)
+def _within(program: Any, block: Block, path: tuple[int, ...]) -> Iterator[tuple[Operation, tuple[int, ...]]]:
+    """Every operation running ``block`` may run, with the call path it runs at (helpers followed once each)."""
+    seen: set[str] = set()
 
-
-def _ptr_to_int(k: Kernel, op: Operation, state: State) -> State:
-    pointer = k.get(op.operands[0])
-    if not isinstance(pointer, Pointer):
-        raise Unsupported("a pointer turned into an integer", op.line)
-    k.env[op.results[0]] = Address(pointer)
-    return state
-
-
-def _call(k: Kernel, op: Operation, state: State) -> State:
-    args = [k.get(v) for v in op.operands]
-    chained = [i for i, v in enumerate(op.operands) if v in k.call_results and _is_block(args[i])]
-    if chained:
-        # A helper's result handed straight to another helper (the stages of a sorting network): materialized
-        # between the two, XLA compiles each stage once; fused, it duplicates every earlier stage into each use of
-        # a later one (a 512-element bitonic argsort took minutes to compile).
-        kept = lax.optimization_barrier([args[i] for i in chained])
-        for i, array in zip(chained, kept, strict=True):
-            args[i] = array
-    results, state = k.call(str(op.attr("callee")), args, state, op.line)
-    for value, result in zip(op.results, results, strict=True):
-        k.env[value] = result
-    return state
-
-
-HANDLERS = {
-    **shapes.HANDLERS,
-    **accesses.HANDLERS,
-    **descriptors.HANDLERS,
-    **reductions.HANDLERS,
-    **mapped.HANDLERS,
-    "tt.call": _call,
-    "tt.ptr_to_int": _ptr_to_int,
-    "scf.for": control.scf_for,
-    "scf.if": control.scf_if,
-    "scf.while": control.scf_while,
-}
-
-
-#: Operations whose result holds one known value where their operand does: constants, splats, and what moves a
-#: block's elements around.
-_UNIFORM_KEPT = frozenset({"arith.constant", "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans"})
-
-
-def _float_zero(value: Any, ty: TensorType) -> bool:
-    return (ty.element.startswith("f") or ty.element == "bf16") and not isinstance(value, bool) and float(value) == 0
-
-
-def _is_block(value: Any) -> bool:
-    """Whether ``value`` is a JAX array of more than one dimension's worth of elements (a block, not a scalar)."""
-    return isinstance(value, jax.Array) and value.ndim > 0
-
-
-def _narrow(ty: TensorType) -> bool:
-    """Whether ``ty`` is an integer type narrower than 32 bits."""
-    return ty.element in ("i1", "i8", "i16")
-
-
-_TERMINATORS = {"scf.yield", "tt.return", "tt.reduce.return", "tt.scan.return", "scf.condition", mapped.RETURN}
-
-
-def _regions(program: Program) -> dict[int, tuple[Block, ...]]:
-    found: dict[int, tuple[Block, ...]] = {}
-
-    def visit(blocks: tuple[Block, ...]) -> None:
-        for block in blocks:
-            found[id(block)] = blocks
-            for op in block.operations:
+    def visit(blocks: Sequence[Block], at: tuple[int, ...]) -> Iterator[tuple[Operation, tuple[int, ...]]]:
+        for inner in blocks:
+            for op in inner.operations:
+                yield op, at
                 for region in op.regions:
-                    visit(region)
+                    yield from visit(region, at)
+                if _calls(op):
+                    callee = str(op.attr("callee"))
+                    function = program.functions.get(callee)
+                    if function is not None and callee not in seen:
+                        seen.add(callee)
+                        yield from visit(function.body, (*at, id(op)))
 
-    for function in program.functions.values():
-        visit(function.body)
-    return found
-
-
-def _used_values(program: Program) -> set[int]:
-    """The values something with an effect depends on (what the other values are computed for is nothing)."""
-    operations = program.operations()
-    live: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for op in operations:
-            needed = op.name in _EFFECTS or op.name in _TERMINATORS or op.regions or not op.results
-            if needed or any(r in live for r in op.results):
-                for value in op.operands:
-                    if value not in live:
-                        live.add(value)
-                        changed = True
-    return live
+    yield from visit([block], path)

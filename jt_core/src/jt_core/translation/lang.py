@@ -12,7 +12,7 @@ from them are known to XLA too; everything else is a JAX array.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -24,12 +24,10 @@ from jax import lax
 from jt_core.errors import UnsupportedKernelError
 from jt_core.interpreter import libdevice
 from jt_core.translation import floats
-from jt_core.translation import strategy as strategies
-from jt_core.translation.folding import UNSIGNED, dtype_of, is_float8, is_static, wrap
+from jt_core.translation.folding import UNSIGNED, dtype_of, is_static, wrap
 from jt_core.translation.program import TensorType
 
 __all__ = [
-    "ELEMENTWISE",
     "as_array",
     "constant",
     "convert_float",
@@ -111,27 +109,7 @@ def _as_signed(x: jax.Array, dtype: np.dtype) -> jax.Array:
     return lax.bitcast_convert_type(x, dtype)
 
 
-def _unsigned_op(fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
-    def apply(*xs: jax.Array) -> jax.Array:
-        dtype = xs[0].dtype
-        return _as_signed(fn(*(_asunsigned(x) for x in xs)), dtype)
-
-    return apply
-
-
-def _int_div(x: jax.Array, y: jax.Array) -> jax.Array:
-    # Division by zero is undefined on the device; XLA's answer (-1 or the dividend's remainder) is kept.
-    return lax.div(x, y)
-
-
-def _shift(fn: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    def apply(x: jax.Array, y: jax.Array) -> jax.Array:
-        return fn(x, y.astype(x.dtype))
-
-    return apply
-
-
-def _cmpf(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
+def compare_floats(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
     def nan() -> jax.Array:
         return jnp.isnan(a) | jnp.isnan(b)
 
@@ -157,27 +135,6 @@ def _cmpf(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
         lambda: constant(True),
     ]
     return table[predicate]()
-
-
-_INT_COMPARE: list[Callable[[jax.Array, jax.Array], jax.Array]] = [
-    lax.eq,
-    lax.ne,
-    lax.lt,
-    lax.le,
-    lax.gt,
-    lax.ge,
-    lax.lt,
-    lax.le,
-    lax.gt,
-    lax.ge,
-]
-
-
-def _cmpi(predicate: int, a: jax.Array, b: jax.Array) -> jax.Array:
-    if predicate >= 6:
-        a, b = _asunsigned(a), _asunsigned(b)
-    a, b = jnp.broadcast_arrays(a, b)
-    return _INT_COMPARE[predicate](a, b)
 
 
 def convert_float(x: jax.Array, dtype: np.dtype, rounding: str | None) -> jax.Array:
@@ -273,39 +230,27 @@ def _widen_fp8(x: jax.Array) -> jax.Array:
     return x.astype(jnp.float16) if x.dtype.itemsize == 1 and jnp.issubdtype(x.dtype, jnp.floating) else x
 
 
-def _float_cast(out: np.dtype, x: jax.Array) -> jax.Array:
+def float_cast(out: np.dtype, x: jax.Array) -> jax.Array:
     return convert_float(x, out, None)
 
 
-def _int_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
+def int_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
     return x.astype(out)
 
 
-def _uint_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
+def uint_to_float(out: np.dtype, x: jax.Array) -> jax.Array:
     return _asunsigned(x).astype(out)
 
 
-def _float_to_int(out: np.dtype, x: jax.Array) -> jax.Array:
+def float_to_int(out: np.dtype, x: jax.Array) -> jax.Array:
     return x.astype(out)
 
 
-def _float_to_uint(out: np.dtype, x: jax.Array) -> jax.Array:
+def float_to_uint(out: np.dtype, x: jax.Array) -> jax.Array:
     return _as_signed(x.astype(UNSIGNED[out.itemsize * 8]), out) if out != np.bool_ else x.astype(out)
 
 
-def _extui(out: np.dtype, x: jax.Array) -> jax.Array:
-    if x.dtype == jnp.bool_:
-        return x.astype(out)
-    return _as_signed(_asunsigned(x).astype(UNSIGNED[out.itemsize * 8]), out)
-
-
-def _int_cast(out: np.dtype, x: jax.Array) -> jax.Array:
-    if out == np.bool_:
-        return (x & 1).astype(bool)
-    return x.astype(out)
-
-
-def _bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
+def bitcast(out: np.dtype, x: jax.Array) -> jax.Array:
     if x.dtype == out:
         return x
     if x.dtype == jnp.bool_ or out == np.bool_:
@@ -322,213 +267,17 @@ def mulhi(x: jax.Array, y: jax.Array) -> jax.Array:
     return _as_signed(high, x.dtype)
 
 
-def fma(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
-    """``tl.fma``: rounded once, as the device's ``fma.rn``, where the strategy rounds as a GPU does; else as XLA
-    computes ``x * y + z`` (a TPU has no float64 to round once through)."""
-    if not strategies.active().exact_rounding or not jnp.issubdtype(x.dtype, jnp.floating):
-        return x * y + z
-    shape = jnp.broadcast_shapes(x.shape, y.shape, z.shape)
-    x, y, z = (jnp.broadcast_to(v, shape).astype(x.dtype) for v in (x, y, z))
-    return libdevice.fused_multiply_add(libdevice.jax_arrays(), x, y, z)
-
-
-def _exp2(x: jax.Array) -> jax.Array:
-    """``tl.math.exp2``: within a few ulps on every jaxlib where the strategy rounds as a GPU does (`libdevice.exp2`);
-    else XLA's."""
-    if not strategies.active().exact_rounding:
-        return jnp.exp2(x)
-    return libdevice.exp2(libdevice.jax_arrays(), x)
-
-
-def _rsqrt(x: jax.Array) -> jax.Array:
-    return lax.rsqrt(x)
-
-
 def round_half_away(x: jax.Array) -> jax.Array:
     return libdevice.round_half_away(libdevice.jax_arrays(), x)
 
 
-def _clz(x: jax.Array) -> jax.Array:
-    return lax.clz(x)
-
-
-def _cttz(x: jax.Array) -> jax.Array:
+def count_trailing_zeros(x: jax.Array) -> jax.Array:
     bits = x.dtype.itemsize * 8
     low = x & -x
     return jnp.where(x == 0, bits, bits - 1 - lax.clz(low)).astype(x.dtype)
 
 
-def _popcount(x: jax.Array) -> jax.Array:
-    return lax.population_count(x)
-
-
-def _fmax(x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.fmax(x, y)
-
-
-def _fmin(x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.fmin(x, y)
-
-
-#: Element-wise operations: name -> (function of the operand arrays, whether it takes the result dtype first).
-ELEMENTWISE: dict[str, tuple[Callable[..., jax.Array], bool]] = {
-    "arith.addf": (lax.add, False),
-    "arith.subf": (lax.sub, False),
-    "arith.mulf": (lax.mul, False),
-    "arith.divf": (floats.divide, False),
-    "arith.remf": (lax.rem, False),
-    "arith.negf": (lax.neg, False),
-    "arith.addi": (lax.add, False),
-    "arith.subi": (lax.sub, False),
-    "arith.muli": (lax.mul, False),
-    "arith.divsi": (_int_div, False),
-    "arith.remsi": (lax.rem, False),
-    "arith.divui": (_unsigned_op(lax.div), False),
-    "arith.remui": (_unsigned_op(lax.rem), False),
-    "arith.andi": (lax.bitwise_and, False),
-    "arith.ori": (lax.bitwise_or, False),
-    "arith.xori": (lax.bitwise_xor, False),
-    "arith.shli": (_shift(lax.shift_left), False),
-    "arith.shrsi": (_shift(lax.shift_right_arithmetic), False),
-    "arith.shrui": (_shift(lax.shift_right_logical), False),
-    "arith.maxsi": (lax.max, False),
-    "arith.minsi": (lax.min, False),
-    "arith.maxui": (_unsigned_op(lax.max), False),
-    "arith.minui": (_unsigned_op(lax.min), False),
-    "arith.maxnumf": (_fmax, False),
-    "arith.minnumf": (_fmin, False),
-    "arith.maximumf": (jnp.maximum, False),
-    "arith.minimumf": (jnp.minimum, False),
-    "arith.extf": (_float_cast, True),
-    "arith.truncf": (_float_cast, True),
-    "arith.sitofp": (_int_to_float, True),
-    "arith.uitofp": (_uint_to_float, True),
-    "arith.fptosi": (_float_to_int, True),
-    "arith.fptoui": (_float_to_uint, True),
-    "arith.extsi": (_int_cast, True),
-    "arith.extui": (_extui, True),
-    "arith.trunci": (_int_cast, True),
-    "arith.index_cast": (_int_cast, True),
-    "arith.index_castui": (_extui, True),
-    "arith.bitcast": (_bitcast, True),
-    "tt.bitcast": (_bitcast, True),
-    "tt.mulhiui": (mulhi, False),
-    "tt.precise_sqrt": (lax.sqrt, False),
-    "tt.precise_divf": (floats.divide, False),
-    "math.exp": (jnp.exp, False),
-    "math.exp2": (_exp2, False),
-    "math.expm1": (jnp.expm1, False),
-    "math.log": (jnp.log, False),
-    "math.log2": (jnp.log2, False),
-    "math.log10": (jnp.log10, False),
-    "math.log1p": (jnp.log1p, False),
-    "math.sqrt": (lax.sqrt, False),
-    "math.rsqrt": (_rsqrt, False),
-    "math.cbrt": (jnp.cbrt, False),
-    "math.sin": (jnp.sin, False),
-    "math.cos": (jnp.cos, False),
-    "math.tan": (jnp.tan, False),
-    "math.asin": (jnp.arcsin, False),
-    "math.acos": (jnp.arccos, False),
-    "math.atan": (jnp.arctan, False),
-    "math.atan2": (jnp.arctan2, False),
-    "math.sinh": (jnp.sinh, False),
-    "math.cosh": (jnp.cosh, False),
-    "math.tanh": (jnp.tanh, False),
-    "math.asinh": (jnp.arcsinh, False),
-    "math.acosh": (jnp.arccosh, False),
-    "math.atanh": (jnp.arctanh, False),
-    "math.erf": (lax.erf, False),
-    "math.floor": (jnp.floor, False),
-    "math.ceil": (jnp.ceil, False),
-    "math.trunc": (jnp.trunc, False),
-    "math.round": (round_half_away, False),
-    "math.roundeven": (jnp.round, False),
-    "math.absf": (jnp.abs, False),
-    "math.absi": (jnp.abs, False),
-    "math.copysign": (jnp.copysign, False),
-    "math.powf": (jnp.power, False),
-    "math.fma": (fma, False),
-    "math.ctlz": (_clz, False),
-    "math.cttz": (_cttz, False),
-    "math.ctpop": (_popcount, False),
-}
-
-
-def elementwise(name: str, args: Sequence[jax.Array], result: TensorType, attr: Any) -> jax.Array:
-    """Applies the element-wise operation ``name`` to arrays (broadcast as JAX does).
-
-    Raises:
-        UnsupportedKernelError: For an operation that is not element-wise, or not known here.
-    """
-    out = dtype_of(result.element)
-    if name not in _PICKS_FLOAT8 and any(is_float8(a.dtype) for a in args):
-        # Triton's GPU compilers cannot compile arithmetic on float8 values; the interpreter says so, naming the fix.
-        raise UnsupportedKernelError(f"{name} on float8 values")
-    if name == "arith.cmpi":
-        return _cmpi(int(attr), args[0], args[1])
-    if name == "arith.cmpf":
-        return _cmpf(int(attr), args[0], args[1])
-    if name == "arith.select":
-        return jnp.where(args[0], args[1], args[2])
-    if name == "tt.clampf":
-        x, low, high = args
-        clamped = jnp.minimum(jnp.maximum(x, low), high)
-        return clamped if attr in ("ALL", 65535) else jnp.where(jnp.isnan(x), jnp.fmin(jnp.fmax(x, low), high), clamped)
-    if name == "arith.truncf" or name == "tt.fp_to_fp":
-        return convert_float(_widen_fp8_source(args[0], out), out, attr if isinstance(attr, str) else None)
-    if out == np.bool_ and name in _INT1_ARITHMETIC:
-        return _INT1_ARITHMETIC[name](*args)
-    entry = ELEMENTWISE.get(name)
-    if entry is None:
-        raise UnsupportedKernelError(f"the operation {name}")
-    fn, takes_dtype = entry
-    if takes_dtype:
-        return fn(out, *args)
-    return floats.round_bfloat16(fn(*args))
-
-
-def _left_operand(x: jax.Array, y: jax.Array) -> jax.Array:
-    return x
-
-
-def _zero_of(x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.zeros_like(x)
-
-
-#: Integer arithmetic on ``i1`` (Triton's ``int1``, unsigned), which wraps modulo 2: a sum or difference is an
-#: exclusive or, a product an and. A quotient is its dividend, a remainder zero and a shift its shifted operand, which
-#: the divisor 1 and the shift 0 give, the only ones defined; LLVM folds every ``i1`` division, remainder and shift
-#: to those (what a GPU computes whatever the divisor or shift).
-_INT1_ARITHMETIC: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
-    "arith.addi": lax.bitwise_xor,
-    "arith.subi": lax.bitwise_xor,
-    "arith.muli": lax.bitwise_and,
-    "arith.divui": _left_operand,
-    "arith.divsi": _left_operand,
-    "arith.ceildivsi": _left_operand,
-    "arith.floordivsi": _left_operand,
-    "arith.remui": _zero_of,
-    "arith.remsi": _zero_of,
-    "arith.shli": _left_operand,
-    "arith.shrui": _left_operand,
-    "arith.shrsi": _left_operand,
-}
-
-
-#: Operations that take float8 values: conversions, and picking values without computing on them.
-_PICKS_FLOAT8 = {
-    "arith.select",
-    "arith.bitcast",
-    "tt.bitcast",
-    "arith.extf",
-    "arith.truncf",
-    "tt.fp_to_fp",
-    "math.absf",
-}
-
-
-def _widen_fp8_source(x: jax.Array, out: np.dtype) -> jax.Array:
+def widen_fp8_source(x: jax.Array, out: np.dtype) -> jax.Array:
     # float8 -> float8 goes through float32, which holds every float8 value exactly.
     if x.dtype.itemsize == 1 and out.itemsize == 1:
         return x.astype(jnp.float32)
@@ -538,16 +287,6 @@ def _widen_fp8_source(x: jax.Array, out: np.dtype) -> jax.Array:
 def widen_for_dot(x: jax.Array) -> jax.Array:
     """``tl.dot``'s float8 operands widened to float16 (which holds every float8 value), as the interpreter does."""
     return _widen_fp8(x)
-
-
-def round_to_tf32(x: jax.Array) -> jax.Array:
-    """Float32 values rounded to TensorFloat-32 (10 mantissa bits), to nearest with ties away from zero, as the
-    device's ``cvt.rna.tf32.f32`` rounds ``tl.dot`` operands with ``input_precision="tf32"``."""
-    if x.dtype != jnp.float32:
-        return x
-    bits = lax.bitcast_convert_type(x, jnp.uint32)
-    rounded = (bits + jnp.uint32(0x1000)) & jnp.uint32(0xFFFFE000)
-    return jnp.where(jnp.isfinite(x), lax.bitcast_convert_type(rounded, jnp.float32), x)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -2,11 +2,11 @@
 the base of the CPU's ``compiled`` launcher and of jt-tpu's.
 
 The kernel runs at the speed of compiled code, with no custom call and no host callback, so it works wherever XLA
-runs the computation. What the translation cannot express (`jt_core.translation.kernel.unsupported_operation`, or a
-construct found while tracing) the platform's launcher handles: the CPU hands the call to Triton's interpreter, a
-platform without one refuses it, naming the construct and its source line. An autotuned call runs its first
-configuration, or, where the launcher tunes (`TranslatingLauncher.tunes`), the fastest, timed compiled when the call
-is lowered.
+runs the computation. Its plan (`jt_core.translation.plan`) is chosen from the analyses before anything is traced:
+what the translation cannot express, the plan refuses, naming the construct and its source line, and the platform's
+launcher handles that (the CPU hands the call to Triton's interpreter, a platform without one refuses it). An
+autotuned call runs its first configuration, or, where the launcher tunes (`TranslatingLauncher.tunes`), the
+fastest, timed compiled when the call is lowered (`jt_core.trials`).
 
 Every access sets a fault when a lane strays outside its buffer (it reads zero or writes nothing instead), and a
 program that waits in a loop that could never end sets another and leaves it (`jt_core.translation.memory.State`).
@@ -18,11 +18,8 @@ all.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-import os
 import threading
-import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,17 +28,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core import _compat, coverage, tuning
+from jt_core import _compat, coverage, trials, tuning
 from jt_core.call import INPUT, OUTPUT, KernelCall
 from jt_core.errors import NoUsableConfigError, UnsupportedKernelError
 from jt_core.plugin.roles import Launcher
 from jt_core.plugin.values import CompiledKernel
-from jt_core.translation import floats
-from jt_core.translation.accesses import pointer_argument
+from jt_core.translation import descriptors, floats, plan
+from jt_core.translation.accesses import pointer_argument, pointer_parameter
+from jt_core.translation.analysis.affine import Affine
+from jt_core.translation.analysis.facts import Fact
 from jt_core.translation.descriptors import Descriptor, block_of
 from jt_core.translation.grid import run_grid
-from jt_core.translation.kernel import unsupported_operation
+from jt_core.translation.kernel import Job
 from jt_core.translation.memory import BufferSpec, Memory, State, no_error
+from jt_core.translation.plan import Plan
 from jt_core.translation.program import Program
 from jt_core.translation.strategy import Strategy
 from jt_core.translation.values import Unsupported
@@ -106,9 +106,6 @@ def kernel_function(
         raise Unsupported(
             getattr(payload, "why_not", None) or "its Triton IR is not available", getattr(payload, "why_not_at", None)
         )
-    refused = unsupported_operation(program)
-    if refused is not None:
-        raise refused
     config = call.configs[config_index]
     checks = getattr(payload, "checks", None)
     bounds_check = True if checks is None else bool(checks.bounds)
@@ -142,15 +139,18 @@ def kernel_function(
             f"the kernel's TTIR takes {len(parameters)} arguments where the call passes {len(arguments_plan)}"
         )
     arguments: list[Any] = []
+    facts: list[Fact] = []
     for (kind, value), parameter in zip(arguments_plan, parameters, strict=True):
         ty = program.type_of(parameter)
         if kind == "pointer":
             if not ty.is_pointer or ty.pointee is None:
                 raise Unsupported(f"a pointer passed where the kernel's TTIR takes {ty.text}")
             arguments.append(pointer_argument(value, ty.pointee))
+            facts.append(pointer_parameter(value))
         elif kind == "descriptor":
             buffer, desc = value
             block, element = block_of(ty.text)
+            facts.append(descriptors.parameter(buffer, desc.shape, desc.strides, block))
             arguments.append(
                 Descriptor(
                     buffer,
@@ -165,11 +165,17 @@ def kernel_function(
             )
         else:
             arguments.append(value)
+            facts.append(_scalar_fact(value, ty.element))
     for output in range(len(call.out_avals)):
         if ("out", output) not in keys:  # an output the kernel has no pointer to: returned as initialised
             keys[("out", output)] = len(specs)
             aval = call.out_avals[output]
             specs.append(BufferSpec(f"output {output}", np.dtype(aval.dtype), tuple(aval.shape), True, output))
+
+    scalars = [a if not isinstance(a, (Descriptor,)) and not hasattr(a, "buffer") else None for a in arguments]
+    chosen = _plans.get(program, facts, scalars, config.grid, strategy, specs, call.name)
+    if chosen.refused:
+        raise Unsupported(chosen.reason, chosen.line)
 
     def run(*operands: jax.Array) -> list[jax.Array]:
         initial: dict[int, jax.Array] = {}
@@ -196,11 +202,11 @@ def kernel_function(
             else jnp.reshape(operands[next(i for (w, i), b in keys.items() if b == n and w == "in")], spec.shape)
             for n, spec in enumerate(specs)
         ]
-        memory = Memory(specs, constants, bounds_check)
+        memory = Memory(specs, constants, bounds_check, strategy.stray_loads_fault)
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
         fused = config.options.enable_fp_fusion and fuse
         with floats.opaque_constants(floats.opaque_zero()):
-            state = run_grid(program, memory, config.grid, arguments, state, fused, strategy)
+            state = run_grid(Job(chosen, program, memory, arguments, fused, strategy), state)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
         return [*outputs, state.faults]
@@ -208,59 +214,83 @@ def kernel_function(
     return run
 
 
-class _Traced:
-    """A call's kernel traced for its operands, kept between the launcher's question and its lowering: the last
-    few, emptied by ``jax.clear_caches()``."""
+def _scalar_fact(value: Any, element: str) -> Fact:
+    """What the analyses know of a scalar argument: its value (the call's scalars are known when tracing)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Fact(static=value, varies=False)
+    return Fact(form=Affine.constant(value), static=value, varies=False)
+
+
+class _Plans:
+    """The plans made for each kernel's program, for each call's scalars, grid and strategy: kept as long as the
+    program is (a compiled kernel's), emptied by ``jax.clear_caches()``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self._plans: weakref.WeakKeyDictionary[Program, dict[Any, Plan]] = weakref.WeakKeyDictionary()
+        self._choices: weakref.WeakKeyDictionary[Program, dict[Any, int]] = weakref.WeakKeyDictionary()
 
-    def get(self, launcher: TranslatingLauncher, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
-        """``(configuration index, closed jaxpr)`` of the call, or an `UnsupportedKernelError` for a kernel
-        the translation cannot express. The jaxpr returns the outputs unchecked, then the faults (`kernel_function`):
-        the lowering adds what the launcher does with them."""
-        strategy, fuse = launcher.strategy(), launcher.fuses()
-        key = (call, tuple(id(k) for k in kernels), strategy, fuse)
+    def get(
+        self,
+        program: Program,
+        parameters: Sequence[Fact],
+        scalars: Sequence[Any],
+        grid: tuple[int, int, int],
+        strategy: Strategy,
+        specs: Sequence[BufferSpec],
+        name: str,
+    ) -> Plan:
+        key = (tuple(parameters), tuple(map(repr, scalars)), grid, strategy, tuple(specs))
         with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
-        try:
-            index = launcher.chosen_config(call, kernels)
-            with jax.enable_x64(True):
-                run = kernel_function(call, kernels[index], index, strategy, fuse)
-                jaxpr = _compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals))
-            traced: Any = (index, _without_dead_code(jaxpr))
-        except NoUsableConfigError:
-            raise  # no configuration writes the outputs: another path would find the same
-        except UnsupportedKernelError as exc:
-            traced = exc
-        except Exception as exc:  # a kernel this jt cannot trace is the launcher's to hand over or refuse
-            traced = Unsupported(f"what it failed to trace ({type(exc).__name__}: {exc})")
+            known = self._plans.get(program, {}).get(key)
+        if known is not None:
+            return known
+        made = plan.choose(
+            program,
+            parameters,
+            scalars,
+            grid,
+            strategy,
+            [spec.dtype for spec in specs],
+            frozenset(i for i, spec in enumerate(specs) if spec.writable),
+            name,
+        )
         with self._lock:
-            self._entries[key] = traced
-            while len(self._entries) > 32:  # asked right before its lowering: a few suffice
-                self._entries.popitem(last=False)
-        return traced
+            self._plans.setdefault(program, {})[key] = made
+        return made
+
+    def choice(self, program: Program | None, key: Any, choose: Callable[[], int]) -> int:
+        """The configuration chosen for a call of a kernel whose first configuration's program is ``program``
+        (``choose`` makes the choice the first time)."""
+        if program is None:
+            return choose()
+        with self._lock:
+            known = self._choices.get(program, {}).get(key)
+        if known is not None:
+            return known
+        made = choose()
+        with self._lock:
+            self._choices.setdefault(program, {})[key] = made
+        return made
 
     def cache_clear(self) -> None:
-        """Forgets every traced call (``jax.clear_caches()`` calls it)."""
+        """Forgets every plan and choice (``jax.clear_caches()`` calls it)."""
         with self._lock:
-            self._entries.clear()
+            self._plans = weakref.WeakKeyDictionary()
+            self._choices = weakref.WeakKeyDictionary()
+
+
+_plans = _Plans()
+_compat.on_clear_caches(_plans, "jt_core translation plans")
 
 
 def _without_dead_code(closed: Any) -> Any:
-    """``closed`` less the equations nothing uses (a grid first traced side by side, then in order, leaves the first
-    trace behind), so that XLA does not compile them."""
+    """``closed`` less the equations nothing uses (the hidden zero of a kernel with no float zero, say), so that
+    XLA is not handed them."""
     from jax._src.interpreters import partial_eval as pe
 
     jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
     return closed.replace(jaxpr=jaxpr)
-
-
-_traced = _Traced()
-_compat.on_clear_caches(_traced, "jt_core translated kernels")
 
 
 def _never_strays(closed: Any) -> bool:
@@ -315,10 +345,31 @@ class TranslatingLauncher(Launcher):
     def passes_tensor_descriptors(self, call: KernelCall, parameters: Sequence[str]) -> bool:
         return True
 
-    def traced(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> Any:
-        """``(configuration index, closed jaxpr)`` of the call as this launcher translates it, or the
-        `UnsupportedKernelError` that says what the translation cannot express."""
-        return _traced.get(self, call, kernels)
+    def chosen(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
+        """The configuration the call runs (`jt_core.trials`): the first, or the fastest where the launcher tunes;
+        for configurations that launch the same grid, only those that write every element of the outputs.
+
+        Raises:
+            NoUsableConfigError: When no configuration is usable.
+            UnsupportedKernelError: When a configuration the call would run cannot be translated.
+        """
+        if len(call.configs) == 1:
+            return 0
+        program = getattr(kernels[0].payload, "program", None)
+        key = (call, tuple(id(k) for k in kernels), self.strategy(), self.fuses(), self.device_name())
+
+        def choose() -> int:
+            return trials.chosen_config(
+                call,
+                self.device_name(),
+                self.tunes(),
+                lambda index, run: kernel_function(
+                    call, kernels[index], index, self.strategy(), self.fuses(), sentinel_run=run
+                ),
+                lambda index: self.checked_function(call, kernels[index], index),
+            )
+
+        return _plans.choice(program, key, choose)
 
     def untranslatable(
         self, call: KernelCall, kernels: Sequence[CompiledKernel], error: UnsupportedKernelError
@@ -331,9 +382,18 @@ class TranslatingLauncher(Launcher):
         raise UnsupportedKernelError(f"triton_call {call.name!r} cannot run on {self.platform}: it uses {what}{where}")
 
     def fallback_reason(self, call: KernelCall, kernels: Sequence[CompiledKernel], device: Any | None) -> str | None:
-        traced = self.traced(call, kernels)
-        if isinstance(traced, UnsupportedKernelError):
-            return self.untranslatable(call, kernels, traced)
+        """Why the translation cannot express the call, from its plan (nothing is traced), or ``None``."""
+        try:
+            index = self.chosen(call, kernels)
+            kernel_function(call, kernels[index], index, self.strategy(), self.fuses())
+        except NoUsableConfigError:
+            raise  # no configuration writes the outputs: another path would find the same
+        except UnsupportedKernelError as exc:
+            return self.untranslatable(call, kernels, exc)
+        except Exception as exc:  # a kernel this jt cannot analyse is the launcher's to hand over or refuse
+            return self.untranslatable(
+                call, kernels, Unsupported(f"what it failed to analyse ({type(exc).__name__}: {exc})")
+            )
         return None
 
     def after_kernel(
@@ -356,89 +416,6 @@ class TranslatingLauncher(Launcher):
 
         return checked
 
-    def chosen_config(self, call: KernelCall, kernels: Sequence[CompiledKernel]) -> int:
-        """The configuration an autotuned call runs: the first, or where the launcher `tunes`, the fastest compiled
-        (remembered per machine like every autotuning winner); for configurations that launch the same grid, only
-        those that write every element of the outputs, checked on scratch operands (`jt_core.coverage`, whose rule
-        says what an element that no configuration writes means).
-
-        Raises:
-            NoUsableConfigError: When no configuration is usable (`jt_core.coverage.CoverageCheck`).
-        """
-        if len(call.configs) == 1:
-            return 0
-        checked = coverage.applies(call)
-        tuned = self.tunes()
-        if not (checked or tuned):
-            return 0
-        rng = np.random.default_rng(0)
-        scratch = []
-        for aval in call.operand_avals:
-            dtype = np.dtype(aval.dtype)
-            if jnp.issubdtype(dtype, jnp.floating):
-                scratch.append(jnp.asarray(rng.standard_normal(aval.shape).astype(dtype)))
-            else:
-                scratch.append(jnp.asarray(rng.integers(0, 2 if dtype == np.bool_ else 8, aval.shape).astype(dtype)))
-
-        def measure(index: int) -> dict[int, np.ndarray]:
-            """Runs configuration ``index`` into both sentinels: what it left unwritten. Its faults are not looked
-            at: scratch integers may send an access astray, which is dropped and says nothing about coverage."""
-            runs = []
-            for run in (0, 1):
-                with jax.enable_x64(True):
-                    fn = jax.jit(
-                        kernel_function(call, kernels[index], index, self.strategy(), self.fuses(), sentinel_run=run)
-                    )
-                    runs.append([np.asarray(out) for out in jax.block_until_ready(fn(*scratch))[:-1]])
-            return {
-                out: coverage.unwritten_elements(runs[0][out], runs[1][out])
-                for out in coverage.checked_outputs(call, call.configs[index])
-            }
-
-        check = coverage.CoverageCheck(call, measure)
-        if not tuned:
-            return check.first_usable()  # an UnsupportedKernelError is the launcher's to hand over or refuse
-
-        unsupported: list[UnsupportedKernelError] = []
-
-        def none_usable() -> Exception:
-            if unsupported:  # the launcher hands the call over or refuses it
-                return unsupported[0]
-            return check.error()
-
-        compiled: dict[int, Any] = {}
-
-        def build(index: int) -> Any:
-            try:
-                with jax.enable_x64(True):
-                    return jax.jit(self.checked_function(call, kernels[index], index)).lower(*scratch).compile()
-            except UnsupportedKernelError as exc:
-                return exc
-
-        def trial(index: int) -> float:
-            if not compiled:
-                # Every configuration compiled at once, in threads: XLA's compiles (seconds each for a TPU) run
-                # side by side, where one after another they would add up.
-                workers = max(1, min(len(kernels), os.cpu_count() or 1, 8))
-                with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                    compiled.update(enumerate(pool.map(build, range(len(kernels)))))
-            if checked and not check.usable(index):
-                return float("inf")
-            executable = compiled[index]
-            if isinstance(executable, UnsupportedKernelError):
-                unsupported.append(executable)
-                return float("inf")
-            jax.block_until_ready(executable(*scratch))
-            times = []
-            for _ in range(3):
-                start = time.perf_counter()
-                jax.block_until_ready(executable(*scratch))
-                times.append(time.perf_counter() - start)
-            return sorted(times)[1]
-
-        index = tuning.choose_config(call, self.device_name(), trial, none_usable)
-        return check.chosen(index) if checked else index
-
     def lower(
         self,
         ctx: Any,
@@ -451,10 +428,11 @@ class TranslatingLauncher(Launcher):
         from jax._src.interpreters import mlir
 
         exporting = _compat.lowering_for_export(ctx)
-        traced = self.traced(call, kernels)
-        if isinstance(traced, BaseException):
-            raise traced
-        index, jaxpr = traced
+        index = self.chosen(call, kernels)
+        tuning.note_best_config(call, index)  # the configuration it runs, on the user's autotuner, as Triton sets it
+        run = kernel_function(call, kernels[index], index, self.strategy(), self.fuses())
+        with jax.enable_x64(True):
+            jaxpr = _without_dead_code(_compat.low_level_jaxpr(jax.make_jaxpr(run)(*call.operand_avals)))
         # The kernel was traced on plain avals: inside shard_map, the operands' avals also say which mesh axes they
         # vary over, which the kernel's own constants would not match.
         plain_in = [core.ShapedArray(a.shape, a.dtype) for a in ctx.avals_in]

@@ -13,42 +13,42 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jt_core.translation import lang
+from jt_core.translation.analysis.facts import Fact
 from jt_core.translation.memory import State, no_error
-from jt_core.translation.program import Block, Operation, TensorType
-from jt_core.translation.tracer import Tracer
-from jt_core.translation.values import Unsupported
+from jt_core.translation.program import Block, Operation, Program, TensorType
+from jt_core.translation.rules import RuleContext, rule, rule_of
 
-__all__ = ["HANDLERS", "RETURN"]
+__all__ = ["RETURN"]
 
 #: The terminator of the mapped function's region.
 RETURN = "tt.map_elementwise.return"
 
-#: What a mapped function cannot do: it runs once per element, and its effects would be made once per element.
-_EFFECTS = {"tt.load", "tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.print", "tt.assert"}
 
-
-def _effect(k: Tracer, blocks: Sequence[Block], seen: frozenset[str] = frozenset()) -> str | None:
-    """The first operation with an effect that running ``blocks`` reaches (through the functions it calls too)."""
+def _effect(program: Program, blocks: Sequence[Block], seen: frozenset[str] = frozenset()) -> str | None:
+    """The first operation with an effect that running ``blocks`` reaches (through the functions it calls too): what
+    a mapped function cannot do, since it runs once per element and its effects would be made once per element."""
     for block in blocks:
         for op in block.operations:
-            if op.name in _EFFECTS:
+            found = rule_of(op.name)
+            if found is not None and found.effect and not found.calls:
                 return op.name
-            if op.name == "tt.call":
+            if found is not None and found.calls:
                 callee = str(op.attr("callee"))
-                function = k.ir.functions.get(callee)
+                function = program.functions.get(callee)
                 if function is not None and callee not in seen:
-                    found = _effect(k, function.body, seen | {callee})
-                    if found:
-                        return found
+                    inner = _effect(program, function.body, seen | {callee})
+                    if inner:
+                        return inner
             for region in op.regions:
-                found = _effect(k, region, seen)
-                if found:
-                    return found
+                inner = _effect(program, region, seen)
+                if inner:
+                    return inner
     return None
 
 
@@ -56,17 +56,27 @@ def _scalar(ty: TensorType) -> TensorType:
     return TensorType((), ty.element, None, ty.element)
 
 
-def map_elementwise(k: Tracer, op: Operation, state: State) -> State:
-    """``tt.map_elementwise``: its region's function on each group of ``pack`` elements of the operands."""
-    region = op.regions[0]
-    effect = _effect(k, region)
+def _analyse(walk: Any, op: Operation) -> None:
+    effect = _effect(walk.ir, op.regions[0])
     if effect is not None:
-        raise Unsupported(f"{effect} inside the function tl.map_elementwise maps", op.line)
+        walk.refuse(f"{effect} inside the function tl.map_elementwise maps", op.line)
+    pack = int(op.attr("pack") or 1)
+    size = math.prod(walk.type(op.results[0]).shape)
+    if size % pack:
+        walk.refuse(f"tl.map_elementwise with pack={pack}, which does not divide its {size} elements", op.line)
+    varies = walk.varies(*op.operands)
+    for value in op.results:
+        walk.set(value, Fact(varies=varies))
+
+
+@rule("tt.map_elementwise", analyse=_analyse)
+def _map_elementwise(ctx: RuleContext, state: State) -> State:
+    """``tt.map_elementwise``: its region's function on each group of ``pack`` elements of the operands."""
+    k, op = ctx.kernel, ctx.op
+    region = op.regions[0]
     pack = int(op.attr("pack") or 1)
     shape = k.type(op.results[0]).shape
     size = math.prod(shape)
-    if size % pack:
-        raise Unsupported(f"tl.map_elementwise with pack={pack}, which does not divide its {size} elements", op.line)
     groups = [jnp.reshape(jnp.broadcast_to(k.array(v), shape), (size // pack, pack)) for v in op.operands]
     argument_types = [_scalar(k.type(v)) for v in op.operands]
     result_types = [_scalar(k.type(v)) for v in op.results]
@@ -81,8 +91,5 @@ def map_elementwise(k: Tracer, op: Operation, state: State) -> State:
     mapped = jax.vmap(one)(*groups)
     for index, value in enumerate(op.results):
         packed = jnp.stack(mapped[index * pack : (index + 1) * pack], axis=1)
-        k.env[value] = jnp.reshape(packed, shape)
+        k.set(value, jnp.reshape(packed, shape))
     return state
-
-
-HANDLERS = {"tt.map_elementwise": map_elementwise}

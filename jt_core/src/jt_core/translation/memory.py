@@ -24,10 +24,10 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
-from jt_core.translation.affine import Affine
+from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.lang import dtype_of, is_static
 
-__all__ = ["ORDERLESS", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
+__all__ = ["Choice", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +56,23 @@ class BufferSpec:
 @dataclasses.dataclass(frozen=True)
 class Pointer:
     """A pointer value: the buffer it points into, the offset (in elements of the buffer) of each lane, the type it
-    points to, and the offset's affine form where it is known (`jt_core.translation.affine`)."""
+    points to, the offset's affine form where it is known (`jt_core.translation.analysis.affine`), and the lowest
+    and highest offset its lanes take over every program and trip, where the analyses know them (``reach``)."""
 
     buffer: int
     offset: Any
     pointee: str
     affine: Affine | None = dataclasses.field(default=None, compare=False)
+    reach: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A pointer into one of several buffers, chosen lane by lane: lane ``i`` is ``pointers[which[i]]``'s (what
+    ``tl.where`` makes of pointers into two arguments, or a branch that points one at another argument)."""
+
+    pointers: tuple[Pointer, ...]
+    which: Any
 
 
 class State(NamedTuple):
@@ -128,12 +139,21 @@ class Memory:
         specs: The buffers, by index.
         constants: The arrays of the read-only buffers, in their own shapes (``None`` for writable ones).
         bounds_check: Whether accesses are checked against their buffer.
+        loads_fault: Whether a load's lane that strays outside its buffer sets the faults (a store's always does).
     """
 
-    def __init__(self, specs: Sequence[BufferSpec], constants: Sequence[jax.Array | None], bounds_check: bool) -> None:
+    def __init__(
+        self,
+        specs: Sequence[BufferSpec],
+        constants: Sequence[jax.Array | None],
+        bounds_check: bool,
+        loads_fault: bool = True,
+    ) -> None:
         self.specs = tuple(specs)
         self.constants = tuple(constants)
         self.bounds_check = bounds_check
+        #: Whether a load's lane outside its buffer is a fault (else it reads zero, unreported).
+        self.loads_fault = loads_fault
         self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
         #: Each writable buffer's place in the state (a kernel with thousands of outputs stores into each).
         self._slots = {buffer: slot for slot, buffer in enumerate(self.writable)}
@@ -202,6 +222,9 @@ class Memory:
     def _record(self, state: State, bad: jax.Array) -> State:
         return State(state.buffers, state.faults | jnp.any(bad))
 
+    def merge_sides(self, branch: int, taken: jax.Array, outer: Any) -> None:
+        """Where both sides of a branch stored to one place: nothing to merge where stores are made as they come."""
+
     def _lanes(
         self, state: State, op: str, pointer: Pointer, mask: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, jax.Array | None, State]:
@@ -216,7 +239,8 @@ class Memory:
         if op != "load" and not spec.writable:
             refused = jnp.ones(shape, bool) if wanted is None else wanted
             return offsets, jnp.zeros(shape, bool), self._record(state, refused)
-        if wanted is None and not self.bounds_check:
+        checked = self.bounds_check and (op != "load" or self.loads_fault)
+        if wanted is None and not checked:
             return offsets, None, state
         if wanted is None and self._inside(pointer, shape) is not None:
             return offsets, None, state  # every lane is known to lie inside: nothing to check
@@ -224,13 +248,13 @@ class Memory:
         # actual ones modulo 2**32, so inside a buffer of fewer than 2**31 elements they are the actual ones.
         affine = pointer.affine
         spread = affine.spread() if affine is not None and affine.shape == shape and not large else None
-        if wanted is None and spread is not None:
+        if wanted is None and spread is not None and checked:
             # The lanes lie within a known spread of the first: two comparisons check the whole block.
             first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
             strayed = (first + spread[0] < 0) | (first + spread[1] >= spec.size)
             return offsets, None, State(state.buffers, state.faults | strayed)
         inside = (offsets >= 0) & (offsets < spec.size)
-        if self.bounds_check:
+        if checked:
             state = self._record(state, ~inside if wanted is None else wanted & ~inside)
         return offsets, None if wanted is None else wanted & inside, state
 
@@ -310,10 +334,6 @@ class Memory:
         """``state`` with a recorded store made (indices outside the buffer write nothing)."""
         array = self._array(state, buffer)
         return self._replace(state, buffer, _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values)))
-
-    def defers_atomic(self, kind: str, dtype: np.dtype, result_used: bool) -> bool:
-        """Whether an atomic is recorded and made after the programs ran (never, by default: in order)."""
-        return False
 
     def apply_atomic(self, state: State, buffer: int, kind: str, index: jax.Array, values: jax.Array) -> State:
         """``state`` with a deferred atomic made: ``values`` combined by ``kind`` at ``index`` (indices outside the
@@ -478,7 +498,3 @@ def _float_sum(array: jax.Array, index: jax.Array, v: jax.Array) -> jax.Array:
 
 
 _FLOAT_SUM = _float_sum
-
-#: The atomics a run of programs side by side may make after them, as one scatter, where nobody reads what they
-#: return: their memory does not depend on the lanes' order (for integers; float sums where rounding is XLA's).
-ORDERLESS = frozenset({"ADD", "MAX", "MIN", "UMAX", "UMIN", "FADD"})

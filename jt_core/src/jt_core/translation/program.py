@@ -112,9 +112,11 @@ class Function:
     body: tuple[Block, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Program:
     """A kernel's TTIR module.
+
+    A program is itself: two programs are equal only if they are one (the plans made for it are kept with it).
 
     Attributes:
         entry: The kernel's function name.
@@ -138,6 +140,23 @@ class Program:
             for block in blocks:
                 for op in block.operations:
                     found.append(op)
+                    for region in op.regions:
+                        visit(region)
+
+        for function in self.functions.values():
+            visit(function.body)
+        return found
+
+    @functools.cached_property
+    def regions(self) -> Mapping[int, tuple[Block, ...]]:
+        """The blocks of the region each block belongs to, by the block's identity: where a branch (``cf.br``, what
+        an early ``return`` makes) finds its target."""
+        found: dict[int, tuple[Block, ...]] = {}
+
+        def visit(blocks: tuple[Block, ...]) -> None:
+            for block in blocks:
+                found[id(block)] = blocks
+                for op in block.operations:
                     for region in op.regions:
                         visit(region)
 

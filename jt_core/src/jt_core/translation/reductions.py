@@ -18,19 +18,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import floats, lang
-from jt_core.translation import strategy as strategies
+from jt_core.translation import lang, numerics
+from jt_core.translation.analysis.facts import Fact
 from jt_core.translation.memory import State
+from jt_core.translation.numerics import Numerics
 from jt_core.translation.program import Operation
-from jt_core.translation.tracer import Handler, Tracer
+from jt_core.translation.rules import RuleContext, rule
 
-__all__ = ["HANDLERS", "XLA_PRECISIONS", "accumulated", "tree_reduce"]
+__all__ = ["accumulated", "product", "tree_reduce"]
 
 
 _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
-    "arith.addf": lambda x, axis: tree_reduce(_rounded(lax.add), [x], axis)[0],
     "arith.addi": lambda x, axis: jnp.sum(x, axis=axis, dtype=x.dtype),
-    "arith.mulf": lambda x, axis: tree_reduce(_rounded(lax.mul), [x], axis)[0],
     "arith.muli": lambda x, axis: jnp.prod(x, axis=axis, dtype=x.dtype),
     "arith.maximumf": lambda x, axis: jnp.max(x, axis=axis),
     "arith.minimumf": lambda x, axis: jnp.min(x, axis=axis),
@@ -43,26 +42,22 @@ _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "arith.minnumf": lambda x, axis: _ignoring_nan(jnp.min, jnp.inf, x, axis),
 }
 
-
-#: Where the strategy leaves rounding to XLA (`Strategy.exact_rounding` off): float sums and products in XLA's own
-#: order, with its own reductions (one pass each on a TPU, where a pairwise tree is one pass per level).
-_XLA_REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
-    "arith.addf": lambda x, axis: jnp.sum(x, axis=axis, dtype=x.dtype),
-    "arith.mulf": lambda x, axis: jnp.prod(x, axis=axis, dtype=x.dtype),
-}
+#: Float sums and products in a fixed order: the halves pairwise (`tree_reduce`), each result rounded.
+_ORDERED = {"arith.addf": lax.add, "arith.mulf": lax.mul}
 
 
-def _rounded(op: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[..., tuple[jax.Array]]:
-    """A float operation as a combining function, its bfloat16 results rounded as Triton rounds them."""
+def _rounded(op: Callable[[jax.Array, jax.Array], jax.Array], numbers: Numerics) -> Callable[..., tuple[jax.Array]]:
+    """A float operation as a combining function, its bfloat16 results rounded as the numerics say."""
 
     def combine(a: jax.Array, b: jax.Array) -> tuple[jax.Array]:
-        return (floats.round_bfloat16(op(a, b)),)
+        return (numbers.round_bfloat16(op(a, b)),)
 
     return combine
 
 
 _SCANNERS: dict[str, Callable[[jax.Array, int, bool], jax.Array]] = {
-    # Not float sums: XLA's cumulative sum starts from +0.0, so a prefix of -0.0s would sum to +0.0.
+    # Not float sums (the numerics' `cumsum`): XLA's cumulative sum starts from +0.0, so a prefix of -0.0s would sum
+    # to +0.0.
     "arith.addi": lambda x, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
     "arith.mulf": lambda x, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
     "arith.muli": lambda x, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
@@ -83,86 +78,61 @@ def _ignoring_nan(reduce: Callable[..., jax.Array], fill: float, x: jax.Array, a
     return jnp.where(jnp.all(nan, axis=axis), jnp.asarray(jnp.nan, x.dtype), value)
 
 
-def _dot(k: Tracer, op: Operation, state: State) -> State:
-    deferred = k.deferred_dots.get(op.results[0])
-    if deferred is not None:  # an unrolled loop's accumulation: `accumulated` computes it after the loop
-        deferred.append((lang.widen_for_dot(k.array(op.operands[0])), lang.widen_for_dot(k.array(op.operands[1]))))
-        sources = (k.loaded_from.get(op.operands[0]), k.loaded_from.get(op.operands[1]))
-        k.dot_sources.setdefault(op.results[0], []).append(sources)
-        k.env[op.results[0]] = k.get(op.operands[2])
+def _analyse_varied(walk: Any, op: Operation) -> None:
+    varies = walk.varies(*op.operands)
+    for value in op.results:
+        walk.set(value, Fact(varies=varies))
+
+
+@rule("tt.dot", analyse=_analyse_varied, sums=True)
+def _dot(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
+    if k.outside_loop(op):  # a loop's accumulation, computed as one product around the loop (`control`)
+        ctx.set(op.results[0], ctx.get(op.operands[2]))
         return state
     a, b, acc = (k.array(v) for v in op.operands[:3])
     a, b = lang.widen_for_dot(a), lang.widen_for_dot(b)
     precision = op.attr("inputPrecision", "IEEE")
-    if precision == "TF32x3" and a.dtype == b.dtype == jnp.float32 and k.strategy.exact_rounding:
+    numbers = ctx.strategy.numerics
+    if precision == "TF32x3" and a.dtype == b.dtype == jnp.float32 and numbers.splits_tf32x3():
         # As Triton's GPU compiler rewrites it: the operands split into a TF32 part and the rest, three TF32
         # products summed smallest first.
-        a_big, b_big = lang.round_to_tf32(a), lang.round_to_tf32(b)
+        a_big, b_big = numerics.round_to_tf32(a), numerics.round_to_tf32(b)
         a_small, b_small = a - a_big, b - b_big
-        acc = _product(a_small, b_big, acc, "TF32")
-        acc = _product(a_big, b_small, acc, "TF32")
-        k.env[op.results[0]] = _product(a_big, b_big, acc, "TF32")
+        acc = product(a_small, b_big, acc, "TF32", numbers)
+        acc = product(a_big, b_small, acc, "TF32", numbers)
+        ctx.set(op.results[0], product(a_big, b_big, acc, "TF32", numbers))
         return state
-    k.env[op.results[0]] = _product(a, b, acc, precision)
+    ctx.set(op.results[0], product(a, b, acc, precision, numbers))
     return state
 
 
-def _product(a: jax.Array, b: jax.Array, acc: jax.Array, precision: str) -> jax.Array:
-    """``a @ b + acc`` (batched over leading axes), the operands rounded to TF32 where ``precision`` says so."""
-    return _products(a, b, acc.dtype, precision) + acc
-
-
-def _products(a: jax.Array, b: jax.Array, dtype: Any, precision: str) -> jax.Array:
-    """``a @ b`` in ``dtype``, batched over leading axes, the operands rounded to TF32 where ``precision`` says so
-    (where the strategy rounds exactly; else ``precision`` is XLA's precision config: `XLA_PRECISIONS`)."""
-    config = lax.Precision.HIGHEST
-    if not strategies.active().exact_rounding:
-        # Narrower floats' products are exact in float32 at XLA's default precision (one pass of the matrix unit).
-        wide = a.dtype == jnp.float32 or b.dtype == jnp.float32
-        config = XLA_PRECISIONS.get(precision, lax.Precision.HIGHEST) if wide else lax.Precision.DEFAULT
-    elif precision == "TF32":
-        a, b = lang.round_to_tf32(a), lang.round_to_tf32(b)
-    return lax.dot_general(
-        a,
-        b,
-        (((a.ndim - 1,), (b.ndim - 2,)), (tuple(range(a.ndim - 2)), tuple(range(b.ndim - 2)))),
-        precision=config,
-        preferred_element_type=dtype,
-    )
-
-
-#: ``tl.dot``'s input precisions as XLA's precision configs, where the strategy leaves rounding to XLA (a TPU:
-#: ``HIGH`` is three passes of bfloat16 products, about TF32's precision; ``HIGHEST`` six, about float32's).
-XLA_PRECISIONS = {"IEEE": lax.Precision.HIGHEST, "TF32": lax.Precision.HIGH, "TF32x3": lax.Precision.HIGHEST}
-
-
-#: The input precisions whose products `accumulated` may batch (TF32x3 sums three products per step).
-BATCHED_PRECISIONS = ("IEEE", "TF32")
+def product(a: jax.Array, b: jax.Array, acc: jax.Array, precision: str, numbers: Numerics) -> jax.Array:
+    """``a @ b + acc`` (batched over leading axes), as the numerics compute a product at ``precision``."""
+    return numbers.dot(a, b, acc.dtype, precision) + acc
 
 
 def accumulated(
-    acc: jax.Array, operands: list[tuple[jax.Array, jax.Array]], precision: str, ordered: bool = True
+    acc: jax.Array, a: jax.Array, b: jax.Array, precision: str, numbers: Numerics, ordered: bool = True
 ) -> jax.Array:
-    """``acc`` plus the products of ``operands``' pairs, added one after another in their order, as a loop of
-    ``acc = tl.dot(a, b, acc)`` adds them: the same bits as that loop traced step by step, but the products are one
-    batched ``dot_general``, which XLA runs faster than as many small ones. Unless ``ordered``: then the pairs are
-    one product over their concatenated reduction axes, which XLA sums in its own order (`Strategy.ordered_accumulation`
-    off: one large product is what a TPU runs fast)."""
-    if not ordered and len(operands) > 1:
-        a = jnp.concatenate([a for a, _ in operands], axis=-1)
-        b = jnp.concatenate([b for _, b in operands], axis=-2)
-        return _product(a, b, acc, precision)
-    if len(operands) < 2 or len({(a.shape, b.shape) for a, b in operands}) > 1:
-        for a, b in operands:
-            acc = _product(a, b, acc, precision)
-        return acc
-    products = _products(jnp.stack([a for a, _ in operands]), jnp.stack([b for _, b in operands]), acc.dtype, precision)
-    for index in range(len(operands)):
+    """``acc`` plus the products of the steps of a K-loop, ``a[t] @ b[t]`` for each step ``t`` (``a``: ``(steps, M,
+    K)``, ``b``: ``(steps, K, N)``), added one after another in their order, as a loop of ``acc = tl.dot(a, b,
+    acc)`` adds them: the same bits as that loop run step by step, but the products are one batched ``dot_general``,
+    which XLA runs faster than as many small ones. Unless ``ordered``: then the steps are one product over their
+    concatenated reduction axes, which XLA sums in its own order (`jt_core.translation.strategy.Strategy`'s
+    ``ordered_accumulation`` off: one large product is what a TPU runs fast)."""
+    steps = a.shape[0]
+    if not ordered:
+        whole_a = jnp.transpose(a, (1, 0, 2)).reshape(a.shape[1], steps * a.shape[2])
+        whole_b = b.reshape(steps * b.shape[1], b.shape[2])
+        return product(whole_a, whole_b, acc, precision, numbers)
+    products = numbers.dot(a, b, acc.dtype, precision)
+    for index in range(steps):
         acc = products[index] + acc
     return acc
 
 
-def _combiner(k: Tracer, op: Operation) -> str | None:
+def _combiner(k: Any, op: Operation) -> str | None:
     """The single element-wise operation a reduction's or scan's combining region applies, or ``None``."""
     block = op.regions[0][0]
     body = block.operations
@@ -180,7 +150,7 @@ def _combiner(k: Tracer, op: Operation) -> str | None:
     return first.name
 
 
-def _region_function(k: Tracer, op: Operation) -> Callable[..., Any]:
+def _region_function(k: Any, op: Operation) -> Callable[..., Any]:
     """A reduction's or scan's combining region as a function of arrays (applied element by element)."""
 
     def combine(*args: Any) -> Any:
@@ -193,18 +163,24 @@ def _region_function(k: Tracer, op: Operation) -> Callable[..., Any]:
 _NO_STATE = State((), np.zeros((), np.int8))  # type: ignore[arg-type]
 
 
-def _reduce(k: Tracer, op: Operation, state: State) -> State:
+@rule("tt.reduce", analyse=_analyse_varied, sums=True)
+def _reduce(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
     axis = int(op.attr("axis"))
     inputs = [k.array(v) for v in op.operands]
     combiner = _combiner(k, op) if len(inputs) == 1 else None
-    if combiner in _XLA_REDUCERS and not k.strategy.exact_rounding:
-        out = [_XLA_REDUCERS[combiner](inputs[0], axis).astype(inputs[0].dtype)]
+    numbers = ctx.strategy.numerics
+    own = numbers.reducer(combiner) if combiner is not None else None
+    if own is not None:
+        out = [own(inputs[0], axis).astype(inputs[0].dtype)]
+    elif combiner in _ORDERED:
+        out = tree_reduce(_rounded(_ORDERED[combiner], numbers), inputs, axis)
     elif combiner in _REDUCERS:
         out = [_REDUCERS[combiner](inputs[0], axis).astype(inputs[0].dtype)]
     else:
         out = tree_reduce(_region_function(k, op), inputs, axis)
     for value, array in zip(op.results, out, strict=True):
-        k.env[value] = array
+        ctx.set(value, array)
     return state
 
 
@@ -228,13 +204,18 @@ def tree_reduce(combine: Callable[..., Any], inputs: list[jax.Array], axis: int)
     return [jnp.squeeze(v, axis=axis) for v in values]
 
 
-def _scan(k: Tracer, op: Operation, state: State) -> State:
+@rule("tt.scan", analyse=_analyse_varied, sums=True)
+def _scan(ctx: RuleContext, state: State) -> State:
+    k, op = ctx.kernel, ctx.op
     axis = int(op.attr("axis"))
     reverse = bool(op.attr("reverse", False))
     inputs = [k.array(v) for v in op.operands]
     combiner = _combiner(k, op) if len(inputs) == 1 else None
-    if combiner == "arith.addf" and not k.strategy.exact_rounding:
-        out = [lax.cumsum(inputs[0], axis=axis, reverse=reverse)]  # XLA's order, as the strategy allows
+    summed = None
+    if combiner == "arith.addf":
+        summed = ctx.strategy.numerics.cumsum(inputs[0], axis, reverse)
+    if summed is not None:
+        out = [summed]
     elif combiner in _SCANNERS and inputs[0].dtype != jnp.bfloat16:
         out = [_SCANNERS[combiner](inputs[0], axis, reverse)]
     else:
@@ -242,7 +223,7 @@ def _scan(k: Tracer, op: Operation, state: State) -> State:
         # elements after) on the left: element ``i`` is ``combine(result[i + 1], x[i])``, as Triton has it.
         out = _bitwise_scan(_region_function(k, op), inputs, axis, reverse)
     for value, array in zip(op.results, out, strict=True):
-        k.env[value] = array
+        ctx.set(value, array)
     return state
 
 
@@ -266,6 +247,3 @@ def _bitwise_scan(fn: Callable[..., Any], inputs: list[jax.Array], axis: int, re
 
 def _as_bits(x: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(x, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize])
-
-
-HANDLERS: dict[str, Handler] = {"tt.dot": _dot, "tt.reduce": _reduce, "tt.scan": _scan}

@@ -1,39 +1,34 @@
 """Running a grid's programs side by side in a box: one ``jax.vmap`` per grid axis, block accesses as slices.
 
-The programs of a box (every program along the grid's last two axes, as many along the first as `chunk` allows at
-a time) are traced once, under nested ``jax.vmap``\\ s, one per grid axis; a value that does not depend on a grid
-axis is not mapped over it (a matmul's tile of ``A`` depends on the row of tiles only), so a ``tl.dot`` of the
-programs side by side is one matrix product, not a batch of them. Loads and stores whose offsets are affine in
-the program ids and the lanes read and write the box's whole block at once as slices of the buffer
-(`jt_core.translation.blocks`); the others gather and scatter as `jt_core.translation.grid` does. Stores are
-recorded and made after the programs ran.
+The programs of a box (every program along the grid's last two axes, as many along the first as the plan's chunk
+allows at a time) are traced once, under nested ``jax.vmap``\\ s, one per grid axis; a value that does not depend on
+a grid axis is not mapped over it (a matmul's tile of ``A`` depends on the row of tiles only), so a ``tl.dot`` of the
+programs side by side is one matrix product, not a batch of them. Loads and stores whose offsets are affine in the
+program ids and the lanes read and write the box's whole block at once as slices of the buffer
+(`jt_core.translation.blocks`); the others gather and scatter as `jt_core.translation.memory` does. Stores are
+recorded and made after the programs ran; order-free atomics are combined in one scatter after them.
 
-That gives what the programs in order give when no program can see another's stores and no two programs store to
-one element: every store outside loops and branches left to XLA (a loop traced step by step, a branch whose sides
-run masked, `jt_core.translation.control`, are straight-line code), through offsets affine in the program ids whose
-steps keep the programs' elements apart (`jt_core.translation.affine.disjoint`, several stores a window per
-program); a buffer both loaded and stored (an in-place kernel) loaded only in the program's own window and never
-after a store that reaches what it loads (`_independent`); atomics only where nobody reads their result and their
-combiner is order-free (`_BoxMemory.defers_atomic`). Anything else raises `NotVectorizable`.
+The plan chose this where it gives what the programs in order give (`jt_core.translation.analysis.independence`):
+nothing here proves it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import affine, blocks
-from jt_core.translation.affine import Affine
-from jt_core.translation.kernel import Kernel
+from jt_core.translation import blocks
+from jt_core.translation.analysis.affine import Affine
+from jt_core.translation.analysis.independence import BufferMode
+from jt_core.translation.kernel import Job, Kernel
 from jt_core.translation.lang import dtype_of
 from jt_core.translation.memory import (
-    ORDERLESS,
     Memory,
     Pointer,
     State,
@@ -43,12 +38,10 @@ from jt_core.translation.memory import (
     merged_faults,
     no_error,
 )
-from jt_core.translation.program import Program
-from jt_core.translation.relabeling import Relabeling
-from jt_core.translation.strategy import Strategy
-from jt_core.translation.values import NotVectorizable
+from jt_core.translation.plan import Plan
+from jt_core.translation.windows import Windows
 
-__all__ = ["run"]
+__all__ = ["fits", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,16 +83,16 @@ def _elements_of(view: blocks.View, span: int) -> bool:
 class _BoxMemory(Memory):
     """The buffers as the programs of a box see them: block accesses through views where their offsets allow it."""
 
-    def __init__(self, memory: Memory, box: blocks.Box, chunks: int, kernel: Kernel) -> None:
-        super().__init__(memory.specs, memory.constants, memory.bounds_check)
+    def __init__(
+        self, memory: Memory, box: blocks.Box, chunks: int, kernel: Kernel, windows: Windows | None = None
+    ) -> None:
+        super().__init__(memory.specs, memory.constants, memory.bounds_check, memory.loads_fault)
         self.kernel = kernel
         self.box = box
         self.chunks = chunks
         self.deferred = []
-        #: The accesses in program order.
-        self.order: list[_Access] = []
-        #: The buffers updated by deferred atomics (`defers_atomic`).
-        self.atomics: set[int] = set()
+        #: The buffers each program writes through a window of its own.
+        self.windows = windows
 
     def _view(self, pointer: Pointer, shape: tuple[int, ...]) -> tuple[blocks.View, int, int] | None:
         """The access's view over the box, and the lowest and highest offsets it reaches over every box of the
@@ -119,6 +112,15 @@ class _BoxMemory(Memory):
             return None  # offsets that would wrap around in 32 bits: the gather computes them as the kernel does
         return view, low, high
 
+    def _reach(self, pointer: Pointer) -> tuple[int, int] | None:
+        """The offsets the box's lanes of an access may take: its reach over the grid, and over the programs past
+        the grid's end that a last box of a loop of boxes holds."""
+        if pointer.reach is None or pointer.affine is None:
+            return pointer.reach
+        past = self.chunks * self.box.counts[0] - self.kernel.facts.grid[0]
+        step = pointer.affine.pids[0] * max(0, past)
+        return pointer.reach[0] + min(0, step), pointer.reach[1] + max(0, step)
+
     def _base(self, a: Affine) -> Any:
         """The offset of the box's first program's first lane (an int where it is known when tracing)."""
         first = self.box.first
@@ -128,7 +130,8 @@ class _BoxMemory(Memory):
     def load(
         self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, State]:
-        self.order.append(_Access(False, pointer.buffer, pointer.affine, self.kernel.path))
+        if self.windows is not None and self.windows.holds(pointer.buffer):
+            return self.windows.load(state, pointer, mask, other, shape)
         found = self._view(pointer, shape)
         spec = self.specs[pointer.buffer]
         if found is None:
@@ -147,7 +150,7 @@ class _BoxMemory(Memory):
         flat = self._array(state, pointer.buffer)
         base = self._base(a)
         index_type = jnp.asarray(pointer.offset).dtype
-        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type)
+        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type, self._reach(pointer))
         value = _to_value(block, _storage(spec), value_type)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if not strays:
@@ -165,15 +168,9 @@ class _BoxMemory(Memory):
             value = jnp.where(wanted, value, fill)
         return value, state
 
-    def defers_atomic(self, kind: str, dtype: np.dtype, result_used: bool) -> bool:
-        """Whether an atomic is made after the programs ran: nobody reads its result, and its combiner gives the same
-        memory whatever order the programs' lanes come in (integer sums, extremes and bit operations; float sums too
-        where the strategy leaves rounding to XLA, which sums in its own order)."""
-        if result_used or kind not in ORDERLESS:
-            return False
-        if np.issubdtype(dtype, np.integer):
-            return True
-        return kind == "FADD" and not self.kernel.strategy.exact_rounding
+    def defers_atomic(self, buffer: int) -> bool:
+        """Whether an atomic is made after the programs ran (the plan found its buffer's atomics order-free)."""
+        return self.kernel.plan.buffers.get(buffer) is BufferMode.ATOMIC
 
     def atomic(
         self,
@@ -186,10 +183,8 @@ class _BoxMemory(Memory):
         result_used: bool,
     ) -> tuple[jax.Array, State]:
         value_type = dtype_of(pointer.pointee)
-        if not self.defers_atomic(kind, np.dtype(value_type), result_used):
+        if not self.defers_atomic(pointer.buffer):
             return super().atomic(state, kind, pointer, values, mask, shape, result_used)
-        self.order.append(_Access(True, pointer.buffer, None, self.kernel.path))
-        self.atomics.add(pointer.buffer)
         spec = self.specs[pointer.buffer]
         offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape)
         if active is None:
@@ -231,7 +226,11 @@ class _BoxMemory(Memory):
     def store(
         self, state: State, pointer: Pointer, value: Any, mask: Any, shape: tuple[int, ...], guard: Any = None
     ) -> State:
-        self.order.append(_Access(True, pointer.buffer, pointer.affine, self.kernel.path))
+        if self.windows is not None and self.windows.holds(pointer.buffer):
+            if guard is not None:
+                guard = jnp.broadcast_to(guard, shape)
+                mask = guard if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape) & guard
+            return self.windows.store(state, pointer, value, mask, shape)
         spec = self.specs[pointer.buffer]
         found = self._view(pointer, shape) if spec.writable else None
         if found is not None and pointer.affine is not None and pointer.affine.base_known:
@@ -247,7 +246,7 @@ class _BoxMemory(Memory):
                 fence = None if guard is None else jnp.broadcast_to(guard, shape)
                 begin = self._base(a)
                 begin = begin + view.low if isinstance(begin, int) else jnp.asarray(begin, jnp.int64) + view.low
-                record = _BlockStore(pointer.buffer, view, begin, self.kernel.path)
+                record = _BlockStore(pointer.buffer, view, begin, self.kernel.branch_path)
                 self.deferred.append((record, values, (wanted, fence)))  # type: ignore[arg-type]
                 return state
         return super().store(state, pointer, value, mask, shape, guard)
@@ -288,125 +287,66 @@ def _reachable(distance: int, axes: Sequence[tuple[int, int, int]]) -> bool:
     return False
 
 
-class _Access(NamedTuple):
-    """An access of a program, as `_independent` weighs it."""
-
-    store: bool
-    buffer: int
-    form: Affine | None  # the affine form of its offsets, where known
-    path: tuple[tuple[int, bool], ...]  # the sides of the branches it runs on (`Tracer.path`)
+def fits(plan: Plan) -> bool:
+    """Whether a box of whole planes of the grid's last two axes fits in the plan's chunk of programs."""
+    grid = plan.facts.grid
+    return plan.chunk >= grid[1] * grid[2]
 
 
-def _exclusive(a: _Access, b: _Access) -> bool:
-    """Whether ``a`` and ``b`` lie on opposite sides of one branch (a program makes at most one of them)."""
-    sides = dict(a.path)
-    return any(branch in sides and sides[branch] != side for branch, side in b.path)
-
-
-def _independent(memory: _BoxMemory, grid: tuple[int, int, int]) -> None:
-    """Raises `NotVectorizable` unless the programs' stores provably neither meet nor reach what another program
-    loads, and no program loads what it stored itself earlier (the stores are made after every program ran).
-
-    A load through offsets known only when it runs (``x_ptr + label``) is let through where its program has stored
-    nothing to that buffer before it: it may then reach only what no program writes, what its own program writes
-    after it, or what another program writes, a data race whose result is undefined on a GPU (here it reads the
-    buffer as it was before the kernel)."""
-    order = memory.order
-    for buffer in memory.atomics:
-        # Atomics combine whatever order the lanes come in; nothing else may touch what they update.
-        if any(a.buffer == buffer and a.form is not None for a in order) or buffer in memory.loaded:
-            raise NotVectorizable("a buffer updated by atomics and also loaded or stored")
-    stored = {a.buffer for a in order if a.store} - memory.atomics
-    for buffer in stored:
-        # A form whose base is known only when it runs says no more than no form at all.
-        accesses = [
-            a if a.form is None or a.form.base_known else a._replace(form=None) for a in order if a.buffer == buffer
-        ]
-        stores = [a.form for a in accesses if a.store]
-        if any(form is None for form in stores) or not affine.disjoint(stores, grid):  # type: ignore[arg-type]
-            raise NotVectorizable("stores that may reach one element from two programs")
-        for index, access in enumerate(accesses):
-            if access.store:
-                continue
-            earlier = [a for a in accesses[:index] if a.store and not _exclusive(a, access)]
-            if access.form is None:
-                if earlier:
-                    raise NotVectorizable("a program loading, through offsets known when it runs, what it stored")
-                continue
-            low, high = access.form.spread()
-            span = (access.form.const + low, access.form.const + high)
-            for store in earlier:
-                assert store.form is not None
-                s_low, s_high = store.form.spread()
-                if span[0] <= store.form.const + s_high and store.form.const + s_low <= span[1]:
-                    raise NotVectorizable("a program loading what it stored itself")
-        known = [a.form for a in accesses if a.form is not None]
-        if all(form == stores[0] for form in known):
-            continue  # each program loads only the elements it stores
-        if not affine.apart_in_windows(known, grid):  # type: ignore[arg-type]
-            raise NotVectorizable("a buffer loaded where another program may write it")
-
-
-def run(
-    program: Program,
-    memory: Memory,
-    grid: tuple[int, int, int],
-    arguments: Sequence[Any],
-    state: State,
-    fuse: bool,
-    chunk: int,
-    strategy: Strategy,
-    relabel: Relabeling | None = None,
-) -> State | None:
-    """Runs every program of ``grid`` side by side, in boxes of up to ``chunk`` programs; ``None`` (nothing run)
-    when a box of whole planes of the last two grid axes would hold more.
-
-    Raises:
-        NotVectorizable: When that might not give what the programs in order give.
-    """
-    launch = grid
-    if relabel is not None:
-        grid = relabel.grid
+def run(job: Job, state: State) -> State:
+    """Runs every program of the plan's grid side by side, in boxes of up to the plan's chunk of programs (which
+    `fits` a box of whole planes), from ``state``."""
+    plan, memory, arguments = job.plan, job.memory, job.arguments
+    grid = plan.facts.grid
+    chunk = plan.chunk
     plane = grid[1] * grid[2]
-    if chunk < plane:
-        return None
     along = min(grid[0], chunk // plane)
     chunks = -(-grid[0] // along)
     counts = (along, grid[1], grid[2])
     mapped = tuple(k for k in range(3) if counts[k] > 1)
-    kernel = Kernel(program, memory, grid, fuse, vector=True, strategy=strategy, relabel=relabel, launch=launch)
-    entry = program.functions[program.entry].body[0]
+    kernel = job.kernel(vector=True)
+    entry = job.entry
+    windows = Windows(memory, plan.windows, counts) if plan.windows else None
     recorded: list[Any] = []
     #: Whether no access of the programs could stray (their faults are the ones they started with, untouched).
     clean = [True]
 
-    def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[Any], jax.Array]:
-        def one(*positions: Any) -> tuple[list[Any], jax.Array]:
+    def programs(first: Any, state: State) -> tuple[list[Any], jax.Array, list[jax.Array]]:
+        copies = windows.read(state) if windows is not None else []
+
+        def one(*given: Any) -> tuple[list[Any], jax.Array, list[jax.Array]]:
+            positions, own = given[: len(mapped)], list(given[len(mapped) :])
             where = [None, None, None]
             for k, position in zip(mapped, positions, strict=True):
                 where[k] = position
             box = blocks.Box(counts, first, (where[0], where[1], where[2]))
-            local = _BoxMemory(memory, box, chunks, kernel)
+            local = _BoxMemory(memory, box, chunks, kernel, windows)
             kernel.memory = local
             kernel.start_program()
             pid_x = first if where[0] is None else first + where[0]
             kernel.pids = (pid_x, 0 if where[1] is None else where[1], 0 if where[2] is None else where[2])
             start = no_error()
-            _, after = kernel.run_block(entry, list(arguments), State(buffers, start))
+            begun = State(state.buffers, start)
+            if windows is not None:
+                begun = windows.enter(begun, own, kernel.pids)
+            _, after = kernel.run_block(entry, list(arguments), begun)
             clean[0] = after.faults is start
-            _independent(local, grid)
             assert local.deferred is not None
             recorded[:] = [record for record, _, _ in local.deferred]
-            return [(i, v) for _, i, v in local.deferred], after.faults
+            left = windows.leave(after) if windows is not None else []
+            return [(i, v) for _, i, v in local.deferred], after.faults, left
 
         fn: Any = one
         for k in reversed(range(len(mapped))):
-            fn = jax.vmap(fn, in_axes=tuple(0 if j == k else None for j in range(len(mapped))))
-        return fn(*(lax.iota(jnp.int32, counts[k]) for k in mapped))
+            positions = tuple(0 if j == k else None for j in range(len(mapped)))
+            fn = jax.vmap(fn, in_axes=positions + (0,) * len(copies))
+        return fn(*(lax.iota(jnp.int32, counts[k]) for k in mapped), *copies)
 
     def box_of(index: Any, carried: State) -> State:
         first = 0 if chunks == 1 else index * along
-        arrays, faults = programs(first, carried.buffers)
+        arrays, faults, copies = programs(first, carried)
+        if windows is not None:
+            carried = windows.write(carried, copies)
         valid = None
         if chunks > 1 and grid[0] % along:
             valid = (first + lax.iota(jnp.int32, along)) < grid[0]

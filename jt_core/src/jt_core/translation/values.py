@@ -8,7 +8,7 @@ from typing import Any
 
 from jt_core.errors import UnsupportedKernelError
 
-__all__ = ["Address", "BlockPointer", "NotVectorizable", "Unsupported"]
+__all__ = ["Address", "BlockPointer", "Unsupported"]
 
 
 class Unsupported(UnsupportedKernelError):
@@ -18,10 +18,6 @@ class Unsupported(UnsupportedKernelError):
         self.what = what
         self.line = line
         super().__init__(f"{what} (at {line})" if line else what)
-
-
-class NotVectorizable(Exception):
-    """Running the programs side by side might not give what running them in order gives: why, in words."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,8 @@
 
 The kernel runs at the speed of compiled code, with no host callback, so it works wherever XLA runs the
 computation: inside ``custom_partitioning`` bodies and in every process of a ``jax.distributed`` job. What it cannot
-express (`jt_core.translation.kernel.unsupported_operation`, or a construct found while tracing) it says in
-one line, and the call runs in the interpreter (the platform's next launcher): a kernel is never refused only
+express (its plan refuses it, `jt_core.translation.plan`) it says in one line, and the call runs in the interpreter
+(the platform's next launcher): a kernel is never refused only
 because it cannot be compiled. The race check and the unwritten-output check run in the interpreter too: a call
 made with one of them on goes there. An autotuned call runs its first configuration, or with ``JT_CPU_AUTOTUNE=1``
 the fastest, timed compiled when the call is lowered.
@@ -25,7 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jt_core import _compat, distributed
+from jt_core import _compat, distributed, settings
 from jt_core.call import KernelCall
 from jt_core.cpu import ffi_launcher
 from jt_core.cpu.compiled import checking, differential, handed_over
@@ -41,6 +41,9 @@ __all__ = ["COMPILED_DEVICE_NAME", "CpuCompiledLauncher", "kernel_function"]
 
 #: The device name the compiled path's autotuning winners are remembered under.
 COMPILED_DEVICE_NAME = "cpu-xla"
+
+#: The CPU's strategy with every grid's programs run in order.
+_IN_ORDER = dataclasses.replace(CPU_STRATEGY, side_by_side=False)
 
 
 def _one_device(ctx: Any) -> bool:
@@ -70,7 +73,10 @@ class CpuCompiledLauncher(TranslatingLauncher):
     )
 
     def strategy(self) -> Strategy:
-        return CPU_STRATEGY
+        # JT_CPU_SIDE_BY_SIDE=0 runs every grid's programs in order (the CPU's own switch: the TPU's is its own).
+        if settings.flag("JT_CPU_SIDE_BY_SIDE", default=True):
+            return CPU_STRATEGY
+        return _IN_ORDER
 
     def tunes(self) -> bool:
         return cpu_autotune_enabled()
@@ -146,8 +152,7 @@ class CpuCompiledLauncher(TranslatingLauncher):
         results = super().lower(ctx, call, kernels, operands, device)
         if _compat.lowering_for_export(ctx) or not differential.enabled() or not _one_device(ctx):
             return results
-        traced = self.traced(call, kernels)
-        index = traced[0]
+        index = self.chosen(call, kernels)
         return self._compared(ctx, call, kernels[index], index, operands, results, device)
 
     @staticmethod

@@ -10,11 +10,23 @@ for every lane of every program of the grid (``offsets < M`` where M is a multip
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from jt_core.translation.affine import Affine
+from jt_core.translation.analysis.affine import Affine, Ranges, Symbol
 
-__all__ = ["Limits", "broadcast", "compared", "expanded", "full", "intersect", "is_empty", "is_full"]
+__all__ = [
+    "Limits",
+    "Mask",
+    "broadcast",
+    "comparison",
+    "expanded",
+    "full",
+    "intersect",
+    "is_empty",
+    "is_full",
+]
 
 #: Per block axis, the half-open interval of the lanes that are on.
 Limits = tuple[tuple[int, int], ...]
@@ -70,34 +82,96 @@ def _normalised(predicate: int, lhs_minus_rhs: Affine) -> tuple[Affine, bool] | 
     return None
 
 
-def compared(
-    predicate: int, lhs: Affine, rhs: Affine, shape: Sequence[int], grid: Sequence[int], unsigned_ok: bool
-) -> Limits | None:
-    """The limits of ``lhs <predicate> rhs`` over a block of ``shape``, or ``None`` when the mask is not a box of
-    lanes the same in every program (or not known to be one).
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
-    Args:
-        predicate: ``arith.cmpi``'s predicate.
-        lhs, rhs: The affine forms of the operands.
-        shape: The block's shape.
-        grid: The grid, over whose programs a mask that depends on the program id must be the same.
-        unsigned_ok: Whether both operands are known not to be negative (an unsigned comparison is then the signed
-            one).
+
+@dataclasses.dataclass(frozen=True)
+class Mask:
+    """A mask as the address analysis knows it: the lanes where every one of its comparisons holds, each comparison
+    ``d < 0`` (``below``) or ``d >= 0`` of an affine form ``d`` (`jt_core.translation.analysis.affine`) over the
+    mask's shape. Its forms may hold symbols (a loop's trip): the box of lanes it has on is found where the kernel is
+    traced and the symbols are known (`limits`).
+
+    Attributes:
+        shape: The mask's shape.
+        atoms: The comparisons, each ``(d, below)``.
+        never: Whether the mask is off everywhere.
     """
+
+    shape: tuple[int, ...]
+    atoms: tuple[tuple[Affine, bool], ...] = ()
+    never: bool = False
+
+    def both(self, other: Mask) -> Mask:
+        """The mask of lanes on in both (``&``)."""
+        return Mask(self.shape, self.atoms + other.atoms, self.never or other.never)
+
+    def moved(self, move: Callable[[Affine], Affine | None], shape: tuple[int, ...]) -> Mask | None:
+        """The mask with every form moved as a value of its shape is (a broadcast, a new axis)."""
+        atoms = []
+        for form, below in self.atoms:
+            moved = move(form)
+            if moved is None:
+                return None
+            atoms.append((moved, below))
+        return Mask(shape, tuple(atoms), self.never)
+
+    @property
+    def symbols(self) -> frozenset[Symbol]:
+        return frozenset(s for form, _ in self.atoms for s in form.symbols)
+
+    def limits(self, grid: tuple[int, int, int], value_of: Callable[[Symbol], Any], ranges: Ranges) -> Limits | None:
+        """The box of lanes the mask has on, the same in every program of ``grid``, with each symbol bound to its
+        value where the kernel is traced (`Affine.bind`); ``None`` where that is not a box known when tracing."""
+        if self.never:
+            return tuple((0, 0) for _ in self.shape)
+        found = full(self.shape)
+        for form, below in self.atoms:
+            # On (or off) for every value its symbols take is known without them; else with their values here.
+            box = _box(form, below, self.shape, grid, ranges)
+            if box is None and form.terms:
+                box = _box(form.bind(value_of), below, self.shape, grid, ranges)
+            if box is None:
+                return None
+            found = intersect(found, box)
+        return found
+
+    def always_on(self, grid: tuple[int, int, int], ranges: Ranges) -> bool:
+        """Whether the mask is on for every lane of every program, whatever its symbols' values in their ranges."""
+        if self.never:
+            return False
+        return all(_box(form, below, self.shape, grid, ranges) == full(self.shape) for form, below in self.atoms)
+
+
+def comparison(predicate: int, lhs: Affine, rhs: Affine, shape: tuple[int, ...], unsigned_ok: bool) -> Mask | None:
+    """``lhs <predicate> rhs`` over a block of ``shape`` as a `Mask`, or ``None`` (``==``, ``!=``, or an unsigned
+    comparison of values not known to be non-negative: ``unsigned_ok``)."""
     if predicate >= _ULT and not unsigned_ok:
         return None
-    shape = tuple(shape)
     a = lhs.broadcast(shape) if lhs.shape != shape else lhs
     b = rhs.broadcast(shape) if rhs.shape != shape else rhs
     form = _normalised(predicate, a.plus(b, -1))
     if form is None:
         return None
-    d, below = form
+    return Mask(shape, (form,))
+
+
+def _box(d: Affine, below: bool, shape: tuple[int, ...], grid: tuple[int, int, int], ranges: Ranges) -> Limits | None:
+    """The lanes where ``d < 0`` (``below``) or ``d >= 0``, as a box the same in every program, or ``None``."""
     if not d.base_known:
         return None
-    if any(d.pids):
+    if d.terms and any(d.lanes):
+        # Lanes and symbols together: a box only where it is on everywhere, or nowhere, over the symbols' ranges.
+        bounds = d.bounds(grid, ranges)
+        if bounds is not None and ((below and bounds[1] < 0) or (not below and bounds[0] >= 0)):
+            return full(shape)
+        if bounds is not None and ((below and bounds[0] >= 0) or (not below and bounds[1] < 0)):
+            return tuple((0, 0) for _ in shape)
+        return None
+    if any(d.pids) or d.terms:
         # The same in every program only where it is on everywhere, or nowhere.
-        bounds = d.bounds(tuple(grid))  # type: ignore[arg-type]
+        bounds = d.bounds(grid, ranges)
         if bounds is None:
             return None
         low, high = bounds
@@ -117,15 +191,9 @@ def compared(
     c, n = d.lanes[axis], shape[axis]
     # The lanes i with c * i + const < 0 (below) or >= 0: an interval, since c * i + const is monotone in i.
     if c > 0:
-        # c * i + const < 0  <=>  i < -const / c  <=>  i < ceil(-const / c)
         first_not_below = max(0, min(n, _ceil_div(-d.const, c)))
         limits[axis] = (0, first_not_below) if below else (first_not_below, n)
     else:
-        # c < 0: c * i + const < 0  <=>  i > -const / c' (c' = -c)  <=>  i >= floor(const / c') + 1
         first_below = max(0, min(n, d.const // -c + 1))
         limits[axis] = (first_below, n) if below else (0, first_below)
     return tuple(limits)
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)

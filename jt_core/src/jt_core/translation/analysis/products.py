@@ -22,23 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 from jt_core.translation.program import Block, Operation, Program
+from jt_core.translation.rules import Rule, rule_of
 
 __all__ = ["Fusions", "fusions"]
 
-#: Operations that pass a product on unchanged but for its shape: a sum reading their result reads the product.
-PASSING_ON = frozenset({"tt.splat", "tt.broadcast", "tt.expand_dims"})
-#: Operations through which a product may reach a sum where XLA could contract it (a conversion, a reshape): a
-#: product that must round alone and reaches one of these is kept from XLA.
-_TOWARD_SUMS = PASSING_ON | {"tt.reshape", "tt.trans", "arith.extf", "arith.truncf", "arith.negf", "tt.fp_to_fp"}
-#: Operations that sum or reduce what they read, or hand it to code that may (a helper's return, a loop's next
-#: iteration, a branch's result, a call).
-_SUMS = frozenset(
-    {"arith.addf", "arith.subf", "tt.reduce", "tt.scan", "tt.dot", "math.fma", "tt.return", "scf.yield", "tt.call"}
-)
-#: Operations whose regions run apart from the code around them (on a GPU, basic blocks of their own).
-_REGIONS = frozenset({"scf.for", "scf.if", "scf.while", "tt.call"})
+
+def _rule(op: Operation) -> Any:
+    found = rule_of(op.name)
+    return found if found is not None else _NO_RULE
+
+
+_NO_RULE = Rule("")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +79,14 @@ def fusions(program: Program) -> Fusions:
         # Each product, or value passing one on, of this block: the stretch of straight-line code it lies in.
         made: dict[int, int] = {}
         for op in block.operations:
-            if op.name in _REGIONS or op.regions:
+            rule = _rule(op)
+            if rule.calls or op.regions:
                 stretch += 1
                 continue
             if op.name == "arith.mulf" and op.results and _is_float(program, op.results[0]):
                 made[op.results[0]] = stretch
                 products.add(op.results[0])
-            elif (op.name in PASSING_ON or op.name == "arith.negf") and op.operands and op.operands[0] in made:
+            elif (rule.passes_product or op.name == "arith.negf") and op.operands and op.operands[0] in made:
                 if made[op.operands[0]] == stretch:
                     made[op.results[0]] = stretch
             elif op.name in ("arith.addf", "arith.subf") and len(op.operands) == 2:
@@ -105,9 +103,10 @@ def fusions(program: Program) -> Fusions:
 def _reaches_sums(program: Program, value: int, seen: frozenset[int]) -> bool:
     """Whether ``value`` reaches a sum or reduction, directly or through conversions and changes of shape."""
     for op in program.users.get(value, ()):
-        if op.name in _SUMS:
+        rule = _rule(op)
+        if rule.sums:
             return True
-        onward = op.name in _TOWARD_SUMS and op.results and op.results[0] not in seen
+        onward = (rule.passes_product or rule.passes_value) and op.results and op.results[0] not in seen
         if onward and _reaches_sums(program, op.results[0], seen | {value}):
             return True
     return False

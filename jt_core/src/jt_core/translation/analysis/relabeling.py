@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from jt_core.translation import lang
+from jt_core.translation import folding, integers, lang
 from jt_core.translation.program import Program
+from jt_core.translation.rules import rule_of
 
 __all__ = ["Relabeling", "relabeling"]
 
@@ -27,61 +28,18 @@ __all__ = ["Relabeling", "relabeling"]
 _MOST_PROGRAMS = 1 << 16
 
 #: Integer operations on scalars that keep a value derived from the program id such a value.
-_ARITHMETIC = frozenset(
-    {
-        "arith.addi",
-        "arith.subi",
-        "arith.muli",
-        "arith.divsi",
-        "arith.divui",
-        "arith.remsi",
-        "arith.remui",
-        "arith.ceildivsi",
-        "arith.floordivsi",
-        "arith.minsi",
-        "arith.maxsi",
-        "arith.minui",
-        "arith.maxui",
-        "arith.extsi",
-        "arith.extui",
-        "arith.trunci",
-        "arith.index_cast",
-        "arith.bitcast",
-        "arith.cmpi",
-        "arith.select",
-    }
-)
+_ARITHMETIC = integers.INTEGER_OPERATIONS
 #: The operations whose presence makes coordinates non-affine: only then is relabeling looked for.
-_NON_AFFINE = frozenset(
-    {
-        "arith.divsi",
-        "arith.divui",
-        "arith.remsi",
-        "arith.remui",
-        "arith.ceildivsi",
-        "arith.floordivsi",
-        "arith.minsi",
-        "arith.maxsi",
-        "arith.select",
-    }
-)
-#: The operations through which a scalar reaches a pointer's offsets.
-_TOWARD_POINTERS = frozenset(
-    {
-        "arith.addi",
-        "arith.subi",
-        "arith.muli",
-        "arith.extsi",
-        "arith.trunci",
-        "arith.index_cast",
-        "arith.bitcast",
-        "arith.remsi",
-        "arith.remui",
-        "tt.splat",
-        "tt.broadcast",
-        "tt.expand_dims",
-    }
-)
+_NON_AFFINE = integers.INTEGER_OPERATIONS - integers.LINEAR_OPERATIONS - {"arith.cmpi"}
+
+
+def _toward_pointers(name: str) -> bool:
+    """Whether a scalar reaches a pointer's offsets through operation ``name``: affine arithmetic, or an operation
+    that moves elements around (a splat, a broadcast)."""
+    if name in integers.AFFINE_OPERATIONS:
+        return True
+    found = rule_of(name)
+    return found is not None and found.keeps_known
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,50 +148,25 @@ def _evaluate(
         elif op.name in _ARITHMETIC and all(v in env for v in op.operands):
             if program.type_of(op.results[0]).shape or any(program.type_of(v).shape for v in op.operands):
                 continue
-            result = _operation(op, [env[v] for v in op.operands], program.type_of(op.results[0]).element)
+            result = _operation(program, op, [env[v] for v in op.operands])
             if result is not None:
                 env[op.results[0]] = result
     return None
 
 
-def _operation(op: Any, args: list[Any], element: str) -> Any:
-    """One integer operation on NumPy arrays over the programs (or ints), wrapped to the result's width."""
-    a = [np.asarray(x, np.int64) for x in args]
-    name = op.name
-    if name in ("arith.extsi", "arith.trunci", "arith.index_cast", "arith.bitcast"):
-        result = a[0]
-    elif name == "arith.addi":
-        result = a[0] + a[1]
-    elif name == "arith.subi":
-        result = a[0] - a[1]
-    elif name == "arith.muli":
-        result = a[0] * a[1]
-    elif name in ("arith.divsi", "arith.remsi", "arith.floordivsi", "arith.ceildivsi"):
-        if np.any(a[1] == 0) or np.any(a[0] < 0) or np.any(a[1] < 0):
-            return None  # signs where truncating and flooring differ: not evaluated
-        if name == "arith.remsi":
-            result = a[0] % a[1]
-        elif name == "arith.ceildivsi":
-            result = -(-a[0] // a[1])
-        else:
-            result = a[0] // a[1]
-    elif name in ("arith.minsi", "arith.maxsi"):
-        result = np.minimum(a[0], a[1]) if name == "arith.minsi" else np.maximum(a[0], a[1])
-    elif name == "arith.cmpi":
-        predicate = int(op.attr("predicate"))
-        if predicate >= 6 and (np.any(a[0] < 0) or np.any(a[1] < 0)):
-            return None  # an unsigned comparison of negative values: not evaluated
-        x, y = a
-        outcomes = [x == y, x != y, x < y, x <= y, x > y, x >= y, x < y, x <= y, x > y, x >= y]
-        return outcomes[predicate].astype(np.int64)
-    elif name == "arith.select":
-        result = np.where(a[0] != 0, a[1], a[2])
-    else:
+def _operation(program: Program, op: Any, args: list[Any]) -> Any:
+    """One integer operation on NumPy arrays over the programs (or ints), computed in its types' widths
+    (`jt_core.translation.integers`) and returned as int64; ``None`` where a divisor is zero."""
+    if op.name in folding.DIVISIONS and np.any(np.asarray(args[1]) == 0):
         return None
-    bits = int(element[1:]) if element[1:].isdigit() else 64
-    if bits < 64:
-        result = (result + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1)) if bits > 1 else result
-    return result
+    arrays = [
+        np.asarray(a, np.int64).astype(folding.dtype_of(program.type_of(v).element))
+        for a, v in zip(args, op.operands, strict=True)
+    ]
+    out = folding.dtype_of(program.type_of(op.results[0]).element)
+    with np.errstate(all="ignore"):
+        found = integers.apply(integers.NUMPY, op.name, arrays, out, op.attr("predicate"))
+    return np.asarray(found).astype(np.int64)
 
 
 def _reaches_pointers(program: Program, value: int, seen: frozenset[int] = frozenset()) -> bool:
@@ -241,7 +174,7 @@ def _reaches_pointers(program: Program, value: int, seen: frozenset[int] = froze
     for op in program.users.get(value, ()):
         if op.name == "tt.addptr":
             return True
-        onward = op.name in _TOWARD_POINTERS and op.results and op.results[0] not in seen
+        onward = _toward_pointers(op.name) and op.results and op.results[0] not in seen
         if onward and _reaches_pointers(program, op.results[0], seen | {value}):
             return True
     return False
