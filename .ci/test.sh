@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: lint, types, docs; the wheelhouse (jt built with `python -m build`, its
-# platform wheels in the pinned set's environment, and installed by name in fresh virtualenvs without a compiler);
-# pytest on the newest jax + triton, twice (the CPU's compiled path, then Triton's interpreter with the race check,
-# compared with the compiled path); and on jax/jaxlib 0.11.2 + triton 3.6.0 each distribution's suite with only it and
-# jt-core installed, from the platform wheels, without a compiler, and the suite across distributions. Prints each
-# step with the seconds elapsed.
+# platform wheels in the older sets' environments, and installed by name in fresh virtualenvs without a compiler, on
+# Python 3.12 and on a TPU VM's stack); pytest on the newest jax + triton, twice (the CPU's compiled path, then
+# Triton's interpreter with the race check, compared with the compiled path); on jax/jaxlib 0.11.2 + triton 3.6.0
+# (Python 3.12) and on jax/jaxlib 0.10.2 + triton 3.8.0 (Python 3.11) each distribution's suite with only it and
+# jt-core installed, from the platform wheels, without a compiler; and on the first of those the suite across
+# distributions. Prints each step with the seconds elapsed.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 status=0
@@ -30,21 +31,22 @@ wheel_of() {
     echo "${found:-$(ls "$ROOT"/dist/"$1"-*-py3-none-any.whl)}"
 }
 
-# prepare_separated PYTHON, then run_separated: each distribution's suite passes with only that distribution and
-# jt-core installed, so no test of one reaches into another: one virtualenv with the packages the suites need, at the versions PYTHON's
-# environment has, jt-core's wheel from dist/, and each plugin's wheel in turn (installed, tested, uninstalled);
+# prepare_separated PYTHON NAME, then run_separated NAME: each distribution's suite passes with only that distribution
+# and jt-core installed, so no test of one reaches into another: one virtualenv, $JT_CI_HOME/NAME, of PYTHON's
+# version, with the packages the suites need, at the versions PYTHON's environment has, jt-core's wheel from dist/,
+# and each plugin's wheel in turn (installed, tested, uninstalled);
 # the platform wheels, whose native libraries are prebuilt. The suites run where no compiler is (no C or C++ compiler
 # on PATH, CXX and CC unset: tests that build skip), so nothing is built, which is checked after them; with -P, so
 # that the checkout's jt_* folders do not import as (empty) packages; and with a cache folder of their own
 # (JT_TEST_CACHE_DIR, which jt_core.testing points the sessions' JT_CACHE_DIR and TRITON_CACHE_DIR into), so that
 # nothing compiled or built by another environment is served to them, and what they build is found afterwards.
 prepare_separated() {
-    local python="$1" venv="$JT_CI_HOME/venv-separate" constraints
+    local python="$1" venv="$JT_CI_HOME/$2" constraints
     if [ ! -x "$venv/bin/python" ]; then
         step "creating the virtualenv $venv"
-        "$(find_python)" -m venv "$venv"
+        "$(find_python "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')")" -m venv "$venv"
     fi
-    step "installing in venv-separate jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)')"
+    step "installing in $2 jax, triton, pytest-xdist and what the test extras name, at the versions of $("$python" -c 'import sys; print(sys.prefix)')"
     constraints="$(mktemp)"
     "$python" -m pip freeze | grep -v -e '^jt[-_]' -e '^-e ' >"$constraints"
     # shellcheck disable=SC2046  # one requirement a word
@@ -54,10 +56,10 @@ prepare_separated() {
     "$venv/bin/python" -m pip freeze | sed -n 's/^\(jt[-_][^ =@]*\).*/\1/p' | xargs -r "$venv/bin/python" -m pip uninstall "${PIP_QUIET[@]}" -y
 }
 
-# run_separated: the suites in venv-separate (prepare_separated made it), with jt-core's wheel from dist/ and each
-# plugin's in turn.
+# run_separated NAME: the suites in $JT_CI_HOME/NAME (prepare_separated made it), with jt-core's wheel from dist/ and
+# each plugin's in turn.
 run_separated() {
-    local venv="$JT_CI_HOME/venv-separate" dist installed rc bare
+    local venv="$JT_CI_HOME/$1" dist installed rc bare
     "$venv/bin/python" -m pip install "${PIP_QUIET[@]}" --no-deps "$(wheel_of jt_core)" || status=1
     rm -rf "$venv/jt-cache"
     bare="$("$venv/bin/python" -c 'import sys; from jt_core.testing import no_compiler_path
@@ -68,7 +70,7 @@ print(no_compiler_path(sys.argv[1]))' "$venv/no-compiler-bin")" || status=1
         fi
         installed="$("$venv/bin/python" -c 'import importlib.metadata as m
 print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("jt-"))))')"
-        step "pytest $dist/tests with only $installed installed, no compiler ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
+        step "pytest $dist/tests with only $installed installed, no compiler ($("$venv/bin/python" -c 'import sys, jax, triton; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
         rc=0
         env -u CXX -u CC PATH="$venv/bin:$bare" JT_TEST_CACHE_DIR="$venv/jt-cache" JT_STRICT_PLUGINS=1 \
             "$venv/bin/python" -P -m pytest -q -p no:cacheprovider -n "$workers" "$dist/tests" || rc=$?
@@ -100,26 +102,30 @@ site="$JT_CI_HOME/site"
 rm -rf "$site"
 NO_MKDOCS_2_WARNING=1 "$latest/bin/mkdocs" build --strict -q -f docs/mkdocs.yml -d "$site" || status=1
 # While the suites of the newest set run, beside them (mostly downloads and installs, in one process at a time): the
-# pinned set's virtualenv; the wheelhouse, built in the pinned set's environment (its jaxlib is the oldest jt supports,
-# whose XLA FFI headers the prebuilt libraries are compiled against), checked, and installed by name in fresh
-# virtualenvs; and the virtualenv of the separated suites. Their steps are printed as they start, marked "beside";
-# what a step prints is shown only when it fails.
+# virtualenvs of the pinned and the py311 sets; the wheelhouse, its platform wheels built in their environments (the
+# py311 set's jaxlib is the oldest jt supports, whose XLA FFI headers jt-core's and jt-rocm's prebuilt libraries are
+# compiled against; the pinned set's is the one jt-cuda's names), checked, and installed by name in fresh virtualenvs;
+# and the virtualenvs of the separated suites. Their steps are printed as they start, marked "beside"; what a step
+# prints is shown only when it fails.
 prepared_rc="$(mktemp)"
 (
     status=0
     STEP_LABEL=beside
     make_venv pinned pinned
+    make_venv py311 py311 runtime  # its suites run in venv-separate-py311, whose tools prepare_separated installs
+    install_build_tools "$JT_CI_HOME/venv-py311/bin/python" || status=1
     install_build_tools "$JT_CI_HOME/venv-pinned/bin/python" || status=1
-    build_wheelhouse "$JT_CI_HOME/venv-pinned/bin/python" || status=1
+    build_wheelhouse "$JT_CI_HOME/venv-py311/bin/python" "$JT_CI_HOME/venv-pinned/bin/python" || status=1
     step "checking the wheelhouse and installing jt by name from it in fresh virtualenvs (tests/check_wheelhouse.py)"
     figures="$(mktemp)"
     check_log="$(mktemp)"
-    JT_WHEELHOUSE_FIGURES="$figures" logged "$check_log" "$latest/bin/python" -m pytest -q -p no:cacheprovider \
-        tests/check_wheelhouse.py || status=1
+    JT_WHEELHOUSE_FIGURES="$figures" JT_WHEELHOUSE_PYTHON311="$(find_python "$JT_OLDEST_PYTHON_VERSION")" \
+        logged "$check_log" "$latest/bin/python" -m pytest -q -p no:cacheprovider tests/check_wheelhouse.py || status=1
     step "the wheelhouse: $(tail -n 1 "$check_log")"
     sed 's/^/    /' "$figures"
     rm -f "$figures" "$check_log"
-    prepare_separated "$JT_CI_HOME/venv-pinned/bin/python"
+    prepare_separated "$JT_CI_HOME/venv-pinned/bin/python" venv-separate
+    prepare_separated "$JT_CI_HOME/venv-py311/bin/python" venv-separate-py311
     echo "$status" >"$prepared_rc"  # not reached when a step that must succeed failed (errexit holds here)
 ) &
 prepared=$!
@@ -148,8 +154,12 @@ pinned="$JT_CI_HOME/venv-pinned"
 
 # The pinned set: each distribution's suite from the platform wheels with only it and jt-core installed, without a
 # compiler (the tests that build a library run on the newest set above), then the suite across distributions.
-run_separated
+run_separated venv-separate
 run_pytest "$pinned" "pinned, the suite across distributions (tests/)" tests
+# The py311 set, a TPU VM's stack: each distribution's suite the same way. What jax 0.10 cannot do is skipped, saying
+# why (docs/pages/cpu.md); jt-cuda's prebuilt handler, compiled against jaxlib 0.11.2 for its record stage, is not
+# loaded there, and the tests that need it skip without a compiler.
+run_separated venv-separate-py311
 
 step "finished"
 if [ "$status" -ne 0 ]; then echo "FAILED"; else echo "all checks passed"; fi

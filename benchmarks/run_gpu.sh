@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One run on a GPU machine: install jt's four distributions, run the GPU tests (failing on any unexpected skip)
-# and the CPU suites, run the CUDA benchmarks, keep full logs under $OUT and print a short table at the end.
+# One run on a GPU machine: install jt-core, jt-cuda, jt-rocm and jt-gluon, run the GPU tests (failing on any
+# unexpected skip) and the CPU suites, run the CUDA benchmarks, keep full logs under $OUT and print a short table at
+# the end.
 #
 #   bash benchmarks/run_gpu.sh            # everything
 #   bash benchmarks/run_gpu.sh --quick    # fewer benchmark repetitions

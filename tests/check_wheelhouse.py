@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import re
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -58,6 +59,8 @@ NATIVE = {
     for folder in DISTRIBUTIONS
 }
 NATIVE = {folder: references for folder, references in NATIVE.items() if references}
+#: jt-core's native_setup.py, which says which jaxlib each distribution's libraries are compiled against.
+NATIVE_SETUP = runpy.run_path(str(ROOT / "jt_core" / "src" / "jt_core" / "native_setup.py"))
 #: The most a wheel may weigh.
 MAX_WHEEL_BYTES = 5 * 1024 * 1024
 
@@ -131,15 +134,48 @@ def test_an_sdist_and_a_pure_wheel_per_distribution_and_a_platform_wheel_per_nat
         assert path.stat().st_size < MAX_WHEEL_BYTES, f"{path.name} weighs more than {MAX_WHEEL_BYTES} bytes"
 
 
+#: How far a size the getting-started page quotes may be from the wheel's: a tenth (a wheel grows with each module).
+SIZE_SLACK = 0.1
+
+
+def quoted_sizes() -> dict[str, dict[str, int]]:
+    """The wheels' sizes the getting-started page quotes, in KiB: ``{"platform": {"jt-core": 517, ...}, "pure":
+    {...}}``."""
+    text = " ".join(GETTING_STARTED.read_text(encoding="utf-8").split())
+    found = re.search(
+        r"built by `bash \.ci/wheels\.sh`, weigh (.*?); the pure wheels \(`python -m build`\) (.*?)\.", text
+    )
+    assert found, "getting-started.md no longer says what the wheels weigh"
+    return {
+        kind: {name: int(size) for size, name in re.findall(r"(\d+) KiB \((jt-\w+)\)", part)}
+        for kind, part in (("platform", found[1]), ("pure", found[2]))
+    }
+
+
+def test_the_getting_started_page_gives_each_wheels_size() -> None:
+    quoted = quoted_sizes()
+    wrong = []
+    for folder, platform in WHEELS:
+        path = platform_wheel_path(folder) if platform else WHEELHOUSE / f"{folder}-{VERSION}-py3-none-any.whl"
+        size = path.stat().st_size / 1024
+        kind, name = ("platform" if platform else "pure"), folder.replace("_", "-")
+        said = quoted[kind].get(name)
+        if said is None or abs(said - size) > max(1.0, SIZE_SLACK * size):
+            wrong.append(f"{kind} wheel of {name}: {said} KiB quoted, {size:.0f} KiB built")
+    assert not wrong, "getting-started.md, 'What the wheels carry': " + "; ".join(wrong)
+    assert sum(map(len, quoted.values())) == len(WHEELS), quoted
+
+
 @pytest.mark.parametrize(("folder", "platform"), WHEELS, ids=WHEEL_IDS)
 def test_wheel_metadata_is_complete(folder: str, platform: bool) -> None:
     meta = wheel_metadata(folder, platform)
     declared = project(folder)
     assert meta["Name"] == declared["name"] and meta["Version"] == VERSION
-    assert meta["Requires-Python"] == declared["requires-python"] == ">=3.12"
+    assert meta["Requires-Python"] == declared["requires-python"] == ">=3.11"
     assert meta["License-Expression"] == "Apache-2.0" and meta["License-File"] == "LICENSE"
     classifiers = meta.get_all("Classifier")
-    assert "Programming Language :: Python :: 3.12" in classifiers and "Typing :: Typed" in classifiers
+    assert {"Programming Language :: Python :: 3.11", "Programming Language :: Python :: 3.12"} <= set(classifiers)
+    assert "Typing :: Typed" in classifiers
     assert meta["Description-Content-Type"] == "text/markdown"
     assert meta.get_payload().strip() == (ROOT / folder / "README.md").read_text(encoding="utf-8").strip()
     requires = meta.get_all("Requires-Dist")
@@ -182,8 +218,9 @@ def test_wheel_holds_every_package_file_the_license_and_the_entry_point(folder: 
 @pytest.mark.parametrize("folder", sorted(NATIVE))
 def test_the_platform_wheel_carries_each_library_built_from_the_checkouts_sources(folder: str, say) -> None:
     """Each library the distribution's specs name is in its platform wheel where the spec looks for it, built from
-    what the spec lists now (a source added to a spec is compiled in), against the oldest jaxlib's headers."""
-    floor = re.search(r"jaxlib>=([\d.]+)", " ".join(project("jt_core")["dependencies"]))[1]
+    what the spec lists now (a source added to a spec is compiled in), against the headers of the jaxlib its
+    distribution names (the oldest jt supports, or jt-cuda's ``native-jaxlib``)."""
+    floor = NATIVE_SETUP["build_jaxlib"](ROOT / folder)
     with wheel(folder, platform=True) as archive:
         for spec in library_specs(folder):
             # Where the installed package is: the checkout's src/ (an editable install) or site-packages.
@@ -255,6 +292,14 @@ restored = jax.export.deserialize(exported.serialize())
 np.testing.assert_allclose(np.asarray(restored.call(x)), 3.0 * x + 1.0, rtol=1e-6)
 print(jax.default_backend(), jax.__version__, triton.__version__, get_registry().launcher("cpu").name, first_call)
 """
+#: The part of `KERNEL` that runs on the CPU alone (the launcher 'jt' of CUDA and its handler left out).
+CPU_KERNEL = KERNEL.split("# The CUDA launcher 'jt' lowers here", 1)[0] + (
+    "exported = jt.export(affine, platforms=['cpu'])(jax.ShapeDtypeStruct(x.shape, x.dtype))\n"
+    "restored = jax.export.deserialize(exported.serialize())\n"
+    "np.testing.assert_allclose(np.asarray(restored.call(x)), 3.0 * x + 1.0, rtol=1e-6)\n"
+    "print(jax.default_backend(), jax.__version__, triton.__version__, get_registry().launcher('cpu').name,"
+    " first_call)\n"
+)
 
 # The by-name installs of the getting-started page that these checks run, as written there.
 BY_NAME = ("pip install --find-links dist jt-core jt-cuda", 'pip install --find-links dist "jt-core[cuda]"')
@@ -282,6 +327,20 @@ text = jax.export.export(jax.jit(affine), platforms=("tpu",))(spec).mlir_module(
 assert "custom_call" not in text and "gather" not in text, text[-2000:]
 print([p.name for p in jt.list_plugins() if p.status == "loaded"])
 """
+
+
+#: The by-name installs the py311 version set checks, one after the other, on a TPU VM's stack, as written on the page.
+TPU_VM_BY_NAME = (TPU_BY_NAME, BY_NAME[0])
+
+
+def tpu_vm_stack() -> list[str]:
+    """The py311 version set's pins (.ci/env.sh): a TPU VM's jax, jaxlib and Triton, as pip requirements."""
+    env_sh = (ROOT / ".ci" / "env.sh").read_text(encoding="utf-8")
+    case = re.search(r"^ {8}py311\)\n(.*?)^ {12};;", env_sh, re.MULTILINE | re.DOTALL)
+    assert case is not None, "no py311 set in .ci/env.sh's make_venv"
+    pins = re.findall(r"\b(jax|jaxlib|triton)(?:\$extra)?==([\d.]+)", case[1])
+    assert {name for name, _ in pins} == {"jax", "jaxlib", "triton"}, pins
+    return [f"{name}=={version}" for name, version in pins]
 
 
 def test_the_getting_started_page_shows_the_checked_commands() -> None:
@@ -389,3 +448,65 @@ def test_install_jt_tpu_by_name_lowers_a_kernel_for_a_tpu(fresh_venv: Path, tmp_
     run = _run([python, "kernel.py"], cwd=work, env=env)
     assert "'tpu'" in run.stdout, run.stdout
     say(f"{TPU_BY_NAME}: {seconds:.1f} s in a fresh virtualenv; a kernel lowered for a TPU, no custom call")
+
+
+def python_3_11() -> str:
+    """The Python 3.11 to make the py311 set's virtualenv with: ``JT_WHEELHOUSE_PYTHON311`` (CI sets it), else
+    ``python3.11`` on ``PATH``; the test skips where there is neither."""
+    found = os.environ.get("JT_WHEELHOUSE_PYTHON311") or shutil.which("python3.11")
+    if not found:
+        pytest.skip("no Python 3.11 here (JT_WHEELHOUSE_PYTHON311 unset, no python3.11 on PATH)")
+    version = _run([found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).stdout.strip()
+    assert version == "3.11", f"{found} is Python {version}, not 3.11"
+    return found
+
+
+def test_install_by_name_on_a_tpu_vms_stack_keeps_it_and_runs_kernels(tmp_path: Path, say) -> None:
+    """On Python 3.11 with jax/jaxlib 0.10.2 and Triton 3.8.0 installed first (a TPU VM's stack), ``pip install
+    jt-core jt-tpu`` and ``pip install jt-core jt-cuda`` by name, without flags and without a compiler, keep that
+    stack; a kernel then runs on the CPU with jt-core's prebuilt handler (compiled against jaxlib 0.10.2's headers,
+    the oldest jt supports) and lowers for a TPU. jt-cuda's prebuilt handler is compiled against jaxlib 0.11.2's
+    (its record stage), which jaxlib 0.10.2 does not take: ``python -m jt_core plugins`` says so."""
+    venv = tmp_path / "venv"
+    _run([python_3_11(), "-m", "venv", str(venv)])
+    python = str(venv / "bin" / "python")
+    env = without_a_compiler(venv, tmp_path / "bin")
+    env["JT_CACHE_DIR"] = str(tmp_path / "jt-cache")
+    stack = tpu_vm_stack()
+    _run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *stack], env=env)
+    start = time.perf_counter()
+    for command in TPU_VM_BY_NAME:
+        _run([python, "-m", "pip", *shlex.split(command)[1:], "--disable-pip-version-check", "-q"], cwd=ROOT, env=env)
+    seconds = time.perf_counter() - start
+    installed = json.loads(_run([python, "-m", "pip", "list", "--format", "json"], env=env).stdout)
+    versions = {row["name"].lower(): row["version"] for row in installed}
+    assert [f"{name}=={versions[name]}" for name in ("jax", "jaxlib", "triton")] == stack, versions
+    assert versions["jt-core"] == versions["jt-tpu"] == versions["jt-cuda"] == VERSION
+
+    work = tmp_path / "work"
+    work.mkdir()
+    records = json.loads(_run([python, "-m", "jt_core", "plugins", "--json"], cwd=work, env=env).stdout)
+    status = {r["name"]: (r["distribution"], r["status"]) for r in records}
+    assert status["tpu"] == ("jt-tpu", "loaded") and status["cuda"] == ("jt-cuda", "loaded"), status
+    native = {
+        label: details["native"]
+        for record in records
+        for label, details in record["provides"]["launcher_details"].items()
+        if "native" in details
+    }
+    assert native["cpu:ffi"]["prebuilt"], native["cpu:ffi"]
+    assert not native["cuda:jt"]["prebuilt"] and "XLA FFI API 0.4" in native["cuda:jt"]["prebuilt_problem"], native
+
+    (work / "kernel.py").write_text(CPU_KERNEL, encoding="utf-8")
+    run = _run([python, "kernel.py"], cwd=work, env=env)
+    backend, jax_version, triton_version, launcher, first_call = run.stdout.split()
+    assert (backend, launcher) == ("cpu", "compiled"), run.stdout
+    assert {f"jax=={jax_version}", f"triton=={triton_version}"} <= set(stack), run.stdout
+    assert run.stderr == "", f"the kernel's run printed to stderr:\n{run.stderr}"
+    assert not list((tmp_path / "jt-cache").rglob("*.so")), sorted((tmp_path / "jt-cache").rglob("*"))
+    (work / "tpu_kernel.py").write_text(TPU_KERNEL, encoding="utf-8")
+    assert "'tpu'" in _run([python, "tpu_kernel.py"], cwd=work, env=env).stdout
+    say(
+        f"{' then '.join(TPU_VM_BY_NAME)}: {seconds:.1f} s on Python 3.11 with {' '.join(stack)}, kept; a kernel on "
+        f"the CPU with the prebuilt handler (first call {float(first_call):.2f} s), one lowered for a TPU"
+    )

@@ -1,5 +1,5 @@
 """Nothing heavy on the way to a first call: ``import jt_core`` imports no plugin, and a call imports only the
-plugin modules of the platform it runs on (with all four distributions installed)."""
+plugin modules of the platform it runs on (with every distribution installed)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,9 @@ struct FakeDriver {
   static constexpr const char* kEventCreate = "fakeEventCreate";
   static constexpr const char* kEventRecord = "fakeEventRecord";
   static constexpr const char* kEventElapsedTime = "fakeEventElapsedTime";
+#ifdef JT_LAUNCH_HAS_RECORD
   static constexpr ffi::SourceFormat kRecordFormat = ffi::SourceFormat::kCubin;
+#endif
 
   std::string error = kMissing;
 

@@ -1,5 +1,6 @@
 """Exact references of rounding, for the tests of how the CPU paths round: computed in rationals
-(`fractions.Fraction`), rounded once to nearest even."""
+(`fractions.Fraction`), rounded once to nearest even; and the reason the compiled path cannot round a product apart
+from its sum where XLA contracts them (`PRODUCTS_CONTRACTED`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,19 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["rounded", "rounded_once"]
+from jt_core import _compat
+
+__all__ = ["PRODUCTS_CONTRACTED", "rounded", "rounded_once"]
+
+#: Why a test of a float32 product rounded apart from the sum that reads it skips on the compiled path, or ``None``
+#: where that path can round them apart (`jt_core._compat.barriers_outlast_fusion`).
+PRODUCTS_CONTRACTED = (
+    None
+    if _compat.barriers_outlast_fusion()
+    else "jaxlib 0.10's XLA removes optimisation barriers before fusing, and its CPU code then contracts a float32 "
+    "product and the sum that reads it into one multiply-add: the compiled path cannot round them apart there "
+    "(jaxlib 0.11.2 and later can)"
+)
 
 #: Precision (bits) and smallest normal exponent of each float type.
 FORMATS = {

@@ -96,14 +96,6 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         ("compiled",),
         slack=("add_zero",),
     ),
-    "invert_unsigned_in_interpreter": Known(
-        "new: ~x on unsigned integers fails in the interpreter (Triton 3.6)",
-        "Triton 3.6's interpreter makes the all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "
-        "('Python integer -1 out of bounds for uint8')",
-        ("interpreter",),
-        avoid=("invert_unsigned",),
-        before=(3, 7),
-    ),
     "minnum_propagates_nan_in_interpreter": Known(
         "new: tl.minimum, tl.maximum and tl.clamp propagate NaN in the interpreter (Triton 3.6)",
         "Triton 3.6's interpreter computes minnumf/maxnumf (propagate_nan=NONE, the default) with "

@@ -22,8 +22,10 @@ from cpu_fuzz_semantics import fma32
 from triton.language.extra import libdevice
 
 import jt_core as jt
+from jt_core import _compat
 
-TRITON_3_6 = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7)
+TRITON = tuple(int(p) for p in triton.__version__.split(".")[:2])
+TRITON_3_6 = TRITON < (3, 7)
 
 
 @pytest.fixture(autouse=True)
@@ -155,6 +157,11 @@ def test_a_mask_combining_block_and_scalar_conditions_runs_in_the_interpreter(s:
     """A scalar condition and-ed into a block one: the interpreter's comparisons kept their operands' type on the
     result, which the splat of the scalar condition read (int32 ones: a mask Triton 3.9's store refuses; float32
     ones: a bitwise and Triton 3.6's refuses)."""
+    if compared == "float" and s != 0 and _compat.jaxlib_version() < (0, 11):
+        pytest.skip(
+            "jaxlib 0.10's XLA folds a comparison of a subnormal float32 constant (the bits of 2) as one of zero, as "
+            "its CPU code compares subnormals at run time: the compiled path's known flush of subnormals"
+        )
     init = np.full(16, -7, np.int32)
     want = np.where((np.arange(16) < 11) & (s != 0), np.arange(16), -7).astype(np.int32)
     for launcher in ("compiled", "interpreter"):
@@ -408,7 +415,7 @@ def test_a_loop_counter_has_the_type_of_its_bounds_in_both_paths(start: int, exp
         assert int(got[0]) == expected, launcher
 
 
-# -- Triton 3.6 -------------------------------------------------------------------------------------------------------
+# -- Triton's interpreter in older releases -----------------------------------------------------------------------
 
 
 @triton.jit
@@ -417,14 +424,10 @@ def invert_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, ~tl.load(x_ptr + offs))
 
 
-@pytest.mark.xfail(
-    TRITON_3_6,
-    strict=True,
-    reason="Triton 3.6's interpreter builds ~x's all-ones operand as np.full(1, -1, uint8), which NumPy 2 refuses "
-    "(Triton's own, fixed in later releases)",
-)
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint32])
 def test_inverting_unsigned_integers_runs_in_the_interpreter(dtype: Any) -> None:
+    """Before 3.9, Triton's interpreter built ``~x``'s all-ones operand as ``np.full(1, -1, uint8)``, which NumPy 2
+    refuses; jt's run builds it as the type's largest value."""
     x = np.arange(16).astype(dtype) * 7
     for launcher in ("compiled", "interpreter"):
         (got,) = run(invert_kernel, x, out_shape=x, grid=1, BLOCK=16, launcher=launcher)
@@ -881,10 +884,10 @@ def subtract_negative_zero_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr, LITERAL: 
 def test_subtracting_negative_zero_from_negative_zero_gives_positive_zero(spelled: str) -> None:
     """``x - (-0.0)`` is ``x + 0.0``: ``+0.0`` for ``x = -0.0``. XLA's simplifier turns a difference with a zero
     constant into ``x``, right for ``+0.0`` and wrong for ``-0.0``, so the compiled path hides that zero too. (Triton
-    3.6 makes the literal ``-0.0`` a ``+0.0`` constant; its bits give ``-0.0`` on every release.)"""
+    3.6 and 3.8 make the literal ``-0.0`` a ``+0.0`` constant; its bits give ``-0.0`` on every release.)"""
     x = np.random.default_rng(8).standard_normal(16).astype(np.float32)
     x[::3] = -0.0
-    zero = np.float32(0.0 if spelled == "literal" and TRITON_3_6 else -0.0)
+    zero = np.float32(0.0 if spelled == "literal" and TRITON < (3, 9) else -0.0)
     want = x - zero
     for launcher in ("interpreter", "compiled"):
         runner = run_compiled_alone if launcher == "compiled" else lambda *a, **k: run(*a, launcher="interpreter", **k)

@@ -33,7 +33,7 @@ from triton.language import core
 from triton.language.extra import libdevice
 
 import jt_core as jt
-from jt_core import settings
+from jt_core import _compat, settings
 from jt_core.interpreter.libdevice import NUMPY_ONLY, implementation
 
 BLOCK = 128
@@ -572,6 +572,10 @@ ULPS_F64 = {
     "sinpi": 8,
     "cospi": 8,
 }
+if _compat.jaxlib_version() < (0, 11):
+    # jax 0.10's float64 arctanh is up to 129 ulps off (near 0.41), its erfinv 22 (near 0.64), over 200,001 points
+    # of (-0.999, 0.999); jax 0.12's within 2 and 4. The compiled path's are jax's.
+    ULPS_F64 |= {"atanh": 256, "erfinv": 32}
 
 
 def _transcendental(name: str, *xs: float) -> float:

@@ -8,6 +8,7 @@ so that an unprotected path shows.
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import threading
 
@@ -15,9 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 
 import jt_core as jt
-from jt_core import cache, frontend
+from jt_core import _compat, cache, frontend
 from jt_core.cpu.backend import CpuBackend
 from jt_core.plugin.roles import CompileRequest
 from jt_core.plugin.values import CompiledKernel
@@ -181,3 +184,29 @@ def test_a_first_call_waits_for_an_interpreter_run_that_patches_libdevice(tmp_pa
     out = jt.triton_call(x, x.size, kernel=module.squared, out_shape=x, grid=(1,), BLOCK=64)
     holder.join()
     np.testing.assert_allclose(np.asarray(out), np.asarray(x) ** 2, rtol=1e-6)
+
+
+@triton.jit
+def _parsed_kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK))
+
+
+def test_tritons_parse_of_a_kernel_runs_one_at_a_time_once_a_compile_ran() -> None:
+    """Two threads parsing Python at once fail on CPython 3.11 ("AST constructor recursion depth mismatch"), as the
+    configurations of an autotuned kernel compiled side by side did: once a compile has begun, Triton's parse of a
+    kernel waits for any other parse (`jt_core._compat.parse_python` holds the same lock)."""
+    with frontend.compiling():
+        pass
+    finished = threading.Event()
+
+    def parse() -> None:
+        _parsed_kernel.parse()
+        finished.set()
+
+    with _compat._AST_LOCK:
+        thread = threading.Thread(target=parse)
+        thread.start()
+        assert not finished.wait(0.3), "Triton's parse ran while another parse held the lock"
+    thread.join(10)
+    assert finished.is_set()
+    assert isinstance(_compat.parse_python("x = 1"), ast.Module)

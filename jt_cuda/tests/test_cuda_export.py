@@ -19,6 +19,7 @@ from cuda_testlib import add_call, f32
 from jax import export
 
 import jt_core as jt
+from jt_core import _compat
 from jt_core.testing import autotuned_scale_inplace_kernel
 from jt_core.testing.markers import has_platform
 
@@ -157,7 +158,8 @@ def test_jt_export_keeps_jaxs_refusal_of_a_custom_call_that_is_not_jts() -> None
         jt.export(with_foreign_call, platforms=["cuda"])(f32((N,)), f32((N,)))
     message = str(refused.value)
     assert "custom_call @a_handler_of_the_users" in message and "custom_call @triton_kernel_call" not in message
-    assert "disabled for the following targets via disabled_checks: triton_kernel_call_jt_cuda_preloaded" in message
+    if _compat.jaxlib_version() >= (0, 11):  # jax 0.10's message does not list the targets disabled
+        assert "disabled for the following targets via disabled_checks: triton_kernel_call_jt_cuda_preloaded" in message
 
 
 def test_jt_export_adds_jts_targets_to_the_checks_given() -> None:

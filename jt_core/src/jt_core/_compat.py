@@ -1,15 +1,49 @@
-"""Every difference between supported JAX and Triton versions, named once."""
+"""Every difference between supported JAX, Triton and Python versions, named once."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import re
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
+
+#: Held by every parse of Python source into an AST that jt makes or has Triton make (`parse_python`,
+#: `serialize_kernel_parsing`).
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse(source)``, one parse in the process at a time: CPython 3.11 keeps the recursion depth of its AST
+    constructor per interpreter rather than per parse, so two threads parsing at once can fail with ``SystemError:
+    AST constructor recursion depth mismatch`` (CPython gh-106905; seen with 3.11.7). A parse takes milliseconds."""
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
+def serialize_kernel_parsing() -> None:
+    """Has Triton parse a kernel's source (``JITFunction.parse``, which every compile's front end calls, in Triton
+    3.6 to 3.9) one parse at a time, as `parse_python` does, from now on in this process: the configurations of an
+    autotuned kernel compiled side by side in threads failed on Python 3.11.7 with the ``SystemError`` above. The
+    rest of each compile still runs side by side."""
+    from triton.runtime import jit
+
+    parse = jit.JITFunction.parse
+    if getattr(parse, "_jt_one_at_a_time", False):
+        return
+
+    @functools.wraps(parse)
+    def one_at_a_time(self: Any) -> Any:
+        with _AST_LOCK:
+            return parse(self)
+
+    one_at_a_time._jt_one_at_a_time = True  # type: ignore[attr-defined]
+    jit.JITFunction.parse = one_at_a_time
 
 
 def entry_points_for_group(group: str) -> Iterable[Any]:
@@ -59,8 +93,9 @@ def register_host_ffi_target(name: str, handler: Any) -> None:
 
     ``jax.ffi.register_ffi_target``, ``jax.ffi.pycapsule``, ``jax.ffi.include_dir`` and the parts of the XLA FFI
     C++ API jt's CPU handler uses (``AnyBuffer``, ``RemainingArgs``/``RemainingRets``, integer and string
-    attributes, ``ffi::Error``) are the same in jax 0.11 and 0.12; only the FFI C API's minor version differs
-    (4 vs 5: per-call custom options, unused here).
+    attributes, ``ffi::Error``) are the same in jax 0.10 to 0.12; only the FFI C API's minor version differs
+    (3 in jaxlib 0.10.2, 4 in 0.11.2, 5 in 0.12: per-call custom options, unused here; the record extension, which
+    jt's GPU handlers use where it is, came with 0.11).
     """
     import jax
 
@@ -76,8 +111,8 @@ def ffi_include_dir() -> str:
 
 def xla_ffi_api_version() -> tuple[int, int] | None:
     """The XLA FFI C API version of the installed jaxlib, ``(major, minor)``: ``XLA_FFI_API_MAJOR`` and
-    ``XLA_FFI_API_MINOR`` in its ``xla/ffi/api/c_api.h`` (0.4 in jaxlib 0.11.2, 0.5 in 0.12), the headers jaxlib
-    ships for the handlers loaded into it. ``None`` when they are missing or declare no version."""
+    ``XLA_FFI_API_MINOR`` in its ``xla/ffi/api/c_api.h`` (0.3 in jaxlib 0.10.2, 0.4 in 0.11.2, 0.5 in 0.12), the
+    headers jaxlib ships for the handlers loaded into it. ``None`` when they are missing or declare no version."""
     try:
         text = (Path(ffi_include_dir()) / "xla" / "ffi" / "api" / "c_api.h").read_text(errors="replace")
     except OSError:
@@ -90,8 +125,8 @@ def xla_ffi_api_version() -> tuple[int, int] | None:
 
 def distributed_state() -> tuple[int, int, Any]:
     """This process's index, the number of processes and the distributed runtime client (``None`` unless
-    ``jax.distributed.initialize`` ran). JAX keeps them in ``jax._src.distributed.global_state`` (the same in jax 0.11
-    and 0.12); the client's key-value methods (``key_value_set``, ``blocking_key_value_get``, ``key_value_try_get``)
+    ``jax.distributed.initialize`` ran). JAX keeps them in ``jax._src.distributed.global_state`` (the same in jax 0.10
+    to 0.12); the client's key-value methods (``key_value_set``, ``blocking_key_value_get``, ``key_value_try_get``)
     are the ones JAX itself uses to share compiled programs between processes."""
     from jax._src import distributed
 
@@ -119,7 +154,7 @@ def on_clear_caches(store: Any, name: str) -> None:
 
     JAX keeps its caches in ``jax._src.util._caches`` (a ``WeakKeyDictionary``, so ``store`` must be kept alive by
     its owner) and registers each with ``jax._src.util.register_cache(cache, name)``; ``jax.clear_caches()`` calls
-    ``util.clear_all_caches()``, which calls ``cache_clear()`` on every one. The same in jax 0.11 and 0.12.
+    ``util.clear_all_caches()``, which calls ``cache_clear()`` on every one. The same in jax 0.10 to 0.12.
     """
     from jax._src import util
 
@@ -130,7 +165,7 @@ def wait_for_running_computations(platform: str) -> None:
     """Waits until every computation that produces a live array of ``platform`` has finished (errors are the
     arrays' readers' to see). Nothing is started: without an initialised backend (``jax.clear_backends()`` has
     just dropped them) there is nothing to wait for. ``jax._src.xla_bridge.backends_are_initialized`` and
-    ``jax.live_arrays`` are the same in jax 0.11 and 0.12."""
+    ``jax.live_arrays`` are the same in jax 0.10 to 0.12."""
     import jax
     from jax._src import xla_bridge
 
@@ -201,9 +236,28 @@ def jit_registry_kept(fn: Any) -> Iterator[None]:
                 registry[key] = before
 
 
+@functools.cache
+def jaxlib_version() -> tuple[int, ...]:
+    """The installed jaxlib's version, e.g. ``(0, 10, 2)`` (its release numbers; a suffix such as ``.dev`` is left
+    out)."""
+    import jaxlib
+
+    return tuple(int(part) for part in re.findall(r"\d+", str(jaxlib.__version__).split("+")[0])[:3])
+
+
+def barriers_outlast_fusion() -> bool:
+    """Whether the installed jaxlib's XLA keeps a ``lax.optimization_barrier`` until its fusion passes have run, as
+    jaxlib 0.11.2 and later do: the CPU's compiled path relies on it to keep a float product apart from the sum that
+    reads it (two roundings, as Triton computes a product it does not fuse and ``enable_fp_fusion=False``) and to
+    compile each stage of a chain of helper calls once. jaxlib 0.10 removes barriers before fusion: XLA's CPU code
+    then contracts such a product and sum into one multiply-add, and a long chain of helpers compiles slowly (a
+    512-element bitonic argsort: 100 s against 12 s)."""
+    return jaxlib_version() >= (0, 11)
+
+
 def lowering_for_export(ctx: Any) -> bool:
     """Whether a lowering rule runs for ``jax.export`` (``jax.export.export`` lowers with
-    ``LoweringParameters(for_export=True)``, kept in the rule context's module context; the same in jax 0.11 and
+    ``LoweringParameters(for_export=True)``, kept in the rule context's module context; the same in jax 0.10 to
     0.12)."""
     parameters = getattr(ctx.module_context, "lowering_parameters", None)
     return bool(getattr(parameters, "for_export", False))
@@ -225,7 +279,7 @@ def lower_closed_jaxpr(ctx: Any, closed: Any, operands: Any) -> Any:
     """Lowers a closed jaxpr inline, in a lowering rule, on ``operands`` (MLIR values); returns the result values.
 
     ``mlir.lower_fun(core.jaxpr_as_fun(closed))`` does the same after tracing the jaxpr's every equation again into
-    a new jaxpr; this lowers the one given. The steps are ``lower_fun``'s own, in jax 0.11 and 0.12 alike: the
+    a new jaxpr; this lowers the one given. The steps are ``lower_fun``'s own, in jax 0.10 to 0.12 alike: the
     rule context's platforms, its name stack, tokens, dimension variables and constants.
     """
     from jax._src.interpreters import mlir

@@ -102,7 +102,7 @@ def _axes_in_function(fn: Any, known: dict[str, int]) -> tuple[set[int], list[tu
     try:
         if not isinstance(source, str):
             source = inspect.getsource(py_fn)
-        tree = ast.parse(textwrap.dedent(source))
+        tree = _compat.parse_python(textwrap.dedent(source))
     except (OSError, TypeError, SyntaxError):
         return None
     namespace = dict(getattr(py_fn, "__globals__", {}))

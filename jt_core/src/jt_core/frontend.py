@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from jt_core import _compat
+
 __all__ = [
     "build",
     "check",
@@ -137,7 +139,9 @@ _triton = _SharedExclusiveLock()
 
 
 def compiling() -> Any:
-    """Held while Triton's front end runs (any compile): many threads at once, never during an interpreter run."""
+    """Held while Triton's front end runs (any compile): many threads at once, never during an interpreter run.
+    Triton's parse of a kernel's source runs one at a time (`jt_core._compat.serialize_kernel_parsing`)."""
+    _compat.serialize_kernel_parsing()
     return _triton.shared()
 
 

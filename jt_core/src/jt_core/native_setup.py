@@ -11,10 +11,11 @@ as usual is pure Python, and each library is built on the machine at first use (
   compiled into the wheel too;
 * each is compiled by `jt_core.native.build_prebuilt` into the build folder, at the place its
   `prebuilt_path` names in the installed package, with its build record;
-* against the XLA FFI headers of the oldest jaxlib jt supports (jt-core's ``jaxlib>=`` floor), which must be the
-  jaxlib of the build environment: ``setup.py`` asks for ``jax`` and ``jaxlib`` at that version, and for what
-  importing jt takes, as build requirements (setuptools' ``setup_requires``, which a PEP 517 front end such as
-  ``python -m build`` installs into an isolated build environment, or checks with ``--no-isolation``);
+* against the XLA FFI headers of the oldest jaxlib jt supports (jt-core's ``jaxlib>=`` floor), or of the later one a
+  distribution's ``[tool.jt] native-jaxlib`` names (jt-cuda's: the oldest whose XLA FFI has the record extension),
+  which must be the jaxlib of the build environment: ``setup.py`` asks for ``jax`` and ``jaxlib`` at that version,
+  and for what importing jt takes, as build requirements (setuptools' ``setup_requires``, which a PEP 517 front end
+  such as ``python -m build`` installs into an isolated build environment, or checks with ``--no-isolation``);
 * the wheel is tagged ``py3-none-<platform>`` (the build machine's, ``linux_x86_64``); ``auditwheel repair`` then
   gives it the manylinux tag its symbols allow (``.ci/wheels.sh``).
 
@@ -36,7 +37,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VARIABLE", "build_requirements", "compile_libraries", "requested", "setup_arguments"]
+__all__ = ["VARIABLE", "build_jaxlib", "build_requirements", "compile_libraries", "requested", "setup_arguments"]
 
 #: The switch that makes the wheel a platform wheel with its libraries prebuilt.
 VARIABLE = "JT_BUILD_PLATFORM_WHEEL"
@@ -87,7 +88,7 @@ def setup_arguments(root: str | os.PathLike[str]) -> dict[str, Any]:
             return "py3", "none", super().get_tag()[2]
 
     return {
-        "setup_requires": build_requirements(),
+        "setup_requires": build_requirements(folder),
         "distclass": PlatformDistribution,
         "cmdclass": {"build_py": PrebuildingBuildPy, "bdist_wheel": PlatformWheel},
     }
@@ -99,33 +100,50 @@ def _jt_core_requirements() -> list[str]:
     return list(project["dependencies"])
 
 
-def build_requirements() -> list[str]:
-    """What compiling the libraries takes in the build environment: jax and jaxlib at jt-core's floor (the jaxlib
-    whose XLA FFI headers the libraries are compiled against), and jt-core's other requirements, which importing jt
-    takes, except Triton."""
+def build_jaxlib(root: str | os.PathLike[str] | None = None) -> str | None:
+    """The jaxlib whose XLA FFI headers the native libraries of the distribution in the folder ``root`` are compiled
+    against: its ``[tool.jt] native-jaxlib``, else the oldest jt supports (jt-core's ``jaxlib>=`` floor, also for
+    ``root=None``); ``None`` where jt-core declares no floor."""
+    if root is not None:
+        config = tomllib.loads((Path(root) / "pyproject.toml").read_text(encoding="utf-8"))
+        pinned = config.get("tool", {}).get("jt", {}).get("native-jaxlib")
+        if pinned:
+            return str(pinned)
+    for line in _jt_core_requirements():
+        match = _REQUIREMENT.match(line)
+        if match is not None and match[1] == "jaxlib" and match[2] == ">=":
+            return match[3]
+    return None
+
+
+def build_requirements(root: str | os.PathLike[str] | None = None) -> list[str]:
+    """What compiling the libraries of the distribution in the folder ``root`` (default: jt-core's) takes in the
+    build environment: jax and jaxlib at `build_jaxlib` (the jaxlib whose XLA FFI headers the libraries are compiled
+    against), and jt-core's other requirements, which importing jt takes, except Triton."""
+    version = build_jaxlib(root)
     wanted = []
     for line in _jt_core_requirements():
         match = _REQUIREMENT.match(line)
         if match is None or match[1].lower() in _NOT_NEEDED:
             continue
-        name, operator, version = match.groups()
+        name, operator, _ = match.groups()
         wanted.append(f"{name}=={version}" if name in ("jax", "jaxlib") and operator == ">=" else line)
     return wanted
 
 
-def _check_jaxlib() -> None:
-    """Refuses a build environment whose jaxlib is not the oldest jt supports, naming both and the fix."""
-    floor = next(line.split("==")[1] for line in build_requirements() if line.startswith("jaxlib=="))
+def _check_jaxlib(root: Path) -> None:
+    """Refuses a build environment whose jaxlib is not the one ``root``'s libraries are compiled against, naming both
+    and the fix."""
+    wanted = build_jaxlib(root)
     try:
         installed = importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
         installed = "none"
-    if installed != floor:
+    if installed != wanted:
         raise SystemExit(
-            f"{VARIABLE}=1: the native libraries are compiled against the XLA FFI headers of the oldest jaxlib jt "
-            f"supports ({floor}), but the build environment has jaxlib {installed}; build in an isolated "
-            f"environment (python -m build installs jaxlib=={floor}), or install jax=={floor} jaxlib=={floor} into "
-            "this one"
+            f"{VARIABLE}=1: the native libraries of {root.name} are compiled against the XLA FFI headers of jaxlib "
+            f"{wanted}, but the build environment has jaxlib {installed}; build in an isolated environment "
+            f"(python -m build installs jaxlib=={wanted}), or install jax=={wanted} jaxlib=={wanted} into this one"
         )
 
 
@@ -143,10 +161,11 @@ def compile_libraries(root: Path, build_lib: Path) -> list[Path]:
     place its spec's ``prebuilt_path`` lies in the installed package; returns their paths.
 
     Raises:
-        SystemExit: When the build environment's jaxlib is not jt's oldest, or a reference names no spec of the
-            distribution's own sources (setuptools shows the message).
+        SystemExit: When the build environment's jaxlib is not the one the libraries are compiled against
+            (`build_jaxlib`), or a reference names no spec of the distribution's own sources (setuptools shows the
+            message).
     """
-    _check_jaxlib()
+    _check_jaxlib(root)
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     references = config.get("tool", {}).get("jt", {}).get("native-libraries", [])
     sources = root / "src"

@@ -1,5 +1,5 @@
 """The interpreter's integers as compiled Triton computes them (`IntegerFixes`): ``int1`` arithmetic, the type of a
-comparison's result, and an arithmetic shift in an unsigned type."""
+comparison's result, an arithmetic shift in an unsigned type, and ``~x`` on unsigned integers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ __all__ = ["IntegerFixes"]
 class IntegerFixes:
     """The interpreter's integers as compiled Triton computes them, for one run: arithmetic on ``int1`` values wraps
     modulo 2, as compiled Triton's ``i1`` arithmetic does (`jt_core.translation.lang` computes the same), comparisons
-    give ``int1`` values, and an arithmetic shift in an unsigned type gives values of that type.
+    give ``int1`` values, an arithmetic shift in an unsigned type gives values of that type, and ``~x`` works on
+    unsigned integers (before 3.9, Triton's interpreter made the all-ones operand it is an exclusive or with as
+    ``np.full(1, -1, uint8)``, which NumPy 2 refuses).
 
     NumPy computes on booleans as logic (``True + True`` is ``True``) or refuses to (subtraction, and Triton 3.6's
     interpreter passes booleans to NumPy as they are). A sum or difference is an exclusive or, a product an and; a
@@ -35,10 +37,16 @@ class IntegerFixes:
         self.other_binary_op = binary_op
         self.class_idiv = type(builder).create_idiv
         self.class_ashr = type(builder).create_ashr
+        self.class_all_ones = type(builder).get_all_ones_value
 
     def patches(self) -> dict[str, Any]:
         """The builder methods to replace for the run, by name."""
-        return {"binary_op": self.binary_op, "create_idiv": self.idiv, "create_ashr": self.ashr}
+        return {
+            "binary_op": self.binary_op,
+            "create_idiv": self.idiv,
+            "create_ashr": self.ashr,
+            "get_all_ones_value": self.all_ones,
+        }
 
     @staticmethod
     def _both_int1(lhs: Any, rhs: Any) -> bool:
@@ -84,6 +92,13 @@ class IntegerFixes:
         if data.dtype != dtype and data.dtype.itemsize == dtype.itemsize:
             return self.interp.TensorHandle(data.view(dtype), result.dtype)
         return result
+
+    def all_ones(self, type_: Any) -> Any:
+        """The all-ones value of an integer type (``~x`` is ``x`` exclusive-or it): the largest unsigned one."""
+        dtype = np.dtype(self.interp._get_np_dtype(type_))
+        if dtype.kind == "u":
+            return self.interp.TensorHandle(np.full(1, np.iinfo(dtype).max, dtype), type_.scalar)
+        return self.class_all_ones(self.builder, type_)
 
 
 #: The NumPy functions the interpreter compares with.
