@@ -9,7 +9,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jt_core.translation.blocks import View, read, strays, write
@@ -29,6 +29,8 @@ axis = st.tuples(step, st.integers(1, 5))
 
 @settings(max_examples=40, deadline=None)
 @given(axes=st.lists(axis, min_size=1, max_size=4), size=st.integers(1, 300), shift=st.integers(-30, 30))
+@example(axes=[(0, 1)], size=1, shift=-3)  # wholly before the buffer, further than a view's length
+@example(axes=[(1, 4), (8, 2)], size=20, shift=-30)
 def test_a_view_reads_what_a_gather_reads_and_writes_what_a_scatter_writes(
     axes: list[tuple[int, int]], size: int, shift: int
 ) -> None:

@@ -263,7 +263,8 @@ def read(
     if reach is not None:
         front, back = max(0, -reach[0]), max(0, reach[1] + 1 - flat.shape[0])
         padded = lax.pad(flat, jnp.zeros((), flat.dtype), [(front, back, 0)]) if front or back else flat
-        region = _region_at(view.needed)(padded, begin + front)
+        # Clamped at zero: a negative start would count from the buffer's end, as an index does in NumPy.
+        region = _region_at(view.needed)(padded, jnp.maximum(begin + front, 0))
         return _from_region(_padded(region, view.extent), view)
     fits = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
     return lax.cond(fits, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
