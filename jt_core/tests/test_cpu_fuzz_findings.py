@@ -267,6 +267,30 @@ def test_a_scan_keeps_negative_zeros_on_the_compiled_path(dtype: Any) -> None:
         np.testing.assert_array_equal(summed.view(np.uint8), sums.view(np.uint8), err_msg=launcher)
 
 
+@triton.jit
+def row_extremes_kernel(x_ptr, max_ptr, min_ptr, COLS: tl.constexpr):
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * COLS + tl.arange(0, COLS))
+    tl.store(max_ptr + row, tl.max(x, 0))
+    tl.store(min_ptr + row, tl.min(x, 0))
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered:RuntimeWarning")  # Triton's interpreter, on a row of NaNs
+def test_max_and_min_reductions_pass_over_nans_unless_all_are() -> None:
+    """``tl.max``/``tl.min`` combine with ``maxnumf``/``minnumf``: a NaN is passed over, and only a row of NaNs
+    gives NaN (NumPy's ``fmax``/``fmin``)."""
+    x = np.random.default_rng(7).standard_normal((6, 16)).astype(np.float32)
+    x[1, 3] = x[2, 0] = x[2, 15] = np.nan
+    x[3] = np.nan
+    x[4, :15] = np.nan
+    x[5] = -np.inf
+    rows = jax.ShapeDtypeStruct((6,), np.float32)
+    for launcher in ("interpreter", "compiled"):
+        top, bottom = run(row_extremes_kernel, x, out_shape=[rows, rows], grid=6, COLS=16, launcher=launcher)
+        np.testing.assert_array_equal(top, np.fmax.reduce(x, axis=1), err_msg=launcher)
+        np.testing.assert_array_equal(bottom, np.fmin.reduce(x, axis=1), err_msg=launcher)
+
+
 # -- atomics ----------------------------------------------------------------------------------------------------------
 
 

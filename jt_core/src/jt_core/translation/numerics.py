@@ -39,8 +39,13 @@ XLA_PRECISIONS = {"IEEE": lax.Precision.HIGHEST, "TF32": lax.Precision.HIGH, "TF
 
 def _negative_zero_sum(x: jax.Array, axis: int) -> jax.Array:
     """A float sum in XLA's order that keeps ``-0.0``: XLA's reductions start from ``+0.0``, which makes a sum of
-    ``-0.0``\\ s ``+0.0``; ``-0.0`` is addition's identity."""
-    return lax.reduce(x, np.array(-0.0, x.dtype), lax.add, (axis,))
+    ``-0.0``\\ s ``+0.0``; ``-0.0`` is addition's identity. (Given `lax.add` itself, `lax.reduce` makes it JAX's sum,
+    which starts from +0.0 whatever the initial value: the same addition under another name is kept as given.)"""
+    return lax.reduce(x, np.array(-0.0, x.dtype), _add, (axis,))
+
+
+def _add(a: jax.Array, b: jax.Array) -> jax.Array:
+    return lax.add(a, b)
 
 
 class Numerics:
@@ -108,7 +113,15 @@ class Numerics:
         ``None`` where it must be combined in a fixed order."""
         summed = lax.cumsum(x, axis=axis, reverse=reverse)
         negative_zero = (x == 0) & jnp.signbit(x)
-        all_negative_zero = lax.cummin(negative_zero.astype(jnp.int8), axis=axis, reverse=reverse).astype(bool)
+        # The prefixes of -0.0s end before the first other element: one reduction, where a second cumulative
+        # operation would be a second window as long as the axis (a TPU compiles each one).
+        index = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+        if reverse:
+            last_other = jnp.max(jnp.where(negative_zero, -1, index), axis=axis, keepdims=True)
+            all_negative_zero = index > last_other
+        else:
+            first_other = jnp.min(jnp.where(negative_zero, x.shape[axis], index), axis=axis, keepdims=True)
+            all_negative_zero = index < first_other
         return jnp.where(all_negative_zero, jnp.array(-0.0, x.dtype), summed)
 
     def dot(self, a: jax.Array, b: jax.Array, dtype: Any, precision: str) -> jax.Array:

@@ -38,8 +38,8 @@ _REDUCERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "arith.andi": lambda x, axis: jnp.all(x, axis=axis) if x.dtype == jnp.bool_ else _bitwise(lax.bitwise_and, x, axis),
     "arith.ori": lambda x, axis: jnp.any(x, axis=axis) if x.dtype == jnp.bool_ else _bitwise(lax.bitwise_or, x, axis),
     "arith.xori": lambda x, axis: _bitwise(lax.bitwise_xor, x, axis),
-    "arith.maxnumf": lambda x, axis: _ignoring_nan(jnp.max, -jnp.inf, x, axis),
-    "arith.minnumf": lambda x, axis: _ignoring_nan(jnp.min, jnp.inf, x, axis),
+    "arith.maxnumf": lambda x, axis: _ignoring_nan(lax.max, x, axis),
+    "arith.minnumf": lambda x, axis: _ignoring_nan(lax.min, x, axis),
 }
 
 #: Float sums and products in a fixed order: the halves pairwise (`tree_reduce`), each result rounded.
@@ -72,10 +72,14 @@ def _bitwise(op: Callable[[jax.Array, jax.Array], jax.Array], x: jax.Array, axis
     return lax.reduce(x, np.zeros((), x.dtype) if op is not lax.bitwise_and else np.array(-1, x.dtype), op, (axis,))
 
 
-def _ignoring_nan(reduce: Callable[..., jax.Array], fill: float, x: jax.Array, axis: int) -> jax.Array:
-    nan = jnp.isnan(x)
-    value = reduce(jnp.where(nan, jnp.asarray(fill, x.dtype), x), axis=axis)
-    return jnp.where(jnp.all(nan, axis=axis), jnp.asarray(jnp.nan, x.dtype), value)
+def _ignoring_nan(op: Callable[[jax.Array, jax.Array], jax.Array], x: jax.Array, axis: int) -> jax.Array:
+    """``maxnum``/``minnum`` over ``axis``: NaN only where every element is NaN. One reduction whose combination
+    passes a NaN over (NaN is its identity), where masking the NaNs and counting them took three passes."""
+
+    def combine(a: jax.Array, b: jax.Array) -> jax.Array:
+        return lax.select(a != a, b, lax.select(b != b, a, op(a, b)))
+
+    return lax.reduce(x, np.array(np.nan, x.dtype), combine, (axis,))
 
 
 def _analyse_varied(walk: Any, op: Operation) -> None:
