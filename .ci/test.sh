@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite: lint, types, docs; the wheelhouse (jt built with `python -m build`, its
 # platform wheels in the older sets' environments, and installed by name in fresh virtualenvs without a compiler, on
-# Python 3.12 and on a TPU VM's stack); pytest on the newest jax + triton, twice (the CPU's compiled path, then
-# Triton's interpreter with the race check, compared with the compiled path); on jax/jaxlib 0.11.2 + triton 3.6.0
-# (Python 3.12) and on jax/jaxlib 0.10.2 + triton 3.8.0 (Python 3.11) each distribution's suite with only it and
-# jt-core installed, from the platform wheels, without a compiler; and on the first of those the suite across
-# distributions. Prints each step with the seconds elapsed.
+# Python 3.12 and on a TPU VM's stack); pytest on the newest jax + triton, twice (the CPU's compiled path, then what
+# runs kernels on the CPU's launchers in Triton's interpreter with the race check, compared with the compiled path);
+# on jax/jaxlib 0.11.2 + triton 3.6.0 (Python 3.12) and on jax/jaxlib 0.10.2 + triton 3.8.0 (Python 3.11) each
+# distribution's suite with only it and jt-core installed, from the platform wheels, without a compiler; and on the
+# first of those the suite across distributions. Prints each step with the seconds elapsed.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 status=0
-# Test processes: three by default on the CI machine's two cores, the third taking the time the others spend waiting on
-# the processes and compiles their tests start (with two, the run's CPU time was about 1.5 cores' worth);
-# JT_TEST_WORKERS=0 runs them in this process.
-workers="${JT_TEST_WORKERS:-3}"
+# Test processes: two by default (the CI machine's cores); JT_TEST_WORKERS=0 runs them in this process.
+workers="${JT_TEST_WORKERS:-2}"
 run_pytest() {
     local venv="$1" label="$2" rc=0 log
     step "pytest on $label ($("$venv/bin/python" -c 'import jax, triton; print(f"jax {jax.__version__}, triton {triton.__version__}")'), $workers workers)"
@@ -92,9 +90,11 @@ print(", ".join(sorted(d.metadata["Name"] for d in m.distributions() if d.metada
     fi
 }
 
-PY311_CORE_SLICE=()
+# jt-core's tests whose subject is the machine's files and processes rather than jax or Triton: caches on disk and
+# across processes, the files jt keeps private, a long run's memory.
+MACHINE_TESTS=()
 for name in cache_disk cache_processes testing_caches files_private memory_bounds; do
-    PY311_CORE_SLICE+=(--ignore "jt_core/tests/test_$name.py")
+    MACHINE_TESTS+=(--ignore "jt_core/tests/test_$name.py")
 done
 
 make_venv latest latest
@@ -140,19 +140,18 @@ prepared_rc="$(mktemp)"
 ) &
 prepared=$!
 
-# The suites, the examples and the docs' code run on the CPU's compiled path (the default), then again in Triton's
-# interpreter with the race check, which finds no race and no unwritten output in any kernel they run; in that
-# second run every call the compiled path takes also runs compiled, and the two results are compared
-# (JT_CPU_DIFFERENTIAL=1): bit for bit, or within a stated tolerance where the kernel sums or calls transcendentals.
+# The suites, the examples, the example plugins' own suites (tests/test_docs_examples.py) and the docs' code run on
+# the CPU's compiled path (the default); then again in Triton's interpreter with the race check, which finds no race
+# and no unwritten output in any kernel they run; in that second run every call the compiled path takes also runs
+# compiled, and the two results are compared (JT_CPU_DIFFERENTIAL=1): bit for bit, or within a stated tolerance where
+# the kernel sums or calls transcendentals. The second run leaves out jt-cuda's, jt-rocm's and jt-gluon's suites
+# (they lower for their devices), the example plugins' suites (a toy platform's) and jt-core's tests of the machine's
+# files and processes (their kernels are the suite's own, run again for their caches).
 run_pytest "$latest" latest
 JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error JT_CPU_DIFFERENTIAL=1 run_pytest "$latest" \
-    "latest, in the interpreter with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error, compared with the compiled path"
-for example in jt_example_backend jt_example_launcher; do
-    if [ -d "docs/examples/$example/tests" ]; then
-        step "pytest of the example plugin docs/examples/$example"
-        (cd "docs/examples/$example" && JT_STRICT_PLUGINS=1 "$latest/bin/python" -m pytest -q -p no:cacheprovider) || status=1
-    fi
-done
+    "latest, in the interpreter with JT_CPU_RACE_CHECK=1 JT_CPU_UNWRITTEN=error, compared with the compiled path" \
+    jt_core/tests jt_tpu/tests tests "${MACHINE_TESTS[@]}" \
+    --deselect tests/test_docs_examples.py::test_example_plugin_passes_its_own_tests
 
 wait "$prepared" || true
 if [ "$(cat "$prepared_rc" 2>/dev/null)" != 0 ]; then
@@ -166,12 +165,11 @@ pinned="$JT_CI_HOME/venv-pinned"
 # compiler (the tests that build a library run on the newest set above), then the suite across distributions.
 run_separated venv-separate
 run_pytest "$pinned" "pinned, the suite across distributions (tests/)" tests
-# The py311 set, a TPU VM's stack: each distribution's suite the same way, jt-core's without the tests whose subject
-# is the machine's files and processes rather than jax or Triton (caches on disk and across processes, the files
-# jt keeps private, a long run's memory), which the other two sets run. What jax 0.10 cannot do is skipped, saying
-# why (docs/pages/cpu.md); jt-cuda's prebuilt handler, compiled against jaxlib 0.11.2 for its record stage, is not
+# The py311 set, a TPU VM's stack: each distribution's suite the same way, jt-core's without its tests of the
+# machine's files and processes (MACHINE_TESTS), which the other two sets run. What jax 0.10 cannot do is skipped,
+# saying why (docs/pages/cpu.md); jt-cuda's prebuilt handler, compiled against jaxlib 0.11.2 for its record stage, is not
 # loaded there, and the tests that need it skip without a compiler.
-run_separated venv-separate-py311 "${PY311_CORE_SLICE[@]}"
+run_separated venv-separate-py311 "${MACHINE_TESTS[@]}"
 
 step "finished"
 if [ "$status" -ne 0 ]; then echo "FAILED"; else echo "all checks passed"; fi
