@@ -189,16 +189,22 @@ def tensor_access(
     return form, masks.Mask(block, tuple(atoms))
 
 
-def _analyse_load(walk: Any, op: Operation) -> None:
+def _access(walk: Any, op: Operation, kind: str, shape: tuple[int, ...], mask_operand: int) -> Fact:
+    """Records a load's or store's access (through a block pointer or descriptor, or through pointers masked by
+    operand ``mask_operand``) with the walk; the pointer's fact."""
     target = walk.fact(op.operands[0])
-    shape = walk.type(op.results[0]).shape
     if target.descriptor is not None:
         checked = tuple(op.attr("boundaryCheck") or ())
         form, inside = tensor_access(target.descriptor, target.descriptor.offsets, checked)
-        walk.access("load", op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
+        walk.access(kind, op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
     else:
-        mask, masked = _mask_fact(walk, op, 1)
-        walk.access("load", op, target.buffers, target.form, mask, masked, shape)
+        mask, masked = _mask_fact(walk, op, mask_operand)
+        walk.access(kind, op, target.buffers, target.form, mask, masked, shape)
+    return target
+
+
+def _analyse_load(walk: Any, op: Operation) -> None:
+    target = _access(walk, op, "load", walk.type(op.results[0]).shape, 1)
     buffers = target.buffers if target.descriptor is None else target.descriptor.buffers
     varies = target.varies or bool(buffers and buffers & walk.writable)
     walk.set(op.results[0], Fact(varies=varies))
@@ -322,15 +328,7 @@ def _inside(lanes: masks.Limits, shape: tuple[int, ...]) -> jax.Array:
 
 
 def _analyse_store(walk: Any, op: Operation) -> None:
-    target = walk.fact(op.operands[0])
-    shape = walk.type(op.operands[1]).shape
-    if target.descriptor is not None:
-        checked = tuple(op.attr("boundaryCheck") or ())
-        form, inside = tensor_access(target.descriptor, target.descriptor.offsets, checked)
-        walk.access("store", op, target.descriptor.buffers, form, inside if checked else None, bool(checked), shape)
-        return
-    mask, masked = _mask_fact(walk, op, 2)
-    walk.access("store", op, target.buffers, target.form, mask, masked, shape)
+    _access(walk, op, "store", walk.type(op.operands[1]).shape, 2)
 
 
 @rule("tt.store", analyse=_analyse_store, effect=True, sign_safe=None)
