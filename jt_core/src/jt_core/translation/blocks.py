@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-__all__ = ["Box", "View", "from_region", "gather", "read", "to_region", "write"]
+__all__ = ["Box", "View", "from_region", "gather", "read", "strided", "to_region", "write"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,13 +187,19 @@ def _slice_region(flat: jax.Array, begin: int, length: int, fill: Any = 0) -> ja
 
 def _offsets(view: View, begin: Any) -> jax.Array:
     """Every element's offset in the buffer (int64), the view's lowest element at ``begin``."""
-    offsets = jnp.asarray(begin, jnp.int64) - view.low
-    for axis, (step, count) in enumerate(zip(view.steps, view.counts, strict=True)):
+    return strided(jnp.asarray(begin, jnp.int64) - view.low, view.steps, view.counts)
+
+
+def strided(first: jax.Array, steps: Sequence[int], counts: Sequence[int]) -> jax.Array:
+    """The offsets (int64) of a block of ``counts`` elements whose axes advance by ``steps``, its element at index
+    zero at ``first`` (an int64 scalar, or an array that broadcasts to the block)."""
+    offsets = first
+    for axis, (step, count) in enumerate(zip(steps, counts, strict=True)):
         if step and count > 1:
-            shape = [1] * len(view.counts)
+            shape = [1] * len(counts)
             shape[axis] = count
             offsets = offsets + lax.iota(jnp.int64, count).reshape(shape) * step
-    return jnp.broadcast_to(offsets, view.counts)
+    return jnp.broadcast_to(offsets, tuple(counts))
 
 
 def from_region(region: jax.Array, view: View) -> jax.Array:

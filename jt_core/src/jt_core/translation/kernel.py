@@ -17,10 +17,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
-from jt_core.translation import floats, lang
+from jt_core.translation import blocks, floats, lang
 from jt_core.translation.analysis import masks
 from jt_core.translation.analysis.affine import Affine, Symbol
 from jt_core.translation.analysis.facts import Access, Loop
@@ -242,12 +241,7 @@ class Kernel:
         for pid, coefficient in zip(self.pids, form.pids, strict=True):
             if coefficient:
                 offsets = offsets + jnp.asarray(pid, jnp.int64) * coefficient
-        for axis, (coefficient, count) in enumerate(zip(form.lanes, form.shape, strict=True)):
-            if coefficient and count > 1:
-                shape = [1] * len(form.shape)
-                shape[axis] = count
-                offsets = offsets + lax.iota(jnp.int64, count).reshape(shape) * coefficient
-        return jnp.broadcast_to(offsets, form.shape)
+        return blocks.strided(offsets, form.lanes, form.shape)
 
     def loops_within(self, block: Block) -> list[Loop]:
         """The loops running ``block`` may run (through the functions it calls too)."""
