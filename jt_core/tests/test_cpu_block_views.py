@@ -9,9 +9,11 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from jt_core.translation import blocks
 from jt_core.translation.blocks import View, read, strays, write
 
 
@@ -39,6 +41,29 @@ def test_a_view_reads_what_a_gather_reads_and_writes_what_a_scatter_writes(
         return
     with jax.enable_x64(True):
         _check(view, size, shift)
+
+
+@settings(max_examples=40, deadline=None)
+@given(axes=st.lists(axis, min_size=1, max_size=4), size=st.integers(1, 300), shift=st.integers(-30, 30))
+@example(axes=[(0, 1)], size=1, shift=-3)
+@example(axes=[(1, 4), (8, 2)], size=20, shift=-30)
+@example(axes=[(1, 3), (-20, 3)], size=50, shift=-25)  # rows read backwards, the first partly before the buffer
+def test_a_read_from_a_traced_start_in_a_large_buffer_is_a_slice_moved_into_place_or_rows(
+    axes: list[tuple[int, int]], size: int, shift: int
+) -> None:
+    """What a buffer too large to copy padded gives: a slice at the start clamped inside, moved back where the clamp
+    moved it; a sparse view's rows each so (here every buffer counts as large, and a row of two elements as long)."""
+    view = View(tuple(s for s, _ in axes), tuple(n for _, n in axes))
+    if view.nest is None or view.extent > 4000:
+        return
+    with pytest.MonkeyPatch.context() as patch, jax.enable_x64(True):
+        patch.setattr(blocks, "PADDED_READ_ELEMENTS", 0)
+        patch.setattr(blocks, "ROW_ELEMENTS", 2)
+        begin = shift + (size - view.needed) // 2
+        flat = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+        offsets = _offsets(view, begin)
+        want = np.where((offsets >= 0) & (offsets < size), flat[np.clip(offsets, 0, size - 1)], 0)
+        np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, jnp.int64(begin))), want)
 
 
 def _check(view: View, size: int, shift: int) -> None:

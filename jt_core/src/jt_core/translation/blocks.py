@@ -236,10 +236,10 @@ def read(
     reach: tuple[int, int] | None = None,
 ) -> jax.Array:
     """The view's elements of ``flat``, its lowest element at ``begin`` (an int, or a traced integer scalar); an
-    element outside ``flat`` reads zero. Where a traced ``begin`` puts the view partly outside ``flat``, it is
-    gathered, its offsets held in ``index_type`` (as the kernel holds them), unless ``inside`` says it never does,
-    or ``reach`` says which offsets the view's elements may take at most (the buffer is then padded with zeros to
-    hold them, and read as one slice).
+    element outside ``flat`` reads zero. A traced ``begin`` reads a slice wherever it is (`_shifted_region`) unless
+    ``inside`` says the view is always inside ``flat``, or ``reach`` says which offsets the view's elements may take
+    at most (the buffer is then padded with zeros to hold them, and read as one slice); a view longer than ``flat``
+    is gathered, its offsets held in ``index_type`` (as the kernel holds them).
 
     The view must nest (`View.nest`)."""
     if isinstance(begin, int):
@@ -272,8 +272,50 @@ def read(
         # Clamped at zero: a negative start would count from the buffer's end, as an index does in NumPy.
         region = _region_at(view.needed)(padded, jnp.maximum(begin + front, 0))
         return _from_region(_padded(region, view.extent), view)
-    fits = (begin >= 0) & (begin <= flat.shape[0] - view.needed)
-    return lax.cond(fits, sliced, lambda b: _gathered(flat, view, b, index_type), begin)
+    rows = _sparse_rows(view)
+    if rows is not None:
+        return _rows_read(flat, view, begin, *rows)
+    return from_region(_shifted_region(flat, begin, view.needed), view)
+
+
+#: The fewest elements a row of a sparse view holds for it to be read a row at a time (a gather of rows).
+ROW_ELEMENTS = 128
+
+
+def _sparse_rows(view: View) -> tuple[int, View] | None:
+    """Where a view's outermost axis leaves most of what it spans unread and its rows (the view along the other axes)
+    are long, that axis and a row's view: the view is then read a row at a time rather than as one region."""
+    nest = view.nest
+    if nest is None or not nest.order or view.needed <= 2 * view.size:
+        return None
+    outer = nest.order[0]
+    row = View(view.steps, tuple(1 if a == outer else n for a, n in enumerate(view.counts)))
+    return (outer, row) if row.needed >= ROW_ELEMENTS else None
+
+
+def _rows_read(flat: jax.Array, view: View, begin: jax.Array, outer: int, row: View) -> jax.Array:
+    """A sparse view's elements (`_sparse_rows`), its lowest element at ``begin``: each row read where it starts,
+    by a ``jax.vmap`` of `read` (one gather of rows)."""
+    step, count = view.steps[outer], view.counts[outer]
+    first = begin - min(0, step * (count - 1))  # where row 0's lowest element lies
+    starts = first + lax.iota(jnp.int64, count) * step
+    taken = jax.vmap(lambda start: read(flat, row, start))(starts)
+    return jnp.moveaxis(jnp.squeeze(taken, 1 + outer), 0, outer)
+
+
+def _shifted_region(flat: jax.Array, begin: jax.Array, size: int) -> jax.Array:
+    """``flat[begin : begin + size]`` where ``begin`` (traced, int64) may put it partly or wholly outside ``flat``,
+    zeros there: a slice of ``flat`` at the start clamped inside, rotated by what the clamp took off, then masked
+    (what the rotation brings round lies outside ``flat``: an element inside is in the clamped slice).
+
+    Neither a gather of each element nor a choice between a slice and a gather (``lax.cond``, which ``jax.vmap``
+    turns into both, and a copy of ``flat`` for each program)."""
+    start = jnp.clip(begin, 0, flat.shape[0] - size)
+    region = _region_at(size)(flat, start)
+    twice = lax.concatenate([region, region], 0)
+    moved = _region_at(size)(twice, jnp.remainder(begin - start, size))
+    positions = begin + lax.iota(jnp.int64, size)
+    return jnp.where((positions >= 0) & (positions < flat.shape[0]), moved, jnp.zeros((), flat.dtype))
 
 
 @functools.lru_cache(maxsize=256)

@@ -136,7 +136,7 @@ class Windows:
             return value, state
         if local is not None:
             view, begin = local
-            value = _read(copy, view, jnp.asarray(begin, jnp.int64), self.windows[pointer.buffer].row)
+            value = _read(copy, view, jnp.asarray(begin, jnp.int64), self.windows[pointer.buffer])
         else:
             index = jnp.clip(self._offsets(pointer, shape), 0, copy.shape[0] - 1)
             value = copy[index]
@@ -160,9 +160,7 @@ class Windows:
         local = self._local(pointer, shape)
         if local is not None:
             view, begin = local
-            updated = _write(
-                copy, view, jnp.asarray(begin, jnp.int64), values, wanted, self.windows[pointer.buffer].row
-            )
+            updated = _write(copy, view, jnp.asarray(begin, jnp.int64), values, wanted, self.windows[pointer.buffer])
         else:
             index = self._offsets(pointer, shape)
             index = jnp.where(wanted, index, copy.shape[0]) if wanted is not None else index
@@ -183,9 +181,11 @@ def _grid(view: blocks.View, row: int) -> tuple[int, int, int] | None:
     return over, view.counts[over], view.counts[inner]
 
 
-def _read(copy: jax.Array, view: blocks.View, begin: jax.Array, row: int) -> jax.Array:
+def _read(copy: jax.Array, view: blocks.View, begin: jax.Array, window: Window) -> jax.Array:
     """A view's elements of a program's copy from ``begin``: a block of rows and columns of the copy held in rows,
-    where its lanes are one that does not cross a row's end; else the region between its first and last lane."""
+    where its lanes are one that does not cross a row's end (known when traced where the window is `Window.in_rows`);
+    else the region between its first and last lane."""
+    row = window.row
 
     def flat(copy: jax.Array, begin: jax.Array) -> jax.Array:
         return blocks.from_region(_region(copy, begin, view.needed), view)
@@ -201,13 +201,16 @@ def _read(copy: jax.Array, view: blocks.View, begin: jax.Array, row: int) -> jax
         picked = picked if over == min(a for a in range(len(view.counts)) if view.counts[a] > 1) else picked.T
         return picked.reshape(view.counts)
 
+    if window.in_rows:
+        return block(copy, begin)
     return lax.cond(begin % row + cols <= row, block, flat, copy, begin)
 
 
 def _write(
-    copy: jax.Array, view: blocks.View, begin: jax.Array, values: jax.Array, wanted: jax.Array | None, row: int
+    copy: jax.Array, view: blocks.View, begin: jax.Array, values: jax.Array, wanted: jax.Array | None, window: Window
 ) -> jax.Array:
     """The copy with ``values`` written at a view's lanes from ``begin`` where ``wanted`` (as `_read` finds them)."""
+    row = window.row
     lanes = jnp.ones(view.counts, bool) if wanted is None else wanted
 
     def flat(copy: jax.Array, begin: jax.Array) -> jax.Array:
@@ -231,6 +234,8 @@ def _write(
         placed = _placed(lines, jnp.where(on, new, old), begin // row, begin % row)
         return placed.reshape(copy.shape)
 
+    if window.in_rows:
+        return block(copy, begin)
     return lax.cond(begin % row + cols <= row, block, flat, copy, begin)
 
 

@@ -67,6 +67,8 @@ class Window:
         row: The length of the rows the accesses' two-dimensional blocks step over (their larger lane step, where
             they share one; 1 otherwise): the program's copy is held in rows of it, so that such a block is a slice
             of rows and columns, not of every element between its first and last.
+        in_rows: Whether every such block stays, whatever its symbols' values, within the rows it starts in (it is
+            then always that slice: no choice is made when the kernel runs).
     """
 
     pids: tuple[int, int, int]
@@ -74,6 +76,7 @@ class Window:
     width: int
     reach: tuple[int, int]
     row: int = 1
+    in_rows: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +153,7 @@ def independence(
         if window is None:
             return Independence(modes, windows, found)
         modes[buffer] = BufferMode.WINDOW
-        windows[buffer] = window
+        windows[buffer] = dataclasses.replace(window, in_rows=_in_rows(made, window, ranges))
     return Independence(modes, windows, None)
 
 
@@ -283,6 +286,31 @@ def _apart(accesses: Sequence[Access], grid: tuple[int, int, int], ranges: Mappi
     rows = {_row(a.form) for a in accesses} - {1}  # type: ignore[arg-type]
     row = rows.pop() if len(rows) == 1 else 1
     return Window(pids, low, high - low + 1, (reach_low, reach_high - reach_low + 1), row)
+
+
+def _in_rows(accesses: Sequence[Access], window: Window, ranges: Mapping) -> bool:
+    """Whether each access whose lanes are a block of the window's rows (lane steps ``(row, 1)``, neither negative)
+    starts, for every value of its symbols, at a column of the program's copy (held in rows from ``reach[0]``) that
+    leaves room for its columns in that row."""
+    if window.row <= 1:
+        return False
+    for access in accesses:
+        form = access.form
+        if form is None or _row(form) != window.row or any(c < 0 for c in form.lanes):
+            continue
+        cols = next(n for c, n in zip(form.lanes, form.shape, strict=True) if c == 1 and n > 1)
+        low = high = (form.const - window.reach[0]) % window.row
+        for symbol, coefficient in form.terms:
+            if coefficient % window.row == 0:
+                continue  # whole rows
+            span = ranges.get(symbol)
+            if span is None:
+                return False
+            low += min(coefficient * span[0], coefficient * span[1])
+            high += max(coefficient * span[0], coefficient * span[1])
+        if low < 0 or high + cols > window.row:
+            return False
+    return True
 
 
 def _row(form: affine.Affine) -> int:
