@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
@@ -93,3 +94,66 @@ def test_rows_arithmetic() -> None:
     assert Rows(2, 128, 0).within_rows_of(128, 8) is None  # every second element: not consecutive
     assert Rows(3, 12, 5).split_last() == Rows(0, 3, 2)  # lanes 5, 8, 11, ... modulo 12 are 2 modulo 3
     assert ANY.plus(Rows(1, 0, 0)).within_rows_of(128, 8) is None  # rows of unknown lanes stay unknown
+
+
+@triton.jit
+def rows_to_slots_kernel(cache_ptr, table_ptr, new_ptr, n_rows, stride, n_cols, WIDTH: tl.constexpr, ROWS: tl.constexpr):
+    # Program p writes ROWS rows of new values back into the cache, row r at table[r] * stride (a state written back
+    # to the slot its sequence holds), the lanes past n_cols masked off.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    live = rows < n_rows
+    slot = tl.load(table_ptr + rows, mask=live, other=0)
+    cols = tl.arange(0, WIDTH)
+    keep = live[:, None] & (cols < n_cols)[None, :]
+    values = tl.load(new_ptr + rows[:, None] * WIDTH + cols[None, :], mask=keep)
+    tl.store(cache_ptr + (slot * stride)[:, None] + cols[None, :], values, mask=keep)
+
+
+@pytest.mark.parametrize("launcher", PATHS)
+@pytest.mark.parametrize("n_cols", [32, 20])  # whole rows (one index a row), and rows partly masked (an element each)
+def test_rows_stored_to_slots_found_through_a_table_write_right(n_cols: int, launcher: str) -> None:
+    rng = np.random.default_rng(1)
+    cache = rng.standard_normal((40, 32)).astype(np.float32)
+    table = rng.permutation(40)[:21].astype(np.int32)  # 21 rows: the last program's last three masked off
+    new = rng.standard_normal((21, 32)).astype(np.float32)
+
+    def store(c: Any, t: Any, v: Any) -> Any:
+        return jt.triton_call(
+            c,
+            t,
+            v,
+            kernel=rows_to_slots_kernel,
+            out_shape=c,
+            input_output_aliases={0: 0},
+            grid=(triton.cdiv(21, 8),),
+            n_rows=21,
+            stride=32,
+            n_cols=n_cols,
+            WIDTH=32,
+            ROWS=8,
+            launcher=launcher,
+        )
+
+    out = jax.jit(store)(cache, table, new)
+    expected = cache.copy()
+    expected[table, :n_cols] = new[:, :n_cols]
+    np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_a_row_store_is_one_index_a_row_when_it_runs_and_one_an_element_where_a_row_is_cut() -> None:
+    from jt_core.translation.memory import _row_scatter, _scatter
+
+    rng = np.random.default_rng(2)
+    flat = jnp.asarray(rng.standard_normal(640).astype(np.float32))
+    index = (rng.permutation(20)[:12, None] * 32 + np.arange(32)).astype(np.int32)
+    values = jnp.asarray(rng.standard_normal(index.shape).astype(np.float32))
+    elements = jax.jit(lambda f, i, v: _scatter(jax.lax.scatter, f, i.ravel(), v.ravel()))
+    cut = index.copy()
+    cut[3, 5:] = 640  # a row with its end masked off
+    dropped = index.copy()
+    dropped[4] = 640  # a row masked off whole
+    for case in (index, cut, dropped):
+        np.testing.assert_array_equal(np.asarray(_row_scatter(flat, case, values)), np.asarray(elements(flat, case, values)))
+    text = jax.jit(_row_scatter).lower(flat, index, values).as_text()
+    scatters = [line for line in text.splitlines() if "stablehlo.scatter" in line]
+    assert any("update_window_dims = [1]" in line for line in scatters), scatters
