@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
@@ -138,22 +137,3 @@ def test_rows_stored_to_slots_found_through_a_table_write_right(n_cols: int, lau
     expected = cache.copy()
     expected[table, :n_cols] = new[:, :n_cols]
     np.testing.assert_array_equal(np.asarray(out), expected)
-
-
-def test_a_row_store_is_one_index_a_row_when_it_runs_and_one_an_element_where_a_row_is_cut() -> None:
-    from jt_core.translation.memory import _row_scatter, _scatter
-
-    rng = np.random.default_rng(2)
-    flat = jnp.asarray(rng.standard_normal(640).astype(np.float32))
-    index = (rng.permutation(20)[:12, None] * 32 + np.arange(32)).astype(np.int32)
-    values = jnp.asarray(rng.standard_normal(index.shape).astype(np.float32))
-    elements = jax.jit(lambda f, i, v: _scatter(jax.lax.scatter, f, i.ravel(), v.ravel()))
-    cut = index.copy()
-    cut[3, 5:] = 640  # a row with its end masked off
-    dropped = index.copy()
-    dropped[4] = 640  # a row masked off whole
-    for case in (index, cut, dropped):
-        np.testing.assert_array_equal(np.asarray(_row_scatter(flat, case, values)), np.asarray(elements(flat, case, values)))
-    text = jax.jit(_row_scatter).lower(flat, index, values).as_text()
-    scatters = [line for line in text.splitlines() if "stablehlo.scatter" in line]
-    assert any("update_window_dims = [1]" in line for line in scatters), scatters

@@ -160,8 +160,8 @@ class Memory:
         self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
         #: Each writable buffer's place in the state (a kernel with thousands of outputs stores into each).
         self._slots = {buffer: slot for slot, buffer in enumerate(self.writable)}
-        #: In a vectorised run: the stores recorded, as (buffer or `RowStore`, indices, values), instead of made.
-        self.deferred: list[tuple[int | RowStore, jax.Array, jax.Array]] | None = None
+        #: In a vectorised run: the stores recorded, as (buffer, indices, values), instead of made.
+        self.deferred: list[tuple[int, jax.Array, jax.Array]] | None = None
         #: The buffers loaded from (a vectorised run may not load what it stores).
         self.loaded: set[int] = set()
 
@@ -372,24 +372,14 @@ class Memory:
         if start is not None:
             return self._replace(state, pointer.buffer, _updated(array, values, start))
         index = offsets if active is None else jnp.where(active, offsets, spec.size)
-        record: int | RowStore = pointer.buffer
-        rows = pointer.rows
-        if rows is None and pointer.affine is not None and pointer.affine.shape == shape and shape:
-            rows = Rows.of_form(pointer.affine)
-        if rows is not None and rows.step == 1 and len(shape) >= 2 and shape[-1] >= ROW_LANES and spec.size < 2**31:
-            record = RowStore(pointer.buffer)
         if self.deferred is not None:
-            self.deferred.append((record, index, values))  # type: ignore[arg-type]
+            self.deferred.append((pointer.buffer, index, values))
             return state
-        return self.apply(state, record, index, values)
+        return self._replace(state, pointer.buffer, _scatter(lax.scatter, array, index, values))
 
-    def apply(self, state: State, record: int | RowStore, index: jax.Array, values: jax.Array) -> State:
-        """``state`` with a recorded store (of a buffer, or a `RowStore`) made: indices outside the buffer write
-        nothing."""
-        buffer = record.buffer if isinstance(record, RowStore) else record
+    def apply(self, state: State, buffer: int, index: jax.Array, values: jax.Array) -> State:
+        """``state`` with a recorded store made (indices outside the buffer write nothing)."""
         array = self._array(state, buffer)
-        if isinstance(record, RowStore):
-            return self._replace(state, buffer, _row_scatter(array, index, values))
         return self._replace(state, buffer, _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values)))
 
     def apply_atomic(self, state: State, buffer: int, kind: str, index: jax.Array, values: jax.Array) -> State:
@@ -471,44 +461,6 @@ def _gather(array: jax.Array, index: jax.Array, mode: lax.GatherScatterMode) -> 
     """``array[index]`` (one flat dimension): ``mode`` says what an index outside ``array`` reads (``CLIP``: the
     nearest element; ``PROMISE_IN_BOUNDS``: indices known to lie inside)."""
     return lax.gather(array, index[..., None], _GATHER, slice_sizes=(1,), mode=mode)
-
-
-@dataclasses.dataclass(frozen=True)
-class RowStore:
-    """A store whose lanes along its block's last axis are consecutive elements (`Rows` with step 1, their starts
-    known only when it runs: a state written back to a slot loaded from memory): made a row at a time where every
-    row is, when it runs, written whole or not at all (`_row_scatter`)."""
-
-    buffer: int
-
-
-#: The fewest lanes along a block's last axis for its store to be tried a row at a time.
-ROW_LANES = 16
-
-
-def _row_scatter(array: jax.Array, index: jax.Array, values: jax.Array) -> jax.Array:
-    """``array`` (flat) with ``values`` written at ``index`` (their last axis a row of lanes): one index per row where
-    each row's lanes are consecutive elements inside ``array`` or all outside it (masked off), else one per
-    element. Which of the two is decided when it runs, by one pass over the indices."""
-    lanes = index.shape[-1]
-    starts, rows = index.reshape(-1, lanes), values.reshape(-1, lanes)
-    first = starts[:, 0]
-    outside = (starts < 0) | (starts >= array.shape[0])
-    whole = jnp.all(starts == first[:, None] + lax.iota(starts.dtype, lanes)[None, :], axis=1) & ~outside[:, 0]
-    whole = whole & ~outside[:, -1]
-    dropped = jnp.all(outside, axis=1)
-
-    def by_rows(array: jax.Array) -> jax.Array:
-        placed = jnp.where(whole, first, array.shape[0])  # a dropped row starts past the end: nothing written
-        dims = lax.ScatterDimensionNumbers(
-            update_window_dims=(1,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
-        )
-        return lax.scatter(array, placed[:, None], rows, dims, mode=lax.GatherScatterMode.FILL_OR_DROP)
-
-    def by_elements(array: jax.Array) -> jax.Array:
-        return _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values))
-
-    return lax.cond(jnp.all(whole | dropped), by_rows, by_elements, array)
 
 
 def _scatter(op: Any, array: jax.Array, index: jax.Array, values: jax.Array) -> jax.Array:
