@@ -137,6 +137,10 @@ class Windows:
         if local is not None:
             view, begin = local
             value = _read(copy, view, jnp.asarray(begin, jnp.int64), self.windows[pointer.buffer])
+            # Read before what follows writes the copy: XLA then updates it in place rather than copying it whole
+            # to keep what this read would otherwise read late (each trip of a loop, on the CPU).
+            value, copy = lax.optimization_barrier((value, copy))
+            state = state._replace(buffers=_with(state, memory._slots[pointer.buffer], copy))
         else:
             index = jnp.clip(self._offsets(pointer, shape), 0, copy.shape[0] - 1)
             value = copy[index]
@@ -279,6 +283,12 @@ def _placed_vmap(
         axes = (0, 0, 0 if in_batched[2] else None, 0 if in_batched[3] else None)
         return jax.vmap(_placed.fun, in_axes=axes)(lines, block, r, c), True  # type: ignore[attr-defined]
     return _placed(lines, block, r, c), True
+
+
+def _with(state: State, slot: int, copy: jax.Array) -> tuple:
+    buffers = list(state.buffers)
+    buffers[slot] = copy
+    return tuple(buffers)
 
 
 def _replaced(state: State, memory: Memory, buffer: int, originals: Mapping[int, jax.Array]) -> tuple:
