@@ -96,7 +96,9 @@ def test_rows_arithmetic() -> None:
 
 
 @triton.jit
-def rows_to_slots_kernel(cache_ptr, table_ptr, new_ptr, n_rows, stride, n_cols, WIDTH: tl.constexpr, ROWS: tl.constexpr):
+def rows_to_slots_kernel(
+    cache_ptr, table_ptr, new_ptr, n_rows, stride, n_cols, WIDTH: tl.constexpr, ROWS: tl.constexpr
+):
     # Program p writes ROWS rows of new values back into the cache, row r at table[r] * stride (a state written back
     # to the slot its sequence holds), the lanes past n_cols masked off.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)

@@ -118,3 +118,20 @@ def test_lanes_read_past_an_array_but_never_used_leave_the_outputs_alone() -> No
         lambda v: jt.triton_call(v, n=10, kernel=stray_lanes_kernel, out_shape=v, grid=1, BLOCK=16), x
     )
     np.testing.assert_array_equal(out, x * np.float32(2.0) + np.float32(1.0))
+
+
+@triton.jit
+def float_bytes_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    # Each float32's bytes, reversed, written through byte pointers into an output of float32: a float with its
+    # bytes swapped.
+    offs = tl.arange(0, BLOCK)
+    src, dst = x_ptr.to(tl.pointer_type(tl.uint8)), out_ptr.to(tl.pointer_type(tl.uint8))
+    tl.store(dst + (offs // 4) * 4 + 3 - offs % 4, tl.load(src + offs))
+
+
+def test_pointer_casts_to_smaller_elements_move_the_bytes_a_gpu_would() -> None:
+    x = np.random.default_rng(8).standard_normal(32).astype(np.float32)
+    out = _on_the_tpu_strategy(
+        lambda v: jt.triton_call(v, kernel=float_bytes_kernel, out_shape=v, grid=1, BLOCK=4 * v.size), x
+    )
+    np.testing.assert_array_equal(_bits(out), x.byteswap().view(np.uint32))

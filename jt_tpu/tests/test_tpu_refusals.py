@@ -1,5 +1,6 @@
 """What a TPU cannot run is refused when the call is lowered, with an error that names it: float64 operands and
-arithmetic, and what the translation cannot express (inline assembly, device printing), with the kernel's line."""
+arithmetic, and what the translation cannot express (inline assembly, device printing, a pointer cast to larger
+elements), with the kernel's line."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ def copy_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 def widening_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
     tl.store(out_ptr + i, (tl.load(x_ptr + i).to(tl.float64) * 3.0).to(tl.float32))
+
+
+@triton.jit
+def widened_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.load(x_ptr.to(tl.pointer_type(tl.int32)) + i))
 
 
 @triton.jit
@@ -56,3 +63,9 @@ def test_what_the_translation_cannot_express_is_refused_with_its_line() -> None:
     x = np.ones(16, np.float32)
     with pytest.raises(UnsupportedKernelError, match=r"cannot run on tpu: it uses device printing.*test_tpu_refusals"):
         exported_for_tpu(_call(printing_kernel, x), x)
+
+
+def test_a_pointer_cast_to_larger_elements_is_refused_with_its_line() -> None:
+    x = np.ones(16, np.int32).view(np.uint8)[:16]
+    with pytest.raises(UnsupportedKernelError, match=r"pointer cast to larger elements.*test_tpu_refusals"):
+        exported_for_tpu(_call(widened_kernel, x), x)

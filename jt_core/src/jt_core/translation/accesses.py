@@ -56,7 +56,8 @@ def _addptr(ctx: RuleContext, state: State) -> State:
             if step.dtype.itemsize < 4:
                 step = step.astype(jnp.int32)  # sign-extended, as Triton extends an offset
             bounds = k.bounds(op.operands[0])
-            new = _offset_sum(pointer.offset, step, k.memory.specs[pointer.buffer].size, bounds)
+            size = k.memory.specs[pointer.buffer].size * k.memory._ratio(pointer)
+            new = _offset_sum(pointer.offset, step, size, bounds)
         return Pointer(pointer.buffer, new, pointer.pointee, k.form(op.results[0]), rows=k.rows(op.results[0]))
 
     if isinstance(found, Choice):
@@ -107,8 +108,11 @@ def _analyse_bitcast(walk: Any, op: Operation) -> None:
     found = walk.fact(op.operands[0])
     pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
     before = parse_type(source.pointee or "").element
-    if pointee is None or _itemsize(pointee) != _itemsize(before):
-        walk.refuse("a pointer cast to elements of another size", op.line)
+    if pointee is None or not _itemsize(pointee) or _itemsize(before) % _itemsize(pointee):
+        walk.refuse("a pointer cast to larger elements (or to elements whose size does not divide its own)", op.line)
+    elif _itemsize(pointee) < _itemsize(before):
+        # Its offsets now count parts of the buffer's elements: unknown to the analyses, which count elements.
+        found = dataclasses.replace(found, form=None, rows=None)
     walk.set(op.results[0], dataclasses.replace(found))
 
 
@@ -126,9 +130,21 @@ def _ptr_bitcast(ctx: RuleContext, state: State) -> State:
 
     def cast(pointer: Pointer) -> Pointer:
         pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
-        if pointee is None or lang.dtype_of(pointee).itemsize != lang.dtype_of(pointer.pointee).itemsize:
-            raise Unsupported("a pointer cast to elements of another size")
-        return Pointer(pointer.buffer, pointer.offset, pointee, pointer.affine)
+        size, before = (0, 0) if pointee is None else (lang.dtype_of(pointee).itemsize, _itemsize(pointer.pointee))
+        if pointee is None or not size or before % size:
+            raise Unsupported("a pointer cast to larger elements (or to elements whose size does not divide its own)")
+        if size == before:
+            return Pointer(pointer.buffer, pointer.offset, pointee, pointer.affine)
+        # Offsets in parts of the buffer's elements (`jt_core.translation.parts`); the pointer's element, as the
+        # buffer holds it, may itself be such a part already.
+        ratio = before // size
+        if lang.is_static(pointer.offset):
+            return Pointer(pointer.buffer, int(pointer.offset) * ratio, pointee)
+        offset = jnp.asarray(pointer.offset)
+        extent = ctx.kernel.memory.specs[pointer.buffer].size * ctx.kernel.memory._ratio(pointer) * ratio
+        if extent > _INT32.max:
+            offset = offset.astype(jnp.int64)
+        return Pointer(pointer.buffer, offset * ratio, pointee)
 
     if isinstance(value, Pointer):
         ctx.set(ctx.op.results[0], cast(value))

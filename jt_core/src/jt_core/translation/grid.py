@@ -77,7 +77,7 @@ def _side_by_side(job: Job, state: State) -> State:
     kernel = job.kernel(vector=True)
     entry = job.entry
     arguments = job.arguments
-    recorded: list[int] = []
+    recorded: list[Any] = []  # each store's buffer (or `parts.PartsStore`)
 
     def programs(first: Any, buffers: tuple[jax.Array, ...]) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
         def one(linear: Any) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:

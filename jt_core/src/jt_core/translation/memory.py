@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
+from jt_core.translation import parts
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.rows import Rows
 from jt_core.translation.lang import dtype_of, is_static
@@ -161,7 +162,7 @@ class Memory:
         #: Each writable buffer's place in the state (a kernel with thousands of outputs stores into each).
         self._slots = {buffer: slot for slot, buffer in enumerate(self.writable)}
         #: In a vectorised run: the stores recorded, as (buffer, indices, values), instead of made.
-        self.deferred: list[tuple[int, jax.Array, jax.Array]] | None = None
+        self.deferred: list[tuple[int | parts.PartsStore, jax.Array, jax.Array]] | None = None
         #: The buffers loaded from (a vectorised run may not load what it stores).
         self.loaded: set[int] = set()
 
@@ -190,6 +191,13 @@ class Memory:
         constant = self.constants[buffer]
         held = constant if constant is not None else state.buffers[self._slots[buffer]]
         return held if held.ndim == 1 else lax.reshape(held, (held.size,))
+
+    def _ratio(self, pointer: Pointer) -> int:
+        """How many of the pointer's elements one element of its buffer holds (more than one through a pointer cast
+        to smaller elements, whose offsets count parts: `jt_core.translation.parts`)."""
+        size = dtype_of(pointer.pointee).itemsize
+        storage = _storage(self.specs[pointer.buffer]).itemsize
+        return storage // size if size < storage else 1
 
     def _replace(self, state: State, buffer: int, array: jax.Array) -> State:
         """``state`` with a buffer's new contents (given flat), held in the buffer's own shape."""
@@ -234,8 +242,9 @@ class Memory:
         """The offsets of an access and which of its lanes are made (``None``: every lane, an unmasked access, whose
         lanes outside the buffer are clamped or dropped), recording the lanes that stray."""
         spec = self.specs[pointer.buffer]
+        extent = spec.size * self._ratio(pointer)
         offsets = jnp.broadcast_to(jnp.asarray(pointer.offset), shape)
-        large = spec.size > np.iinfo(np.int32).max
+        large = extent > np.iinfo(np.int32).max
         if large:
             offsets = offsets.astype(jnp.int64)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
@@ -254,9 +263,9 @@ class Memory:
         if wanted is None and spread is not None and checked:
             # The lanes lie within a known spread of the first: two comparisons check the whole block.
             first = (offsets[(0,) * len(shape)] if shape else offsets).astype(jnp.int64)
-            strayed = (first + spread[0] < 0) | (first + spread[1] >= spec.size)
+            strayed = (first + spread[0] < 0) | (first + spread[1] >= extent)
             return offsets, None, State(state.buffers, state.faults | strayed)
-        inside = (offsets >= 0) & (offsets < spec.size)
+        inside = (offsets >= 0) & (offsets < extent)
         if checked:
             state = self._record(state, ~inside if wanted is None else wanted & ~inside)
         return offsets, None if wanted is None else wanted & inside, state
@@ -275,6 +284,11 @@ class Memory:
         if spec.size == 0:  # nothing to read: every lane is masked off or out of bounds
             return jnp.broadcast_to(fill, shape), state
         array = self._array(state, pointer.buffer)
+        if self._ratio(pointer) > 1:
+            pieces = parts.split(array, parts.part_type(value_type.itemsize))
+            index = jnp.clip(offsets, 0, pieces.shape[0] - 1) if active is None else jnp.where(active, offsets, 0)
+            value = parts.to_value(_gather(pieces, index, lax.GatherScatterMode.PROMISE_IN_BOUNDS), value_type)
+            return (value if active is None else jnp.where(active, value, fill)), state
         start = self._contiguous(pointer, shape) if active is None else None
         if start is not None:
             piece = array if shape[0] == array.shape[0] else lax.slice(array, (start,), (start + shape[0],))
@@ -366,21 +380,34 @@ class Memory:
         array = self._array(state, pointer.buffer)
         value = jnp.asarray(value)
         pointee = dtype_of(pointer.pointee)
-        values = _to_storage(value if value.dtype == pointee else value.astype(pointee), array.dtype)
-        values = values if values.shape == shape else jnp.broadcast_to(values, shape)
-        start = self._contiguous(pointer, shape) if active is None and self.deferred is None else None
-        if start is not None:
-            return self._replace(state, pointer.buffer, _updated(array, values, start))
-        index = offsets if active is None else jnp.where(active, offsets, spec.size)
+        value = value if value.dtype == pointee else value.astype(pointee)
+        ratio = self._ratio(pointer)
+        index = offsets if active is None else jnp.where(active, offsets, spec.size * ratio)
+        record: int | parts.PartsStore = pointer.buffer
+        if ratio > 1:
+            part = parts.part_type(pointee.itemsize)
+            record, values = parts.PartsStore(pointer.buffer, part), jnp.broadcast_to(parts.to_part(value, part), shape)
+        else:
+            values = _to_storage(value, array.dtype)
+            values = values if values.shape == shape else jnp.broadcast_to(values, shape)
+            start = self._contiguous(pointer, shape) if active is None and self.deferred is None else None
+            if start is not None:
+                return self._replace(state, pointer.buffer, _updated(array, values, start))
         if self.deferred is not None:
-            self.deferred.append((pointer.buffer, index, values))
+            self.deferred.append((record, index, values))  # type: ignore[arg-type]
             return state
-        return self._replace(state, pointer.buffer, _scatter(lax.scatter, array, index, values))
+        return self.apply(state, record, index, values)
 
-    def apply(self, state: State, buffer: int, index: jax.Array, values: jax.Array) -> State:
-        """``state`` with a recorded store made (indices outside the buffer write nothing)."""
-        array = self._array(state, buffer)
-        return self._replace(state, buffer, _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values)))
+    def apply(self, state: State, record: int | parts.PartsStore, index: jax.Array, values: jax.Array) -> State:
+        """``state`` with a recorded store made (indices outside the buffer write nothing); a `parts.PartsStore`
+        is made in parts of its buffer."""
+        if isinstance(record, parts.PartsStore):
+            storage = _storage(self.specs[record.buffer])
+            pieces = parts.split(self._array(state, record.buffer), record.part)
+            written = _scatter(lax.scatter, pieces, jnp.ravel(index), jnp.ravel(values))
+            return self._replace(state, record.buffer, parts.joined(written, storage))
+        array = self._array(state, record)
+        return self._replace(state, record, _scatter(lax.scatter, array, jnp.ravel(index), jnp.ravel(values)))
 
     def apply_atomic(self, state: State, buffer: int, kind: str, index: jax.Array, values: jax.Array) -> State:
         """``state`` with a deferred atomic made: ``values`` combined by ``kind`` at ``index`` (indices outside the
@@ -406,6 +433,8 @@ class Memory:
         after lane in order, as the interpreter makes it; returns the values the lanes found."""
         spec = self.specs[pointer.buffer]
         value_type = dtype_of(pointer.pointee)
+        if self._ratio(pointer) > 1:
+            raise UnsupportedKernelError("an atomic through a pointer cast to smaller elements")
         offsets, active, state = self._lanes(state, "atomic", pointer, mask, shape)
         if not spec.writable or spec.size == 0:
             return jnp.zeros(shape, value_type), state

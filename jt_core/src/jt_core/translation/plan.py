@@ -30,6 +30,7 @@ from jt_core.translation.analysis import analyse
 from jt_core.translation.analysis.facts import Fact, Facts, Loop, Trips
 from jt_core.translation.analysis.independence import BufferMode, Window, independence, integer_buffers
 from jt_core.translation.analysis.relabeling import Relabeling, relabeling
+from jt_core.translation.lang import dtype_of
 from jt_core.translation.program import Program, parse_type
 from jt_core.translation.strategy import Strategy
 
@@ -166,8 +167,11 @@ def chunk_size(program: Program, total: int, budget: int) -> int:
 
 
 def _itemsize(element: str) -> int:
-    digits = "".join(c for c in element if c.isdigit())
-    return max(1, int(digits[:2] or 8) // 8) if element.startswith(("i", "f", "bf")) else 8
+    """An element's size in bytes (``i1`` one, float8 one); 8 for what is not a number (a descriptor, a pointer)."""
+    try:
+        return int(dtype_of(element).itemsize)
+    except Exception:  # not an element type a buffer holds
+        return 8
 
 
 def choose(
