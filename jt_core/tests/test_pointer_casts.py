@@ -16,11 +16,7 @@ import triton.language as tl
 import jt_core as jt
 
 PATHS = ["compiled", "interpreter"]
-
-
-@pytest.fixture(autouse=True)
-def each_path_alone(jt_cpu_paths_by_name: None) -> None:
-    """The path a call names is the one that runs it."""
+pytestmark = pytest.mark.usefixtures("jt_cpu_paths_by_name")  # the path a call names is the one that runs it
 
 
 @triton.jit
