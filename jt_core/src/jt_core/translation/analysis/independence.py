@@ -298,6 +298,8 @@ def _in_rows(accesses: Sequence[Access], window: Window, ranges: Mapping) -> boo
         form = access.form
         if form is None or _row(form) != window.row or any(c < 0 for c in form.lanes):
             continue
+        if not form.base_known:
+            return False  # a base known only when it runs (a load of the buffer as it was): any column
         cols = next(n for c, n in zip(form.lanes, form.shape, strict=True) if c == 1 and n > 1)
         low = high = (form.const - window.reach[0]) % window.row
         for symbol, coefficient in form.terms:
