@@ -59,20 +59,24 @@ def test_a_read_from_a_traced_start_in_a_large_buffer_is_a_slice_moved_into_plac
     with pytest.MonkeyPatch.context() as patch, jax.enable_x64(True):
         patch.setattr(blocks, "PADDED_READ_ELEMENTS", 0)
         patch.setattr(blocks, "ROW_ELEMENTS", 2)
-        begin = shift + (size - view.needed) // 2
-        flat = np.random.default_rng(size).standard_normal(size).astype(np.float32)
-        offsets = _offsets(view, begin)
-        want = np.where((offsets >= 0) & (offsets < size), flat[np.clip(offsets, 0, size - 1)], 0)
+        _, flat, begin, _, want = _case(view, size, shift)
         np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, jnp.int64(begin))), want)
 
 
-def _check(view: View, size: int, shift: int) -> None:
+def _case(view: View, size: int, shift: int) -> tuple[np.random.Generator, np.ndarray, int, np.ndarray, np.ndarray]:
+    """A buffer of ``size`` random floats, the view's start ``shift`` from centred, which of its elements lie inside
+    the buffer and what a gather reads there (zero outside); and the generator, for more."""
     rng = np.random.default_rng(size)
     flat = rng.standard_normal(size).astype(np.float32)
     begin = shift + (size - view.needed) // 2
     offsets = _offsets(view, begin)
     inside = (offsets >= 0) & (offsets < size)
-    want = np.where(inside, flat[np.clip(offsets, 0, size - 1)], 0)
+    return rng, flat, begin, inside, np.where(inside, flat[np.clip(offsets, 0, size - 1)], 0)
+
+
+def _check(view: View, size: int, shift: int) -> None:
+    rng, flat, begin, inside, want = _case(view, size, shift)
+    offsets = _offsets(view, begin)
     np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, begin)), want)
     np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, jnp.int64(begin))), want)
 

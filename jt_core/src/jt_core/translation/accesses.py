@@ -22,6 +22,7 @@ from jt_core.translation import elementwise, lang
 from jt_core.translation.analysis import masks
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import Descriptor, Fact
+from jt_core.translation.folding import itemsize
 from jt_core.translation.memory import Choice, Pointer, State
 from jt_core.translation.program import Operation, parse_type
 from jt_core.translation.rules import RuleContext, rule
@@ -108,19 +109,16 @@ def _analyse_bitcast(walk: Any, op: Operation) -> None:
     found = walk.fact(op.operands[0])
     pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
     before = parse_type(source.pointee or "").element
-    if pointee is None or not _itemsize(pointee) or _itemsize(before) % _itemsize(pointee):
-        walk.refuse("a pointer cast to larger elements (or to elements whose size does not divide its own)", op.line)
-    elif _itemsize(pointee) < _itemsize(before):
+    if pointee is None or not itemsize(pointee) or itemsize(before) % itemsize(pointee):
+        walk.refuse(_LARGER, op.line)
+    elif itemsize(pointee) < itemsize(before):
         # Its offsets now count parts of the buffer's elements: unknown to the analyses, which count elements.
         found = dataclasses.replace(found, form=None, rows=None)
     walk.set(op.results[0], dataclasses.replace(found))
 
 
-def _itemsize(element: str) -> int:
-    try:
-        return lang.dtype_of(element).itemsize
-    except Exception:
-        return 0
+#: Why a pointer cast is refused: its offsets would count elements that split the buffer's.
+_LARGER = "a pointer cast to larger elements (or to elements whose size does not divide its own)"
 
 
 @rule("tt.bitcast", analyse=_analyse_bitcast, compute=elementwise.typed(lang.bitcast), picks_float8=True)
@@ -130,9 +128,9 @@ def _ptr_bitcast(ctx: RuleContext, state: State) -> State:
 
     def cast(pointer: Pointer) -> Pointer:
         pointee = parse_type(ty.pointee or "").element if ty.is_pointer else None
-        size, before = (0, 0) if pointee is None else (lang.dtype_of(pointee).itemsize, _itemsize(pointer.pointee))
+        size, before = (0, 0) if pointee is None else (itemsize(pointee), itemsize(pointer.pointee))
         if pointee is None or not size or before % size:
-            raise Unsupported("a pointer cast to larger elements (or to elements whose size does not divide its own)")
+            raise Unsupported(_LARGER)
         if size == before:
             return Pointer(pointer.buffer, pointer.offset, pointee, pointer.affine)
         # Offsets in parts of the buffer's elements (`jt_core.translation.parts`); the pointer's element, as the

@@ -51,6 +51,12 @@ def dtype_of(element: str) -> np.dtype:
         raise UnsupportedKernelError(f"values of type {element}") from None
 
 
+def itemsize(element: str) -> int:
+    """The bytes of a TTIR element type's value (``i1`` one, a float8 one); 0 for a type a buffer holds no values of
+    (a pointer, a descriptor)."""
+    return int(np.dtype(_DTYPES[element]).itemsize) if element in _DTYPES else 0
+
+
 def is_static(value: Any) -> bool:
     """Whether ``value`` is known when the kernel is traced (a Python scalar)."""
     return isinstance(value, (bool, int, float))

@@ -30,7 +30,7 @@ from jt_core.translation.analysis import analyse
 from jt_core.translation.analysis.facts import Fact, Facts, Loop, Trips
 from jt_core.translation.analysis.independence import BufferMode, Window, independence, integer_buffers
 from jt_core.translation.analysis.relabeling import Relabeling, relabeling
-from jt_core.translation.lang import dtype_of
+from jt_core.translation.folding import itemsize
 from jt_core.translation.program import Program, parse_type
 from jt_core.translation.strategy import Strategy
 
@@ -161,17 +161,9 @@ def chunk_size(program: Program, total: int, budget: int) -> int:
     largest = 1
     for text in set(program.types.values()):
         ty = parse_type(text)
-        size = 8 if ty.is_pointer else _itemsize(ty.element)
+        size = 8 if ty.is_pointer else itemsize(ty.element) or 8  # a descriptor, a token: a pointer's size
         largest = max(largest, math.prod(ty.shape) * size)
     return max(1, min(total, budget // largest))
-
-
-def _itemsize(element: str) -> int:
-    """An element's size in bytes (``i1`` one, float8 one); 8 for what is not a number (a descriptor, a pointer)."""
-    try:
-        return int(dtype_of(element).itemsize)
-    except Exception:  # not an element type a buffer holds
-        return 8
 
 
 def choose(

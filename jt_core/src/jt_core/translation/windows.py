@@ -169,9 +169,7 @@ class Windows:
             index = self._offsets(pointer, shape)
             index = jnp.where(wanted, index, copy.shape[0]) if wanted is not None else index
             updated = copy.at[index].set(values, mode="drop")
-        buffers = list(state.buffers)
-        buffers[slot] = updated
-        return State(tuple(buffers), state.faults)
+        return State(_with(state, slot, updated), state.faults)
 
 
 def _grid(view: blocks.View, row: int) -> tuple[int, int, int] | None:
@@ -286,6 +284,7 @@ def _placed_vmap(
 
 
 def _with(state: State, slot: int, copy: jax.Array) -> tuple:
+    """The state's buffers with a program's copy in ``slot``."""
     buffers = list(state.buffers)
     buffers[slot] = copy
     return tuple(buffers)
