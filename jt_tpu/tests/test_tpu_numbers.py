@@ -135,3 +135,36 @@ def test_pointer_casts_to_smaller_elements_move_the_bytes_a_gpu_would() -> None:
         lambda v: jt.triton_call(v, kernel=float_bytes_kernel, out_shape=v, grid=1, BLOCK=4 * v.size), x
     )
     np.testing.assert_array_equal(_bits(out), x.byteswap().view(np.uint32))
+
+
+@triton.jit
+def far_bounds_loop_kernel(lo_ptr, hi_ptr, out_ptr, STEP: tl.constexpr):
+    # Each program's own bounds, loaded: programs side by side run the loop to the most trips, each masked past its
+    # own end; the bounds' difference does not fit in 32 bits.
+    pid = tl.program_id(0)
+    lo = tl.load(lo_ptr + pid)
+    hi = tl.load(hi_ptr + pid)
+    trips = 0
+    last = lo - 1
+    for i in range(lo, hi, STEP):
+        trips += 1
+        last = i
+    tl.store(out_ptr + 2 * pid, trips)
+    tl.store(out_ptr + 2 * pid + 1, last)
+
+
+@pytest.mark.parametrize("strategy", ["cpu", "tpu"])
+def test_a_loop_counts_its_trips_in_32_bits_without_overflow(strategy: str) -> None:
+    """The loop's counter and trip count are 32-bit (a TPU emulates 64-bit integers), and bounds two billion apart
+    either side of zero count as Python's ``range`` does."""
+    step = 1 << 28
+    lo = np.array([-2_000_000_000, 5, 7, -(1 << 31), 2_000_000_000], np.int32)
+    hi = np.array([2_000_000_000, 5, 1 << 30, (1 << 31) - 1, -5], np.int32)
+
+    def call(lo: Any, hi: Any) -> Any:
+        out = jax.ShapeDtypeStruct((2 * lo.size,), np.int32)
+        return jt.triton_call(lo, hi, kernel=far_bounds_loop_kernel, out_shape=out, grid=(lo.size,), STEP=step)
+
+    got = _on_the_tpu_strategy(call, lo, hi) if strategy == "tpu" else np.asarray(jax.jit(call)(lo, hi))
+    want = [(len(r), r[-1] if len(r) else a - 1) for a, b in zip(lo.tolist(), hi.tolist()) for r in [range(a, b, step)]]
+    assert got.reshape(-1, 2).tolist() == [list(w) for w in want]

@@ -253,11 +253,22 @@ def _unrolled(k: Any, op: Operation, loop: Loop, inits: list[Any], state: State)
     return list(values), state
 
 
+def _counter_dtype(iv_dtype: Any) -> Any:
+    """What a loop's trips are counted in: its counter's width, at least 32 bits (64-bit integers are emulated on a
+    TPU, and a loop's arithmetic runs in every program on every trip)."""
+    return jnp.int64 if np.dtype(iv_dtype).itemsize > 4 else jnp.int32
+
+
 def _trips(k: Any, op: Operation) -> jax.Array:
-    """How many trips a ``scf.for`` makes in the program being traced."""
+    """How many trips a ``scf.for`` makes in the program being traced, in `_counter_dtype`: the bounds' difference
+    taken unsigned, so that it cannot overflow."""
     iv_type = k.type(op.regions[0][0].arguments[0])
-    lower, upper, step = (lang.as_array(k.get(v), iv_type).astype(jnp.int64) for v in op.operands[:3])
-    return jnp.maximum(0, (upper - lower + step - 1) // jnp.maximum(step, 1))
+    counter = _counter_dtype(lang.dtype_of(iv_type.element))
+    unsigned = jnp.uint64 if counter == jnp.int64 else jnp.uint32
+    lower, upper, step = (lang.as_array(k.get(v), iv_type).astype(counter) for v in op.operands[:3])
+    span = upper.astype(unsigned) - lower.astype(unsigned)
+    count = (span - 1) // jnp.maximum(step, 1).astype(unsigned) + 1
+    return jnp.where(upper > lower, count.astype(counter), counter(0))
 
 
 def _collected_products(
@@ -284,14 +295,15 @@ def _rolled(
     types = [k.type(v) for v in op.results]
     iv_type = k.type(body.arguments[0])
     iv_dtype = lang.dtype_of(iv_type.element)
-    lower = lang.as_array(k.get(op.operands[0]), iv_type).astype(jnp.int64)
-    step = lang.as_array(k.get(op.operands[2]), iv_type).astype(jnp.int64)
+    counter = _counter_dtype(iv_dtype)
+    lower = lang.as_array(k.get(op.operands[0]), iv_type).astype(counter)
+    step = lang.as_array(k.get(op.operands[2]), iv_type).astype(counter)
     trips = _trips(k, op)
     predicated = mode is LoopMode.PREDICATED
 
     def iteration(t: Any, carry: tuple[list[Any], State]) -> tuple[list[Any], State]:
         arrays, st = carry
-        trip = t.astype(jnp.int64)
+        trip = t.astype(counter)
         k.trips[loop.symbol] = trip
         iv = (lower + trip * step).astype(iv_dtype)
         values = _unpacked(k, inits, arrays, body.arguments[1:])
@@ -312,7 +324,7 @@ def _rolled(
     else:
         count = trips
     try:
-        arrays, state = lax.fori_loop(0 if isinstance(count, int) else jnp.int64(0), count, iteration, (initial, state))
+        arrays, state = lax.fori_loop(0 if isinstance(count, int) else counter(0), count, iteration, (initial, state))
     finally:
         k.trips.pop(loop.symbol, None)
     return _unpacked(k, inits, arrays, op.results), state

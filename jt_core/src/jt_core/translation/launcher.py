@@ -209,6 +209,8 @@ def kernel_function(
             state = run_grid(Job(chosen, program, memory, arguments, fused, strategy), state)
         finals = dict(zip(memory.writable, memory.final(state), strict=True))
         outputs = [finals[keys[("out", index)]] for index in range(len(call.out_avals))]
+        if strategy.fenced_outputs:
+            outputs = list(lax.optimization_barrier(outputs))
         return [*outputs, state.faults]
 
     return run

@@ -306,7 +306,7 @@ def run(job: Job, state: State) -> State:
     mapped = tuple(k for k in range(3) if counts[k] > 1)
     kernel = job.kernel(vector=True)
     entry = job.entry
-    windows = Windows(memory, plan.windows, counts) if plan.windows else None
+    windows = Windows(memory, plan.windows, counts, job.strategy.ordered_window_reads) if plan.windows else None
     recorded: list[Any] = []
     #: Whether no access of the programs could stray (their faults are the ones they started with, untouched).
     clean = [True]

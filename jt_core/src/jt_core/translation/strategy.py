@@ -38,6 +38,13 @@ class Strategy:
             reshaped, rather than gathered or scattered.
         stray_loads_fault: Whether a load's lane that strays outside its buffer is a fault (the CPU names it;
             ``False``: it reads zero, as a lane a kernel never uses may on a GPU).
+        ordered_window_reads: Whether a read of the programs' copy of a buffer they write in place is made before
+            the writes after it (an optimization barrier): the CPU's XLA then updates the copy in place in a loop
+            rather than copying it whole each trip; a TPU's XLA fuses the read into its users instead.
+        fenced_outputs: Whether a call's outputs are made whole before what follows uses them (an optimization
+            barrier), as a GPU kernel's are in memory: XLA then fuses nothing of the kernel into the next call's
+            operations. XLA's TPU compiler crashes (a segmentation fault in its priority fusion) fusing a loop's
+            batched product into a following call's reads.
     """
 
     numerics: Numerics = GPU_NUMERICS
@@ -47,6 +54,8 @@ class Strategy:
     unrolled_operations: int = 256
     slice_span: int = 4
     stray_loads_fault: bool = True
+    ordered_window_reads: bool = True
+    fenced_outputs: bool = False
 
 
 #: The CPU backend's choices.

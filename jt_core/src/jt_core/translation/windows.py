@@ -36,10 +36,14 @@ class Windows:
         memory: The buffers.
         windows: Each windowed buffer's window.
         counts: The programs of the box along each grid axis.
+        ordered: Whether a read of a copy is made before the writes after it (`Strategy.ordered_window_reads`).
     """
 
-    def __init__(self, memory: Memory, windows: Mapping[int, Window], counts: tuple[int, int, int]) -> None:
+    def __init__(
+        self, memory: Memory, windows: Mapping[int, Window], counts: tuple[int, int, int], ordered: bool
+    ) -> None:
         self.memory = memory
+        self.ordered = ordered
         self.windows = dict(windows)
         self.counts = counts
         self.mapped = tuple(k for k in range(3) if counts[k] > 1)
@@ -137,10 +141,11 @@ class Windows:
         if local is not None:
             view, begin = local
             value = _read(copy, view, jnp.asarray(begin, jnp.int64), self.windows[pointer.buffer])
-            # Read before what follows writes the copy: XLA then updates it in place rather than copying it whole
-            # to keep what this read would otherwise read late (each trip of a loop, on the CPU).
-            value, copy = lax.optimization_barrier((value, copy))
-            state = state._replace(buffers=_with(state, memory._slots[pointer.buffer], copy))
+            if self.ordered:
+                # Read before what follows writes the copy: XLA then updates it in place rather than copying it
+                # whole to keep what this read would otherwise read late (each trip of a loop, on the CPU).
+                value, copy = lax.optimization_barrier((value, copy))
+                state = state._replace(buffers=_with(state, memory._slots[pointer.buffer], copy))
         else:
             index = jnp.clip(self._offsets(pointer, shape), 0, copy.shape[0] - 1)
             value = copy[index]
