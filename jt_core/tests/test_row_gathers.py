@@ -139,3 +139,55 @@ def test_rows_stored_to_slots_found_through_a_table_write_right(n_cols: int, lau
     expected = cache.copy()
     expected[table, :n_cols] = new[:, :n_cols]
     np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+@triton.jit
+def rows_at_starts_kernel(out_ptr, starts_ptr, new_ptr, WIDTH: tl.constexpr, ROWS: tl.constexpr):
+    # Program p writes ROWS rows of WIDTH new values, row r from the offset starts[r] on: nothing says whether a row
+    # stays within a row of the buffer until the starts are read.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    start = tl.load(starts_ptr + rows)
+    cols = tl.arange(0, WIDTH)
+    values = tl.load(new_ptr + rows[:, None] * WIDTH + cols[None, :])
+    tl.store(out_ptr + start[:, None] + cols[None, :], values)
+
+
+def _rows_at_starts(out: Any, starts: Any, new: Any, launcher: str) -> Any:
+    return jt.triton_call(
+        out,
+        starts,
+        new,
+        kernel=rows_at_starts_kernel,
+        out_shape=out,
+        input_output_aliases={0: 0},
+        grid=(starts.shape[0] // 8,),
+        WIDTH=new.shape[1],
+        ROWS=8,
+        launcher=launcher,
+    )
+
+
+@pytest.mark.parametrize("launcher", PATHS)
+@pytest.mark.parametrize("row", [32, 24], ids=["rows-within", "rows-straddle"])
+def test_rows_stored_from_loaded_starts_write_right_whether_or_not_they_straddle_the_buffers_rows(
+    row: int, launcher: str
+) -> None:
+    """Rows of 16 at distinct multiples of 16: within the buffer's rows of 32 (one row scatter), across its rows of 24
+    for some (the check made when the store runs sends them element by element)."""
+    rng = np.random.default_rng(2)
+    out = rng.standard_normal((30, row)).astype(np.float32)
+    starts = (rng.permutation(out.size // 16)[:24] * 16).astype(np.int32)
+    new = rng.standard_normal((24, 16)).astype(np.float32)
+    got = jax.jit(lambda o, s, v: _rows_at_starts(o, s, v, launcher))(out, starts, new)
+    expected = out.reshape(-1).copy()
+    for start, values in zip(starts, new, strict=True):
+        expected[start : start + 16] = values
+    np.testing.assert_array_equal(np.asarray(got), expected.reshape(out.shape))
+
+
+def test_rows_stored_from_loaded_starts_are_one_row_scatter_or_one_element_scatter_chosen_once() -> None:
+    spec = [jax.ShapeDtypeStruct(s, t) for s, t in (((30, 32), np.float32), ((24,), np.int32), ((24, 16), np.float32))]
+    text = jax.jit(lambda o, s, v: _rows_at_starts(o, s, v, "compiled")).lower(*spec).as_text()
+    scatters = [line for line in text.splitlines() if "stablehlo.scatter" in line]
+    assert text.count("stablehlo.case") == 1 and len(scatters) == 2, scatters
+    assert sum("update_window_dims = [" in line for line in scatters) == 1, scatters
