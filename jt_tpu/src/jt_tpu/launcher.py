@@ -20,7 +20,8 @@ __all__ = ["TPU_STRATEGY", "TpuLauncher"]
 #: whatever their trip count), block accesses as strided slices however far apart their rows lie, a K-loop of
 #: ``tl.dot`` as one product, and a load's stray lane read as zero rather than a fault (a kernel may read past an
 #: array and never use the lanes that stray, as a GPU lets it); reads of a buffer written in place left for XLA to
-#: order, and a call's outputs made whole before the next call uses them (`Strategy.fenced_outputs`).
+#: order, a call's outputs made whole before the next call uses them (`Strategy.fenced_outputs`), and stores at
+#: addresses loaded from memory scattered element by element (`Strategy.row_stores`).
 TPU_STRATEGY = Strategy(
     numerics=XLA_NUMERICS,
     side_by_side_bytes=1 << 30,
@@ -30,6 +31,7 @@ TPU_STRATEGY = Strategy(
     stray_loads_fault=False,
     ordered_window_reads=False,
     fenced_outputs=True,
+    row_stores=False,
 )
 
 #: Element types a TPU has no arithmetic for: a call that passes or computes them is refused.

@@ -202,7 +202,7 @@ def kernel_function(
             else jnp.reshape(operands[next(i for (w, i), b in keys.items() if b == n and w == "in")], spec.shape)
             for n, spec in enumerate(specs)
         ]
-        memory = Memory(specs, constants, bounds_check, strategy.stray_loads_fault)
+        memory = Memory(specs, constants, bounds_check, strategy.stray_loads_fault, strategy.row_stores)
         state = State(memory.initial([initial[i] for i in memory.writable]), no_error())
         fused = config.options.enable_fp_fusion and fuse
         with floats.opaque_constants(floats.opaque_zero()):

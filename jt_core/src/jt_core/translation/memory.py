@@ -160,6 +160,8 @@ class Memory:
         constants: The arrays of the read-only buffers, in their own shapes (``None`` for writable ones).
         bounds_check: Whether accesses are checked against their buffer.
         loads_fault: Whether a load's lane that strays outside its buffer sets the faults (a store's always does).
+        row_stores: Whether stores of rows at starts known only when they run may scatter whole rows
+            (`jt_core.translation.strategy.Strategy.row_stores`).
     """
 
     def __init__(
@@ -168,12 +170,14 @@ class Memory:
         constants: Sequence[jax.Array | None],
         bounds_check: bool,
         loads_fault: bool = True,
+        row_stores: bool = True,
     ) -> None:
         self.specs = tuple(specs)
         self.constants = tuple(constants)
         self.bounds_check = bounds_check
         #: Whether a load's lane outside its buffer is a fault (else it reads zero, unreported).
         self.loads_fault = loads_fault
+        self.row_stores = row_stores
         self.writable = tuple(i for i, spec in enumerate(specs) if spec.writable)
         #: Each writable buffer's place in the state (a kernel with thousands of outputs stores into each).
         self._slots = {buffer: slot for slot, buffer in enumerate(self.writable)}
@@ -391,7 +395,7 @@ class Memory:
         there was one per element, its first lane's offset; a row whose start strays is given the buffer's end, and
         writes nothing, as its lanes would not (a row checked to lie within a row of the buffer lies inside it or
         wholly outside)."""
-        if not self._by_rows(pointer, offsets.shape):
+        if not self.row_stores or not self._by_rows(pointer, offsets.shape):
             return None
         spec = self.specs[pointer.buffer]
         first = offsets[..., 0]

@@ -86,7 +86,7 @@ class _BoxMemory(Memory):
     def __init__(
         self, memory: Memory, box: blocks.Box, chunks: int, kernel: Kernel, windows: Windows | None = None
     ) -> None:
-        super().__init__(memory.specs, memory.constants, memory.bounds_check, memory.loads_fault)
+        super().__init__(memory.specs, memory.constants, memory.bounds_check, memory.loads_fault, memory.row_stores)
         self.kernel = kernel
         self.box = box
         self.chunks = chunks
