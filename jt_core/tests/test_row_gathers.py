@@ -168,14 +168,15 @@ def _rows_at_starts(out: Any, starts: Any, new: Any, launcher: str) -> Any:
 
 
 @pytest.mark.parametrize("launcher", PATHS)
-@pytest.mark.parametrize("row", [32, 24], ids=["rows-within", "rows-straddle"])
+@pytest.mark.parametrize("row", [32, 24, 8], ids=["rows-within", "rows-straddle", "rows-longer"])
 def test_rows_stored_from_loaded_starts_write_right_whether_or_not_they_straddle_the_buffers_rows(
     row: int, launcher: str
 ) -> None:
     """Rows of 16 at distinct multiples of 16: within the buffer's rows of 32 (one row scatter), across its rows of 24
-    for some (the check made when the store runs sends them element by element)."""
+    for some (the check made when the store runs sends them element by element), longer than its rows of 8 (element
+    by element, known when traced)."""
     rng = np.random.default_rng(2)
-    out = rng.standard_normal((30, row)).astype(np.float32)
+    out = rng.standard_normal((60, row)).astype(np.float32)
     starts = (rng.permutation(out.size // 16)[:24] * 16).astype(np.int32)
     new = rng.standard_normal((24, 16)).astype(np.float32)
     got = jax.jit(lambda o, s, v: _rows_at_starts(o, s, v, launcher))(out, starts, new)

@@ -324,7 +324,8 @@ def _rolled(
     else:
         count = trips
     try:
-        arrays, state = lax.fori_loop(0 if isinstance(count, int) else counter(0), count, iteration, (initial, state))
+        stop = counter(count) if isinstance(count, int) else count
+        arrays, state = lax.fori_loop(counter(0), stop, iteration, (initial, state))
     finally:
         k.trips.pop(loop.symbol, None)
     return _unpacked(k, inits, arrays, op.results), state

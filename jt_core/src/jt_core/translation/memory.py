@@ -336,9 +336,9 @@ class Memory:
 
     def _by_rows(self, pointer: Pointer, shape: tuple[int, ...]) -> bool:
         """Whether an access's rows (along its last axis) are consecutive elements of a buffer of rows (two axes or
-        more, under 2**31 elements), which a gather or scatter of rows may move whole."""
+        more, under 2**31 elements) no shorter than they are, which a gather or scatter of rows may move whole."""
         spec = self.specs[pointer.buffer]
-        if len(shape) < 1 or shape[-1] < 2 or len(spec.shape) < 2 or spec.size >= 2**31:
+        if len(shape) < 1 or not 2 <= shape[-1] <= spec.shape[-1] or len(spec.shape) < 2 or spec.size >= 2**31:
             return False
         affine = pointer.affine
         if affine is not None and affine.shape == shape:

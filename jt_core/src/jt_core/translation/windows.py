@@ -3,7 +3,9 @@ input, a gradient written over the logits it read), and stores inside a loop tra
 
 The independence pass proved that every access of such a buffer stays in a window of it that moves with the program
 id and meets no other program's (`jt_core.translation.analysis.independence.Window`). Before the programs run, the
-box's windows are read as one slice of the buffer, each program's its own copy (``jax.vmap`` maps them); a program
+box's windows are read as one slice of the buffer, each program's its own copy (``jax.vmap`` maps them), held in
+rows of the window's row (`Window.row`) where it has one, so that a block of rows is a slice of the copy as it is (a
+TPU lays out the last two axes of an array in tiles: a reshape of them is a copy of the whole array); a program
 then loads and stores in its copy, where it sees its own stores, and after the programs the part of each copy its
 program owns is written back as one slice. A load through offsets known only when it runs, which the pass let
 through only before the program stores to that buffer, reads the buffer as it was before the kernel.
@@ -72,7 +74,7 @@ class Windows:
             after = reach_low + reach_width - window.low - window.width
             after += -reach_width % window.row  # whole rows (`Window.row`)
             pad = [(0, 0)] * (owned.ndim - 1) + [(before, after)]
-            copies.append(jnp.pad(owned, pad) if before or after else owned)
+            copies.append(_in_rows(jnp.pad(owned, pad) if before or after else owned, window))
         return copies
 
     def enter(self, state: State, copies: list[jax.Array], pids: tuple[Any, Any, Any]) -> State:
@@ -95,7 +97,7 @@ class Windows:
         """``state`` with each program's part of every window written back (after the programs ran)."""
         for (buffer, window), copy in zip(self.windows.items(), copies, strict=True):
             skip = window.low - window.reach[0]
-            owned = copy[..., skip : skip + window.width]
+            owned = _flat(copy, window)[..., skip : skip + window.width]
             shape = tuple(self.counts[k] if k in self.mapped else 1 for k in range(3))
             values = owned.reshape((*shape, window.width))
             flat = self.memory._array(state, buffer)
@@ -147,8 +149,8 @@ class Windows:
                 value, copy = lax.optimization_barrier((value, copy))
                 state = state._replace(buffers=_with(state, memory._slots[pointer.buffer], copy))
         else:
-            index = jnp.clip(self._offsets(pointer, shape), 0, copy.shape[0] - 1)
-            value = copy[index]
+            flat = _flat(copy, self.windows[pointer.buffer])
+            value = flat[jnp.clip(self._offsets(pointer, shape), 0, flat.shape[0] - 1)]
         value = _to_value(value, _storage(spec), np.dtype(value_type))
         if mask is not None:
             fill = jnp.zeros((), value_type) if other is None else jnp.asarray(other).astype(value_type)
@@ -171,9 +173,11 @@ class Windows:
             view, begin = local
             updated = _write(copy, view, jnp.asarray(begin, jnp.int64), values, wanted, self.windows[pointer.buffer])
         else:
+            window = self.windows[pointer.buffer]
+            flat = _flat(copy, window)
             index = self._offsets(pointer, shape)
-            index = jnp.where(wanted, index, copy.shape[0]) if wanted is not None else index
-            updated = copy.at[index].set(values, mode="drop")
+            index = jnp.where(wanted, index, flat.shape[0]) if wanted is not None else index
+            updated = _in_rows(flat.at[index].set(values, mode="drop"), window)
         return State(_with(state, slot, updated), state.faults)
 
 
@@ -195,15 +199,14 @@ def _read(copy: jax.Array, view: blocks.View, begin: jax.Array, window: Window) 
     row = window.row
 
     def flat(copy: jax.Array, begin: jax.Array) -> jax.Array:
-        return blocks.from_region(_region(copy, begin, view.needed), view)
+        return blocks.from_region(_region(_flat(copy, window), begin, view.needed), view)
 
     found = _grid(view, row)
     if found is None:
         return flat(copy, begin)
     over, rows, cols = found
 
-    def block(copy: jax.Array, begin: jax.Array) -> jax.Array:
-        lines = copy.reshape((*copy.shape[:-1], copy.shape[-1] // row, row))
+    def block(lines: jax.Array, begin: jax.Array) -> jax.Array:
         picked = _block_of(rows, cols)(lines, begin // row, begin % row)
         picked = picked if over == min(a for a in range(len(view.counts)) if view.counts[a] > 1) else picked.T
         return picked.reshape(view.counts)
@@ -221,10 +224,11 @@ def _write(
     lanes = jnp.ones(view.counts, bool) if wanted is None else wanted
 
     def flat(copy: jax.Array, begin: jax.Array) -> jax.Array:
+        whole = _flat(copy, window)
         region = blocks.to_region(values, view, 0)
-        old = _region(copy, begin, view.needed)
+        old = _region(whole, begin, view.needed)
         on = blocks.to_region(lanes, view, False)
-        return _updated(copy, jnp.where(on, region, old), begin)
+        return _in_rows(_updated(whole, jnp.where(on, region, old), begin), window)
 
     found = _grid(view, row)
     if found is None:
@@ -232,14 +236,12 @@ def _write(
     over, rows, cols = found
     first = min(a for a in range(len(view.counts)) if view.counts[a] > 1)
 
-    def block(copy: jax.Array, begin: jax.Array) -> jax.Array:
-        lines = copy.reshape((*copy.shape[:-1], copy.shape[-1] // row, row))
+    def block(lines: jax.Array, begin: jax.Array) -> jax.Array:
         new, on = (x.reshape((rows, cols) if over == first else (cols, rows)) for x in (values, lanes))
         if over != first:
             new, on = new.T, on.T
         old = _block_of(rows, cols)(lines, begin // row, begin % row)
-        placed = _placed(lines, jnp.where(on, new, old), begin // row, begin % row)
-        return placed.reshape(copy.shape)
+        return _placed(lines, jnp.where(on, new, old), begin // row, begin % row)
 
     if window.in_rows:
         return block(copy, begin)
@@ -286,6 +288,20 @@ def _placed_vmap(
         axes = (0, 0, 0 if in_batched[2] else None, 0 if in_batched[3] else None)
         return jax.vmap(_placed.fun, in_axes=axes)(lines, block, r, c), True  # type: ignore[attr-defined]
     return _placed(lines, block, r, c), True
+
+
+def _in_rows(copy: jax.Array, window: Window) -> jax.Array:
+    """A copy (its last axis the window's elements) held in rows of the window's row, where it has one."""
+    if window.row <= 1:
+        return copy
+    return copy.reshape((*copy.shape[:-1], copy.shape[-1] // window.row, window.row))
+
+
+def _flat(copy: jax.Array, window: Window) -> jax.Array:
+    """A copy held as `_in_rows` holds it, its window's elements along one axis again."""
+    if window.row <= 1:
+        return copy
+    return copy.reshape((*copy.shape[:-2], copy.shape[-2] * copy.shape[-1]))
 
 
 def _with(state: State, slot: int, copy: jax.Array) -> tuple:
