@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from jt_core.translation import blocks
+from jt_core.translation import blocks, views
 from jt_core.translation.blocks import View, read, strays, write
 
 
@@ -61,6 +61,46 @@ def test_a_read_from_a_traced_start_in_a_large_buffer_is_a_slice_moved_into_plac
         patch.setattr(blocks, "ROW_ELEMENTS", 2)
         _, flat, begin, _, want = _case(view, size, shift)
         np.testing.assert_array_equal(np.asarray(read(jnp.asarray(flat), view, jnp.int64(begin))), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    axes=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 5)), min_size=1, max_size=3),
+    size=st.integers(1, 400),
+    first=st.integers(0, 60),
+    modulus=st.integers(1, 48),
+    trips=st.integers(1, 6),
+)
+@example(axes=[(64, 2), (8, 4), (1, 8)], size=128, first=0, modulus=32, trips=2)  # key blocks of two heads
+@example(axes=[(64, 2), (8, 4), (1, 8)], size=128, first=0, modulus=16, trips=4)  # the last crosses a head's rows
+def test_a_read_at_starts_a_loop_moves_is_a_slice_of_the_buffer_in_the_views_shape_where_they_allow_it(
+    axes: list[tuple[int, int]], size: int, first: int, modulus: int, trips: int
+) -> None:
+    """A view read from starts ``first + modulus * trip`` (a loop's trips move it), given the reach of those starts
+    and what they are modulo what: where every such start keeps the view in one slice of the buffer in the shape of
+    its nest, that slice; else the padded region. Either way, what a gather reads."""
+    view = View(tuple(s for s, _ in axes), tuple(n for _, n in axes))
+    if view.nest is None or view.extent > 4000:
+        return
+    starts = [first + modulus * trip for trip in range(trips)]
+    reach = (min(starts), max(starts) + view.needed - 1)
+    rng = np.random.default_rng(size)
+    flat = rng.standard_normal(size).astype(np.float32)
+    with jax.enable_x64(True):
+        for begin in starts:
+            offsets = _offsets(view, begin)
+            inside = (offsets >= 0) & (offsets < size)
+            want = np.where(inside, flat[np.clip(offsets, 0, size - 1)], 0)
+            got = read(jnp.asarray(flat), view, jnp.int64(begin), reach=reach, alignment=(modulus, first % modulus))
+            np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_key_blocks_a_loop_moves_are_read_as_slices_of_the_tensor_in_rows() -> None:
+    """Key blocks of 4 rows of 8 of two heads (rows 8 apart, heads 64), 4 rows further each trip: a slice of the
+    tensor as (heads, rows, 8), not of the flat buffer; a start that may leave a head's rows is not one."""
+    view = View((64, 8, 1), (2, 4, 8))
+    assert views.traced_nest(128, view, (0, 32 + view.needed - 1), (32, 0)) == ((2, 8, 8), (2, 4, 8))
+    assert views.traced_nest(128, view, (0, 48 + view.needed - 1), (16, 0)) is None
 
 
 def _case(view: View, size: int, shift: int) -> tuple[np.random.Generator, np.ndarray, int, np.ndarray, np.ndarray]:

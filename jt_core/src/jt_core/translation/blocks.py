@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,74 +29,9 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
+from jt_core.translation.views import View, aligned_nest, flipped_axes, traced_nest
+
 __all__ = ["Box", "View", "from_region", "gather", "read", "strided", "to_region", "write"]
-
-
-@dataclasses.dataclass(frozen=True)
-class View:
-    """Where the elements of an array of shape ``counts`` lie in a flat buffer, relative to its element 0: element
-    ``index`` at ``sum(steps[a] * index[a])``.
-
-    Attributes:
-        steps: The distance between neighbours along each axis (negative, zero: backwards, the same element).
-        counts: The array's shape.
-    """
-
-    steps: tuple[int, ...]
-    counts: tuple[int, ...]
-
-    @functools.cached_property
-    def low(self) -> int:
-        """The offset of the lowest element."""
-        return sum(min(0, s * (n - 1)) for s, n in zip(self.steps, self.counts, strict=True))
-
-    @functools.cached_property
-    def needed(self) -> int:
-        """How many elements, from the lowest to the highest, the view spans."""
-        return sum(abs(s) * (n - 1) for s, n in zip(self.steps, self.counts, strict=True)) + 1
-
-    @functools.cached_property
-    def size(self) -> int:
-        return math.prod(self.counts)
-
-    @functools.cached_property
-    def nest(self) -> _Nest | None:
-        """How the spanned elements reshape into an array that holds the view's as a slice, or ``None`` when the
-        steps do not nest."""
-        if self.size == 0:
-            return None
-        varying = sorted(
-            (abs(s), a) for a, (s, n) in enumerate(zip(self.steps, self.counts, strict=True)) if s and n > 1
-        )
-        for (step, axis), (above, _) in itertools.pairwise(varying):
-            if above % step or above < step * self.counts[axis]:
-                return None
-        order = tuple(a for _, a in reversed(varying))  # the outermost (largest step) first
-        if not varying:
-            return _Nest(order, (1,))
-        inner = [above // step for (step, _), (above, _) in itertools.pairwise(varying)]
-        dims = (self.counts[order[0]], *reversed(inner), varying[0][0])
-        return _Nest(order, dims)
-
-    @property
-    def extent(self) -> int:
-        nest = self.nest
-        assert nest is not None
-        return math.prod(nest.dims)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Nest:
-    """The reshape that makes a view a slice: the varying axes, outermost first, and the dimensions the spanned
-    elements reshape to (the outermost axis's count, then each step's ratio to the one below, then the smallest
-    step)."""
-
-    order: tuple[int, ...]
-    dims: tuple[int, ...]
-
-
-def _flipped(view: View) -> tuple[int, ...]:
-    return tuple(a for a, (s, n) in enumerate(zip(view.steps, view.counts, strict=True)) if s < 0 and n > 1)
 
 
 def _from_region(region: jax.Array, view: View) -> jax.Array:
@@ -106,32 +40,6 @@ def _from_region(region: jax.Array, view: View) -> jax.Array:
     assert nest is not None
     limits = (*(view.counts[a] for a in nest.order), 1)
     return _from_nested(lax.slice(region.reshape(nest.dims), (0,) * len(nest.dims), limits), view)
-
-
-def _aligned(size: int, view: View, begin: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """Where the view's elements lie in the whole buffer (of ``size`` elements) reshaped as its nest's dimensions
-    under a first axis of rows (each as long as the view's largest step): the shape to reshape the buffer to, and the
-    start of the slice, one index per dimension, that holds the view; ``None`` where the buffer is no whole number
-    of rows, or the view does not fit in the rows it starts in without wrapping.
-
-    A block of a matrix's row read as ``(rows, row length)`` is then a slice of the matrix itself, which XLA reads
-    in place, where a slice of the flat buffer starting mid-row would have to be laid out again first."""
-    nest = view.nest
-    assert nest is not None
-    row = math.prod(nest.dims[1:])
-    if row <= 0 or size % row or begin < 0:
-        return None
-    shape = (size // row, *nest.dims[1:])
-    lengths = (*(view.counts[a] for a in nest.order), 1)
-    start = [begin // row]
-    rest = begin % row
-    for dim in nest.dims[1:]:
-        row //= dim
-        start.append(rest // row)
-        rest %= row
-    if any(s + n > d for s, n, d in zip(start, lengths, shape, strict=True)):
-        return None
-    return shape, tuple(start)
 
 
 def _from_nested(picked: jax.Array, view: View) -> jax.Array:
@@ -145,7 +53,7 @@ def _from_nested(picked: jax.Array, view: View) -> jax.Array:
     varying = set(nest.order)
     picked = picked.reshape(tuple(n if a in varying else 1 for a, n in enumerate(view.counts)))
     picked = jnp.broadcast_to(picked, view.counts)
-    flipped = _flipped(view)
+    flipped = flipped_axes(view)
     return lax.rev(picked, flipped) if flipped else picked
 
 
@@ -154,7 +62,7 @@ def _to_nested(values: jax.Array, view: View) -> jax.Array:
     inverse). Every axis of more than one element must vary (two lanes of one element have no single value)."""
     nest = view.nest
     assert nest is not None
-    flipped = _flipped(view)
+    flipped = flipped_axes(view)
     if flipped:
         values = lax.rev(values, flipped)
     ascending = sorted(nest.order)
@@ -234,16 +142,19 @@ def read(
     index_type: Any = jnp.int64,
     inside: bool = False,
     reach: tuple[int, int] | None = None,
+    alignment: tuple[int, int] = (1, 0),
 ) -> jax.Array:
     """The view's elements of ``flat``, its lowest element at ``begin`` (an int, or a traced integer scalar); an
     element outside ``flat`` reads zero. A traced ``begin`` reads a slice wherever it is (`_shifted_region`) unless
     ``inside`` says the view is always inside ``flat``, or ``reach`` says which offsets the view's elements may take
-    at most (the buffer is then padded with zeros to hold them, and read as one slice); a view longer than ``flat``
-    is gathered, its offsets held in ``index_type`` (as the kernel holds them).
+    at most (the buffer is then padded with zeros to hold them, and read as one slice; or, where with ``alignment``,
+    what ``begin`` is known to be modulo what, they prove the view a slice of the buffer in its nest's shape, that
+    slice: `traced_nest`); a view longer than ``flat`` is gathered, its offsets held in ``index_type`` (as the
+    kernel holds them).
 
     The view must nest (`View.nest`)."""
     if isinstance(begin, int):
-        aligned = _aligned(flat.shape[0], view, begin)
+        aligned = aligned_nest(flat.shape[0], view, begin)
         if aligned is not None:
             shape, start = aligned
             lengths = (*(view.counts[a] for a in view.nest.order), 1)  # type: ignore[union-attr]
@@ -267,6 +178,9 @@ def read(
         # on a TPU for a table read by each program at a place loaded from memory, costs more than the copy).
         reach = (-view.needed, flat.shape[0] - 1 + view.needed)
     if reach is not None:
+        nested = traced_nest(flat.shape[0], view, reach, alignment)
+        if nested is not None:
+            return _from_nested(_nested_at(*nested)(flat, begin), view)
         front, back = max(0, -reach[0]), max(0, reach[1] + 1 - flat.shape[0])
         padded = lax.pad(flat, jnp.zeros((), flat.dtype), [(front, back, 0)]) if front or back else flat
         # Clamped at zero: a negative start would count from the buffer's end, as an index does in NumPy.
@@ -276,6 +190,26 @@ def read(
     if rows is not None:
         return _rows_read(flat, view, begin, *rows)
     return from_region(_shifted_region(flat, begin, view.needed), view)
+
+
+@functools.lru_cache(maxsize=256)
+def _nested_at(shape: tuple[int, ...], lengths: tuple[int, ...]) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """The slice of ``lengths`` of a flat buffer reshaped to ``shape``, from the element at ``begin`` (its
+    coordinates: `traced_nest` proved the slice fits), kept one slice where ``jax.vmap`` batches neither."""
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+
+    def direct(flat: jax.Array, begin: jax.Array) -> jax.Array:
+        start = [begin // strides[0]] + [begin % strides[i - 1] // strides[i] for i in range(1, len(shape))]
+        return lax.dynamic_slice(flat.reshape(shape), start, lengths)
+
+    fn = custom_vmap(direct)
+
+    @fn.def_vmap
+    def _rule(axis_size: int, in_batched: Sequence[bool], flat: jax.Array, begin: jax.Array) -> Any:
+        axes = [0 if b else None for b in in_batched]
+        return jax.vmap(direct, in_axes=axes)(flat, begin), True
+
+    return fn
 
 
 #: The fewest elements a row of a sparse view holds for it to be read a row at a time (a gather of rows).
@@ -366,7 +300,7 @@ def write(
             region = jnp.where(_to_region(jnp.ones(view.counts, bool), view, False)[: view.needed], region, old)
         return lax.dynamic_update_slice_in_dim(flat, region, begin, 0), False
     size, needed = flat.shape[0], view.needed
-    aligned = _aligned(size, view, begin)
+    aligned = aligned_nest(size, view, begin)
     if aligned is not None:  # every lane inside the buffer: none strays
         shape, start = aligned
         whole = flat.reshape(shape)
@@ -472,10 +406,11 @@ def load(
     base: Any,
     index_type: Any = jnp.int64,
     reach: tuple[int, int] | None = None,
+    alignment: tuple[int, int] = (1, 0),
 ) -> jax.Array:
     """One program's block of ``flat``, inside the ``jax.vmap`` of the box's programs: element ``i`` at ``base +
     pids . (program's position in the box) + lanes . i`` (``base`` the offset at the box's first program's first
-    lane: an int or an unmapped traced scalar).
+    lane: an int or an unmapped traced scalar, known to be ``alignment[1]`` modulo ``alignment[0]``).
 
     The ``vmap`` of it over the box is one read of the box's view (`read`): each mapped axis's position is taken
     to be the ``vmap``'s index, as `jt_core.translation.side_by_side` maps it."""
@@ -485,7 +420,8 @@ def load(
     if isinstance(base, int):  # kept out of the custom_vmap's operands, which would make it a traced value
         return _peeled(view, base + view.low, (), pending, index_type, reach)(flat, *positions)
     begin = jnp.asarray(base, jnp.int64) + view.low
-    return _peeled(view, None, (), pending, index_type, reach)(flat, begin, *positions)
+    aligned = (alignment[0], (alignment[1] + view.low) % alignment[0])
+    return _peeled(view, None, (), pending, index_type, reach, aligned)(flat, begin, *positions)
 
 
 def _peeled(
@@ -495,6 +431,7 @@ def _peeled(
     pending: tuple[int, ...],
     index_type: Any,
     reach: tuple[int, int] | None = None,
+    alignment: tuple[int, int] = (1, 0),
 ) -> Callable[..., Any]:
     """The block of the programs at ``positions`` (one per ``pending`` axis), for every program of the box along the
     ``peeled`` axes (the leading axes of the result, the last peeled first), the box's lowest element at ``begin``
@@ -513,13 +450,15 @@ def _peeled(
                 counts[k] = 1
         part = View(view.steps, tuple(counts))
         offset = offset + (part.low - view.low)
+        modulus = math.gcd(alignment[0], *(view.steps[k] for k in pending))
+        aligned = (modulus, (alignment[1] + part.low - view.low) % modulus) if modulus else (1, 0)
         # With programs still to peel, this is only what a program alone reads (what a ``vmap`` that does not
         # peel batches, as where each program's block starts at a place loaded from memory): its own slice, or a
         # gather where its view does not nest; the box's whole view is read once all are peeled.
         if pending and part.nest is None:
             block = _gathered(flat, part, offset, index_type)
         else:
-            block = read(flat, part, offset, index_type, reach=reach)
+            block = read(flat, part, offset, index_type, reach=reach, alignment=aligned)
         # The box's axes: the peeled ones first, the last peeled outermost; the others (one program each) dropped.
         others = tuple(k for k in range(3) if k not in peeled)
         block = jnp.transpose(block, (*peeled, *others, *range(3, block.ndim)))
@@ -538,7 +477,7 @@ def _peeled(
             return jax.vmap(direct, in_axes=axes)(flat, *operands), True
         k = pending[mapped[0]]
         rest = tuple(p for i, p in enumerate(operands[given:]) if i != mapped[0])
-        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k), index_type, reach)
+        taker = _peeled(view, begin, (k, *peeled), tuple(a for a in pending if a != k), index_type, reach, alignment)
         return taker(flat, *operands[:given], *rest), True
 
     return fn

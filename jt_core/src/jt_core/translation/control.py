@@ -14,14 +14,11 @@ A ``scf.for`` is lowered as the plan chose from its trip count (`jt_core.transla
 A loop that only accumulates products of whole blocks (``acc = tl.dot(a, b, acc)``, a K-loop) has them computed as
 one product around the loop (`_whole_products`), or, traced step by step, as one batched product added in order.
 
-What a loop or branch carries must be arrays of fixed types: numbers are carried as their TTIR type, pointers as
-their offsets (int64) with the buffer they point into kept aside (the analysis refused a loop that moves a pointer to
-another argument).
+What a loop or branch carries must be arrays of fixed types (`jt_core.translation.carried`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,79 +27,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jt_core.translation import elementwise, lang, mapped, reductions
+from jt_core.translation import carried, elementwise, lang, mapped, reductions
 from jt_core.translation.analysis import loops
-from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.facts import Loop
 from jt_core.translation.descriptors import Descriptor
 from jt_core.translation.memory import SPINS, Choice, Pointer, State
 from jt_core.translation.plan import LoopMode
-from jt_core.translation.program import Block, Operation, TensorType
+from jt_core.translation.program import Block, Operation
 from jt_core.translation.rules import RuleContext, rule
 from jt_core.translation.values import BlockPointer, Unsupported
 
 __all__ = ["branch"]
-
-
-# -- what loops and branches carry -------------------------------------------------------------------------------
-
-
-def _pack(value: Any, ty: TensorType) -> Any:
-    """A value as the arrays a loop carries."""
-    if isinstance(value, Pointer):
-        return jnp.asarray(value.offset, jnp.int64)
-    if isinstance(value, BlockPointer):
-        fields = (value.base, *value.shape, *value.strides, *value.offsets)
-        return tuple(jnp.asarray(f, jnp.int64) for f in fields)
-    if isinstance(value, Descriptor):
-        return tuple(jnp.asarray(f, jnp.int64) for f in (value.base, *value.shape, *value.strides))
-    return lang.as_array(value, ty)
-
-
-def _unpack(template: Any, carried: Any, form: Affine | None = None) -> Any:
-    """The value a loop's carried arrays hold, shaped like ``template`` (its value before the loop); a pointer's
-    offsets with ``form``, what the analyses know of them in this trip."""
-    if isinstance(template, Pointer):
-        return Pointer(template.buffer, carried, template.pointee, form)
-    if isinstance(template, BlockPointer):
-        rank = len(template.block)
-        base, rest = carried[0], carried[1:]
-        return dataclasses.replace(
-            template,
-            base=base,
-            shape=tuple(rest[:rank]),
-            strides=tuple(rest[rank : 2 * rank]),
-            offsets=tuple(rest[2 * rank :]),
-        )
-    if isinstance(template, Descriptor):
-        rank = len(template.block)
-        rest = carried[1:]
-        return dataclasses.replace(template, base=carried[0], shape=tuple(rest[:rank]), strides=tuple(rest[rank:]))
-    return carried
-
-
-def _same_target(template: Any, value: Any, line: str | None) -> None:
-    for kind in (Pointer, BlockPointer, Descriptor):
-        if isinstance(template, kind) != isinstance(value, kind):
-            raise Unsupported("a loop or branch value that is a pointer on one path only", line)
-    if isinstance(template, (Pointer, BlockPointer, Descriptor)) and template.buffer != value.buffer:
-        raise Unsupported("a pointer moved to another argument inside a loop or branch", line)
-    if isinstance(template, Descriptor) and (template.block, template.nan_padding) != (value.block, value.nan_padding):
-        raise Unsupported("tensor descriptors of different blocks or paddings on two paths", line)
-
-
-def _packed(
-    values: Sequence[Any], types: Sequence[TensorType], templates: Sequence[Any], line: str | None
-) -> list[Any]:
-    out = []
-    for value, ty, template in zip(values, types, templates, strict=True):
-        _same_target(template, value, line)
-        out.append(_pack(value, ty))
-    return out
-
-
-def _unpacked(k: Any, templates: Sequence[Any], arrays: Sequence[Any], values: Sequence[int]) -> list[Any]:
-    return [_unpack(t, a, k.form(v)) for t, a, v in zip(templates, arrays, values, strict=True)]
 
 
 # -- scf.for -----------------------------------------------------------------------------------------------------
@@ -245,10 +180,10 @@ def _unrolled(k: Any, op: Operation, loop: Loop, inits: list[Any], state: State)
         active = trip < trips
         with k.guard(active):
             moved, state = k.run_block(body, [iv, *values], state)
-        old = _packed(values, types, inits, op.line)
-        new = _packed(moved, types, inits, op.line)
+        old = carried.packed(values, types, inits, op.line)
+        new = carried.packed(moved, types, inits, op.line)
         chosen = [_chosen(active, n, o) for n, o in zip(new, old, strict=True)]
-        values = _unpacked(k, inits, chosen, body.arguments[1:])
+        values = carried.unpacked(k, inits, chosen, body.arguments[1:])
     k.trips.pop(loop.symbol, None)
     return list(values), state
 
@@ -306,17 +241,17 @@ def _rolled(
         trip = t.astype(counter)
         k.trips[loop.symbol] = trip
         iv = (lower + trip * step).astype(iv_dtype)
-        values = _unpacked(k, inits, arrays, body.arguments[1:])
+        values = carried.unpacked(k, inits, arrays, body.arguments[1:])
         if not predicated:
             yields, st = k.nested(body, [iv, *values], st)
-            return _packed(yields, types, inits, op.line), st
+            return carried.packed(yields, types, inits, op.line), st
         active = trip < trips
         with k.guard(active):
             yields, st = k.nested(body, [iv, *values], st)
-        moved = _packed(yields, types, inits, op.line)
+        moved = carried.packed(yields, types, inits, op.line)
         return [_chosen(active, new, old) for new, old in zip(moved, arrays, strict=True)], st
 
-    initial = _packed(inits, types, inits, op.line)
+    initial = carried.packed(inits, types, inits, op.line)
     if predicated:
         count: Any = loop.most
     elif loop.trips.value == "static":
@@ -328,7 +263,7 @@ def _rolled(
         arrays, state = lax.fori_loop(counter(0), stop, iteration, (initial, state))
     finally:
         k.trips.pop(loop.symbol, None)
-    return _unpacked(k, inits, arrays, op.results), state
+    return carried.unpacked(k, inits, arrays, op.results), state
 
 
 def _chosen(active: Any, new: Any, old: Any) -> Any:
@@ -368,7 +303,7 @@ def _both_sides(
             else:  # a branch that points one value at another argument: each lane's side chooses
                 chosen.append(elementwise.chosen(taken, mine, theirs))
             continue
-        _same_target(mine, theirs, line)
+        carried.same_target(mine, theirs, line)
         if isinstance(mine, Pointer):
             offset = jnp.where(taken, jnp.asarray(mine.offset), jnp.asarray(theirs.offset))
             chosen.append(Pointer(mine.buffer, offset, mine.pointee))
@@ -412,7 +347,7 @@ def _if(ctx: RuleContext, state: State) -> State:
                 return [], st
             results, st = k.nested(block, [], st)
             templates[name] = results
-            return _packed(results, types, results, op.line), st
+            return carried.packed(results, types, results, op.line), st
 
         return run
 
@@ -421,9 +356,9 @@ def _if(ctx: RuleContext, state: State) -> State:
     )
     taken = templates.get("then", [])
     for mine, theirs in zip(taken, templates.get("else", taken), strict=True):
-        _same_target(mine, theirs, op.line)
+        carried.same_target(mine, theirs, op.line)
     for value, template, array in zip(op.results, taken, arrays, strict=False):
-        k.set(value, _unpack(template, array, k.form(value)))
+        k.set(value, carried.unpack(template, array, k.form(value)))
     return state
 
 
@@ -458,14 +393,14 @@ def branch(k: Any, op: Operation, region: Sequence[Block], state: State) -> tupl
         def run(st: State) -> tuple[list[Any], State]:
             results, st = k.nested(sides[index], arguments[index], st)
             templates[index] = results
-            return _packed(results, types, results, op.line), st
+            return carried.packed(results, types, results, op.line), st
 
         return run
 
     arrays, state = lax.cond(jnp.asarray(k.array(op.operands[0])).astype(bool), side(0), side(1), state)
     for mine, theirs in zip(templates[0], templates[1], strict=True):
-        _same_target(mine, theirs, op.line)
-    return [_unpack(t, a) for t, a in zip(templates[0], arrays, strict=True)], state
+        carried.same_target(mine, theirs, op.line)
+    return [carried.unpack(t, a) for t, a in zip(templates[0], arrays, strict=True)], state
 
 
 def _jump(ctx: RuleContext, state: State) -> State:
@@ -490,7 +425,7 @@ def _while(ctx: RuleContext, state: State) -> State:
     arg_types = [k.type(v) for v in before.arguments]
 
     def forwarded(arrays: list[Any], st: State) -> tuple[Any, list[Any], State]:
-        values = [_unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
+        values = [carried.unpack(t, a) for t, a in zip(inits, arrays, strict=True)]
         handed, st = k.nested(before, values, st)
         return handed[0], handed[1:], st
 
@@ -503,12 +438,12 @@ def _while(ctx: RuleContext, state: State) -> State:
         arrays, st = carry
         _, values, st = forwarded(arrays, st)
         yields, st = k.nested(after, values, st)
-        return _packed(yields, arg_types, inits, op.line), st
+        return carried.packed(yields, arg_types, inits, op.line), st
 
     # The carried values start behind a barrier: XLA's loop analysis of jaxlib 0.11.2 counts the trips of a loop
     # whose start, bound and step it sees as constants by rounding down, and removed the one trip of `i = 0;
     # while i < 1: i += 2`.
-    start = lax.optimization_barrier(_packed(inits, arg_types, inits, op.line))
+    start = lax.optimization_barrier(carried.packed(inits, arg_types, inits, op.line))
     arrays, state = lax.while_loop(condition, body, (start, state))
     _, values, state = forwarded(arrays, state)
     for value, result in zip(op.results, values, strict=True):
@@ -541,11 +476,13 @@ def _storing_while(k: Any, op: Operation, state: State) -> State:
 
     def trip(carry: tuple[jax.Array, list[Any], State]) -> tuple[jax.Array, list[Any], State]:
         _, arrays, st = carry
-        values = [_unpack(t, a) for t, a in zip(templates, arrays, strict=True)]
+        values = [carried.unpack(t, a) for t, a in zip(templates, arrays, strict=True)]
         yields, moved = k.nested(after, values, st)
-        yields = [_unpack(t, a) for t, a in zip(inits, _packed(yields, arg_types, inits, op.line), strict=True)]
+        yields = [
+            carried.unpack(t, a) for t, a in zip(inits, carried.packed(yields, arg_types, inits, op.line), strict=True)
+        ]
         again, moved = k.nested(before, yields, moved)
-        next_arrays = _packed(again[1:], handed_types, templates, op.line)
+        next_arrays = carried.packed(again[1:], handed_types, templates, op.line)
         still = _same_bits([*next_arrays, *moved.buffers], [*arrays, *st.buffers])
         running = jnp.asarray(lang.as_array(again[0], k.type(before.operations[-1].operands[0]))).astype(bool)
         spins = running & still
@@ -553,10 +490,10 @@ def _storing_while(k: Any, op: Operation, state: State) -> State:
         return running & ~spins, next_arrays, State(moved.buffers, faults)
 
     condition = jnp.asarray(lang.as_array(handed[0], k.type(before.operations[-1].operands[0]))).astype(bool)
-    start = (condition, _packed(templates, handed_types, templates, op.line), state)
+    start = (condition, carried.packed(templates, handed_types, templates, op.line), state)
     _, arrays, state = lax.while_loop(lambda carry: carry[0], trip, start)
     for value, template, array in zip(op.results, templates, arrays, strict=True):
-        k.set(value, _unpack(template, array))
+        k.set(value, carried.unpack(template, array))
     return state
 
 

@@ -24,10 +24,11 @@ import numpy as np
 from jax import lax
 
 from jt_core.errors import UnsupportedKernelError
-from jt_core.translation import parts
+from jt_core.translation import parts, row_moves
 from jt_core.translation.analysis.affine import Affine
 from jt_core.translation.analysis.rows import Rows
 from jt_core.translation.lang import dtype_of, is_static
+from jt_core.translation.row_moves import RowsStore
 
 __all__ = ["Choice", "SPINS", "STRAYED", "BufferSpec", "Memory", "Pointer", "State", "merged_faults", "no_error"]
 
@@ -77,22 +78,6 @@ class Choice:
 
     pointers: tuple[Pointer, ...]
     which: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class RowsStore:
-    """A store recorded as rows of consecutive elements (its indices each row's first offset, a row past the buffer's
-    end where the row strays; its values one row of lanes per index), made after the programs, as a scatter of whole
-    rows of the buffer where each row lies within one (`Memory.apply`).
-
-    Attributes:
-        buffer: The buffer written.
-        column: The column of the buffer's rows every row starts at, where the analyses prove it and that the rows
-            end within the buffer's rows; ``None``: checked when the store is made.
-    """
-
-    buffer: int
-    column: int | None
 
 
 class State(NamedTuple):
@@ -325,38 +310,6 @@ class Memory:
         gathered = self._gathered(state, pointer.buffer, jnp.where(active, offsets, 0))
         return jnp.where(active, _to_value(gathered, _storage(spec), value_type), fill), state
 
-    def _row_column(self, pointer: Pointer, shape: tuple[int, ...]) -> int | None:
-        """Where an access's rows are consecutive elements that each lie within one row of its buffer (a page's row of
-        a KV cache found through a table), the column of the buffer's rows they start at; else ``None``."""
-        spec = self.specs[pointer.buffer]
-        rows = pointer.rows
-        if rows is None or not self._by_rows(pointer, shape):
-            return None
-        return rows.within_rows_of(spec.shape[-1], shape[-1])
-
-    def _by_rows(self, pointer: Pointer, shape: tuple[int, ...]) -> bool:
-        """Whether an access's rows (along its last axis) are consecutive elements of a buffer of rows (two axes or
-        more, under 2**31 elements) no shorter than they are, which a gather or scatter of rows may move whole."""
-        spec = self.specs[pointer.buffer]
-        if len(shape) < 1 or not 2 <= shape[-1] <= spec.shape[-1] or len(spec.shape) < 2 or spec.size >= 2**31:
-            return False
-        affine = pointer.affine
-        if affine is not None and affine.shape == shape:
-            return affine.lanes[-1:] == (1,)
-        return pointer.rows is not None and pointer.rows.step == 1
-
-    def _row_starts(self, buffer: int, column: int | jax.Array, rows: jax.Array) -> jax.Array:
-        """The coordinates, in the buffer's own shape, of element ``column`` of each of its flat ``rows`` (int32, at
-        least zero); a row past the buffer's end is past its first axis's end (not wrapped round)."""
-        shape = self.specs[buffer].shape
-        index = rows
-        coordinates = [jnp.broadcast_to(jnp.asarray(column, jnp.int32), index.shape)]
-        for size in reversed(shape[1:-1]):
-            coordinates.append(lax.rem(index, np.int32(size)))
-            index = lax.div(index, np.int32(size))
-        coordinates.append(index)
-        return jnp.stack(coordinates[::-1], axis=-1)
-
     def _held(self, state: State, buffer: int) -> jax.Array:
         """A buffer in its own shape."""
         constant = self.constants[buffer]
@@ -365,70 +318,12 @@ class Memory:
         return held if held.shape == shape else lax.reshape(held, shape)
 
     def _row_gather(self, pointer: Pointer, shape: tuple[int, ...]) -> Callable[[State, jax.Array], jax.Array] | None:
-        """The gather of whole rows where an access's rows each lie within a row of its buffer (`_row_column`): one
-        index per row where there was one per element. A row whose start strays reads its nearest row (its lanes are
-        the bounds check's, as ever)."""
-        column = self._row_column(pointer, shape)
-        if column is None:
+        """The gather of whole rows where an access's rows each lie within a row of its buffer
+        (`jt_core.translation.row_moves`)."""
+        at = row_moves.column(self.specs[pointer.buffer].shape, shape, pointer.affine, pointer.rows)
+        if at is None:
             return None
-        spec = self.specs[pointer.buffer]
-        leading = len(spec.shape) - 1
-
-        def gather(state: State, offsets: jax.Array) -> jax.Array:
-            # Offsets are at least zero here (a stray row below reads row zero): truncating division is floor's.
-            rows = lax.div(jnp.maximum(offsets[..., 0].astype(jnp.int32), 0), np.int32(spec.shape[-1]))
-            dims = lax.GatherDimensionNumbers(
-                offset_dims=(rows.ndim,),
-                collapsed_slice_dims=tuple(range(leading)),
-                start_index_map=tuple(range(leading + 1)),
-            )
-            starts = self._row_starts(pointer.buffer, column, rows)
-            held = self._held(state, pointer.buffer)
-            return lax.gather(
-                held, starts, dims, slice_sizes=(1,) * leading + (shape[-1],), mode=lax.GatherScatterMode.CLIP
-            )
-
-        return gather
-
-    def _row_store(self, pointer: Pointer, offsets: jax.Array) -> tuple[RowsStore, jax.Array] | None:
-        """An unmasked store of rows of consecutive elements (`_by_rows`) as a `RowsStore`: one index per row where
-        there was one per element, its first lane's offset; a row whose start strays is given the buffer's end, and
-        writes nothing, as its lanes would not (a row checked to lie within a row of the buffer lies inside it or
-        wholly outside)."""
-        if not self.row_stores or not self._by_rows(pointer, offsets.shape):
-            return None
-        spec = self.specs[pointer.buffer]
-        first = offsets[..., 0]
-        starts = jnp.where((first < 0) | (first >= spec.size), spec.size, first).astype(jnp.int32)
-        return RowsStore(pointer.buffer, self._row_column(pointer, offsets.shape)), starts
-
-    def _rows_written(self, state: State, record: RowsStore, starts: jax.Array, values: jax.Array) -> State:
-        """A `RowsStore` made: a scatter of whole rows where every row lies within a row of the buffer (proven, or
-        checked here, once for all the programs' rows), else of their elements."""
-        spec = self.specs[record.buffer]
-        extent, length = spec.shape[-1], values.shape[-1]
-        leading = len(spec.shape) - 1
-
-        def by_rows(held: jax.Array) -> jax.Array:
-            column = lax.rem(starts, np.int32(extent)) if record.column is None else record.column
-            dims = lax.ScatterDimensionNumbers(
-                update_window_dims=(values.ndim - 1,),
-                inserted_window_dims=tuple(range(leading)),
-                scatter_dims_to_operand_dims=tuple(range(leading + 1)),
-            )
-            where = self._row_starts(record.buffer, column, lax.div(starts, np.int32(extent)))
-            return lax.scatter(held, where, values, dims, mode=lax.GatherScatterMode.FILL_OR_DROP)
-
-        def by_elements(held: jax.Array) -> jax.Array:
-            offsets = starts[..., None] + lax.iota(jnp.int32, length)
-            flat = _scatter(lax.scatter, lax.reshape(held, (spec.size,)), jnp.ravel(offsets), jnp.ravel(values))
-            return lax.reshape(flat, spec.shape)
-
-        held = self._held(state, record.buffer)
-        if record.column is not None:
-            return self._replace(state, record.buffer, by_rows(held))
-        within = jnp.all(lax.rem(starts, np.int32(extent)) + length <= extent)
-        return self._replace(state, record.buffer, lax.cond(within, by_rows, by_elements, held))
+        return lambda state, offsets: row_moves.gathered(self._held(state, pointer.buffer), offsets, at, shape[-1])
 
     def _gathered(self, state: State, buffer: int, offsets: jax.Array) -> jax.Array:
         """The elements at ``offsets`` (inside the buffer) of a buffer, gathered from the buffer in its own shape, its
@@ -480,7 +375,11 @@ class Memory:
             start = self._contiguous(pointer, shape) if active is None and self.deferred is None else None
             if start is not None:
                 return self._replace(state, pointer.buffer, _updated(array, values, start))
-            rows = self._row_store(pointer, offsets) if active is None else None
+            rows = (
+                row_moves.store_record(pointer.buffer, spec.shape, offsets, pointer.affine, pointer.rows)
+                if active is None and self.row_stores
+                else None
+            )
             if rows is not None:
                 record, index = rows
         if self.deferred is not None:
@@ -494,7 +393,9 @@ class Memory:
         """``state`` with a recorded store made (indices outside the buffer write nothing); a `parts.PartsStore`
         is made in parts of its buffer."""
         if isinstance(record, RowsStore):
-            return self._rows_written(state, record, index, values)
+            return self._replace(
+                state, record.buffer, row_moves.written(self._held(state, record.buffer), record, index, values)
+            )
         if isinstance(record, parts.PartsStore):
             storage = _storage(self.specs[record.buffer])
             pieces = parts.split(self._array(state, record.buffer), record.part)

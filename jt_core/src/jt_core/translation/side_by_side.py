@@ -15,6 +15,7 @@ nothing here proves it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,6 +128,18 @@ class _BoxMemory(Memory):
         base = a.const if isinstance(first, int) and not a.pids[0] * first else a.const + a.pids[0] * first
         return base if a.base_known else a.dynamic + base
 
+    def _alignment(self, a: Affine) -> tuple[int, int]:
+        """What `_base` is known to be modulo what, where it is known only when it runs: its run-time scalar is a
+        multiple of that scalar's step (a loop's trip times its coefficient), a later box's first program a multiple
+        of the box's programs."""
+        first = self.box.first
+        static = a.const + (a.pids[0] * first if isinstance(first, int) else 0)
+        moduli = [] if a.base_known else [a.dynamic_step]
+        if not isinstance(first, int):
+            moduli.append(a.pids[0] * self.box.counts[0])
+        modulus = math.gcd(*moduli) if moduli else 0
+        return (modulus, static % modulus) if modulus else (1, 0)
+
     def load(
         self, state: State, pointer: Pointer, mask: Any, other: Any, shape: tuple[int, ...]
     ) -> tuple[jax.Array, State]:
@@ -150,7 +163,8 @@ class _BoxMemory(Memory):
         flat = self._array(state, pointer.buffer)
         base = self._base(a)
         index_type = jnp.asarray(pointer.offset).dtype
-        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type, self._reach(pointer))
+        reach = self._reach(pointer)
+        block = blocks.load(flat, self.box, a.pids, a.lanes, shape, base, index_type, reach, self._alignment(a))
         value = _to_value(block, _storage(spec), value_type)
         wanted = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), shape)
         if not strays:

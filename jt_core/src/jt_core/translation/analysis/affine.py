@@ -19,6 +19,7 @@ When the kernel is traced, a form is *bound* (`Affine.bind`): each symbol is giv
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,8 @@ class Affine:
         base_known: Whether the base is known when tracing; where not, ``dynamic`` (a traced scalar, or ``None``
             where even that is unknown) is added to it. Only a bound form has an unknown base.
         dynamic: The traced scalar added to a bound form's base.
+        dynamic_step: What ``dynamic`` is known to be a multiple of (1 where nothing is known): a symbol's
+            coefficient, a loaded value's scale.
     """
 
     const: int
@@ -62,6 +65,7 @@ class Affine:
     terms: tuple[tuple[Symbol, int], ...] = ()
     base_known: bool = True
     dynamic: Any = dataclasses.field(default=None, compare=False)
+    dynamic_step: int = dataclasses.field(default=1, compare=False)
 
     @staticmethod
     def constant(value: int, shape: tuple[int, ...] = ()) -> Affine:
@@ -131,6 +135,7 @@ class Affine:
             _merged(a.terms, b.terms, sign),
             a.base_known and b.base_known,
             _dynamic_sum(a, b, sign),
+            _dynamic_step(a, b),
         )
 
     def times(self, factor: int) -> Affine:
@@ -144,6 +149,7 @@ class Affine:
             tuple((s, c * factor) for s, c in self.terms),
             self.base_known,
             None if self.dynamic is None else self.dynamic * factor,
+            self.dynamic_step * abs(factor),
         )
 
     def shifted(self, amount: int) -> Affine:
@@ -164,7 +170,7 @@ class Affine:
         ``dynamic`` (the base then known only at run time), and an unknown leaves the base unknown."""
         if not self.base_known and self.dynamic is None:
             return Affine(self.const, self.pids, self.lanes, self.shape, (), False, None)
-        const, dynamic, known = self.const, self.dynamic, self.base_known
+        const, dynamic, known, step = self.const, self.dynamic, self.base_known, self.dynamic_step
         for symbol, coefficient in self.terms:
             value = value_of(symbol)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -174,8 +180,9 @@ class Affine:
             else:
                 known = False
                 term = value if coefficient == 1 else value * coefficient
+                step = abs(coefficient) if dynamic is None else math.gcd(step, coefficient)
                 dynamic = term if dynamic is None else dynamic + term
-        return Affine(const, self.pids, self.lanes, self.shape, (), known, dynamic)
+        return Affine(const, self.pids, self.lanes, self.shape, (), known, dynamic, step)
 
     # -- ranges ------------------------------------------------------------------------------------------------
 
@@ -203,6 +210,13 @@ class Affine:
             low += min(0, c * (n - 1))
             high += max(0, c * (n - 1))
         return low, high
+
+
+def _dynamic_step(a: Affine, b: Affine) -> int:
+    """What the run-time scalar of ``a ± b`` is known to be a multiple of."""
+    if a.dynamic is None:
+        return b.dynamic_step if b.dynamic is not None else 1
+    return a.dynamic_step if b.dynamic is None else math.gcd(a.dynamic_step, b.dynamic_step)
 
 
 def _dynamic_sum(a: Affine, b: Affine, sign: int) -> Any:
