@@ -84,6 +84,38 @@ def test_paged_decode_counts_trips_in_32_bits_and_its_partials_are_whole_before_
     assert any("tensor<32x32x8x128xf32>, tensor<32x32x8xf32>" in line for line in barriers), barriers
 
 
+def _loop_body(text: str) -> list[str]:
+    """The lines of the body of a module's first ``while`` (the functions it calls not included)."""
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if "stablehlo.while(" in line)
+    depth = lines[first].index("%")
+    body = []
+    for line in lines[first + 1 :]:
+        if line.startswith(" " * depth + "}") and not line.strip().startswith("} do"):
+            break
+        body.append(line)
+    return body
+
+
+def test_a_loop_over_a_buffer_written_in_place_reshapes_none_of_the_programs_copies() -> None:
+    """Rotary in place: the programs' copies of their rows of x are held in rows of a token's heads (4096 elements)
+    from before the head loop to after it; a reshape of them inside the loop (a copy of 67 MB each on a TPU, whose
+    arrays are laid out in tiles of their last two axes) happened six times a trip."""
+    case = next(c for c in tpu_model_cases.model_cases() if c.name.startswith("rotary in place"))
+    body = _loop_body(exported_for_tpu(case.kernel, *case.inputs(np.random.default_rng(0))).mlir_module())
+    assert body and not [line for line in body if "stablehlo.reshape" in line and "x4096xbf16>" in line]
+
+
+def test_attentions_key_blocks_are_slices_of_k_and_v_in_their_rows_each_trip() -> None:
+    """The key loop reads each trip's 64 key rows of every head as a slice of K (and of V) seen as (heads, rows,
+    head_dim), not a slice of the flat tensor as long as what the block spans (16.5M elements a trip)."""
+    case = next(c for c in tpu_model_cases.model_cases() if c.name.startswith("attention fwd full"))
+    body = _loop_body(exported_for_tpu(case.kernel, *case.inputs(np.random.default_rng(0))).mlir_module())
+    slices = [line for line in body if "stablehlo.dynamic_slice" in line]
+    assert len(slices) == 2 and all("(tensor<64x2048x128xbf16>" in line for line in slices), slices
+    assert all("sizes = [64, 64, 128]" in line for line in slices), slices
+
+
 @triton.jit
 def scaled_rows_kernel(x_ptr, out_ptr, n_cols, scale, BLOCK: tl.constexpr):
     row = tl.program_id(0)
