@@ -202,14 +202,7 @@ def _nested_at(shape: tuple[int, ...], lengths: tuple[int, ...]) -> Callable[[ja
         start = [begin // strides[0]] + [begin % strides[i - 1] // strides[i] for i in range(1, len(shape))]
         return lax.dynamic_slice(flat.reshape(shape), start, lengths)
 
-    fn = custom_vmap(direct)
-
-    @fn.def_vmap
-    def _rule(axis_size: int, in_batched: Sequence[bool], flat: jax.Array, begin: jax.Array) -> Any:
-        axes = [0 if b else None for b in in_batched]
-        return jax.vmap(direct, in_axes=axes)(flat, begin), True
-
-    return fn
+    return _kept_one(direct)
 
 
 #: The fewest elements a row of a sparse view holds for it to be read a row at a time (a gather of rows).
@@ -260,6 +253,13 @@ def _region_at(size: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
     def direct(flat: jax.Array, begin: jax.Array) -> jax.Array:
         return lax.dynamic_slice_in_dim(flat, begin, size)
 
+    return _kept_one(direct)
+
+
+def _kept_one(direct: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``direct`` (a dynamic slice of a buffer at ``begin``) as a ``custom_vmap``: called as it is where ``jax.vmap``
+    batches neither operand (JAX makes a dynamic slice it meets under ``vmap`` a gather, whether or not its operands
+    are batched), mapped over whichever is batched otherwise."""
     fn = custom_vmap(direct)
 
     @fn.def_vmap

@@ -80,6 +80,18 @@ def flipped_axes(view: View) -> tuple[int, ...]:
     return tuple(a for a, (s, n) in enumerate(zip(view.steps, view.counts, strict=True)) if s < 0 and n > 1)
 
 
+def _in_rows(size: int, view: View) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """A buffer of ``size`` elements seen as the view's nest's dimensions under a first axis of rows (each as long
+    as the view's largest step): a row's length, that shape, and the lengths of the slice that holds the view (its
+    counts, outermost axis first, then one); ``None`` where the buffer is no whole number of rows."""
+    nest = view.nest
+    assert nest is not None
+    row = math.prod(nest.dims[1:])
+    if row <= 0 or size % row:
+        return None
+    return row, (size // row, *nest.dims[1:]), (*(view.counts[a] for a in nest.order), 1)
+
+
 def aligned_nest(size: int, view: View, begin: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Where the view's elements lie in the whole buffer (of ``size`` elements) reshaped as its nest's dimensions
     under a first axis of rows (each as long as the view's largest step): the shape to reshape the buffer to, and the
@@ -88,16 +100,13 @@ def aligned_nest(size: int, view: View, begin: int) -> tuple[tuple[int, ...], tu
 
     A block of a matrix's row read as ``(rows, row length)`` is then a slice of the matrix itself, which XLA reads
     in place, where a slice of the flat buffer starting mid-row would have to be laid out again first."""
-    nest = view.nest
-    assert nest is not None
-    row = math.prod(nest.dims[1:])
-    if row <= 0 or size % row or begin < 0:
+    rows = _in_rows(size, view)
+    if rows is None or begin < 0:
         return None
-    shape = (size // row, *nest.dims[1:])
-    lengths = (*(view.counts[a] for a in nest.order), 1)
+    row, shape, lengths = rows
     start = [begin // row]
     rest = begin % row
-    for dim in nest.dims[1:]:
+    for dim in shape[1:]:
         row //= dim
         start.append(rest // row)
         rest %= row
@@ -118,15 +127,12 @@ def traced_nest(
     Such a view (a block of key rows a loop's trip moves along a tensor) is then a dynamic slice of the buffer in
     that shape, not a slice of the flat buffer as long as the view's span (on a TPU, whose arrays are laid out in
     tiles of their last two axes, a copy of the whole buffer laid out flat, each trip)."""
-    nest = view.nest
-    assert nest is not None
-    row = math.prod(nest.dims[1:])
+    rows = _in_rows(size, view)
     modulus, residue = alignment
     low, high = reach[0], reach[1] - view.needed + 1  # where the lowest element may lie
-    if row <= 0 or size % row or high < low or low < 0 or modulus <= 0:
+    if rows is None or high < low or low < 0 or modulus <= 0:
         return None
-    shape = (size // row, *nest.dims[1:])
-    lengths = (*(view.counts[a] for a in nest.order), 1)
+    row, shape, lengths = rows
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     if high // row + lengths[0] > shape[0]:
         return None
@@ -140,8 +146,7 @@ def traced_nest(
             return None
         if most + lengths[axis] > shape[axis]:
             return None
-    if (
-        len(shape) > 1 and shape[-1] == 1
-    ):  # a last axis of one element: the buffer keeps its last two axes, as a TPU lays them out
+    if len(shape) > 1 and shape[-1] == 1:
+        # A last axis of one element dropped: the buffer keeps its last two axes, as a TPU lays them out.
         shape, lengths = shape[:-1], lengths[:-1]
     return shape, lengths
